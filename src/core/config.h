@@ -1,0 +1,80 @@
+// Typed, validated model configuration read from the checkpoint's config.json
+// (../shared/SPEC.md §2). Every key the forward pass depends on is required; a missing or
+// ill-typed key, an unknown mixer type or a sparse group ratio other than 16 is refused
+// with sala::Error naming the key.
+#pragma once
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace sala {
+
+enum class MixerType { Sparse, Lightning };  // "minicpm4" | "lightning-attn"
+
+struct SparseConfig {
+  int block_size = 64;
+  int dense_len = 8192;
+  int init_blocks = 1;
+  int kernel_size = 32;    // level-1 compression window
+  int kernel_stride = 16;  // level-1 compression stride
+  int topk = 64;           // plus window_size/block_size forced local blocks
+  int window_size = 2048;
+  bool use_nope = false;
+
+  int level2_window() const { return 4 * kernel_size; }
+  int level2_stride() const { return 4 * kernel_stride; }
+  int local_blocks() const { return window_size / block_size; }
+  int total_topk() const { return topk + local_blocks(); }
+};
+
+struct ModelConfig {
+  std::string source;  // path of config.json, for messages
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_hidden_layers = 0;
+  int vocab_size = 0;
+  // sparse (minicpm4) layers
+  int num_attention_heads = 0;
+  int num_key_value_heads = 0;
+  int head_dim = 0;
+  bool attn_use_output_gate = true;
+  // lightning layers
+  int lightning_nh = 0;
+  int lightning_nkv = 0;
+  int lightning_head_dim = 0;
+  double lightning_scale = 0;  // resolved from "1/sqrt(d)"
+  bool use_output_gate = true;
+  bool use_output_norm = true;
+  bool qk_norm = true;
+  bool lightning_use_rope = true;
+  double rope_theta = 10000.0;
+  // scalings
+  double rms_norm_eps = 1e-6;
+  double scale_emb = 12;
+  double scale_depth = 1.4;
+  double dim_model_base = 256;
+  int max_position_embeddings = 0;
+  bool tie_word_embeddings = false;
+  int bos_token_id = 1;
+  std::vector<int> eos_token_ids;
+  SparseConfig sparse;
+  std::vector<MixerType> mixer_types;
+
+  // Derived constants (SPEC §2 "Derived constants").
+  float residual_scale() const { return float(scale_depth / std::sqrt(double(num_hidden_layers))); }
+  float logit_divisor() const { return float(hidden_size / dim_model_base); }
+  float attn_scale() const { return float(1.0 / std::sqrt(double(head_dim))); }
+  int kv_group() const { return num_attention_heads / num_key_value_heads; }
+  int num_sparse_layers() const;
+  int num_lightning_layers() const;
+  // Index of layer i among the layers of its own kind (KV pool / state pool index).
+  int kind_index(int layer) const;
+  // ALiBi slopes for the lightning heads (SPEC §8.2); same in every layer.
+  std::vector<float> lightning_slopes() const;
+};
+
+ModelConfig load_model_config(const std::string& path_or_dir);
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source);
+const char* mixer_name(MixerType t);
+
+}  // namespace sala
