@@ -1,0 +1,199 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/check.h"
+#include "core/safetensors.h"
+
+namespace sala {
+
+CpuBackend::CpuBackend(const BackendOptions& opts) : bf16_(opts.mode == NumericMode::BF16) {
+  // One thread pool: OpenMP. OpenBLAS runs single-threaded inside OpenMP work items; two
+  // pools that both spin-wait starve each other (measured: 25x slower decode on 2 cores).
+  openblas_set_num_threads(1);
+  if (opts.threads > 0) omp_set_num_threads(opts.threads);
+}
+
+CpuBackend::~CpuBackend() {
+  for (void* p : allocations_) std::free(p);
+}
+
+float CpuBackend::r(float x) const { return bf16_ ? round_bf16(x) : x; }
+
+void CpuBackend::round_all(Tensor& t) const {
+  if (!bf16_) return;
+  float* p = static_cast<float*>(t.data);
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = round_bf16(p[i]);
+}
+
+Tensor CpuBackend::alloc(int64_t rows, int64_t cols, DType dtype) {
+  Tensor t{nullptr, dtype, rows, cols};
+  const size_t bytes = std::max<size_t>(64, (t.nbytes() + 63) / 64 * 64);
+  t.data = std::aligned_alloc(64, bytes);
+  SALA_CHECK(t.data, "out of host memory allocating {} bytes", bytes);
+  std::memset(t.data, 0, bytes);
+  allocations_.push_back(t.data);
+  return t;
+}
+
+Tensor CpuBackend::upload_weight(const TensorView& src) {
+  // Weights are bf16/fp16/fp32 in the checkpoint; the CPU reference upcasts exactly.
+  const int64_t cols = src.shape.empty() ? 1 : src.shape.back();
+  Tensor t = alloc(src.numel() / std::max<int64_t>(cols, 1), cols, DType::F32);
+  src.to_f32(static_cast<float*>(t.data));
+  return t;
+}
+
+void CpuBackend::init_caches(const ModelConfig& cfg, const CacheShape& shape) {
+  cfg_ = cfg;
+  cache_shape_ = shape;
+  const auto& sp = cfg.sparse;
+  SALA_CHECK(shape.page_size % sp.block_size == 0, "page size {} not a multiple of block {}",
+             shape.page_size, sp.block_size);
+  const size_t row = size_t(cfg.num_key_value_heads) * cfg.head_dim;
+  const size_t tokens = size_t(shape.num_pages) * shape.page_size;
+  sparse_.assign(size_t(cfg.num_sparse_layers()), {});
+  for (auto& c : sparse_) {
+    c.k.assign(tokens * row, 0.f);
+    c.v.assign(tokens * row, 0.f);
+    c.c1.assign(tokens / size_t(sp.kernel_stride) * row, 0.f);
+    c.c2.assign(tokens / size_t(sp.level2_stride()) * row, 0.f);
+  }
+  const size_t d = size_t(cfg.lightning_head_dim);
+  states_.assign(size_t(shape.num_slots) * cfg.num_lightning_layers() * cfg.lightning_nh * d * d,
+                 0.f);
+}
+
+void CpuBackend::download_f32(const Tensor& src, float* dst) {
+  SALA_CHECK(src.dtype == DType::F32);
+  std::memcpy(dst, src.data, src.nbytes());
+}
+
+void CpuBackend::embedding(const Tensor& table, float scale, Tensor& out) {
+  const auto& ids = meta_->token_ids;
+  SALA_CHECK(out.rows == int64_t(ids.size()) && out.cols == table.cols);
+  const float* tab = static_cast<const float*>(table.data);
+  float* o = static_cast<float*>(out.data);
+  for (size_t t = 0; t < ids.size(); ++t) {
+    SALA_CHECK(ids[t] >= 0 && ids[t] < table.rows, "token id {} out of range", ids[t]);
+    const float* e = tab + int64_t(ids[t]) * table.cols;
+    for (int64_t c = 0; c < table.cols; ++c) o[int64_t(t) * out.cols + c] = r(e[c] * scale);
+  }
+}
+
+void CpuBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
+  const int64_t n = w.numel();
+  SALA_CHECK(x.cols % n == 0 && out.rows == x.rows && out.cols == x.cols);
+  const float* wp = static_cast<const float*>(w.data);
+  const int64_t groups = x.rows * (x.cols / n);
+#pragma omp parallel for schedule(static)
+  for (int64_t g = 0; g < groups; ++g) {
+    const float* xi = static_cast<const float*>(x.data) + g * n;
+    float* oi = static_cast<float*>(out.data) + g * n;
+    double ss = 0;
+    for (int64_t c = 0; c < n; ++c) ss += double(xi[c]) * xi[c];
+    const float inv = float(1.0 / std::sqrt(ss / double(n) + double(eps)));
+    for (int64_t c = 0; c < n; ++c) oi[c] = r(r(xi[c] * inv) * wp[c]);
+  }
+}
+
+void CpuBackend::add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, const Tensor& w,
+                                    float eps, Tensor& out) {
+  SALA_CHECK(h.numel() == a.numel());
+  float* hp = static_cast<float*>(h.data);
+  const float* ap = static_cast<const float*>(a.data);
+  for (int64_t i = 0; i < h.numel(); ++i) hp[i] = r(hp[i] + r(ap[i] * alpha));
+  rmsnorm(h, w, eps, out);
+}
+
+void CpuBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
+  SALA_CHECK(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows,
+             "linear shapes x[{},{}] w[{},{}] y[{},{}]", x.rows, x.cols, w.rows, w.cols, y.rows,
+             y.cols);
+  if (x.rows == 0) return;
+  // Split the output columns (weight rows) over the threads: y[:, n0:n1] = x · W[n0:n1]ᵀ.
+  const int64_t N = w.rows;
+  const int64_t parts = std::min<int64_t>(omp_get_max_threads(), std::max<int64_t>(1, N / 64));
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < parts; ++p) {
+    const int64_t n0 = N * p / parts, n1 = N * (p + 1) / parts;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(x.rows), int(n1 - n0), int(x.cols),
+                1.f, static_cast<const float*>(x.data), int(x.cols),
+                static_cast<const float*>(w.data) + n0 * w.cols, int(w.cols), 0.f,
+                static_cast<float*>(y.data) + n0, int(y.cols));
+  }
+  round_all(y);
+}
+
+void CpuBackend::silu_mul(const Tensor& g, const Tensor& u, Tensor& out) {
+  const float* gp = static_cast<const float*>(g.data);
+  const float* up = static_cast<const float*>(u.data);
+  float* o = static_cast<float*>(out.data);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    const float s = gp[i] / (1.f + std::exp(-gp[i]));
+    o[i] = r(r(s) * up[i]);
+  }
+}
+
+void CpuBackend::mul_sigmoid(const Tensor& a, const Tensor& gate, Tensor& out) {
+  const float* ap = static_cast<const float*>(a.data);
+  const float* gp = static_cast<const float*>(gate.data);
+  float* o = static_cast<float*>(out.data);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < a.numel(); ++i) o[i] = r(ap[i] * r(1.f / (1.f + std::exp(-gp[i]))));
+}
+
+void CpuBackend::div_scalar(Tensor& x, float d) {
+  float* p = static_cast<float*>(x.data);
+  for (int64_t i = 0; i < x.numel(); ++i) p[i] = r(p[i] / d);
+}
+
+void CpuBackend::rope(Tensor& x, int head_dim, double theta) {
+  // SPEC §7: inv_freq and angles in fp32 exactly as HF forms them; cos/sin of the fp32
+  // angle; rotate-half pairs (j, j + d/2).
+  const int half = head_dim / 2;
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  for (int j = 0; j < half; ++j)
+    inv_freq[size_t(j)] = 1.0f / std::pow(float(theta), float(2 * j) / float(head_dim));
+  const int64_t heads = x.cols / head_dim;
+  const auto& pos = meta_->positions;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < x.rows; ++t) {
+    std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
+    for (int j = 0; j < half; ++j) {
+      const float ang = float(pos[size_t(t)]) * inv_freq[size_t(j)];
+      c[size_t(j)] = float(std::cos(double(ang)));
+      s[size_t(j)] = float(std::sin(double(ang)));
+    }
+    float* row = static_cast<float*>(x.data) + t * x.cols;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = row + h * head_dim;
+      for (int j = 0; j < half; ++j) {
+        const float x1 = v[j], x2 = v[j + half];
+        v[j] = r(x1 * c[size_t(j)] - x2 * s[size_t(j)]);
+        v[j + half] = r(x2 * c[size_t(j)] + x1 * s[size_t(j)]);
+      }
+    }
+  }
+}
+
+void CpuBackend::gather_logit_rows(const Tensor& x, Tensor& out) {
+  const auto& rows = meta_->logit_rows;
+  SALA_CHECK(out.rows >= int64_t(rows.size()) && out.cols == x.cols);
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::memcpy(static_cast<float*>(out.data) + int64_t(i) * x.cols,
+                static_cast<const float*>(x.data) + int64_t(rows[i]) * x.cols,
+                size_t(x.cols) * 4);
+}
+
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& opts) {
+  return std::make_unique<CpuBackend>(opts);
+}
+
+}  // namespace sala

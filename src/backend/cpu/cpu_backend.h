@@ -1,0 +1,60 @@
+// The CPU backend: the readable reference implementation of every op and the oracle the
+// CUDA backend is tested against. Activations are fp32. In NumericMode::BF16 every op
+// rounds its outputs to bf16 at the points of the golden README §4 (the HF bf16 rounding
+// points), so the same code also defines what the bf16 GPU path must compute.
+#pragma once
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace sala {
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(const BackendOptions& opts);
+  ~CpuBackend() override;
+  std::string name() const override { return bf16_ ? "cpu-bf16" : "cpu"; }
+  DType act_dtype() const override { return DType::F32; }
+
+  Tensor alloc(int64_t rows, int64_t cols, DType dtype) override;
+  Tensor upload_weight(const TensorView& src) override;
+  void init_caches(const ModelConfig& cfg, const CacheShape& shape) override;
+  void download_f32(const Tensor& src, float* dst) override;
+  void begin_step(const StepMeta& meta) override { meta_ = &meta; }
+
+  void embedding(const Tensor& table, float scale, Tensor& out) override;
+  void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
+  void add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, const Tensor& w, float eps,
+                          Tensor& out) override;
+  void linear(const Tensor& x, const Tensor& w, Tensor& y) override;
+  void silu_mul(const Tensor& g, const Tensor& u, Tensor& out) override;
+  void mul_sigmoid(const Tensor& a, const Tensor& gate, Tensor& out) override;
+  void div_scalar(Tensor& x, float d) override;
+  void rope(Tensor& x, int head_dim, double theta) override;
+  void lightning_attention(int li, const Tensor& q, const Tensor& k, const Tensor& v,
+                           const std::vector<float>& slopes, float scale, Tensor& out) override;
+  void sparse_attention(int si, const Tensor& q, const Tensor& k, const Tensor& v,
+                        Tensor& out) override;
+  void gather_logit_rows(const Tensor& x, Tensor& out) override;
+
+  // Paged sparse-layer cache of one layer (fp32; bf16-representable values in BF16 mode).
+  struct SparseLayerCache {
+    std::vector<float> k, v;  // [num_pages, page_size, kvh, d]
+    std::vector<float> c1;    // [num_pages, page_size / s1, kvh, d] level-1 compressed keys
+    std::vector<float> c2;    // [num_pages, page_size / s2, kvh, d] level-2 compressed keys
+  };
+
+ private:
+  float r(float x) const;  // rounds to bf16 in BF16 mode
+  void round_all(Tensor& t) const;
+
+  bool bf16_;
+  std::vector<void*> allocations_;
+  const StepMeta* meta_ = nullptr;
+  ModelConfig cfg_;
+  CacheShape cache_shape_;
+  std::vector<SparseLayerCache> sparse_;  // per sparse layer
+  std::vector<float> states_;  // [num_slots, n_lightning, nh, d, d] fp32
+};
+
+}  // namespace sala

@@ -1,0 +1,132 @@
+#include "model/minicpm_sala.h"
+
+#include "core/check.h"
+
+namespace sala {
+
+void StepMeta::add_seq(const int32_t* ids, int32_t n, int64_t past_len, int32_t state_slot,
+                       const std::vector<int32_t>& pages, bool all_logits, bool last_logit) {
+  SeqSlice s;
+  s.token_begin = num_tokens();
+  s.num_tokens = n;
+  s.past_len = past_len;
+  s.state_slot = state_slot;
+  s.page_begin = int32_t(page_table.size());
+  s.num_pages = int32_t(pages.size());
+  page_table.insert(page_table.end(), pages.begin(), pages.end());
+  for (int32_t i = 0; i < n; ++i) {
+    token_ids.push_back(ids[i]);
+    positions.push_back(int32_t(past_len + i));
+    if (all_logits || (last_logit && i == n - 1)) logit_rows.push_back(s.token_begin + i);
+  }
+  seqs.push_back(s);
+}
+
+Model::Model(ModelConfig cfg, std::unique_ptr<Backend> backend, const Checkpoint& ckpt,
+             const ModelLimits& limits)
+    : cfg_(std::move(cfg)), limits_(limits), backend_(std::move(backend)) {
+  w_ = load_weights(cfg_, ckpt, *backend_, &unused_);
+  slopes_ = cfg_.lightning_slopes();
+  backend_->init_caches(cfg_, limits_.caches);
+  const int64_t T = limits_.max_step_tokens, H = cfg_.hidden_size;
+  const int64_t qd = int64_t(cfg_.num_attention_heads) * cfg_.head_dim;
+  const int64_t ld = int64_t(cfg_.lightning_nh) * cfg_.lightning_head_dim;
+  const int64_t wide = std::max(qd, ld);
+  const DType a = backend_->act_dtype();
+  h_ = backend_->alloc(T, H, a);
+  x_ = backend_->alloc(T, H, a);
+  q_ = backend_->alloc(T, wide, a);
+  k_ = backend_->alloc(T, wide, a);
+  v_ = backend_->alloc(T, wide, a);
+  gate_ = backend_->alloc(T, wide, a);
+  attn_ = backend_->alloc(T, wide, a);
+  mix_ = backend_->alloc(T, H, a);
+  mlp_g_ = backend_->alloc(T, cfg_.intermediate_size, a);
+  mlp_u_ = backend_->alloc(T, cfg_.intermediate_size, a);
+  logit_in_ = backend_->alloc(limits_.max_logit_rows, H, a);
+  logits_ = backend_->alloc(limits_.max_logit_rows, cfg_.vocab_size, DType::F32);
+}
+
+void Model::trace_rows(ForwardTrace* trace, const Tensor& t) {
+  if (!trace) return;
+  std::vector<float> rows(size_t(t.numel()));
+  backend_->download_f32(t, rows.data());
+  trace->hidden.push_back(std::move(rows));
+}
+
+void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTrace* trace) {
+  const int64_t T = meta.num_tokens();
+  const int64_t R = int64_t(meta.logit_rows.size());
+  SALA_CHECK(T > 0 && T <= limits_.max_step_tokens, "step has {} tokens (max {})", T,
+             limits_.max_step_tokens);
+  SALA_CHECK(R <= limits_.max_logit_rows, "step wants {} logit rows (max {})", R,
+             limits_.max_logit_rows);
+  Backend& be = *backend_;
+  const ModelConfig& c = cfg_;
+  const float eps = float(c.rms_norm_eps), alpha = c.residual_scale();
+  const int64_t qd = int64_t(c.num_attention_heads) * c.head_dim;
+  const int64_t kvd = int64_t(c.num_key_value_heads) * c.head_dim;
+  const int64_t ld = int64_t(c.lightning_nh) * c.lightning_head_dim;
+  auto rows = [T](const Tensor& t, int64_t cols) { return Tensor{t.data, t.dtype, T, cols}; };
+  Tensor h = rows(h_, c.hidden_size), x = rows(x_, c.hidden_size), mix = rows(mix_, c.hidden_size);
+  Tensor g = rows(mlp_g_, c.intermediate_size), u = rows(mlp_u_, c.intermediate_size);
+
+  be.begin_step(meta);
+  be.embedding(w_.embed_tokens, float(c.scale_emb), h);
+  trace_rows(trace, h);
+  be.rmsnorm(h, w_.layers[0].input_layernorm, eps, x);
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const LayerWeights& l = w_.layers[size_t(i)];
+    const int ki = c.kind_index(i);
+    if (l.type == MixerType::Sparse) {
+      Tensor q = rows(q_, qd), k = rows(k_, kvd), v = rows(v_, kvd);
+      Tensor gate = rows(gate_, qd), a = rows(attn_, qd);
+      be.linear(x, l.q_proj, q);
+      be.linear(x, l.k_proj, k);
+      be.linear(x, l.v_proj, v);
+      be.sparse_attention(ki, q, k, v, a);         // NoPE, no q/k norm
+      be.linear(x, l.gate, gate);
+      be.mul_sigmoid(a, gate, a);                  // a * sigmoid(o_gate(x))
+      be.linear(a, l.o_proj, mix);
+    } else {
+      Tensor q = rows(q_, ld), k = rows(k_, ld), v = rows(v_, ld);
+      Tensor gate = rows(gate_, ld), a = rows(attn_, ld);
+      be.linear(x, l.q_proj, q);
+      be.linear(x, l.k_proj, k);
+      be.linear(x, l.v_proj, v);
+      be.rmsnorm(q, l.q_norm, eps, q);             // per head, before RoPE
+      be.rmsnorm(k, l.k_norm, eps, k);
+      be.rope(q, c.lightning_head_dim, c.rope_theta);
+      be.rope(k, c.lightning_head_dim, c.rope_theta);
+      be.lightning_attention(ki, q, k, v, slopes_, float(c.lightning_scale), a);
+      be.rmsnorm(a, l.o_norm, eps, a);             // one norm over all heads
+      be.linear(x, l.gate, gate);
+      be.mul_sigmoid(a, gate, a);                  // o * sigmoid(z_proj(x))
+      be.linear(a, l.o_proj, mix);
+    }
+    be.add_scaled_rmsnorm(h, mix, alpha, l.post_attention_layernorm, eps, x);
+    be.linear(x, l.gate_proj, g);
+    be.linear(x, l.up_proj, u);
+    be.silu_mul(g, u, g);
+    be.linear(g, l.down_proj, mix);
+    const Tensor& next_norm =
+        i + 1 < c.num_hidden_layers ? w_.layers[size_t(i) + 1].input_layernorm : w_.norm;
+    be.add_scaled_rmsnorm(h, mix, alpha, next_norm, eps, x);  // x: next layer's input
+    trace_rows(trace, h);
+  }
+  // x = RMSNorm(h; model.norm) for every row; logits only for the requested rows.
+  trace_rows(trace, x);
+  if (R == 0) {
+    logits.clear();
+    return;
+  }
+  Tensor z{logit_in_.data, logit_in_.dtype, R, c.hidden_size};
+  Tensor out{logits_.data, DType::F32, R, c.vocab_size};
+  be.gather_logit_rows(x, z);
+  be.div_scalar(z, c.logit_divisor());
+  be.linear(z, w_.lm_head, out);
+  logits.resize(size_t(R) * size_t(c.vocab_size));
+  be.download_f32(out, logits.data());
+}
+
+}  // namespace sala

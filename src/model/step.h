@@ -1,0 +1,42 @@
+// One forward step over a batch of sequences: the flat per-step plan the model runner
+// builds once and every layer reads. Rows of every activation tensor are the step's
+// tokens in this order: sequence 0's tokens, then sequence 1's, ...
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace sala {
+
+struct SeqSlice {
+  int32_t token_begin = 0;  // first row of this sequence in the step
+  int32_t num_tokens = 0;   // rows this step (1 for a decode step)
+  int64_t past_len = 0;     // tokens already in the caches; positions past_len.. past_len+n-1
+  int32_t state_slot = -1;  // lightning-state slot (StatePool)
+  int32_t page_begin = 0;   // this sequence's pages: StepMeta::page_table[page_begin ..
+  int32_t num_pages = 0;    //   page_begin + num_pages), in position order
+  int64_t total_len() const { return past_len + num_tokens; }
+};
+
+// Selected blocks captured for the golden checks: for each (sparse layer, kv head, row)
+// the ascending block list. Only filled when StepMeta::capture is non-null.
+struct BlockCapture {
+  // key: rows are step rows; selections[sparse_layer][kv_head][row] = blocks
+  std::vector<std::vector<std::vector<std::vector<int32_t>>>> selections;
+};
+
+struct StepMeta {
+  std::vector<int32_t> token_ids;   // [T]
+  std::vector<int32_t> positions;   // [T] absolute positions
+  std::vector<SeqSlice> seqs;
+  std::vector<int32_t> page_table;  // concatenated page ids of all sequences
+  std::vector<int32_t> logit_rows;  // rows whose logits the step returns, in order
+  bool dense_as_sparse = false;     // sparse selection at every length (SGLang's flag)
+  BlockCapture* capture = nullptr;  // debug hook for golden checks
+
+  int32_t num_tokens() const { return int32_t(token_ids.size()); }
+  // Appends a sequence's rows; the caller fills pages before or after.
+  void add_seq(const int32_t* ids, int32_t n, int64_t past_len, int32_t state_slot,
+               const std::vector<int32_t>& pages, bool all_logits, bool last_logit);
+};
+
+}  // namespace sala

@@ -1,0 +1,101 @@
+#include "model/weights.h"
+
+#include <fmt/format.h>
+
+#include <set>
+
+#include "core/error.h"
+
+namespace sala {
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const ModelConfig& c) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> t;
+  t.push_back({"model.embed_tokens.weight", {V, H}});
+  t.push_back({"model.norm.weight", {H}});
+  if (!c.tie_word_embeddings) t.push_back({"lm_head.weight", {V, H}});
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    t.push_back({p + "input_layernorm.weight", {H}});
+    t.push_back({p + "post_attention_layernorm.weight", {H}});
+    t.push_back({p + "mlp.gate_proj.weight", {I, H}});
+    t.push_back({p + "mlp.up_proj.weight", {I, H}});
+    t.push_back({p + "mlp.down_proj.weight", {H, I}});
+    if (c.mixer_types[size_t(i)] == MixerType::Sparse) {
+      const int64_t qd = int64_t(c.num_attention_heads) * c.head_dim;
+      const int64_t kvd = int64_t(c.num_key_value_heads) * c.head_dim;
+      t.push_back({p + "self_attn.q_proj.weight", {qd, H}});
+      t.push_back({p + "self_attn.k_proj.weight", {kvd, H}});
+      t.push_back({p + "self_attn.v_proj.weight", {kvd, H}});
+      t.push_back({p + "self_attn.o_proj.weight", {H, qd}});
+      t.push_back({p + "self_attn.o_gate.weight", {qd, H}});
+    } else {
+      const int64_t d = c.lightning_head_dim, ld = int64_t(c.lightning_nh) * d;
+      t.push_back({p + "self_attn.q_proj.weight", {ld, H}});
+      t.push_back({p + "self_attn.k_proj.weight", {ld, H}});
+      t.push_back({p + "self_attn.v_proj.weight", {ld, H}});
+      t.push_back({p + "self_attn.o_proj.weight", {H, ld}});
+      t.push_back({p + "self_attn.z_proj.weight", {ld, H}});
+      t.push_back({p + "self_attn.q_norm.weight", {d}});
+      t.push_back({p + "self_attn.k_norm.weight", {d}});
+      t.push_back({p + "self_attn.o_norm.weight", {ld}});
+    }
+  }
+  return t;
+}
+
+static bool is_rope_buffer(const std::string& name) {
+  for (const char* s : {"rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb.sin_cached"})
+    if (name.find(s) != std::string::npos) return true;
+  return false;
+}
+
+ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend& backend,
+                          std::vector<std::string>* unused) {
+  const auto expected = expected_tensors(c);
+  std::set<std::string> wanted;
+  for (auto& [name, shape] : expected) {
+    const TensorView* t = ckpt.find(name);
+    if (!t) fail("checkpoint is missing tensor '{}' (expected shape {})", name, fmt::format("[{}]", fmt::join(shape, ", ")));
+    if (t->shape != shape)
+      fail("{}: tensor '{}' has shape {}, expected [{}] from {}", t->file, name, t->shape_str(),
+           fmt::join(shape, ", "), c.source);
+    if (t->dtype == DType::I32) fail("{}: tensor '{}' is I32; weights must be BF16, F16 or F32", t->file, name);
+    wanted.insert(name);
+  }
+  if (unused)
+    for (auto& [name, t] : ckpt.all())
+      if (!wanted.count(name) && !is_rope_buffer(name)) unused->push_back(name);
+
+  auto up = [&](const std::string& name) { return backend.upload_weight(ckpt.get(name)); };
+  ModelWeights w;
+  w.embed_tokens = up("model.embed_tokens.weight");
+  w.norm = up("model.norm.weight");
+  w.lm_head = c.tie_word_embeddings ? w.embed_tokens : up("lm_head.weight");
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    LayerWeights l;
+    l.type = c.mixer_types[size_t(i)];
+    l.input_layernorm = up(p + "input_layernorm.weight");
+    l.post_attention_layernorm = up(p + "post_attention_layernorm.weight");
+    l.gate_proj = up(p + "mlp.gate_proj.weight");
+    l.up_proj = up(p + "mlp.up_proj.weight");
+    l.down_proj = up(p + "mlp.down_proj.weight");
+    l.q_proj = up(p + "self_attn.q_proj.weight");
+    l.k_proj = up(p + "self_attn.k_proj.weight");
+    l.v_proj = up(p + "self_attn.v_proj.weight");
+    l.o_proj = up(p + "self_attn.o_proj.weight");
+    if (l.type == MixerType::Sparse) {
+      l.gate = up(p + "self_attn.o_gate.weight");
+    } else {
+      l.gate = up(p + "self_attn.z_proj.weight");
+      l.q_norm = up(p + "self_attn.q_norm.weight");
+      l.k_norm = up(p + "self_attn.k_norm.weight");
+      l.o_norm = up(p + "self_attn.o_norm.weight");
+    }
+    w.layers.push_back(l);
+  }
+  return w;
+}
+
+}  // namespace sala
