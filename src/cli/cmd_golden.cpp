@@ -1,4 +1,5 @@
 // sala golden CASE_DIR [--mode fp32|bf16] [--device cpu|cuda]: reproduce a golden case.
+// requires: sala_model
 #include <fmt/core.h>
 
 #include "cli/command.h"

@@ -20,10 +20,25 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   auto& cmds = registry();
   std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return a.name < b.name; });
-  std::map<CLI::App*, Run> runs;
+  // A name with a space ("bench offline") is a subcommand of a subcommand; the deepest
+  // parsed command runs.
+  std::vector<std::pair<CLI::App*, Run>> runs;
   for (auto& c : cmds) {
-    CLI::App* sub = app.add_subcommand(c.name, c.help);
-    runs[sub] = c.setup(*sub);
+    CLI::App* parent = &app;
+    std::string leaf = c.name;
+    if (auto sp = c.name.find(' '); sp != std::string::npos) {
+      const std::string head = c.name.substr(0, sp);
+      leaf = c.name.substr(sp + 1);
+      CLI::App* existing = nullptr;
+      for (auto* s : app.get_subcommands({})) if (s->get_name() == head) existing = s;
+      if (!existing) {
+        existing = app.add_subcommand(head, head + " commands");
+        existing->require_subcommand(1);
+      }
+      parent = existing;
+    }
+    CLI::App* sub = parent->add_subcommand(leaf, c.help);
+    runs.emplace_back(sub, c.setup(*sub));
   }
   try {
     app.parse(argc, argv);
@@ -31,6 +46,8 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
+    for (auto it = runs.rbegin(); it != runs.rend(); ++it)
+      if (it->first->parsed() && it->first->get_subcommands().empty()) return it->second();
     for (auto& [sub, run] : runs)
       if (sub->parsed()) return run();
   } catch (const sala::Error& e) {

@@ -204,20 +204,23 @@ const TensorView& Checkpoint::get(const std::string& name) const {
   return *t;
 }
 
-void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+static uint64_t spec_bytes(const TensorToWrite& t) {
+  uint64_t n = dtype_size(t.dtype);
+  for (int64_t d : t.shape) n *= uint64_t(d);
+  return n;
+}
+
+void write_safetensors_streaming(
+    const std::string& path, const std::vector<TensorToWrite>& specs,
+    const std::function<void(size_t, std::vector<uint8_t>&)>& fill,
+    const std::map<std::string, std::string>& metadata) {
   json h = json::object();
   if (!metadata.empty()) h["__metadata__"] = metadata;
   uint64_t off = 0;
-  for (auto& t : tensors) {
-    uint64_t want = dtype_size(t.dtype);
-    for (int64_t d : t.shape) want *= uint64_t(d);
-    SALA_CHECK(want == t.bytes.size(), "tensor {} has {} bytes, shape needs {}", t.name,
-               t.bytes.size(), want);
-    h[t.name] = {{"dtype", dtype_name(t.dtype)},
-                 {"shape", t.shape},
-                 {"data_offsets", {off, off + t.bytes.size()}}};
-    off += t.bytes.size();
+  for (auto& t : specs) {
+    const uint64_t n = spec_bytes(t);
+    h[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {off, off + n}}};
+    off += n;
   }
   std::string hs = h.dump();
   while (hs.size() % 8) hs += ' ';
@@ -226,9 +229,26 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   uint64_t n = hs.size();
   out.write(reinterpret_cast<const char*>(&n), 8);
   out.write(hs.data(), std::streamsize(hs.size()));
-  for (auto& t : tensors) out.write(reinterpret_cast<const char*>(t.bytes.data()),
-                                    std::streamsize(t.bytes.size()));
+  std::vector<uint8_t> buf;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    fill(i, buf);
+    SALA_CHECK(buf.size() == spec_bytes(specs[i]), "tensor {} has {} bytes, shape needs {}",
+               specs[i].name, buf.size(), spec_bytes(specs[i]));
+    out.write(reinterpret_cast<const char*>(buf.data()), std::streamsize(buf.size()));
+  }
   if (!out) fail("{}: write failed", path);
+}
+
+void write_safetensors_streaming(
+    const std::string& path, const std::vector<TensorToWrite>& specs,
+    const std::function<void(size_t, std::vector<uint8_t>&)>& fill) {
+  write_safetensors_streaming(path, specs, fill, {});
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  write_safetensors_streaming(
+      path, tensors, [&](size_t i, std::vector<uint8_t>& b) { b = tensors[i].bytes; }, metadata);
 }
 
 }  // namespace sala

@@ -4,6 +4,7 @@
 // file is refused with sala::Error naming the file and the tensor.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -81,5 +82,12 @@ struct TensorToWrite {
 };
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// Streaming writer for checkpoints too large to hold twice in memory: the header is
+// written from the specs (bytes left empty), then fill(i, buffer) produces tensor i's bytes
+// in order.
+void write_safetensors_streaming(
+    const std::string& path, const std::vector<TensorToWrite>& specs,
+    const std::function<void(size_t, std::vector<uint8_t>&)>& fill);
 
 }  // namespace sala

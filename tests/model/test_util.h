@@ -1,0 +1,33 @@
+// Helpers for model tests: load a golden case's tiny model and run sequences.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "model/minicpm_sala.h"
+
+namespace sala::test {
+
+inline std::string shared_dir() { return std::string(SALA_SOURCE_DIR) + "/../shared"; }
+inline std::string tiny_chat_dir() { return std::string(SALA_SOURCE_DIR) + "/models/sala-tiny-chat"; }
+
+// A model over `dir` with room for `pages` pages and `slots` state slots.
+std::unique_ptr<Model> load_tiny(const std::string& dir, int32_t max_tokens, int32_t pages,
+                                 int32_t slots, NumericMode mode = NumericMode::F32,
+                                 const ModelConfig* override_cfg = nullptr);
+
+// Page list [first, first + n).
+std::vector<int32_t> page_range(int32_t first, int32_t n);
+
+// Deterministic pseudo-random token ids in [3, vocab - 9).
+std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed);
+
+// Runs `ids` through one sequence in calls of the given sizes (a size of 1 repeated is
+// decode); returns the logits of every position, [n, vocab].
+std::vector<float> run_calls(Model& m, const std::vector<int32_t>& ids,
+                             const std::vector<int32_t>& calls, int32_t slot,
+                             const std::vector<int32_t>& pages, bool dense_as_sparse = false);
+
+// max_j |a_j - b_j| / max_j |b_j| over all rows.
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b);
+
+}  // namespace sala::test
