@@ -1,0 +1,48 @@
+// Chat template rendering identical to transformers' apply_chat_template for the ChatML
+// family of templates.
+//
+// Rather than interpreting arbitrary Jinja, the template text of the model directory is
+// compared (after trimming trailing whitespace) with the known ChatML templates below,
+// each rendered natively. A template that is not one of them is refused at load with a
+// sala::Error: rendering a template we do not understand would silently change what the
+// model sees. Known templates:
+//   chatml-bos    {{ bos_token }} + ChatML (MiniCPM-SALA demo / sala-tiny-chat)
+//   chatml        ChatML without BOS (the classic HF ChatML template)
+//   chatml-think  ChatML, generation prompt followed by "<think>\n\n</think>\n\n" when
+//                 enable_thinking is false (Qwen3 / MiniCPM4.1 convention)
+#pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tokenizer/tokenizer.h"
+
+namespace sala {
+
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+class ChatTemplate {
+ public:
+  // chat_template.jinja, else tokenizer_config.json "chat_template".
+  static std::unique_ptr<ChatTemplate> load(const std::string& model_dir, const Tokenizer& tok);
+  // Builds a template from its text (throws sala::Error if unsupported); `origin` names
+  // where it came from in error messages.
+  static std::unique_ptr<ChatTemplate> from_text(const std::string& text, const Tokenizer& tok,
+                                                 const std::string& origin = "chat template");
+
+  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                     const nlohmann::json& template_kwargs = nlohmann::json::object()) const;
+  const std::string& name() const { return name_; }
+
+ private:
+  ChatTemplate() = default;
+  std::string name_;
+  std::string bos_;
+  bool with_bos_ = false, with_think_ = false;
+};
+
+}  // namespace sala
