@@ -122,6 +122,14 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
 #pragma omp parallel for schedule(static)
   for (int64_t p = 0; p < parts; ++p) {
     const int64_t n0 = N * p / parts, n1 = N * (p + 1) / parts;
+    if (x.rows <= 4) {  // decode rows: GEMV streams W once; sgemm would pack it first
+      for (int64_t r = 0; r < x.rows; ++r)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, int(n1 - n0), int(x.cols), 1.f,
+                    static_cast<const float*>(w.data) + n0 * w.cols, int(w.cols),
+                    static_cast<const float*>(x.data) + r * x.cols, 1, 0.f,
+                    static_cast<float*>(y.data) + r * y.cols + n0, 1);
+      continue;
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(x.rows), int(n1 - n0), int(x.cols),
                 1.f, static_cast<const float*>(x.data), int(x.cols),
                 static_cast<const float*>(w.data) + n0 * w.cols, int(w.cols), 0.f,
