@@ -10,12 +10,13 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
-namespace sala {
+#include "model/minicpm_sala.h"  // Model, ModelLimits, ModelConfig
 
-class Model;
+namespace sala {
 
 struct SamplingParams {
   float temperature = 1.0f;  // 0: greedy (argmax, ties to the lowest id)
@@ -38,7 +39,12 @@ struct GenerationRequest {
 
 enum class FinishReason { None, Length, StopToken, Aborted, Error };
 
-// One event per engine step that produced something for this request.
+// One event per engine step that produced something for this request. When the reader is
+// slower than the engine, the engine appends new tokens to the last unread event instead of
+// queueing another one (so `tokens` may hold several tokens). A matched EOS / stop token is
+// NOT in `tokens` (it is in matched_stop_token) but is counted in completion_tokens, as
+// SGLang counts it. After the final event (finished == true) has been read, next() returns
+// a copy of it (with no tokens) at once.
 struct TokenEvent {
   std::vector<int32_t> tokens;  // new tokens since the previous event (may be empty at end)
   bool finished = false;
@@ -75,6 +81,17 @@ struct EngineStats {
   int64_t requests_total = 0, requests_finished = 0, requests_aborted = 0, preemptions = 0;
   int64_t prompt_tokens_total = 0, generated_tokens_total = 0;
   int64_t steps = 0;
+  int64_t step_tokens_total = 0;  // rows of all forwards (prefill + recompute + decode)
+};
+
+// Static facts for /get_server_info and request validation in the HTTP layer.
+struct EngineInfo {
+  EngineOptions options;        // as resolved (clamped to the model's limits)
+  int32_t max_context_len = 0;  // prompt + generated tokens of one request
+  int32_t vocab_size = 0;
+  int32_t page_size = 0, num_pages = 0, num_slots = 0;
+  int64_t max_total_tokens = 0;  // num_pages * page_size
+  std::vector<int32_t> eos_token_ids;
 };
 
 class QueueFull : public std::runtime_error {
@@ -91,9 +108,26 @@ class Engine {
   virtual EngineStats stats() const = 0;
   virtual bool alive() const = 0;
   virtual void shutdown() = 0;  // finishes nothing; aborts all; joins the thread
+  virtual EngineInfo info() const { return {}; }
 };
 
 // The model's KV pool and state slots are sized by the caller (ModelLimits) before this.
+// The engine clamps max_running_requests to the state slots and the model's logit rows,
+// max_step_tokens to the model's; it raises max_step_tokens (within the model's limit), or
+// else lowers chunked_prefill_size, so that a whole prefill chunk fits beside one decode row
+// per running request (chunk boundaries are fixed per request: see scheduler.h).
 std::unique_ptr<Engine> make_engine(std::unique_ptr<Model> model, const EngineOptions& opts);
+
+// Cache sizing for the CLI, before the Model is built: page_size = sparse block_size,
+// num_slots = max_running_requests, max_step_tokens = max(opts.max_step_tokens,
+// chunked_prefill_size + max_running_requests), max_logit_rows = max_running_requests. num_pages: from max_total_tokens when > 0 (SGLang's
+// --max-total-tokens, taken as given), else from memory_budget_bytes (after the state slots),
+// but never fewer than one request of max_context_len needs.
+ModelLimits plan_limits(const ModelConfig& cfg, const EngineOptions& opts,
+                        size_t memory_budget_bytes, int64_t max_total_tokens = 0);
+// Host bytes of one KV page (K, V and both compressed-key levels of every sparse layer) and
+// of one lightning-state slot, fp32 as the CPU backend stores them.
+size_t kv_bytes_per_page(const ModelConfig& cfg, int32_t page_size);
+size_t state_bytes_per_slot(const ModelConfig& cfg);
 
 }  // namespace sala

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# CUDA backend check on the GPU machine, from binaries built elsewhere.
+#
+#   scripts/gpu_check.sh pack   (here, after building build-cuda: packs the stripped sala and
+#                                test_cuda_ops, their non-system shared libraries and the golden
+#                                cases into .gpu/pack.tar.xz (~18 MB; .gpu/ is git-ignored and
+#                                travels with `carry`; unpacked it would exceed the 64 MiB limit)
+#   scripts/gpu_check.sh run    (on the GPU machine, repository root: op tests against the
+#                                CPU backend in bf16 emulation, then `sala golden` tiny-dense and
+#                                tiny-sparse on the GPU in bf16 mode; prints a table last)
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+G=$ROOT/.gpu
+BUILD=${BUILD:-$ROOT/build-cuda}
+GOLDEN=${GOLDEN:-$ROOT/../shared/golden}
+
+pack() {
+  set -e
+  rm -rf "$G" && mkdir -p "$G/bin" "$G/lib" "$G/golden"
+  cp "$BUILD/src/cli/sala" "$BUILD/tests/ops/test_cuda_ops" "$G/bin/"
+  # Every shared library the binaries need except glibc's own and the CUDA driver/toolkit
+  # ones (the GPU machine has CUDA 13 and its driver).
+  for b in "$G"/bin/*; do
+    ldd "$b" | awk '/=> \// {print $3}'
+  done | sort -u | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libstdc++*|libgcc_s*|libcuda.so*|libcudart.so*|libcublas*) ;;
+      *) cp -L "$lib" "$G/lib/" ;;
+    esac
+  done
+  for c in tiny-dense tiny-sparse; do cp -r "$GOLDEN/$c" "$G/golden/"; done
+  strip "$G"/bin/*
+  tar -C "$G" -cJf "$ROOT/.gpu.pack.tar.xz" bin lib golden
+  rm -rf "$G" && mkdir -p "$G" && mv "$ROOT/.gpu.pack.tar.xz" "$G/pack.tar.xz"
+  du -sh "$G"
+}
+
+setup() {
+  out=${OUT:-/tmp/gpu_check_out}
+  mkdir -p "$out"
+  if [ -e "$G/pack.tar.xz" ]; then
+    mkdir -p /tmp/sala_gpu && tar -C /tmp/sala_gpu -xJf "$G/pack.tar.xz" && G=/tmp/sala_gpu
+  fi
+  # cuBLASLt / cudart of the machine's CUDA 13 (toolkit or the pip wheels PyTorch uses).
+  local cuda_libs=""
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -e "$d/libcublasLt.so.13" ] && cuda_libs="$cuda_libs:$d"
+  done
+  if [ -z "$cuda_libs" ]; then
+    local f
+    f=$(find / -xdev -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
+    [ -n "$f" ] && cuda_libs=":$(dirname "$f")"
+    f=$(find / -xdev -name 'libcudart.so.13*' 2>/dev/null | head -1)
+    [ -n "$f" ] && cuda_libs="$cuda_libs:$(dirname "$f")"
+  fi
+  export LD_LIBRARY_PATH="$G/lib$cuda_libs:${LD_LIBRARY_PATH:-}"
+  export SALA_REQUIRE_GPU=1
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  ldd "$G/bin/sala" | grep -i "not found" && echo "MISSING LIBRARIES"
+}
+
+run() {
+  setup
+  local t0=$SECONDS
+  "$G/bin/test_cuda_ops" 2>&1 | tee "$out/ops.log"
+  local ops_rc=${PIPESTATUS[0]}
+  local ops_s=$((SECONDS - t0))
+  declare -A grc gs
+  for c in tiny-dense tiny-sparse; do
+    t0=$SECONDS
+    "$G/bin/sala" golden "$G/golden/$c" --device cuda --mode bf16 2>&1 | tee "$out/golden_$c.log"
+    grc[$c]=${PIPESTATUS[0]}
+    gs[$c]=$((SECONDS - t0))
+  done
+
+  echo
+  echo "================ CUDA backend check ================"
+  printf "%-34s %-6s %s\n" "check" "rc" "result"
+  printf "%-34s %-6s %s\n" "test_cuda_ops (${ops_s}s)" "$ops_rc" \
+    "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/ops.log" | tr '\n' ' ')"
+  for c in tiny-dense tiny-sparse; do
+    printf "%-34s %-6s %s\n" "golden $c bf16 cuda (${gs[$c]}s)" "${grc[$c]}" \
+      "$(grep -E '^[0-9]+ scenarios' "$out/golden_$c.log")"
+  done
+  grep -E "^\[ sparse \]" "$out/ops.log"
+  [ "$ops_rc" = 0 ] && [ "${grc[tiny-dense]}" = 0 ] && [ "${grc[tiny-sparse]}" = 0 ]
+}
+
+# Full-size random model (configs/minicpm-sala-9b.json, 18 GB written on the GPU machine):
+# decode and prefill speed through `sala bench offline` (issue 5's targets).
+bench() {
+  setup
+  local m=/tmp/sala_random_9b t0=$SECONDS
+  [ -e "$m/model.safetensors.index.json" ] || [ -e "$m/model.safetensors" ] ||
+    "$G/bin/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$m" 2>&1 | tail -3
+  echo "make-random: $((SECONDS - t0)) s"
+  "$G/bin/sala" bench offline --model-path "$m" --device cuda ${BENCH_ARGS:---decode-batches 1 8 \
+    --decode-input 128 --decode-output 64 --prefill-batches 1 --prefill-input 4096} \
+    --json "$out/bench.json" 2>&1 | tee "$out/bench.log"
+}
+
+case "${1:-run}" in
+  pack) pack ;;
+  run) run ;;
+  bench) bench ;;
+  all) run; bench ;;
+  *) echo "usage: $0 pack|run|bench|all" >&2; exit 2 ;;
+esac

@@ -1,0 +1,397 @@
+// CUDA backend, host side: memory, step metadata, cuBLASLt GEMMs and the op dispatch. The
+// kernels are in cuda_ops.cu, cuda_lightning.cu and cuda_sparse.cu (see cuda_kernels.h).
+#include "backend/cuda/cuda_backend.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/check.h"
+#include "core/safetensors.h"
+
+namespace sala {
+using namespace sala::cuda;
+
+namespace {
+
+bool is_bf16(const Tensor& t) { return t.dtype == DType::BF16; }
+
+int ptr_alignment(const void* p) {
+  const uintptr_t u = reinterpret_cast<uintptr_t>(p);
+  int a = 256;
+  while (a > 1 && (u % uintptr_t(a)) != 0) a /= 2;
+  return a;
+}
+
+template <typename T>
+T* ptr(const Tensor& t) { return static_cast<T*>(t.data); }
+
+}  // namespace
+
+// ---- lifetime and memory -------------------------------------------------------------
+
+CudaBackend::CudaBackend(const BackendOptions& opts) : bf16_mode_(opts.mode == NumericMode::BF16) {
+  int count = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&count));
+  SALA_CHECK(count > 0, "no CUDA device");
+  // fp32 mode is the CPU backend's contract; the GPU path always computes the bf16
+  // contract (it is what the golden README specifies for a GPU backend).
+  if (!bf16_mode_)
+    std::fprintf(stderr, "warning: the CUDA backend computes the bf16 contract; fp32 mode is "
+                         "the CPU backend's\n");
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&max_smem_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&meta_copied_, cudaEventDisableTiming));
+  CUBLAS_CHECK(cublasLtCreate(&lt_));
+  CUDA_CHECK(cudaMalloc(&lt_workspace_, lt_workspace_size_));
+  ensure_meta_capacity(1 << 16, false);
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  for (auto& [key, e] : algos_) {
+    cublasLtMatrixLayoutDestroy(e.a);
+    cublasLtMatrixLayoutDestroy(e.b);
+    cublasLtMatrixLayoutDestroy(e.d);
+    cublasLtMatmulDescDestroy(e.op);
+  }
+  for (void* p : allocations_) cudaFree(p);
+  for (auto& [key, p] : inv_freq_) cudaFree(p);
+  if (meta_host_) cudaFreeHost(meta_host_);
+  if (meta_dev_) cudaFree(meta_dev_);
+  if (lt_workspace_) cudaFree(lt_workspace_);
+  if (lt_) cublasLtDestroy(lt_);
+  if (meta_copied_) cudaEventDestroy(meta_copied_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void* CudaBackend::dev_alloc(size_t bytes) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 256)));
+  allocations_.push_back(p);
+  return p;
+}
+
+Tensor CudaBackend::alloc(int64_t rows, int64_t cols, DType dtype) {
+  Tensor t{nullptr, dtype, rows, cols};
+  t.data = dev_alloc(t.nbytes());
+  // Poison-free start: zero, as the CPU backend does.
+  CUDA_CHECK(cudaMemsetAsync(t.data, 0, std::max<size_t>(t.nbytes(), 1), stream_));
+  // The model allocates its workspaces for max_step_tokens rows: size the per-row
+  // workspaces of the attention kernels for that many rows now, not in the step loop.
+  ensure_row_capacity(rows, false);
+  return t;
+}
+
+Tensor CudaBackend::upload_weight(const TensorView& src) {
+  const int64_t cols = src.shape.empty() ? 1 : src.shape.back();
+  Tensor t = alloc(src.numel() / std::max<int64_t>(cols, 1), cols, DType::BF16);
+  std::vector<uint16_t> host(size_t(src.numel()));
+  if (src.dtype == DType::BF16) {
+    std::memcpy(host.data(), src.data, host.size() * 2);
+  } else {
+    std::vector<float> f(size_t(src.numel()));
+    src.to_f32(f.data());
+    for (size_t i = 0; i < f.size(); ++i) host[i] = f32_to_bf16(f[i]);
+  }
+  CUDA_CHECK(cudaMemcpyAsync(t.data, host.data(), host.size() * 2, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return t;
+}
+
+void CudaBackend::init_caches(const ModelConfig& cfg, const CacheShape& shape) {
+  cfg_ = cfg;
+  cache_shape_ = shape;
+  const auto& sp = cfg.sparse;
+  SALA_CHECK(shape.page_size % sp.block_size == 0, "page size {} not a multiple of block {}",
+             shape.page_size, sp.block_size);
+  SALA_CHECK(shape.page_size % sp.level2_stride() == 0 && shape.page_size % sp.kernel_stride == 0,
+             "page size {} not a multiple of the compression strides", shape.page_size);
+  SALA_CHECK(cfg.num_attention_heads % cfg.num_key_value_heads == 0);
+  const size_t row = size_t(cfg.num_key_value_heads) * cfg.head_dim;
+  const size_t tokens = size_t(shape.num_pages) * shape.page_size;
+  sparse_.resize(size_t(cfg.num_sparse_layers()));
+  for (auto& c : sparse_) {
+    c.k = static_cast<bf16*>(dev_alloc(tokens * row * 2));
+    c.v = static_cast<bf16*>(dev_alloc(tokens * row * 2));
+    c.c1 = static_cast<bf16*>(dev_alloc(tokens / size_t(sp.kernel_stride) * row * 2));
+    c.c2 = static_cast<bf16*>(dev_alloc(tokens / size_t(sp.level2_stride()) * row * 2));
+    CUDA_CHECK(cudaMemsetAsync(c.k, 0, tokens * row * 2, stream_));
+    CUDA_CHECK(cudaMemsetAsync(c.v, 0, tokens * row * 2, stream_));
+    CUDA_CHECK(cudaMemsetAsync(c.c1, 0, tokens / size_t(sp.kernel_stride) * row * 2, stream_));
+    CUDA_CHECK(cudaMemsetAsync(c.c2, 0, tokens / size_t(sp.level2_stride()) * row * 2, stream_));
+  }
+  const size_t d = size_t(cfg.lightning_head_dim);
+  const size_t state_floats =
+      size_t(shape.num_slots) * cfg.num_lightning_layers() * cfg.lightning_nh * d * d;
+  states_ = static_cast<float*>(dev_alloc(state_floats * 4));
+  CUDA_CHECK(cudaMemsetAsync(states_, 0, std::max<size_t>(state_floats * 4, 1), stream_));
+  caches_ready_ = true;
+  rows_cap_ = 0;  // re-size the per-row workspaces for this config
+  ensure_row_capacity(256, false);
+  if (cfg.lightning_nh > 0) upload_gla_tables(cfg.lightning_slopes());
+  // The RoPE table of the model's lightning layers.
+  const std::pair<int, double> rk{cfg.lightning_head_dim, cfg.rope_theta};
+  if (cfg.lightning_head_dim > 0 && !inv_freq_.count(rk))
+    inv_freq_[rk] = make_inv_freq(cfg.lightning_head_dim, cfg.rope_theta);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+// inv_freq[j] = 1 / theta^(2j/d) in fp32, computed on the host exactly as CpuBackend does.
+float* CudaBackend::make_inv_freq(int head_dim, double theta) {
+  const int half = head_dim / 2;
+  std::vector<float> inv(static_cast<size_t>(half));
+  for (int j = 0; j < half; ++j)
+    inv[size_t(j)] = 1.0f / std::pow(float(theta), float(2 * j) / float(head_dim));
+  float* p = nullptr;
+  CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(inv.size(), 1) * 4));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaMemcpy(p, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice));
+  return p;
+}
+
+void CudaBackend::ensure_row_capacity(int64_t rows, bool warn) {
+  if (!caches_ready_ || rows <= rows_cap_) return;
+  if (warn)
+    std::fprintf(stderr, "warning: cuda backend: step of %lld rows exceeds the workspaces (%lld); "
+                         "growing them inside the step loop\n",
+                 (long long)rows, (long long)rows_cap_);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (void* p : {static_cast<void*>(sel_), static_cast<void*>(sel_cnt_),
+                  static_cast<void*>(attn_part_), static_cast<void*>(attn_ml_)}) {
+    if (!p) continue;
+    CUDA_CHECK(cudaFree(p));
+    allocations_.erase(std::remove(allocations_.begin(), allocations_.end(), p), allocations_.end());
+  }
+  rows_cap_ = rows;
+  const int kvh = cfg_.num_key_value_heads, nh = cfg_.num_attention_heads, d = cfg_.head_dim;
+  sel_ = static_cast<int32_t*>(dev_alloc(size_t(rows) * kvh * cfg_.sparse.total_topk() * 4));
+  sel_cnt_ = static_cast<int32_t*>(dev_alloc(size_t(rows) * kvh * 4));
+  // Split-K partials are only used while rows * kvh is small (decode-like steps): room for
+  // 4096 (row, head, split) items per kv-group member of every head.
+  attn_part_items_ = int64_t(std::max(nh, 1)) * 1024;
+  attn_part_ = static_cast<float*>(dev_alloc(size_t(attn_part_items_) * std::max(d, 1) * 4));
+  attn_ml_ = static_cast<float*>(dev_alloc(size_t(attn_part_items_) * 2 * 4));
+}
+
+void CudaBackend::ensure_meta_capacity(size_t ints, bool warn) {
+  if (ints <= meta_cap_ints_) return;
+  if (warn && meta_cap_ints_ > 0)
+    std::fprintf(stderr, "warning: cuda backend: step metadata of %zu ints exceeds the buffer "
+                         "(%zu); growing it inside the step loop\n", ints, meta_cap_ints_);
+  if (meta_host_) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaFreeHost(meta_host_));
+    CUDA_CHECK(cudaFree(meta_dev_));
+  }
+  meta_cap_ints_ = std::max(ints, meta_cap_ints_ * 2);
+  CUDA_CHECK(cudaMallocHost(&meta_host_, meta_cap_ints_ * 4));
+  CUDA_CHECK(cudaMalloc(&meta_dev_, meta_cap_ints_ * 4));
+}
+
+void CudaBackend::download_f32(const Tensor& src, float* dst) {
+  const int64_t n = src.numel();
+  if (n == 0) return;
+  if (src.dtype == DType::F32) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src.data, size_t(n) * 4, cudaMemcpyDeviceToHost, stream_));
+  } else {
+    SALA_CHECK(is_bf16(src), "download_f32 of {}", dtype_name(src.dtype));
+    std::vector<uint16_t> tmp(static_cast<size_t>(n));
+    CUDA_CHECK(cudaMemcpyAsync(tmp.data(), src.data, size_t(n) * 2, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(tmp[size_t(i)]);
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+// ---- step metadata ---------------------------------------------------------------------
+
+void CudaBackend::begin_step(const StepMeta& meta) {
+  meta_ = &meta;
+  const int T = meta.num_tokens(), S = int(meta.seqs.size()), P = int(meta.page_table.size()),
+            R = int(meta.logit_rows.size());
+  constexpr int kSeqInts = int(sizeof(DevSeq) / 4);
+  // Layout (int32 units): seqs | ids | positions | row_seq | pages | logit rows | short | long
+  const size_t need = size_t(S) * kSeqInts + 3 * size_t(T) + size_t(P) + size_t(R) + 2 * size_t(S) + 8;
+  ensure_meta_capacity(need, true);
+  ensure_row_capacity(T, true);
+  // The previous step's copy must have left the pinned buffer before it is rewritten.
+  CUDA_CHECK(cudaEventSynchronize(meta_copied_));
+  int32_t* h = meta_host_;
+  StepDev sd;
+  sd.T = T, sd.S = S, sd.P = P, sd.R = R;
+  size_t off = 0;
+  auto dev = [&](size_t o) { return meta_dev_ + o; };
+  DevSeq* hs = reinterpret_cast<DevSeq*>(h);
+  const int bs = std::max(cfg_.sparse.block_size, 1);
+  for (int i = 0; i < S; ++i) {
+    const SeqSlice& s = meta.seqs[size_t(i)];
+    DevSeq d{};
+    d.token_begin = s.token_begin;
+    d.num_tokens = s.num_tokens;
+    d.state_slot = s.state_slot;
+    d.page_begin = s.page_begin;
+    d.num_pages = s.num_pages;
+    d.past_len = s.past_len;
+    d.sparse = (meta.dense_as_sparse || s.total_len() >= cfg_.sparse.dense_len) ? 1 : 0;
+    sd.n_sparse_seqs += d.sparse;
+    sd.max_blocks = std::max<int>(sd.max_blocks, int((s.total_len() + bs - 1) / bs));
+    if (caches_ready_) {
+      SALA_CHECK(s.total_len() <= int64_t(s.num_pages) * cache_shape_.page_size,
+                 "sequence of {} tokens has only {} pages", s.total_len(), s.num_pages);
+    }
+    hs[i] = d;
+  }
+  sd.seqs = reinterpret_cast<const DevSeq*>(dev(0));
+  off += size_t(S) * kSeqInts;
+  std::memcpy(h + off, meta.token_ids.data(), size_t(T) * 4);
+  sd.token_ids = dev(off);
+  off += size_t(T);
+  std::memcpy(h + off, meta.positions.data(), size_t(T) * 4);
+  sd.positions = dev(off);
+  off += size_t(T);
+  for (int i = 0; i < S; ++i)
+    for (int r = 0; r < meta.seqs[size_t(i)].num_tokens; ++r)
+      h[off + size_t(meta.seqs[size_t(i)].token_begin + r)] = i;
+  sd.row_seq = dev(off);
+  off += size_t(T);
+  std::memcpy(h + off, meta.page_table.data(), size_t(P) * 4);
+  sd.page_table = dev(off);
+  off += size_t(P);
+  std::memcpy(h + off, meta.logit_rows.data(), size_t(R) * 4);
+  sd.logit_rows = dev(off);
+  off += size_t(R);
+  sd.short_seqs = dev(off);
+  for (int i = 0; i < S; ++i)
+    if (meta.seqs[size_t(i)].num_tokens < 64) h[off + size_t(sd.n_short++)] = i;
+  off += size_t(sd.n_short);
+  sd.long_seqs = dev(off);
+  for (int i = 0; i < S; ++i)
+    if (meta.seqs[size_t(i)].num_tokens >= 64) h[off + size_t(sd.n_long++)] = i;
+  off += size_t(sd.n_long);
+  CUDA_CHECK(cudaMemcpyAsync(meta_dev_, meta_host_, off * 4, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaEventRecord(meta_copied_, stream_));
+  sd_ = sd;
+}
+
+// ---- ops -----------------------------------------------------------------------------
+
+void CudaBackend::embedding(const Tensor& table, float scale, Tensor& out) {
+  const auto& ids = meta_->token_ids;
+  SALA_CHECK(out.rows == int64_t(ids.size()) && out.cols == table.cols && is_bf16(out) && is_bf16(table));
+  for (int32_t id : ids) SALA_CHECK(id >= 0 && id < table.rows, "token id {} out of range", id);
+  launch_embedding(ptr<bf16>(table), sd_.token_ids, out.rows, table.cols, scale, ptr<bf16>(out), stream_);
+}
+
+void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
+  const int64_t n = w.numel();
+  SALA_CHECK(x.cols % n == 0 && out.rows == x.rows && out.cols == x.cols);
+  SALA_CHECK(is_bf16(x) && is_bf16(w) && is_bf16(out));
+  launch_rmsnorm(ptr<bf16>(x), nullptr, 0.f, ptr<bf16>(w), int(n), x.rows * (x.cols / n), eps,
+                 ptr<bf16>(out), stream_);
+}
+
+void CudaBackend::add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, const Tensor& w,
+                                     float eps, Tensor& out) {
+  const int64_t n = w.numel();
+  SALA_CHECK(h.numel() == a.numel() && h.cols % n == 0 && out.rows == h.rows && out.cols == h.cols);
+  SALA_CHECK(is_bf16(h) && is_bf16(a) && is_bf16(w) && is_bf16(out));
+  SALA_CHECK(out.data != h.data, "add_scaled_rmsnorm: out must not alias h");
+  launch_rmsnorm(ptr<bf16>(h), ptr<bf16>(a), alpha, ptr<bf16>(w), int(n), h.rows * (h.cols / n), eps,
+                 ptr<bf16>(out), stream_);
+}
+
+void CudaBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
+  SALA_CHECK(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows,
+             "linear shapes x[{},{}] w[{},{}] y[{},{}]", x.rows, x.cols, w.rows, w.cols, y.rows,
+             y.cols);
+  SALA_CHECK(is_bf16(x) && is_bf16(w) && (is_bf16(y) || y.dtype == DType::F32));
+  if (x.rows == 0) return;
+  // Row-major y[T,N] = x[T,K] W[N,K]^T. Column-major: A = W stored K x N (ld K), used
+  // transposed; B = x stored K x T (ld K); D = y stored N x T (ld N).
+  const int N = int(w.rows), T = int(x.rows), K = int(x.cols);
+  const cudaDataType_t dt = y.dtype == DType::F32 ? CUDA_R_32F : CUDA_R_16BF;
+  const int align = std::min({ptr_alignment(x.data), ptr_alignment(w.data), ptr_alignment(y.data)});
+  const auto key = std::make_tuple(N, T, K, int(dt) * 1024 + align);
+  auto it = algos_.find(key);
+  if (it == algos_.end()) {
+    AlgoEntry e;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&e.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&e.a, CUDA_R_16BF, K, N, K));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&e.b, CUDA_R_16BF, K, T, K));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&e.d, dt, N, T, N));
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_workspace_size_, sizeof(lt_workspace_size_)));
+    const uint32_t al = uint32_t(align);
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof(al)));
+    cublasLtMatmulHeuristicResult_t res{};
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, e.op, e.a, e.b, e.d, e.d, pref, 1, &res, &found));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    SALA_CHECK(found > 0, "cuBLASLt has no algorithm for N={} T={} K={} align {}", N, T, K, align);
+    e.algo = res.algo;
+    it = algos_.emplace(key, e).first;
+  }
+  const float one = 1.f, zero = 0.f;
+  const AlgoEntry& e = it->second;
+  CUBLAS_CHECK(cublasLtMatmul(lt_, e.op, &one, w.data, e.a, x.data, e.b, &zero, y.data, e.d, y.data,
+                              e.d, &e.algo, lt_workspace_, lt_workspace_size_, stream_));
+  // fp32 output (logits): the bf16 contract rounds the GEMM output to bf16 (SPEC §4.7).
+  if (y.dtype == DType::F32) launch_round_f32(ptr<float>(y), y.numel(), stream_);
+}
+
+void CudaBackend::silu_mul(const Tensor& g, const Tensor& u, Tensor& out) {
+  SALA_CHECK(g.numel() == u.numel() && out.numel() == g.numel() && is_bf16(g) && is_bf16(u) && is_bf16(out));
+  launch_silu_mul(ptr<bf16>(g), ptr<bf16>(u), ptr<bf16>(out), g.numel(), stream_);
+}
+
+void CudaBackend::mul_sigmoid(const Tensor& a, const Tensor& gate, Tensor& out) {
+  SALA_CHECK(a.numel() == gate.numel() && out.numel() == a.numel() && is_bf16(a) && is_bf16(gate) &&
+             is_bf16(out));
+  launch_mul_sigmoid(ptr<bf16>(a), ptr<bf16>(gate), ptr<bf16>(out), a.numel(), stream_);
+}
+
+void CudaBackend::div_scalar(Tensor& x, float d) {
+  if (x.dtype == DType::F32) {
+    launch_div_scalar_f32(ptr<float>(x), d, x.numel(), stream_);
+  } else {
+    SALA_CHECK(is_bf16(x));
+    launch_div_scalar(ptr<bf16>(x), d, x.numel(), stream_);
+  }
+}
+
+void CudaBackend::rope(Tensor& x, int head_dim, double theta) {
+  SALA_CHECK(is_bf16(x) && head_dim % 2 == 0 && x.cols % head_dim == 0 && x.rows <= sd_.T);
+  if (x.rows == 0) return;
+  auto it = inv_freq_.find({head_dim, theta});
+  if (it == inv_freq_.end()) {
+    // Not the model's own table (tests): build it once, as init_caches does.
+    it = inv_freq_.emplace(std::make_pair(head_dim, theta), make_inv_freq(head_dim, theta)).first;
+  }
+  launch_rope(ptr<bf16>(x), x.rows, x.cols, head_dim, sd_.positions, it->second, stream_);
+}
+
+void CudaBackend::gather_logit_rows(const Tensor& x, Tensor& out) {
+  const int R = sd_.R;
+  SALA_CHECK(out.rows >= R && out.cols == x.cols && out.dtype == x.dtype);
+  launch_gather_rows(x.data, x.cols, int(dtype_size(x.dtype)), sd_.logit_rows, R, out.data, stream_);
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts) {
+  return std::make_unique<CudaBackend>(opts);
+}
+
+}  // namespace sala

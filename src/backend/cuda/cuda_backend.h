@@ -1,0 +1,127 @@
+// The CUDA backend: bf16 activations and weights in device memory, one stream, cuBLASLt
+// GEMMs, and kernels that round at exactly the points of the golden README §4 (the CPU
+// backend in NumericMode::BF16 is the oracle; tests/ops compares every op with it).
+//
+// Memory: weights, caches and workspaces are allocated at start (upload_weight, alloc,
+// init_caches). The per-step metadata (StepMeta) travels in one pinned blob to one device
+// buffer in begin_step; its capacity grows only if a step exceeds every earlier size, with
+// a warning (the model allocates its workspaces for max_step_tokens, which sizes it first).
+#pragma once
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_kernels.h"
+
+namespace sala {
+
+class CudaBackend : public Backend {
+ public:
+  explicit CudaBackend(const BackendOptions& opts);
+  ~CudaBackend() override;
+  std::string name() const override { return "cuda"; }
+  DType act_dtype() const override { return DType::BF16; }
+
+  Tensor alloc(int64_t rows, int64_t cols, DType dtype) override;
+  Tensor upload_weight(const TensorView& src) override;
+  void init_caches(const ModelConfig& cfg, const CacheShape& shape) override;
+  void download_f32(const Tensor& src, float* dst) override;
+
+  void begin_step(const StepMeta& meta) override;
+
+  void embedding(const Tensor& table, float scale, Tensor& out) override;
+  void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
+  void add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, const Tensor& w, float eps,
+                          Tensor& out) override;
+  void linear(const Tensor& x, const Tensor& w, Tensor& y) override;
+  void silu_mul(const Tensor& g, const Tensor& u, Tensor& out) override;
+  void mul_sigmoid(const Tensor& a, const Tensor& gate, Tensor& out) override;
+  void div_scalar(Tensor& x, float d) override;
+  void rope(Tensor& x, int head_dim, double theta) override;
+  void lightning_attention(int li, const Tensor& q, const Tensor& k, const Tensor& v,
+                           const std::vector<float>& slopes, float scale, Tensor& out) override;
+  void sparse_attention(int si, const Tensor& q, const Tensor& k, const Tensor& v,
+                        Tensor& out) override;
+  void gather_logit_rows(const Tensor& x, Tensor& out) override;
+  void synchronize() override;
+
+  cudaStream_t stream() const { return stream_; }
+
+  // Device views of the step metadata (valid after begin_step).
+  struct StepDev {
+    const int32_t* token_ids = nullptr;   // [T]
+    const int32_t* positions = nullptr;   // [T]
+    const int32_t* row_seq = nullptr;     // [T] index into seqs
+    const cuda::DevSeq* seqs = nullptr;   // [S]
+    const int32_t* page_table = nullptr;  // [P]
+    const int32_t* logit_rows = nullptr;  // [R]
+    const int32_t* short_seqs = nullptr;  // lightning: seqs with < 64 tokens
+    const int32_t* long_seqs = nullptr;   // lightning: seqs with >= 64 tokens
+    int T = 0, S = 0, P = 0, R = 0, n_short = 0, n_long = 0;
+    int n_sparse_seqs = 0;                // seqs whose sparse layers run InfLLM-v2
+    int max_blocks = 0;                   // max over seqs of ceil(total_len / block)
+  };
+
+ private:
+  void* dev_alloc(size_t bytes);
+  void ensure_row_capacity(int64_t rows, bool warn);
+  void ensure_meta_capacity(size_t ints, bool warn);
+  void upload_gla_tables(const std::vector<float>& slopes);
+  float* make_inv_freq(int head_dim, double theta);
+
+  bool bf16_mode_;
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* lt_workspace_ = nullptr;
+  size_t lt_workspace_size_ = 32u << 20;
+  struct AlgoEntry {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  std::map<std::tuple<int, int, int, int>, AlgoEntry> algos_;
+  std::vector<void*> allocations_;
+
+  // Step metadata: host pinned blob -> device blob.
+  const StepMeta* meta_ = nullptr;
+  int32_t* meta_host_ = nullptr;
+  int32_t* meta_dev_ = nullptr;
+  size_t meta_cap_ints_ = 0;
+  cudaEvent_t meta_copied_ = nullptr;
+  StepDev sd_;
+
+  // Caches.
+  ModelConfig cfg_;
+  CacheShape cache_shape_;
+  bool caches_ready_ = false;
+  struct SparseLayerCache {
+    cuda::bf16* k;   // [num_pages, page_size, kvh, d]
+    cuda::bf16* v;
+    cuda::bf16* c1;  // [num_pages, page_size / s1, kvh, d]
+    cuda::bf16* c2;  // [num_pages, page_size / s2, kvh, d]
+  };
+  std::vector<SparseLayerCache> sparse_;
+  float* states_ = nullptr;  // [num_slots, n_lightning, nh, d, d] fp32
+
+  // Per-row workspaces (capacity rows_cap_).
+  int64_t rows_cap_ = 0;
+  int32_t* sel_ = nullptr;      // [rows, kvh, total_topk] selected blocks
+  int32_t* sel_cnt_ = nullptr;  // [rows, kvh]
+  float* attn_part_ = nullptr;  // split-K partials [attn_part_cap_ items, d] + (m, l)
+  float* attn_ml_ = nullptr;
+  int64_t attn_part_items_ = 0;  // capacity in (row, head, split) items
+
+  // RoPE inverse frequencies by (head_dim, theta), computed on the host as the CPU does.
+  std::map<std::pair<int, double>, float*> inv_freq_;
+  // Lightning decay tables per head: [nh][kGlaChunk + 1] = exp(n g) (float of double).
+  std::vector<float> gla_slopes_;
+  float* gla_decay_ = nullptr;
+  int gla_decay_cap_ = 0;
+  int max_smem_optin_ = 0;
+};
+
+}  // namespace sala

@@ -1,0 +1,33 @@
+// Device helpers of the CUDA backend: bf16 <-> fp32 with the CPU backend's rounding
+// (round-to-nearest-even) and warp reductions.
+#pragma once
+#include <cuda_bf16.h>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace sala::cuda {
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ float b2f(bf16 x) { return __bfloat162float(x); }
+// Round-to-nearest-even, as PyTorch's .to(bfloat16) and sala::round_bf16.
+__device__ __forceinline__ bf16 f2b(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ float rb(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+}  // namespace sala::cuda

@@ -1,0 +1,95 @@
+// Launchers of the CUDA backend's kernels (host-callable, no fmt, no device code). Shapes
+// are in the comments of each launcher; tensors are row-major, bf16 unless noted, and every
+// launcher checks the launch (CUDA_CHECK_LAUNCH).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace sala::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---- element-wise, norms, RoPE (cuda_ops.cu) ----
+// out[T, cols] = bf16(table[ids[t]] * scale)
+void launch_embedding(const bf16* table, const int32_t* ids, int64_t T, int64_t cols, float scale,
+                      bf16* out, cudaStream_t st);
+// RMSNorm over `groups` groups of n contiguous values (two roundings, SPEC §4.2). With
+// a != nullptr first h = bf16(h + bf16(a * alpha)), written back to x (fused residual).
+void launch_rmsnorm(bf16* x, const bf16* a, float alpha, const bf16* w, int n, int64_t groups,
+                    float eps, bf16* out, cudaStream_t st);
+void launch_silu_mul(const bf16* g, const bf16* u, bf16* out, int64_t n, cudaStream_t st);
+void launch_mul_sigmoid(const bf16* a, const bf16* gate, bf16* out, int64_t n, cudaStream_t st);
+void launch_div_scalar(bf16* x, float d, int64_t n, cudaStream_t st);
+void launch_div_scalar_f32(float* x, float d, int64_t n, cudaStream_t st);  // result bf16-rounded
+void launch_round_f32(float* x, int64_t n, cudaStream_t st);                // x = bf16(x) as fp32
+// In-place rotate-half RoPE on x[rows, cols], heads of head_dim, positions pos[rows].
+void launch_rope(bf16* x, int64_t rows, int64_t cols, int head_dim, const int32_t* pos,
+                 const float* inv_freq, cudaStream_t st);
+// out[r] = x[rows[r]] for r < R; elem_size 2 or 4.
+void launch_gather_rows(const void* x, int64_t cols, int elem_size, const int32_t* rows, int R,
+                        void* out, cudaStream_t st);
+
+// ---- lightning (cuda_lightning.cu) ----
+inline constexpr int kGlaDecayStride = 65;  // decay[h][n] = exp(n g_h), n = 0..64
+struct GlaArgs {
+  const bf16 *q, *k, *v;  // [T, nh*d]
+  int64_t stride;
+  const DevSeq* seqs;
+  float* states;          // [slots, n_lightning, nh, d, d]
+  int64_t slot_stride, layer_off;
+  const float* decay;     // [nh][65]
+  float scale;
+  bf16* out;              // [T, nh*d]
+  int64_t ostride;
+  int nh;
+};
+// Recurrent kernel over the seqs in short_list (< 64 tokens), chunked over long_list.
+// Returns false if head_dim d has no instantiation.
+bool launch_gla(int d, const GlaArgs& a, const int32_t* short_list, int n_short,
+                const int32_t* long_list, int n_long, cudaStream_t st);
+
+// ---- sparse layers (cuda_sparse.cu) ----
+struct CacheGeom {
+  int page_size, kvh, d, s1, s2, k1, k2, bs;
+  int64_t row;  // elements per token: kvh * d
+};
+struct Stage1Params {
+  CacheGeom g;
+  int G, nh;  // query heads per kv head, query heads
+  float tau;
+  int init_blocks, local_blocks, total_topk;
+  int n1_cap, nb_cap;  // shared-memory capacities (entries, blocks)
+};
+struct AttnParams {
+  CacheGeom g;
+  int G, nh;
+  float tau;
+  int total_topk;
+};
+struct StepRows {
+  int T;
+  const int32_t* row_seq;
+  const DevSeq* seqs;
+  const int32_t* page_table;
+};
+void launch_append_kv(const bf16* k, const bf16* v, const StepRows& s, const CacheGeom& g, bf16* kc,
+                      bf16* vc, cudaStream_t st);
+void launch_compress(const StepRows& s, const CacheGeom& g, const bf16* kc, bf16* c1, bf16* c2,
+                     cudaStream_t st);
+size_t stage1_smem_bytes(const Stage1Params& p);
+// sel[T, kvh, total_topk], sel_cnt[T, kvh] for the rows of sparse sequences.
+void launch_stage1(const bf16* q, const StepRows& s, const bf16* c1, const bf16* c2,
+                   const Stage1Params& p, int32_t* sel, int32_t* sel_cnt, int max_smem,
+                   cudaStream_t st);
+size_t attention_smem_bytes(int G, int d);
+// out[T, nh*d]; with splits > 1, partials part[T*nh*splits, d], ml[T*nh*splits, 2] and a
+// combine pass.
+void launch_attention(const bf16* q, const StepRows& s, const bf16* kc, const bf16* vc,
+                      const int32_t* sel, const int32_t* sel_cnt, const AttnParams& p, int splits,
+                      bf16* out, float* part, float* ml, int max_smem, cudaStream_t st);
+
+}  // namespace sala::cuda

@@ -1,0 +1,144 @@
+// CUDA backend, host side of the two mixer kinds: lightning (SPEC §8) and sparse (SPEC §9)
+// layers. Kernels: cuda_lightning.cu, cuda_sparse.cu.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/gla_reference.h"
+#include "backend/cuda/cuda_backend.h"
+#include "core/check.h"
+
+namespace sala {
+using namespace sala::cuda;
+
+namespace {
+template <typename T>
+T* ptr(const Tensor& t) { return static_cast<T*>(t.data); }
+}  // namespace
+
+void CudaBackend::upload_gla_tables(const std::vector<float>& slopes) {
+  const int nh = int(slopes.size());
+  std::vector<float> tab(size_t(nh) * kGlaDecayStride);
+  for (int h = 0; h < nh; ++h) {
+    const double g = -double(slopes[size_t(h)]);
+    // As CpuBackend: λ = float(exp(double g)), decay[n] = float(exp(double(g) * n)).
+    for (int n = 0; n <= kGlaChunk; ++n) tab[size_t(h) * kGlaDecayStride + size_t(n)] = float(std::exp(g * n));
+  }
+  if (nh > gla_decay_cap_) {
+    if (gla_decay_) CUDA_CHECK(cudaFree(gla_decay_));
+    CUDA_CHECK(cudaMalloc(&gla_decay_, tab.size() * 4));
+    gla_decay_cap_ = nh;
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaMemcpy(gla_decay_, tab.data(), tab.size() * 4, cudaMemcpyHostToDevice));
+  gla_slopes_ = slopes;
+}
+
+void CudaBackend::lightning_attention(int li, const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const std::vector<float>& slopes, float scale, Tensor& out) {
+  const int nh = cfg_.lightning_nh, d = cfg_.lightning_head_dim;
+  SALA_CHECK(q.cols == int64_t(nh) * d && int(slopes.size()) == nh);
+  SALA_CHECK(k.cols == q.cols && v.cols == q.cols && out.cols == q.cols && q.rows == sd_.T);
+  SALA_CHECK(q.dtype == DType::BF16 && k.dtype == DType::BF16 && v.dtype == DType::BF16 &&
+             out.dtype == DType::BF16);
+  SALA_CHECK(li >= 0 && li < cfg_.num_lightning_layers());
+  for (const SeqSlice& s : meta_->seqs)
+    SALA_CHECK(s.state_slot >= 0 && s.state_slot < cache_shape_.num_slots, "state slot {}", s.state_slot);
+  if (slopes != gla_slopes_) upload_gla_tables(slopes);  // tests; the model's are set at init
+  GlaArgs a;
+  a.q = ptr<const bf16>(q);
+  a.k = ptr<const bf16>(k);
+  a.v = ptr<const bf16>(v);
+  a.stride = q.cols;
+  a.seqs = sd_.seqs;
+  a.states = states_;
+  a.slot_stride = int64_t(cfg_.num_lightning_layers()) * nh * d * d;
+  a.layer_off = int64_t(li) * nh * d * d;
+  a.decay = gla_decay_;
+  a.scale = scale;
+  a.out = ptr<bf16>(out);
+  a.ostride = out.cols;
+  a.nh = nh;
+  SALA_CHECK(launch_gla(d, a, sd_.short_seqs, sd_.n_short, sd_.long_seqs, sd_.n_long, stream_),
+             "lightning head_dim {} not supported by the CUDA backend", d);
+}
+
+void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, const Tensor& v,
+                                   Tensor& out) {
+  const ModelConfig& c = cfg_;
+  const auto& sp = c.sparse;
+  const int kvh = c.num_key_value_heads, d = c.head_dim, nh = c.num_attention_heads;
+  const int GH = c.kv_group();
+  SALA_CHECK(si >= 0 && si < int(sparse_.size()));
+  SALA_CHECK(q.cols == int64_t(nh) * d && k.cols == int64_t(kvh) * d && v.cols == k.cols &&
+             out.cols == q.cols && q.rows == sd_.T && out.rows == q.rows);
+  SALA_CHECK(q.dtype == DType::BF16 && k.dtype == DType::BF16 && v.dtype == DType::BF16 &&
+             out.dtype == DType::BF16);
+  const int T = sd_.T;
+  if (T == 0) return;
+  SparseLayerCache& cache = sparse_[size_t(si)];
+  CacheGeom geo{cache_shape_.page_size, kvh, d, sp.kernel_stride, sp.level2_stride(),
+                sp.kernel_size, sp.level2_window(), sp.block_size, int64_t(kvh) * d};
+
+  const StepRows rows{T, sd_.row_seq, sd_.seqs, sd_.page_table};
+  launch_append_kv(ptr<const bf16>(k), ptr<const bf16>(v), rows, geo, cache.k, cache.v, stream_);
+  launch_compress(rows, geo, cache.k, cache.c1, cache.c2, stream_);
+
+  if (sd_.n_sparse_seqs > 0) {
+    Stage1Params P{};
+    P.g = geo;
+    P.G = GH;
+    P.nh = nh;
+    P.tau = c.attn_scale();
+    P.init_blocks = sp.init_blocks;
+    P.local_blocks = sp.local_blocks();
+    P.total_topk = sp.total_topk();
+    int64_t max_len = 0;
+    for (const SeqSlice& s : meta_->seqs) max_len = std::max(max_len, s.total_len());
+    P.n1_cap = int(std::max<int64_t>(1, max_len / sp.kernel_stride + 1));
+    P.nb_cap = std::max(1, sd_.max_blocks);
+    const size_t smem = stage1_smem_bytes(P);
+    SALA_CHECK(smem <= size_t(max_smem_optin_),
+               "stage 1 needs {} bytes of shared memory at {} tokens (long-context stage 1 is a "
+               "later issue)", smem, max_len);
+    launch_stage1(ptr<const bf16>(q), rows, cache.c1, cache.c2, P, sel_, sel_cnt_, max_smem_optin_,
+                  stream_);
+    if (meta_->capture) {
+      const int K = sp.total_topk();
+      std::vector<int32_t> hsel(size_t(T) * kvh * K), hcnt(size_t(T) * kvh);
+      CUDA_CHECK(cudaMemcpyAsync(hsel.data(), sel_, hsel.size() * 4, cudaMemcpyDeviceToHost, stream_));
+      CUDA_CHECK(cudaMemcpyAsync(hcnt.data(), sel_cnt_, hcnt.size() * 4, cudaMemcpyDeviceToHost, stream_));
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      auto& selc = meta_->capture->selections;
+      if (selc.size() < size_t(si) + 1) selc.resize(size_t(si) + 1);
+      selc[size_t(si)].assign(size_t(kvh), std::vector<std::vector<int32_t>>(size_t(T)));
+      for (const SeqSlice& s : meta_->seqs) {
+        if (!(meta_->dense_as_sparse || s.total_len() >= sp.dense_len)) continue;
+        for (int i = 0; i < s.num_tokens; ++i)
+          for (int g = 0; g < kvh; ++g) {
+            const size_t rg = size_t(s.token_begin + i) * kvh + size_t(g);
+            selc[size_t(si)][size_t(g)][size_t(s.token_begin + i)].assign(
+                hsel.begin() + int64_t(rg) * K, hsel.begin() + int64_t(rg) * K + hcnt[rg]);
+          }
+      }
+    }
+  } else if (meta_->capture) {
+    auto& selc = meta_->capture->selections;
+    if (selc.size() < size_t(si) + 1) selc.resize(size_t(si) + 1);
+    selc[size_t(si)].assign(size_t(kvh), std::vector<std::vector<int32_t>>(size_t(T)));
+  }
+
+  // Attention; split over key blocks when the step has too few (row, kv head) items to
+  // fill the GPU (decode).
+  int splits = 1;
+  if (int64_t(T) * kvh < 128) {
+    splits = std::min({32, std::max(1, sd_.max_blocks), ceil_div(256, int64_t(T) * kvh)});
+    while (splits > 1 && int64_t(T) * nh * splits > attn_part_items_) --splits;
+  }
+  AttnParams A{geo, GH, nh, c.attn_scale(), sp.total_topk()};
+  const size_t smem = attention_smem_bytes(GH, d);
+  SALA_CHECK(smem <= size_t(max_smem_optin_), "attention needs {} bytes of shared memory", smem);
+  launch_attention(ptr<const bf16>(q), rows, cache.k, cache.v, sel_, sel_cnt_, A, splits,
+                   ptr<bf16>(out), attn_part_, attn_ml_, max_smem_optin_, stream_);
+}
+
+}  // namespace sala

@@ -1,0 +1,190 @@
+// Lightning layers on the GPU: simple GLA with a scalar per-head decay (SPEC §8), fp32
+// state slots [num_slots, n_lightning, nh, d, d] in device memory.
+//   S_t = λ_h S_{t-1} + k_tᵀ v_t,   o_t = scale · q_t S_t,   o rounded to bf16.
+// Calls of < 64 tokens run the fused recurrent kernel (decode), longer calls the chunked
+// kernel (chunks of 64 aligned at the call's first token), as CpuBackend and HF do.
+#include <cmath>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_kernels.h"
+
+namespace sala::cuda {
+
+namespace {
+
+constexpr int kChunk = 64;  // the HF / CpuBackend chunk (kGlaChunk)
+constexpr int kDecayStride = kGlaDecayStride;  // decay[h][n] = exp(n g), n = 0..64
+
+// Recurrent form, one block per (head, sequence). Thread (rg, j) keeps rows
+// [rg*D/4, (rg+1)*D/4) of state column j in registers.     grid: (nh, n_seqs), block: 4*D
+template <int D>
+__global__ void __launch_bounds__(4 * D) gla_recurrent_kernel(
+    const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
+    int64_t stride, const DevSeq* __restrict__ seqs, const int32_t* __restrict__ list,
+    float* __restrict__ states, int64_t slot_stride, int64_t layer_off,
+    const float* __restrict__ decay, float scale, bf16* __restrict__ out, int64_t ostride) {
+  constexpr int RPT = D / 4;
+  __shared__ float qs[D], ks[D], part[4][D];
+  const int h = blockIdx.x;
+  const DevSeq s = seqs[list[blockIdx.y]];
+  const int j = threadIdx.x % D, rg = threadIdx.x / D;
+  float* S = states + int64_t(s.state_slot) * slot_stride + layer_off + int64_t(h) * D * D;
+  const float lam = decay[h * kDecayStride + 1];
+  float st[RPT];
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) st[r] = s.past_len == 0 ? 0.f : S[(rg * RPT + r) * D + j];
+  for (int t = 0; t < s.num_tokens; ++t) {
+    const int64_t row = int64_t(s.token_begin + t);
+    const int64_t off = row * stride + int64_t(h) * D;
+    if (threadIdx.x < D) {
+      qs[threadIdx.x] = b2f(q[off + threadIdx.x]) * scale;
+      ks[threadIdx.x] = b2f(k[off + threadIdx.x]);
+    }
+    const float vj = b2f(v[off + j]);
+    __syncthreads();
+    float acc = 0.f;
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) {
+      const int i = rg * RPT + r;
+      st[r] = lam * st[r] + ks[i] * vj;
+      acc += qs[i] * st[r];
+    }
+    part[rg][j] = acc;
+    __syncthreads();
+    if (threadIdx.x < D)
+      out[row * ostride + int64_t(h) * D + j] =
+          f2b(((part[0][j] + part[1][j]) + part[2][j]) + part[3][j]);
+    __syncthreads();
+  }
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) S[(rg * RPT + r) * D + j] = st[r];
+}
+
+// Chunked form (SPEC §8.4), one block per (head, sequence, value-column slice of VS).
+// State columns are independent in the value dimension, so slices run in parallel.
+//                                            grid: (nh, n_seqs, D / VS), block: 256
+template <int D, int VS>
+struct ChunkSmem {
+  static constexpr int kQ = kChunk * (D + 1), kA = kChunk * (kChunk + 1);
+  static constexpr int kFloats = 2 * kQ + kChunk * VS + kA + D * VS + kDecayStride;
+  static constexpr size_t kBytes = size_t(kFloats) * 4;
+};
+
+template <int D, int VS>
+__global__ void __launch_bounds__(256) gla_chunked_kernel(
+    const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
+    int64_t stride, const DevSeq* __restrict__ seqs, const int32_t* __restrict__ list,
+    float* __restrict__ states, int64_t slot_stride, int64_t layer_off,
+    const float* __restrict__ decay_g, float scale, bf16* __restrict__ out, int64_t ostride) {
+  using L = ChunkSmem<D, VS>;
+  extern __shared__ float sm[];
+  float* Qs = sm;                      // [64][D+1]
+  float* Ks = Qs + L::kQ;              // [64][D+1]
+  float* Vs = Ks + L::kQ;              // [64][VS]
+  float* A = Vs + kChunk * VS;         // [64][65]
+  float* Ss = A + L::kA;               // [D][VS]
+  float* decay = Ss + D * VS;          // [65]
+  constexpr int DP = D + 1, AP = kChunk + 1;
+  const int h = blockIdx.x;
+  const DevSeq s = seqs[list[blockIdx.y]];
+  const int v0 = blockIdx.z * VS;
+  const int tid = threadIdx.x, nt = blockDim.x;
+  float* Sg = states + int64_t(s.state_slot) * slot_stride + layer_off + int64_t(h) * D * D;
+  for (int e = tid; e < kDecayStride; e += nt) decay[e] = decay_g[h * kDecayStride + e];
+  for (int e = tid; e < D * VS; e += nt) {
+    const int x = e / VS, c = e % VS;
+    Ss[e] = s.past_len == 0 ? 0.f : Sg[x * D + v0 + c];
+  }
+  for (int c0 = 0; c0 < s.num_tokens; c0 += kChunk) {
+    const int C = min(kChunk, s.num_tokens - c0);
+    const int64_t row0 = int64_t(s.token_begin + c0);
+    for (int e = tid; e < kChunk * D; e += nt) {
+      const int i = e / D, x = e % D;
+      const int64_t off = (row0 + i) * stride + int64_t(h) * D + x;
+      Qs[i * DP + x] = i < C ? b2f(q[off]) : 0.f;
+      Ks[i * DP + x] = i < C ? b2f(k[off]) : 0.f;
+    }
+    for (int e = tid; e < kChunk * VS; e += nt) {
+      const int i = e / VS, c = e % VS;
+      Vs[e] = i < C ? b2f(v[(row0 + i) * stride + int64_t(h) * D + v0 + c]) : 0.f;
+    }
+    __syncthreads();
+    // intra-chunk scores A[i][j] = scale (q_i·k_j) λ^(i-j), j <= i
+    for (int e = tid; e < kChunk * kChunk; e += nt) {
+      const int i = e / kChunk, j = e % kChunk;
+      float a = 0.f;
+      if (j <= i && i < C) {
+        float dot = 0.f;
+#pragma unroll 8
+        for (int x = 0; x < D; ++x) dot += Qs[i * DP + x] * Ks[j * DP + x];
+        a = scale * dot * decay[i - j];
+      }
+      A[i * AP + j] = a;
+    }
+    __syncthreads();
+    // o_i = scale λ^(i+1) q_i S_prev + Σ_{j<=i} A[i][j] v_j
+    for (int e = tid; e < C * VS; e += nt) {
+      const int i = e / VS, c = e % VS;
+      const float f = scale * decay[i + 1];
+      float o = 0.f;
+#pragma unroll 8
+      for (int x = 0; x < D; ++x) o += (Qs[i * DP + x] * f) * Ss[x * VS + c];
+      for (int j = 0; j <= i; ++j) o += A[i * AP + j] * Vs[j * VS + c];
+      out[(row0 + i) * ostride + int64_t(h) * D + v0 + c] = f2b(o);
+    }
+    __syncthreads();
+    // S = λ^C S + Σ_j λ^(C-1-j) k_jᵀ v_j
+    for (int e = tid; e < D * VS; e += nt) {
+      const int x = e / VS, c = e % VS;
+      float sv = decay[C] * Ss[e];
+      for (int j = 0; j < C; ++j) sv += (Ks[j * DP + x] * decay[C - 1 - j]) * Vs[j * VS + c];
+      Ss[e] = sv;
+    }
+    __syncthreads();
+  }
+  for (int e = tid; e < D * VS; e += nt) {
+    const int x = e / VS, c = e % VS;
+    Sg[x * D + v0 + c] = Ss[e];
+  }
+}
+
+template <int D>
+void launch_gla_d(const GlaArgs& a, const int32_t* short_list, int n_short, const int32_t* long_list,
+                int n_long, cudaStream_t st) {
+  if (n_short > 0) {
+    gla_recurrent_kernel<D><<<dim3(unsigned(a.nh), unsigned(n_short)), 4 * D, 0, st>>>(
+        a.q, a.k, a.v, a.stride, a.seqs, short_list, a.states, a.slot_stride, a.layer_off, a.decay,
+        a.scale, a.out, a.ostride);
+    CUDA_CHECK_LAUNCH();
+  }
+  if (n_long > 0) {
+    constexpr int VS = D >= 32 ? 32 : D;
+    using L = ChunkSmem<D, VS>;
+    static bool attr_set = false;
+    if (!attr_set) {
+      CUDA_CHECK(cudaFuncSetAttribute(gla_chunked_kernel<D, VS>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kBytes)));
+      attr_set = true;
+    }
+    gla_chunked_kernel<D, VS><<<dim3(unsigned(a.nh), unsigned(n_long), unsigned(D / VS)), 256,
+                                L::kBytes, st>>>(a.q, a.k, a.v, a.stride, a.seqs, long_list,
+                                                 a.states, a.slot_stride, a.layer_off, a.decay,
+                                                 a.scale, a.out, a.ostride);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace
+
+bool launch_gla(int d, const GlaArgs& a, const int32_t* short_list, int n_short,
+                const int32_t* long_list, int n_long, cudaStream_t st) {
+  switch (d) {
+    case 16: launch_gla_d<16>(a, short_list, n_short, long_list, n_long, st); return true;
+    case 32: launch_gla_d<32>(a, short_list, n_short, long_list, n_long, st); return true;
+    case 64: launch_gla_d<64>(a, short_list, n_short, long_list, n_long, st); return true;
+    case 128: launch_gla_d<128>(a, short_list, n_short, long_list, n_long, st); return true;
+    default: return false;
+  }
+}
+
+}  // namespace sala::cuda

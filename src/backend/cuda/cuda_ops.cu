@@ -1,0 +1,238 @@
+// Element-wise, norm, RoPE, embedding and gather kernels of the CUDA backend. Each
+// computes in fp32 between the bf16 rounding points of the golden README §4, exactly where
+// CpuBackend (NumericMode::BF16) rounds.
+#include <algorithm>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_kernels.h"
+
+namespace sala::cuda {
+namespace {
+
+// ---- kernels ------------------------------------------------------------------------
+
+// out[t, c] = bf16(table[ids[t], c] * scale)                     grid: T, block: 256
+__global__ void embedding_kernel(const bf16* __restrict__ table, const int32_t* __restrict__ ids,
+                                 int64_t cols, float scale, bf16* __restrict__ out) {
+  const int64_t t = blockIdx.x;
+  const bf16* e = table + int64_t(ids[t]) * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    out[t * cols + c] = f2b(b2f(e[c]) * scale);
+}
+
+// RMSNorm over groups of n columns (SPEC §4.2): y = bf16(x * inv), out = bf16(y * w).
+// Optional fused residual (add_scaled_rmsnorm): h = bf16(h + bf16(a * alpha)) first,
+// written back to h. One warp per group (small n) or one block per group (large n).
+template <bool kResidual>
+__device__ __forceinline__ float load_norm_input(bf16* h, const bf16* a, float alpha, int64_t i) {
+  if constexpr (kResidual) {
+    const float hv = rb(b2f(h[i]) + rb(b2f(a[i]) * alpha));
+    h[i] = f2b(hv);
+    return hv;
+  } else {
+    return b2f(h[i]);
+  }
+}
+
+template <bool kResidual>
+__global__ void rmsnorm_warp_kernel(bf16* x, const bf16* a, float alpha, const bf16* __restrict__ w,
+                                    int n, int64_t groups, float eps, bf16* out) {
+  const int warps = blockDim.x / 32;
+  const int64_t g = int64_t(blockIdx.x) * warps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (g >= groups) return;
+  const int64_t base = g * n;
+  float ss = 0.f;
+  for (int c = lane; c < n; c += 32) {
+    const float v = load_norm_input<kResidual>(x, a, alpha, base + c);
+    ss += v * v;
+  }
+  ss = warp_sum(ss);
+  const float inv = 1.0f / sqrtf(ss / float(n) + eps);
+  for (int c = lane; c < n; c += 32) {
+    const float v = b2f(x[base + c]);
+    out[base + c] = f2b(rb(v * inv) * b2f(w[c]));
+  }
+}
+
+template <bool kResidual>
+__global__ void rmsnorm_block_kernel(bf16* x, const bf16* a, float alpha,
+                                     const bf16* __restrict__ w, int n, float eps, bf16* out) {
+  __shared__ float red[32];
+  const int64_t base = int64_t(blockIdx.x) * n;
+  float ss = 0.f;
+  for (int c = threadIdx.x; c < n; c += blockDim.x) {
+    const float v = load_norm_input<kResidual>(x, a, alpha, base + c);
+    ss += v * v;
+  }
+  ss = warp_sum(ss);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0.f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) red[0] = v;
+  }
+  __syncthreads();
+  const float inv = 1.0f / sqrtf(red[0] / float(n) + eps);
+  for (int c = threadIdx.x; c < n; c += blockDim.x) {
+    const float v = b2f(x[base + c]);
+    out[base + c] = f2b(rb(v * inv) * b2f(w[c]));
+  }
+}
+
+__global__ void silu_mul_kernel(const bf16* g, const bf16* u, bf16* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float gv = b2f(g[i]);
+    const float s = gv / (1.f + expf(-gv));
+    out[i] = f2b(rb(s) * b2f(u[i]));
+  }
+}
+
+__global__ void mul_sigmoid_kernel(const bf16* a, const bf16* gate, bf16* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float gv = b2f(gate[i]);
+    out[i] = f2b(b2f(a[i]) * rb(1.f / (1.f + expf(-gv))));
+  }
+}
+
+__global__ void div_scalar_kernel(bf16* x, float d, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = f2b(b2f(x[i]) / d);
+}
+
+__global__ void div_scalar_f32_kernel(float* x, float d, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = rb(x[i] / d);
+}
+
+// Logits: fp32 GEMM output rounded to bf16 values (SPEC §4.7), kept as fp32.
+__global__ void round_f32_kernel(float* x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = rb(x[i]);
+}
+
+// Rotate-half RoPE in place (SPEC §7). cos/sin of the fp32 angle evaluated in double and
+// rounded to fp32, as the CPU backend does.                 grid: T, block: 128, smem 2*half
+__global__ void rope_kernel(bf16* x, int64_t cols, int head_dim, const int32_t* __restrict__ pos,
+                            const float* __restrict__ inv_freq) {
+  extern __shared__ float cs[];
+  const int half = head_dim / 2;
+  const int64_t t = blockIdx.x;
+  for (int j = threadIdx.x; j < half; j += blockDim.x) {
+    const float ang = float(pos[t]) * inv_freq[j];
+    double s, c;
+    sincos(double(ang), &s, &c);
+    cs[j] = float(c);
+    cs[half + j] = float(s);
+  }
+  __syncthreads();
+  bf16* row = x + t * cols;
+  const int64_t pairs = cols / head_dim * half;
+  for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) {
+    const int64_t h = p / half;
+    const int j = int(p % half);
+    bf16* v = row + h * head_dim;
+    const float x1 = b2f(v[j]), x2 = b2f(v[j + half]);
+    const float c = cs[j], s = cs[half + j];
+    v[j] = f2b(x1 * c - x2 * s);
+    v[j + half] = f2b(x2 * c + x1 * s);
+  }
+}
+
+template <typename T>
+__global__ void gather_rows_kernel(const T* x, int64_t cols, const int32_t* rows, T* out) {
+  const int64_t r = blockIdx.x;
+  const T* src = x + int64_t(rows[r]) * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[r * cols + c] = src[c];
+}
+
+
+int grid_for(int64_t n, int block = 256) {
+  return int(std::clamp<int64_t>((n + block - 1) / block, 1, 132 * 16));
+}
+
+}  // namespace
+
+void launch_embedding(const bf16* table, const int32_t* ids, int64_t T, int64_t cols, float scale,
+                      bf16* out, cudaStream_t st) {
+  if (T == 0) return;
+  embedding_kernel<<<unsigned(T), 256, 0, st>>>(table, ids, cols, scale, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_rmsnorm(bf16* x, const bf16* a, float alpha, const bf16* w, int n, int64_t groups,
+                    float eps, bf16* out, cudaStream_t st) {
+  if (groups == 0) return;
+  if (n <= 512) {
+    const int warps = 8;
+    const unsigned grid = unsigned((groups + warps - 1) / warps);
+    if (a)
+      rmsnorm_warp_kernel<true><<<grid, warps * 32, 0, st>>>(x, a, alpha, w, n, groups, eps, out);
+    else
+      rmsnorm_warp_kernel<false><<<grid, warps * 32, 0, st>>>(x, a, alpha, w, n, groups, eps, out);
+  } else {
+    const int threads = n >= 4096 ? 512 : 256;
+    if (a)
+      rmsnorm_block_kernel<true><<<unsigned(groups), threads, 0, st>>>(x, a, alpha, w, n, eps, out);
+    else
+      rmsnorm_block_kernel<false><<<unsigned(groups), threads, 0, st>>>(x, a, alpha, w, n, eps, out);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_silu_mul(const bf16* g, const bf16* u, bf16* out, int64_t n, cudaStream_t st) {
+  if (n == 0) return;
+  silu_mul_kernel<<<grid_for(n), 256, 0, st>>>(g, u, out, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_mul_sigmoid(const bf16* a, const bf16* gate, bf16* out, int64_t n, cudaStream_t st) {
+  if (n == 0) return;
+  mul_sigmoid_kernel<<<grid_for(n), 256, 0, st>>>(a, gate, out, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_div_scalar(bf16* x, float d, int64_t n, cudaStream_t st) {
+  if (n == 0) return;
+  div_scalar_kernel<<<grid_for(n), 256, 0, st>>>(x, d, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_div_scalar_f32(float* x, float d, int64_t n, cudaStream_t st) {
+  if (n == 0) return;
+  div_scalar_f32_kernel<<<grid_for(n), 256, 0, st>>>(x, d, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_round_f32(float* x, int64_t n, cudaStream_t st) {
+  if (n == 0) return;
+  round_f32_kernel<<<grid_for(n), 256, 0, st>>>(x, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_rope(bf16* x, int64_t rows, int64_t cols, int head_dim, const int32_t* pos,
+                 const float* inv_freq, cudaStream_t st) {
+  if (rows == 0) return;
+  rope_kernel<<<unsigned(rows), 128, size_t(head_dim) * 4, st>>>(x, cols, head_dim, pos, inv_freq);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_gather_rows(const void* x, int64_t cols, int elem_size, const int32_t* rows, int R,
+                        void* out, cudaStream_t st) {
+  if (R == 0) return;
+  if (elem_size == 2)
+    gather_rows_kernel<uint16_t><<<unsigned(R), 256, 0, st>>>(static_cast<const uint16_t*>(x), cols,
+                                                              rows, static_cast<uint16_t*>(out));
+  else
+    gather_rows_kernel<uint32_t><<<unsigned(R), 256, 0, st>>>(static_cast<const uint32_t*>(x), cols,
+                                                              rows, static_cast<uint32_t*>(out));
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace sala::cuda

@@ -1,0 +1,453 @@
+// The engine thread: inbox → scheduler → one StepMeta → Model::forward → sample → outboxes.
+// Ownership: the engine thread owns the model, the pools, the scheduler and every Request;
+// HTTP threads touch only the inbox (under its mutex) and their own handle's outbox.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "engine/block_pool.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/state_pool.h"
+
+namespace sala {
+namespace {
+
+// What HTTP threads hand to the engine thread. Shared with handles so that cancel() stays
+// safe after the engine is gone.
+struct Inbox {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<struct Request*> incoming;  // owned (released into the engine's map on drain)
+  std::vector<uint64_t> cancels;
+  bool stop = false;
+};
+
+class Handle final : public RequestHandle {
+ public:
+  Handle(uint64_t id, std::shared_ptr<Inbox> inbox) : id_(id), inbox_(std::move(inbox)) {}
+
+  bool next(TokenEvent& ev, std::chrono::milliseconds timeout) override {
+    std::unique_lock lk(mu_);
+    if (!cv_.wait_for(lk, timeout, [&] { return !events_.empty() || final_read_; }))
+      return false;
+    if (events_.empty()) {  // the final event was read before
+      ev = final_;
+      return true;
+    }
+    ev = std::move(events_.front());
+    events_.pop_front();
+    if (ev.finished) final_read_ = true;
+    return true;
+  }
+
+  void cancel() override {
+    if (cancelled_.exchange(true)) return;
+    std::lock_guard lk(inbox_->mu);
+    inbox_->cancels.push_back(id_);
+    inbox_->cv.notify_one();
+  }
+
+  uint64_t id() const override { return id_; }
+  bool cancelled() const { return cancelled_.load(); }
+
+  // Engine thread: new tokens, merged into the last unread event when there is one.
+  void emit(const int32_t* toks, size_t n, bool finished, FinishReason reason, int32_t matched,
+            const std::string& error, int32_t prompt_tokens, int32_t completion_tokens) {
+    {
+      std::lock_guard lk(mu_);
+      if (final_pushed_) return;
+      if (events_.empty()) events_.emplace_back();
+      TokenEvent& ev = events_.back();
+      ev.tokens.insert(ev.tokens.end(), toks, toks + n);
+      ev.finished = finished;
+      ev.reason = reason;
+      ev.matched_stop_token = matched;
+      ev.error = error;
+      ev.prompt_tokens = prompt_tokens;
+      ev.completion_tokens = completion_tokens;
+      if (finished) {
+        final_pushed_ = true;
+        final_ = ev;
+        final_.tokens.clear();
+      }
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  const uint64_t id_;
+  std::shared_ptr<Inbox> inbox_;
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<TokenEvent> events_;
+  TokenEvent final_;
+  bool final_pushed_ = false, final_read_ = false;
+};
+
+struct Request : Sequence {
+  std::shared_ptr<Handle> handle;
+  SamplingParams sampling;
+  SamplerState sampler;
+  int32_t generated = 0;
+};
+
+class EngineImpl final : public Engine {
+ public:
+  EngineImpl(std::unique_ptr<Model> model, const EngineOptions& opts)
+      : model_(std::move(model)), inbox_(std::make_shared<Inbox>()) {
+    const ModelConfig& cfg = model_->config();
+    const ModelLimits& lim = model_->limits();
+    EngineOptions o = opts;
+    o.max_running_requests =
+        std::min({o.max_running_requests, lim.caches.num_slots, lim.max_logit_rows});
+    o.max_step_tokens = std::min(o.max_step_tokens, lim.max_step_tokens);
+    // Room for a whole chunk beside a decode row of every running request, so that prefill
+    // chunks (fixed boundaries, see scheduler.h) never starve behind decodes.
+    o.max_step_tokens = std::min(std::max(o.max_step_tokens,
+                                          o.chunked_prefill_size + o.max_running_requests),
+                                 lim.max_step_tokens);
+    o.chunked_prefill_size =
+        std::max(1, std::min(o.chunked_prefill_size, o.max_step_tokens - o.max_running_requests));
+    if (o.max_context_len <= 0) o.max_context_len = cfg.max_position_embeddings;
+    SALA_CHECK(o.max_running_requests > 0 && o.max_step_tokens > 0 &&
+                   o.chunked_prefill_size > 0 && o.max_context_len > 0,
+               "engine limits must be positive");
+    opts_ = o;
+    info_.options = o;
+    info_.max_context_len = o.max_context_len;
+    info_.vocab_size = cfg.vocab_size;
+    info_.page_size = lim.caches.page_size;
+    info_.num_pages = lim.caches.num_pages;
+    info_.num_slots = lim.caches.num_slots;
+    info_.max_total_tokens = int64_t(lim.caches.num_pages) * lim.caches.page_size;
+    info_.eos_token_ids.assign(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
+    blocks_ = std::make_unique<BlockPool>(lim.caches.num_pages, lim.caches.page_size);
+    states_ = std::make_unique<StatePool>(lim.caches.num_slots);
+    scheduler_ = std::make_unique<Scheduler>(
+        SchedulerOptions{o.max_running_requests, o.chunked_prefill_size, o.max_step_tokens,
+                         o.dense_as_sparse ? 0 : cfg.sparse.dense_len},
+        *blocks_, *states_);
+    stats_.kv_pages_total = lim.caches.num_pages;
+    stats_.state_slots_total = lim.caches.num_slots;
+    requests_.reserve(size_t(o.max_running_requests + o.max_queued_requests) * 2);
+    alive_ = true;
+    thread_ = std::thread([this] { loop(); });
+  }
+
+  ~EngineImpl() override { shutdown(); }
+
+  std::shared_ptr<RequestHandle> submit(GenerationRequest req) override {
+    const SamplingParams& sp = req.sampling;
+    const int64_t n = int64_t(req.prompt.size());
+    if (n == 0) fail("the prompt is empty");
+    for (int32_t t : req.prompt)
+      if (t < 0 || t >= info_.vocab_size)
+        fail("prompt token id {} is out of range (vocabulary size {})", t, info_.vocab_size);
+    if (n >= info_.max_context_len)
+      fail("the prompt has {} tokens; the context limit is {} tokens (prompt + output)", n,
+           info_.max_context_len);
+    if (blocks_->pages_for(n) > blocks_->total())
+      fail("the prompt has {} tokens; the KV cache holds at most {} tokens", n,
+           info_.max_total_tokens);
+    if (sp.max_new_tokens <= 0) fail("max_new_tokens must be positive (got {})", sp.max_new_tokens);
+    if (!(sp.temperature >= 0)) fail("temperature must be >= 0 (got {})", sp.temperature);
+    if (!(sp.top_p > 0 && sp.top_p <= 1)) fail("top_p must be in (0, 1] (got {})", sp.top_p);
+    if (!(sp.min_p >= 0 && sp.min_p <= 1)) fail("min_p must be in [0, 1] (got {})", sp.min_p);
+    if (!(sp.repetition_penalty > 0))
+      fail("repetition_penalty must be > 0 (got {})", sp.repetition_penalty);
+    if (sp.top_k < -1) fail("top_k must be -1, 0 (off) or positive (got {})", sp.top_k);
+
+    auto r = std::make_unique<Request>();
+    r->id = next_id_.fetch_add(1) + 1;
+    r->prompt_len = int32_t(n);
+    r->sampling = std::move(req.sampling);
+    r->sampler.init(r->sampling, req.prompt, info_.vocab_size);
+    r->tokens = std::move(req.prompt);
+    r->tokens.reserve(size_t(std::min<int64_t>(n + r->sampling.max_new_tokens,
+                                               info_.max_context_len)));
+    r->handle = std::make_shared<Handle>(r->id, inbox_);
+    std::shared_ptr<RequestHandle> h = r->handle;
+    {
+      std::lock_guard lk(inbox_->mu);
+      if (inbox_->stop) fail("the engine is shut down");
+      if (int64_t(inbox_->incoming.size()) + waiting_count_.load() >= opts_.max_queued_requests)
+        throw QueueFull();
+      inbox_->incoming.push_back(r.release());
+      inbox_->cv.notify_one();
+    }
+    {
+      std::lock_guard lk(stats_mu_);
+      ++stats_.requests_total;
+      ++stats_.queued;
+    }
+    return h;
+  }
+
+  EngineStats stats() const override {
+    std::lock_guard lk(stats_mu_);
+    return stats_;
+  }
+
+  bool alive() const override { return alive_.load(); }
+
+  EngineInfo info() const override { return info_; }
+
+  void shutdown() override {
+    {
+      std::lock_guard lk(inbox_->mu);
+      inbox_->stop = true;
+      inbox_->cv.notify_one();
+    }
+    std::lock_guard lk(join_mu_);
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  bool has_work() const {
+    return !scheduler_->running().empty() || !scheduler_->waiting().empty();
+  }
+
+  void loop() {
+    std::vector<Request*> incoming;
+    std::vector<uint64_t> cancels;
+    for (;;) {
+      {
+        std::unique_lock lk(inbox_->mu);
+        inbox_->cv.wait(lk, [&] {
+          return inbox_->stop || !inbox_->incoming.empty() || !inbox_->cancels.empty() ||
+                 has_work();
+        });
+        if (inbox_->stop) {
+          incoming.swap(inbox_->incoming);
+          break;
+        }
+        incoming.swap(inbox_->incoming);
+        cancels.swap(inbox_->cancels);
+        // They join the waiting queue now: keep submit's queue bound exact.
+        waiting_count_ += int64_t(incoming.size());
+      }
+      for (Request* raw : incoming) {
+        std::unique_ptr<Request> r(raw);
+        Request* p = r.get();
+        requests_.emplace(p->id, std::move(r));
+        scheduler_->add(p);
+        if (p->handle->cancelled()) finish(p, FinishReason::Aborted);
+      }
+      incoming.clear();
+      for (uint64_t id : cancels) {
+        auto it = requests_.find(id);
+        if (it != requests_.end()) finish(it->second.get(), FinishReason::Aborted);
+      }
+      cancels.clear();
+      if (has_work()) {
+        try {
+          step();
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "engine: step failed: %s\n", e.what());
+          fail_all(fmt::format("engine step failed: {}", e.what()));
+        }
+      }
+      publish_stats();
+    }
+    // Shutdown: abort everything, queued or running.
+    for (Request* raw : incoming) {
+      std::unique_ptr<Request> r(raw);
+      r->handle->emit(nullptr, 0, true, FinishReason::Aborted, -1, {}, int32_t(r->prompt_len), 0);
+      std::lock_guard lk(stats_mu_);
+      ++stats_.requests_aborted;
+    }
+    while (!requests_.empty()) finish(requests_.begin()->second.get(), FinishReason::Aborted);
+    publish_stats();
+    alive_ = false;
+  }
+
+  void fail_all(const std::string& msg) {
+    while (!requests_.empty())
+      finish(requests_.begin()->second.get(), FinishReason::Error, -1, msg);
+  }
+
+  void step() {
+    scheduler_->schedule(plan_);
+    sync_waiting_count();  // before any event of this step reaches a client
+    for (Sequence* s : plan_.out_of_memory)  // the KV pool is this request's context limit
+      finish(static_cast<Request*>(s), FinishReason::Length);
+    if (plan_.items.empty()) {
+      SALA_CHECK(!plan_.out_of_memory.empty() || !plan_.preempted.empty() || !has_work(),
+                 "scheduler planned nothing with {} running, {} waiting",
+                 scheduler_->running().size(), scheduler_->waiting().size());
+      return;
+    }
+    meta_.token_ids.clear();
+    meta_.positions.clear();
+    meta_.seqs.clear();
+    meta_.page_table.clear();
+    meta_.logit_rows.clear();
+    meta_.dense_as_sparse = opts_.dense_as_sparse;
+    for (const ScheduledSeq& it : plan_.items) {
+      const Sequence* s = it.seq;
+      meta_.add_seq(s->tokens.data() + s->num_computed, it.num_tokens, s->num_computed, s->slot,
+                    s->pages, false, it.sample);
+    }
+    model_->forward(meta_, logits_);
+    scheduler_->commit(plan_);
+    const int32_t V = info_.vocab_size;
+    size_t row = 0;
+    int64_t generated = 0;
+    for (const ScheduledSeq& it : plan_.items) {
+      if (!it.sample) continue;
+      Request* r = static_cast<Request*>(it.seq);
+      float* logits = logits_.data() + row++ * size_t(V);
+      const int32_t tok = sampler_.sample(logits, V, r->sampling, r->sampler);
+      r->sampler.observe(tok);
+      r->tokens.push_back(tok);
+      ++r->generated;
+      ++generated;
+      on_token(r, tok);
+    }
+    SALA_CHECK(row == meta_.logit_rows.size());
+    std::lock_guard lk(stats_mu_);
+    ++stats_.steps;
+    stats_.step_tokens_total += plan_.num_tokens;
+    stats_.generated_tokens_total += generated;
+  }
+
+  bool is_stop(const Request* r, int32_t tok) const {
+    const auto& sp = r->sampling;
+    if (!sp.ignore_eos &&
+        std::find(info_.eos_token_ids.begin(), info_.eos_token_ids.end(), tok) !=
+            info_.eos_token_ids.end())
+      return true;
+    return std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), tok) !=
+           sp.stop_token_ids.end();
+  }
+
+  void on_token(Request* r, int32_t tok) {
+    if (is_stop(r, tok)) {
+      finish(r, FinishReason::StopToken, tok);
+      return;
+    }
+    const bool length = r->generated >= r->sampling.max_new_tokens ||
+                        int64_t(r->tokens.size()) >= info_.max_context_len;
+    if (length) {
+      finish(r, FinishReason::Length, -1, {}, &tok, 1);
+      return;
+    }
+    r->handle->emit(&tok, 1, false, FinishReason::None, -1, {}, int32_t(r->prompt_len), r->generated);
+  }
+
+  // Frees the request's pages and slot, sends its final event and forgets it.
+  void finish(Request* r, FinishReason reason, int32_t matched = -1, const std::string& err = {},
+              const int32_t* toks = nullptr, size_t n = 0) {
+    scheduler_->remove(r);
+    r->handle->emit(toks, n, true, reason, matched, err, int32_t(r->prompt_len), r->generated);
+    {
+      std::lock_guard lk(stats_mu_);
+      if (reason == FinishReason::Aborted || reason == FinishReason::Error)
+        ++stats_.requests_aborted;
+      else
+        ++stats_.requests_finished;
+      stats_.prompt_tokens_total += r->prompt_len;
+    }
+    requests_.erase(r->id);
+  }
+
+  void sync_waiting_count() {
+    std::lock_guard lk(inbox_->mu);
+    waiting_count_ = int64_t(scheduler_->waiting().size());
+  }
+
+  void publish_stats() {
+    const int64_t waiting = int64_t(scheduler_->waiting().size());
+    int64_t inbox = 0;
+    {
+      std::lock_guard lk(inbox_->mu);
+      inbox = int64_t(inbox_->incoming.size());
+      waiting_count_ = waiting;
+    }
+    std::lock_guard lk(stats_mu_);
+    stats_.running = int64_t(scheduler_->running().size());
+    stats_.queued = waiting + inbox;
+    stats_.kv_pages_used = blocks_->used();
+    stats_.state_slots_used = states_->used();
+    stats_.preemptions = scheduler_->preemptions();
+  }
+
+  std::unique_ptr<Model> model_;
+  EngineOptions opts_;
+  EngineInfo info_;
+  std::shared_ptr<Inbox> inbox_;
+  std::unique_ptr<BlockPool> blocks_;
+  std::unique_ptr<StatePool> states_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unordered_map<uint64_t, std::unique_ptr<Request>> requests_;  // engine thread only
+  Sampler sampler_;
+  SchedulePlan plan_;
+  StepMeta meta_;
+  std::vector<float> logits_;
+  std::atomic<uint64_t> next_id_{0};
+  std::atomic<int64_t> waiting_count_{0};
+  std::atomic<bool> alive_{false};
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+  std::mutex join_mu_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_engine(std::unique_ptr<Model> model, const EngineOptions& opts) {
+  SALA_CHECK(model != nullptr);
+  return std::make_unique<EngineImpl>(std::move(model), opts);
+}
+
+size_t kv_bytes_per_page(const ModelConfig& c, int32_t page_size) {
+  const size_t row = size_t(c.num_key_value_heads) * size_t(c.head_dim) * 4;
+  const size_t ps = size_t(page_size);
+  const size_t per_layer = ps * row * 2 + ps / size_t(c.sparse.kernel_stride) * row +
+                           ps / size_t(c.sparse.level2_stride()) * row;
+  return per_layer * size_t(c.num_sparse_layers());
+}
+
+size_t state_bytes_per_slot(const ModelConfig& c) {
+  const size_t d = size_t(c.lightning_head_dim);
+  return size_t(c.num_lightning_layers()) * size_t(c.lightning_nh) * d * d * 4;
+}
+
+ModelLimits plan_limits(const ModelConfig& cfg, const EngineOptions& opts,
+                        size_t memory_budget_bytes, int64_t max_total_tokens) {
+  ModelLimits lim;
+  // A whole prefill chunk beside one decode row per running request (see make_engine).
+  lim.max_step_tokens = std::max({1, opts.max_step_tokens,
+                                  opts.chunked_prefill_size + opts.max_running_requests});
+  lim.max_logit_rows = std::max(1, opts.max_running_requests);
+  lim.caches.page_size = cfg.sparse.block_size;
+  lim.caches.num_slots = std::max(1, opts.max_running_requests);
+  const int64_t ps = lim.caches.page_size;
+  const int64_t ctx = opts.max_context_len > 0 ? opts.max_context_len
+                                               : cfg.max_position_embeddings;
+  const int64_t min_pages = (ctx + ps - 1) / ps;
+  int64_t pages;
+  if (max_total_tokens > 0) {
+    pages = (max_total_tokens + ps - 1) / ps;
+  } else {
+    const size_t states = size_t(lim.caches.num_slots) * state_bytes_per_slot(cfg);
+    const size_t left = memory_budget_bytes > states ? memory_budget_bytes - states : 0;
+    pages = std::max<int64_t>(int64_t(left / kv_bytes_per_page(cfg, int32_t(ps))), min_pages);
+  }
+  lim.caches.num_pages = int32_t(std::clamp<int64_t>(pages, 1, INT32_MAX / ps));
+  return lim;
+}
+
+}  // namespace sala

@@ -1,0 +1,50 @@
+// CPU sampling from one fp32 logits row. Greedy (temperature <= 0 or top_k == 1) is the
+// argmax with ties to the lowest id. Otherwise: penalties, temperature, top-k, top-p, min-p
+// (SGLang's order), then one draw from the request's own RNG, so the same seed gives the
+// same tokens. The CUDA backend may later sample on the device behind the same interface.
+#pragma once
+#include <cstdint>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace sala {
+
+// Per-request sampling state, created at submit; never reset by preemption (a recomputed
+// request continues its random stream where it stopped).
+class SamplerState {
+ public:
+  SamplerState() = default;
+  // vocab: logits row width. Allocates the penalty tables only when a penalty is active.
+  void init(const SamplingParams& p, const std::vector<int32_t>& prompt, int32_t vocab);
+  // Records a generated token (frequency / presence / repetition penalties).
+  void observe(int32_t token);
+  uint64_t seed() const { return seed_; }
+
+ private:
+  friend class Sampler;
+  uint64_t seed_ = 0;
+  std::mt19937_64 rng_;
+  bool penalties_ = false;
+  std::vector<int32_t> out_count_;  // [vocab] generated occurrences
+  std::vector<uint8_t> in_prompt_;  // [vocab]
+  std::vector<int32_t> touched_;    // distinct ids with in_prompt_ or out_count_ set
+};
+
+// Index of the largest value, ties to the lowest index.
+int32_t argmax(const float* x, int32_t n);
+
+class Sampler {
+ public:
+  // Samples one token from `logits` [vocab]; the row is modified in place (penalties,
+  // temperature). Scratch buffers are kept between calls.
+  int32_t sample(float* logits, int32_t vocab, const SamplingParams& p, SamplerState& st);
+
+ private:
+  std::vector<std::pair<float, int32_t>> cand_;
+  std::vector<float> probs_;
+};
+
+}  // namespace sala
