@@ -7,3 +7,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -r tests/requirements.txt
+# SGLang's bench client (sglang.bench_serving) without its GPU dependencies: the server
+# tests drive it against our server (see tests/server/run_sglang_bench.py).
+.venv/bin/python -m pip install -q --no-deps -r tests/server/requirements-nodeps.txt

@@ -39,13 +39,15 @@ int run(const Args& a) {
                              *std::max_element(a.prefill_batches.begin(), a.prefill_batches.end()));
   const int64_t ctx = std::max(a.decode_in + a.decode_out, a.prefill_in) + 1;
   sala::ModelLimits lim;
-  lim.max_step_tokens = std::max<int32_t>(a.prefill_in, max_b);
+  lim.max_step_tokens = std::max({a.prefill_in, a.decode_in, max_b});
   lim.max_logit_rows = max_b;
   lim.caches.page_size = cfg.sparse.block_size;
   const int32_t pages_per_seq = int32_t((ctx + lim.caches.page_size - 1) / lim.caches.page_size);
   lim.caches.num_pages = pages_per_seq * max_b;
   lim.caches.num_slots = max_b;
-  sala::BackendOptions bo{a.bf16 ? sala::NumericMode::BF16 : sala::NumericMode::F32, a.threads};
+  // The GPU path is bf16 by contract; the CPU reference is fp32 unless --bf16 asks for emulation.
+  const bool bf16 = a.bf16 || a.device == "cuda";
+  sala::BackendOptions bo{bf16 ? sala::NumericMode::BF16 : sala::NumericMode::F32, a.threads};
   std::unique_ptr<sala::Backend> be;
   if (a.device == "cpu") be = sala::make_cpu_backend(bo);
 #ifdef SALA_HAVE_CUDA
@@ -136,8 +138,8 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
                            auto a = std::make_shared<Args>();
                            app.add_option("--model-path", a->model, "model directory")->required();
                            app.add_option("--device", a->device, "cpu or cuda");
-                           app.add_option("--decode-batches", a->decode_batches, "decode batch sizes");
-                           app.add_option("--prefill-batches", a->prefill_batches, "prefill batch sizes");
+                           app.add_option("--decode-batches", a->decode_batches, "decode batch sizes")->delimiter(',');
+                           app.add_option("--prefill-batches", a->prefill_batches, "prefill batch sizes")->delimiter(',');
                            app.add_option("--decode-input", a->decode_in, "decode prompt length");
                            app.add_option("--decode-output", a->decode_out, "decode steps");
                            app.add_option("--prefill-input", a->prefill_in, "prefill prompt length");

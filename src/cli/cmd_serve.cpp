@@ -1,0 +1,167 @@
+// `sala serve`: the SGLang/OpenAI-compatible HTTP server (../shared/API.md §4, SGLang's flag
+// names). With no --model-path it serves $SALA_MODEL_DIR or the bundled tiny model.
+// requires: sala_server sala_engine
+#include <fmt/core.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+#include <thread>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "server/http_server.h"
+#include "server/launch.h"
+
+namespace {
+
+struct ServeOpts {
+  std::string model_path, host = "127.0.0.1", served_model_name, api_key, device = "cpu";
+  std::string dtype = "auto", kv_cache_dtype = "auto", quantization, log_level = "info";
+  std::string attention_backend, tokenizer_path;
+  int port = 30000;
+  int chunked_prefill_size = 8192;
+  int max_running_requests = 64;
+  int max_queued_requests = 1024;
+  int64_t max_total_tokens = 0;
+  int context_length = 0;
+  double mem_fraction_static = 0;
+  int stream_interval = 1;
+  int cpu_threads = 0;
+  int http_threads = 512;
+  int kv_memory_mb = 512;
+  int tp_size = 1;
+  bool disable_radix_cache = false, disable_cuda_graph = false, skip_server_warmup = false;
+  bool trust_remote_code = false, dense_as_sparse = false, enable_metrics = false;
+};
+
+int g_sig_pipe[2] = {-1, -1};
+void on_signal(int sig) {
+  unsigned char b = static_cast<unsigned char>(sig);
+  [[maybe_unused]] ssize_t n = ::write(g_sig_pipe[1], &b, 1);
+}
+
+void warn(const std::string& msg) { fmt::print(stderr, "warning: {}\n", msg); }
+
+int run_serve(const ServeOpts& o) {
+  // SIGINT/SIGTERM: the handler writes to a pipe; a waiter thread stops the server. (Masking
+  // is not enough: libraries start threads with the default mask before main.)
+  if (::pipe(g_sig_pipe) != 0) sala::fail("pipe() failed");
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that went away must not kill the server
+
+  if (!o.attention_backend.empty()) warn(fmt::format("--attention-backend {} ignored: SALA picks its own kernels", o.attention_backend));
+  if (o.skip_server_warmup) warn("--skip-server-warmup ignored: the server needs no warm-up request");
+  if (o.disable_radix_cache) warn("--disable-radix-cache: there is no prefix cache (nothing to disable)");
+  if (o.disable_cuda_graph) warn("--disable-cuda-graph ignored on this device");
+  if (o.trust_remote_code) warn("--trust-remote-code ignored: no remote code is ever run");
+  if (o.kv_cache_dtype != "auto") warn(fmt::format("--kv-cache-dtype {} ignored: the CPU backend keeps the KV cache in fp32", o.kv_cache_dtype));
+  if (!o.quantization.empty()) warn(fmt::format("--quantization {} ignored on the CPU backend", o.quantization));
+  if (o.mem_fraction_static > 0) warn("--mem-fraction-static ignored on the CPU backend (see --kv-memory-mb)");
+  if (o.tp_size != 1) sala::fail("--tp-size {} is not supported (one device per server)", o.tp_size);
+  if (o.stream_interval < 1) sala::fail("--stream-interval must be >= 1");
+
+  sala::server::LaunchOptions lo;
+  lo.model_path = o.model_path.empty() ? sala::server::default_model_dir() : o.model_path;
+  if (!o.tokenizer_path.empty() && o.tokenizer_path != lo.model_path)
+    warn("--tokenizer-path ignored: the tokenizer is read from --model-path");
+  lo.device = o.device;
+  lo.dtype = o.dtype;
+  lo.cpu_threads = o.cpu_threads;
+  lo.engine.max_running_requests = o.max_running_requests;
+  lo.engine.chunked_prefill_size = o.chunked_prefill_size;
+  lo.engine.max_step_tokens = o.chunked_prefill_size + o.max_running_requests;
+  lo.engine.max_queued_requests = o.max_queued_requests;
+  lo.engine.max_context_len = o.context_length;
+  lo.engine.dense_as_sparse = o.dense_as_sparse;
+  lo.max_total_tokens = o.max_total_tokens;
+  lo.kv_memory_bytes = size_t(o.kv_memory_mb) << 20;
+  fmt::print(stderr, "sala serve: loading {} on {}\n", lo.model_path, lo.device);
+  sala::server::Loaded L = sala::server::launch(lo);
+
+  sala::server::ServerOptions so;
+  so.host = o.host;
+  so.port = o.port;
+  so.model_path = o.model_path.empty() ? lo.model_path : o.model_path;
+  so.served_model_name = o.served_model_name;
+  so.api_key = o.api_key;
+  so.stream_interval = o.stream_interval;
+  so.http_threads = std::max(o.http_threads, 2 * o.max_running_requests + 64);
+  so.max_context_len = L.max_context_len;
+  so.vocab_size = L.vocab_size;
+  const sala::EngineInfo info = L.engine->info();
+  so.server_args = {
+      {"model_path", so.model_path}, {"tokenizer_path", so.model_path}, {"host", o.host},
+      {"port", o.port}, {"device", o.device}, {"dtype", o.dtype},
+      {"served_model_name", o.served_model_name.empty() ? so.model_path : o.served_model_name},
+      {"chunked_prefill_size", info.options.chunked_prefill_size > 0 ? info.options.chunked_prefill_size : o.chunked_prefill_size},
+      {"max_running_requests", info.options.max_running_requests > 0 ? info.options.max_running_requests : o.max_running_requests},
+      {"max_queued_requests", o.max_queued_requests}, {"max_total_num_tokens", L.max_total_tokens},
+      {"max_total_tokens", L.max_total_tokens}, {"context_length", L.max_context_len},
+      {"stream_interval", o.stream_interval}, {"kv_cache_dtype", o.kv_cache_dtype},
+      {"dense_as_sparse", o.dense_as_sparse}, {"disable_radix_cache", true},
+      {"api_key_set", !o.api_key.empty()}, {"tp_size", 1}, {"dp_size", 1}};
+
+  sala::server::HttpServer server(so, *L.engine, *L.tok, L.tmpl.get());
+  const int port = server.bind();
+  std::thread waiter([&server] {
+    unsigned char sig = 0;
+    while (::read(g_sig_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
+    fmt::print(stderr, "sala serve: signal {}, shutting down\n", int(sig));
+    server.stop();
+  });
+  waiter.detach();
+  fmt::print(stderr, "sala serve: model '{}', context {} tokens, KV pool {} tokens, {} running max\n",
+             server.model_id(), L.max_context_len, L.max_total_tokens, o.max_running_requests);
+  fmt::print("sala serve: listening on http://{}:{}\n", o.host, port);
+  std::fflush(stdout);
+  server.run();
+  L.engine->shutdown();
+  return 0;
+}
+
+sala::cli::Registrar reg("serve", "Serve a model over HTTP (SGLang /generate + OpenAI /v1 APIs)", [](CLI::App& app) {
+  auto o = std::make_shared<ServeOpts>();
+  app.add_option("--model-path,--model", o->model_path, "Model directory (default: $SALA_MODEL_DIR or the bundled tiny model)");
+  app.add_option("--host", o->host, "Address to bind")->capture_default_str();
+  app.add_option("--port", o->port, "Port (0: any free port)")->capture_default_str();
+  app.add_option("--served-model-name", o->served_model_name, "Model id in /v1/models (default: --model-path as given)");
+  app.add_option("--chunked-prefill-size", o->chunked_prefill_size, "Max prompt tokens of one request per step")->capture_default_str();
+  app.add_option("--max-running-requests", o->max_running_requests, "Max requests decoding together")->capture_default_str();
+  app.add_option("--max-queued-requests", o->max_queued_requests, "Queue bound; beyond it requests get 429")->capture_default_str();
+  app.add_option("--max-total-tokens", o->max_total_tokens, "KV pool size in tokens (default: from --kv-memory-mb)");
+  app.add_option("--context-length", o->context_length, "Max prompt + output tokens of one request (default: the model's)");
+  app.add_option("--kv-memory-mb", o->kv_memory_mb, "CPU: memory for the KV pool and state slots")->capture_default_str();
+  app.add_option("--mem-fraction-static", o->mem_fraction_static, "GPU memory fraction (ignored on the CPU)");
+  app.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto | fp8_e4m3 | fp8_e5m2")->capture_default_str();
+  app.add_option("--quantization", o->quantization, "Weight quantization");
+  app.add_option("--dtype", o->dtype, "auto | float32 | bfloat16 (CPU numeric mode)")->capture_default_str();
+  app.add_option("--stream-interval", o->stream_interval, "Tokens between streamed chunks")->capture_default_str();
+  app.add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY'");
+  app.add_option("--device", o->device, "cpu | cuda")->capture_default_str();
+  app.add_option("--cpu-threads", o->cpu_threads, "CPU backend threads (0: all cores)")->capture_default_str();
+  app.add_option("--http-threads", o->http_threads, "HTTP worker threads (>= max concurrent connections)")->capture_default_str();
+  app.add_option("--log-level", o->log_level, "Log level")->capture_default_str();
+  app.add_option("--tp-size,--tp", o->tp_size, "Tensor parallelism (only 1)");
+  app.add_option("--tokenizer-path", o->tokenizer_path, "Accepted for SGLang compatibility");
+  app.add_option("--attention-backend", o->attention_backend, "Accepted for SGLang compatibility (ignored)");
+  app.add_flag("--disable-radix-cache", o->disable_radix_cache, "Accepted for SGLang compatibility (no prefix cache)");
+  app.add_flag("--disable-cuda-graph", o->disable_cuda_graph, "Accepted for SGLang compatibility");
+  app.add_flag("--skip-server-warmup", o->skip_server_warmup, "Accepted for SGLang compatibility (ignored)");
+  app.add_flag("--trust-remote-code", o->trust_remote_code, "Accepted for SGLang compatibility (ignored)");
+  app.add_flag("--enable-metrics", o->enable_metrics, "Accepted for SGLang compatibility (/metrics is always on)");
+  app.add_flag("--dense-as-sparse", o->dense_as_sparse, "Force the sparse attention path at every length");
+  return sala::cli::Run([o] { return run_serve(*o); });
+});
+
+}  // namespace

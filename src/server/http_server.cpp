@@ -1,0 +1,680 @@
+#include "server/http_server.h"
+
+#include <fmt/format.h>
+#include <sys/socket.h>
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+#include "server/protocol.h"
+#include "tokenizer/detokenizer.h"
+
+namespace sala::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+int64_t unix_time() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// cpp-httplib's listen backlog is compiled in as 5: re-listen with a real one.
+class BacklogServer : public httplib::Server {
+ public:
+  int bind_with_backlog(const std::string& host, int port, int backlog) {
+    int bound = port;
+    if (port == 0) {
+      bound = bind_to_any_port(host);
+      if (bound < 0) return -1;
+    } else if (!bind_to_port(host, port)) {
+      return -1;
+    }
+    if (::listen(svr_sock_, backlog) != 0) return -1;
+    return bound;
+  }
+};
+
+// ---------------------------------------------------------------- metrics
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1) {}
+  void observe(double v) {
+    std::lock_guard<std::mutex> lk(mu_);
+    size_t i = std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin();
+    counts_[i]++;
+    sum_ += v;
+    n_++;
+  }
+  void render(std::string& out, const std::string& name, const std::string& help) const {
+    std::lock_guard<std::mutex> lk(mu_);
+    out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (size_t i = 0; i < bounds_.size(); ++i) {
+      cum += counts_[i];
+      out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[i], cum);
+    }
+    out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, n_, name, sum_, name, n_);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;
+  double sum_ = 0;
+  uint64_t n_ = 0;
+};
+
+struct Metrics {
+  std::atomic<int64_t> http_requests{0}, http_errors{0}, client_disconnects{0}, stop_string_matches{0};
+  std::atomic<int64_t> gen_requests{0}, chat_requests{0}, completion_requests{0};
+  std::atomic<int64_t> in_flight{0};
+  Histogram ttft{{0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120}};
+  Histogram itl{{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2}};
+  Histogram e2e{{0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800}};
+};
+
+// ---------------------------------------------------------------- one generated sequence
+
+struct Seq {
+  std::shared_ptr<RequestHandle> h;
+  std::unique_ptr<IncrementalDetokenizer> detok;
+  std::unique_ptr<StopStringMatcher> stop;
+  SeqResult r;
+  std::string id;
+  bool counts_prompt = true;  // usage: count this sequence's prompt (false for n copies 2..n)
+  Clock::time_point start, last_token;
+  bool got_token = false;
+  // streaming bookkeeping
+  size_t sent_bytes = 0;
+  int32_t sent_tokens = 0;
+  bool sent_first = false, sent_final = false;
+};
+
+void finish_seq(Seq& s, const std::string& finish) {
+  s.r.finished = true;
+  s.r.finish = finish;
+  s.r.e2e_latency = seconds_since(s.start);
+}
+
+// Text from the detokenizer into the stop matcher; true if a stop string ended the sequence.
+bool feed_text(Seq& s, const std::string& t, Metrics& m) {
+  auto res = s.stop->push(t);
+  s.r.text += res.emit;
+  if (res.stopped) {
+    s.h->cancel();
+    s.r.matched_str = res.matched;
+    finish_seq(s, "stop");
+    m.stop_string_matches++;
+    return true;
+  }
+  return false;
+}
+
+// Reads at most one engine event for `s`; true if anything changed.
+bool pump(Seq& s, std::chrono::milliseconds timeout, Metrics& m) {
+  if (s.r.finished) return false;
+  TokenEvent ev;
+  if (!s.h->next(ev, timeout)) return false;
+  const auto now = Clock::now();
+  if (ev.prompt_tokens > 0) s.r.prompt_tokens = ev.prompt_tokens;
+  const size_t nt = ev.tokens.size();
+  if (nt > 0) {
+    if (!s.got_token) {
+      m.ttft.observe(std::chrono::duration<double>(now - s.start).count());
+    } else {
+      const double gap = std::chrono::duration<double>(now - s.last_token).count() / double(nt);
+      for (size_t i = 0; i < nt; ++i) m.itl.observe(gap);
+    }
+    s.got_token = true;
+    s.last_token = now;
+  }
+  for (size_t i = 0; i < nt; ++i) {
+    const int32_t id = ev.tokens[i];
+    s.r.completion_tokens++;
+    // The token that ended generation (EOS / stop_token_ids) is counted but never shown.
+    if (ev.finished && ev.reason == FinishReason::StopToken && i + 1 == nt && id == ev.matched_stop_token)
+      break;
+    std::string t = s.detok->push(id);
+    if (!t.empty() && feed_text(s, t, m)) return true;
+  }
+  if (!ev.finished) return true;
+  if (ev.completion_tokens > s.r.completion_tokens) s.r.completion_tokens = ev.completion_tokens;
+  std::string t = s.detok->flush();
+  if (!t.empty() && feed_text(s, t, m)) return true;
+  s.r.text += s.stop->flush();
+  switch (ev.reason) {
+    case FinishReason::Length: finish_seq(s, "length"); break;
+    case FinishReason::StopToken:
+      s.r.matched_token = ev.matched_stop_token;
+      finish_seq(s, "stop");
+      break;
+    case FinishReason::Aborted:
+      s.r.abort_message = "aborted";
+      finish_seq(s, "abort");
+      break;
+    case FinishReason::Error:
+      s.r.abort_message = ev.error.empty() ? "engine error" : ev.error;
+      finish_seq(s, "abort");
+      break;
+    case FinishReason::None: finish_seq(s, "stop"); break;
+  }
+  return true;
+}
+
+// Waits a little for progress on any unfinished sequence; true if anything changed.
+bool pump_any(std::vector<Seq>& seqs, Metrics& m, std::chrono::milliseconds wait) {
+  bool progressed = false;
+  Seq* first = nullptr;
+  if (seqs.size() == 1) return pump(seqs[0], wait, m);
+  for (auto& s : seqs) {
+    if (s.r.finished) continue;
+    if (!first) first = &s;
+    progressed |= pump(s, 0ms, m);
+  }
+  if (!progressed && first) progressed = pump(*first, std::min(wait, std::chrono::milliseconds(20)), m);
+  return progressed;
+}
+
+bool all_finished(const std::vector<Seq>& seqs) {
+  return std::all_of(seqs.begin(), seqs.end(), [](const Seq& s) { return s.r.finished; });
+}
+
+enum class Route { Generate, Chat, Completion };
+
+// Everything a streaming response needs after the handler returned.
+struct StreamState {
+  Route route;
+  std::vector<Seq> seqs;
+  std::string id, model;
+  int64_t created = 0;
+  bool batch = false, include_usage = false;
+  int interval = 1;
+  bool started = false;
+  Metrics* metrics = nullptr;
+
+  void cancel_all() {
+    for (auto& s : seqs)
+      if (s.h) s.h->cancel();
+  }
+};
+
+bool write_event(httplib::DataSink& sink, const json& j) {
+  std::string line = "data: " + dump(j) + "\n\n";
+  return sink.write(line.data(), line.size());
+}
+
+std::string random_hex(size_t n) {
+  static thread_local std::mt19937_64 rng(std::random_device{}() ^
+                                          uint64_t(Clock::now().time_since_epoch().count()));
+  static const char* hex = "0123456789abcdef";
+  std::string s(n, '0');
+  for (auto& c : s) c = hex[rng() & 15];
+  return s;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- the server
+
+struct HttpServer::Impl {
+  ServerOptions opts;
+  Engine& engine;
+  const Tokenizer& tok;
+  const ChatTemplate* tmpl;
+  BacklogServer svr;
+  Metrics metrics;
+  ProtocolLimits lim;
+  std::string model_id;
+  Clock::time_point started = Clock::now();
+
+  Impl(ServerOptions o, Engine& e, const Tokenizer& t, const ChatTemplate* c)
+      : opts(std::move(o)), engine(e), tok(t), tmpl(c) {
+    lim.max_context_len = opts.max_context_len;
+    lim.vocab_size = opts.vocab_size > 0 ? opts.vocab_size : tok.vocab_size();
+    lim.max_n = opts.max_n;
+    model_id = opts.served_model_name.empty() ? opts.model_path : opts.served_model_name;
+    setup();
+  }
+
+  static void send_json(httplib::Response& res, const json& j, int status = 200) {
+    res.status = status;
+    res.set_content(dump(j), "application/json");
+  }
+  void send_error(httplib::Response& res, const ApiError& e) {
+    metrics.http_errors++;
+    send_json(res, e.body(), e.status);
+  }
+
+  void check_model(const std::string& m) const {
+    if (m.empty() || m == model_id || m == opts.model_path || m == "default") return;
+    throw ApiError(400, fmt::format("The model '{}' does not exist; this server serves '{}'", m, model_id),
+                   "model", "invalid_request_error", "model_not_found");
+  }
+
+  // Tokenized prompt → validated engine requests (n per prompt) → submitted sequences.
+  std::vector<Seq> submit_all(const std::vector<std::vector<int32_t>>& prompts,
+                              const std::vector<std::string>& echo_texts, const Sampling& sp, int n,
+                              const std::string& base_id, bool id_per_seq) {
+    std::vector<Seq> seqs;
+    const auto start = Clock::now();
+    for (size_t pi = 0; pi < prompts.size(); ++pi) {
+      const auto& ids = prompts[pi];
+      const std::string param = prompts.size() > 1 ? fmt::format("prompt[{}]", pi) : "prompt";
+      if (ids.empty()) bad_request(param, "the prompt is empty (no tokens)");
+      const int64_t plen = int64_t(ids.size());
+      if (lim.max_context_len > 0 && plen >= lim.max_context_len)
+        throw ApiError(400, fmt::format("The prompt has {} tokens, which does not fit the model's context "
+                                        "length of {} tokens", plen, lim.max_context_len),
+                       param, "invalid_request_error", "context_length_exceeded");
+      SamplingParams p = sp.params;
+      if (p.max_new_tokens < 0) p.max_new_tokens = int32_t(std::min<int64_t>(lim.max_context_len - plen, INT32_MAX));
+      if (lim.max_context_len > 0 && plen + p.max_new_tokens > lim.max_context_len)
+        throw ApiError(400, fmt::format("The prompt ({} tokens) plus the requested {} new tokens exceeds the "
+                                        "model's context length of {} tokens", plen, p.max_new_tokens,
+                                        lim.max_context_len),
+                       "max_tokens", "invalid_request_error", "context_length_exceeded");
+      for (int j = 0; j < n; ++j) {
+        Seq s;
+        s.r.index = int32_t(pi * size_t(n) + size_t(j));
+        s.r.prompt_tokens = int32_t(plen);
+        s.counts_prompt = (j == 0);
+        s.start = start;
+        s.id = id_per_seq ? fmt::format("{}-{}", base_id, s.r.index) : base_id;
+        s.detok = std::make_unique<IncrementalDetokenizer>(tok, sp.skip_special_tokens);
+        s.stop = std::make_unique<StopStringMatcher>(sp.stop);
+        if (pi < echo_texts.size()) s.r.text = echo_texts[pi];
+        seqs.push_back(std::move(s));
+      }
+    }
+    // Submit only after everything validated; on failure cancel what was submitted.
+    try {
+      for (auto& s : seqs) {
+        GenerationRequest req;
+        req.prompt = prompts[size_t(s.r.index) / size_t(n)];
+        req.sampling = sp.params;
+        if (req.sampling.max_new_tokens < 0)
+          req.sampling.max_new_tokens = int32_t(lim.max_context_len - int64_t(req.prompt.size()));
+        if (req.sampling.seed && n > 1) req.sampling.seed = *req.sampling.seed + uint64_t(s.r.index % n);
+        s.h = engine.submit(std::move(req));
+      }
+    } catch (...) {
+      for (auto& s : seqs)
+        if (s.h) s.h->cancel();
+      throw;
+    }
+    return seqs;
+  }
+
+  void wait_all(std::vector<Seq>& seqs) {
+    while (!all_finished(seqs)) pump_any(seqs, metrics, 1000ms);
+    for (auto& s : seqs) metrics.e2e.observe(s.r.e2e_latency);
+  }
+
+  json usage_of(const std::vector<Seq>& seqs) const {
+    int64_t p = 0, c = 0;
+    for (auto& s : seqs) {
+      if (s.counts_prompt) p += s.r.prompt_tokens;
+      c += s.r.completion_tokens;
+    }
+    return usage_json(p, c);
+  }
+
+  std::vector<int32_t> encode_prompt(const Prompt& p, bool add_special) const {
+    if (p.text) return tok.encode(*p.text, add_special);
+    return p.ids;
+  }
+
+  // ---- streaming
+
+  // One round of the stream: wait for progress, write what is due. false: stop (client gone).
+  bool stream_step(StreamState& st, httplib::DataSink& sink) {
+    if (!sink.is_writable()) {
+      metrics.client_disconnects++;
+      st.cancel_all();
+      return false;
+    }
+    bool ok = true;
+    if (!st.started) {
+      st.started = true;
+      if (st.route == Route::Chat)
+        for (auto& s : st.seqs)
+          ok = ok && write_event(sink, chat_chunk(st.id, st.model, st.created, s.r.index, std::nullopt, true, std::nullopt));
+    }
+    if (ok && !all_finished(st.seqs)) pump_any(st.seqs, metrics, 100ms);
+    for (auto& s : st.seqs) {
+      if (!ok) break;
+      if (s.sent_final) continue;
+      const bool new_text = s.r.text.size() > s.sent_bytes;
+      const bool due = s.r.finished || (!s.sent_first && new_text) ||
+                       (s.r.completion_tokens - s.sent_tokens >= st.interval);
+      if (!due) continue;
+      if (st.route == Route::Generate) {
+        ok = write_event(sink, generate_result(s.r, s.id, st.batch));
+      } else if (new_text || s.r.finished) {
+        std::optional<std::string> fin;
+        if (s.r.finished) fin = openai_finish_reason(s.r);
+        std::string delta = s.r.text.substr(s.sent_bytes);
+        if (st.route == Route::Chat)
+          ok = write_event(sink, chat_chunk(st.id, st.model, st.created, s.r.index, delta, false, fin));
+        else
+          ok = write_event(sink, completion_chunk(st.id, st.model, st.created, s.r.index, delta, fin));
+      }
+      s.sent_bytes = s.r.text.size();
+      s.sent_tokens = s.r.completion_tokens;
+      s.sent_first = s.sent_first || new_text;
+      if (s.r.finished) {
+        s.sent_final = true;
+        metrics.e2e.observe(s.r.e2e_latency);
+      }
+    }
+    if (!ok) {
+      metrics.client_disconnects++;
+      st.cancel_all();
+      return false;
+    }
+    if (std::all_of(st.seqs.begin(), st.seqs.end(), [](const Seq& s) { return s.sent_final; })) {
+      if (st.include_usage) {
+        json u = usage_of(st.seqs);
+        ok = write_event(sink, usage_chunk(st.route == Route::Chat ? "chat.completion.chunk" : "text_completion",
+                                           st.id, st.model, st.created, u["prompt_tokens"], u["completion_tokens"]));
+      }
+      static const std::string done = "data: [DONE]\n\n";
+      ok = ok && sink.write(done.data(), done.size());
+      sink.done();
+      return ok;
+    }
+    return true;
+  }
+
+  void start_stream(httplib::Response& res, std::shared_ptr<StreamState> st) {
+    st->interval = std::max(1, opts.stream_interval);
+    st->metrics = &metrics;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, st](size_t, httplib::DataSink& sink) { return stream_step(*st, sink); },
+        [st](bool) { st->cancel_all(); });  // any end of the response: free the requests
+  }
+
+  // ---- routes
+
+  void handle_generate(const httplib::Request& req, httplib::Response& res) {
+    metrics.gen_requests++;
+    GenerateRequest g = parse_generate(parse_body(req.body), lim);
+    std::vector<std::vector<int32_t>> prompts;
+    // n copies were expanded by the parser: submit each item once.
+    for (auto& p : g.prompts) prompts.push_back(encode_prompt(p, true));
+    Sampling sp = g.sampling;
+    const std::string id = g.rid.empty() ? random_hex(32) : g.rid;
+    std::vector<Seq> seqs = submit_all(prompts, {}, sp, 1, id, g.batch);
+    if (g.stream) {
+      auto st = std::make_shared<StreamState>();
+      st->route = Route::Generate;
+      st->seqs = std::move(seqs);
+      st->id = id;
+      st->batch = g.batch;
+      start_stream(res, st);
+      return;
+    }
+    wait_all(seqs);
+    if (!g.batch) {
+      send_json(res, generate_result(seqs[0].r, seqs[0].id, false));
+      return;
+    }
+    json arr = json::array();
+    for (auto& s : seqs) arr.push_back(generate_result(s.r, s.id, false));
+    send_json(res, arr);
+  }
+
+  void handle_chat(const httplib::Request& req, httplib::Response& res) {
+    metrics.chat_requests++;
+    ChatRequest c = parse_chat(parse_body(req.body), lim);
+    check_model(c.model);
+    if (!tmpl)
+      throw ApiError(400, "This model has no chat template; use /v1/completions or /generate", "messages");
+    std::string rendered = tmpl->render(c.messages, true, c.template_kwargs);
+    std::vector<std::vector<int32_t>> prompts{tok.encode(rendered, false)};
+    const std::string id = "chatcmpl-" + random_hex(24);
+    std::vector<Seq> seqs = submit_all(prompts, {}, c.sampling, c.sampling.n, id, false);
+    const int64_t created = unix_time();
+    if (c.stream) {
+      auto st = std::make_shared<StreamState>();
+      st->route = Route::Chat;
+      st->seqs = std::move(seqs);
+      st->id = id;
+      st->model = model_id;
+      st->created = created;
+      st->include_usage = c.include_usage;
+      start_stream(res, st);
+      return;
+    }
+    wait_all(seqs);
+    std::vector<SeqResult> rs;
+    for (auto& s : seqs) rs.push_back(s.r);
+    send_json(res, chat_response(id, model_id, created, rs, usage_of(seqs)));
+  }
+
+  void handle_completion(const httplib::Request& req, httplib::Response& res) {
+    metrics.completion_requests++;
+    CompletionRequest c = parse_completion(parse_body(req.body), lim);
+    check_model(c.model);
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<std::string> echo;
+    for (auto& p : c.prompts) {
+      prompts.push_back(encode_prompt(p, true));
+      if (c.echo) echo.push_back(p.text ? *p.text : tok.decode(p.ids, true));
+    }
+    const std::string id = "cmpl-" + random_hex(24);
+    std::vector<Seq> seqs = submit_all(prompts, echo, c.sampling, c.sampling.n, id, false);
+    const int64_t created = unix_time();
+    if (c.stream) {
+      auto st = std::make_shared<StreamState>();
+      st->route = Route::Completion;
+      st->seqs = std::move(seqs);
+      st->id = id;
+      st->model = model_id;
+      st->created = created;
+      st->include_usage = c.include_usage;
+      start_stream(res, st);
+      return;
+    }
+    wait_all(seqs);
+    std::vector<SeqResult> rs;
+    for (auto& s : seqs) rs.push_back(s.r);
+    send_json(res, completion_response(id, model_id, created, rs, usage_of(seqs)));
+  }
+
+  std::string render_metrics() const {
+    const EngineStats s = engine.stats();
+    std::string o;
+    auto gauge = [&](const char* name, const char* help, double v) {
+      o += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, v);
+    };
+    auto counter = [&](const char* name, const char* help, double v) {
+      o += fmt::format("# HELP {} {}\n# TYPE {} counter\n{} {}\n", name, help, name, name, v);
+    };
+    counter("sala_http_requests_total", "HTTP requests received", double(metrics.http_requests.load()));
+    counter("sala_http_errors_total", "HTTP requests answered with an error status", double(metrics.http_errors.load()));
+    counter("sala_client_disconnects_total", "Streams aborted because the client went away", double(metrics.client_disconnects.load()));
+    counter("sala_stop_string_matches_total", "Sequences ended by a stop string", double(metrics.stop_string_matches.load()));
+    counter("sala_requests_total", "Generation requests submitted to the engine", double(s.requests_total));
+    counter("sala_requests_finished_total", "Generation requests finished", double(s.requests_finished));
+    counter("sala_requests_aborted_total", "Generation requests aborted", double(s.requests_aborted));
+    counter("sala_preemptions_total", "Requests preempted (pages freed, recomputed later)", double(s.preemptions));
+    counter("sala_prompt_tokens_total", "Prompt tokens processed", double(s.prompt_tokens_total));
+    counter("sala_generation_tokens_total", "Tokens generated", double(s.generated_tokens_total));
+    counter("sala_engine_steps_total", "Engine forward steps", double(s.steps));
+    gauge("sala_num_running_reqs", "Requests running in the engine", double(s.running));
+    gauge("sala_num_queued_reqs", "Requests waiting in the engine queue", double(s.queued));
+    gauge("sala_kv_pages_used", "KV pages in use (sparse layers)", double(s.kv_pages_used));
+    gauge("sala_kv_pages_total", "KV pages in the pool", double(s.kv_pages_total));
+    gauge("sala_state_slots_used", "Lightning-state slots in use", double(s.state_slots_used));
+    gauge("sala_state_slots_total", "Lightning-state slots in the pool", double(s.state_slots_total));
+    gauge("sala_kv_usage_ratio", "Fraction of KV pages in use",
+          s.kv_pages_total ? double(s.kv_pages_used) / double(s.kv_pages_total) : 0.0);
+    gauge("sala_http_in_flight", "HTTP generation requests in flight", double(metrics.in_flight.load()));
+    metrics.ttft.render(o, "sala_time_to_first_token_seconds", "Time to first token (server side)");
+    metrics.itl.render(o, "sala_inter_token_latency_seconds", "Inter-token latency (server side)");
+    metrics.e2e.render(o, "sala_e2e_request_latency_seconds", "End-to-end request latency");
+    return o;
+  }
+
+  json stats_json() const {
+    const EngineStats s = engine.stats();
+    return {{"running", s.running}, {"queued", s.queued},
+            {"kv_pages_used", s.kv_pages_used}, {"kv_pages_total", s.kv_pages_total},
+            {"state_slots_used", s.state_slots_used}, {"state_slots_total", s.state_slots_total},
+            {"requests_total", s.requests_total}, {"requests_finished", s.requests_finished},
+            {"requests_aborted", s.requests_aborted}, {"preemptions", s.preemptions},
+            {"prompt_tokens_total", s.prompt_tokens_total},
+            {"generated_tokens_total", s.generated_tokens_total}, {"steps", s.steps}};
+  }
+
+  // Wraps a handler: counts, maps exceptions to OpenAI error bodies.
+  httplib::Server::Handler wrap(void (Impl::*fn)(const httplib::Request&, httplib::Response&)) {
+    return [this, fn](const httplib::Request& req, httplib::Response& res) {
+      metrics.http_requests++;
+      metrics.in_flight++;
+      try {
+        (this->*fn)(req, res);
+      } catch (const ApiError& e) {
+        send_error(res, e);
+      } catch (const QueueFull& e) {
+        send_error(res, ApiError(429, "The server is busy: the request queue is full; retry later"));
+      } catch (const sala::Error& e) {  // engine refused the request (e.g. too long for the KV pool)
+        send_error(res, ApiError(400, e.what()));
+      } catch (const std::exception& e) {
+        send_error(res, ApiError(500, fmt::format("internal error: {}", e.what())));
+      }
+      metrics.in_flight--;
+    };
+  }
+
+  void setup() {
+    const int threads = std::max(8, opts.http_threads);
+    svr.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+    svr.set_keep_alive_timeout(opts.keep_alive_timeout_s);
+    svr.set_keep_alive_max_count(100000);
+    svr.set_tcp_nodelay(true);
+    svr.set_read_timeout(60, 0);
+    svr.set_write_timeout(60, 0);
+    svr.set_payload_max_length(size_t(256) << 20);
+
+    svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (opts.api_key.empty() || req.path == "/health" || req.path == "/health_generate")
+        return httplib::Server::HandlerResponse::Unhandled;
+      if (req.get_header_value("Authorization") == "Bearer " + opts.api_key)
+        return httplib::Server::HandlerResponse::Unhandled;
+      send_error(res, ApiError(401, "Invalid or missing API key (expected 'Authorization: Bearer <key>')",
+                               "", "authentication_error", "invalid_api_key"));
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    // Fill the body only for errors that have none (unknown route, bad method).
+    svr.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      const std::string msg = res.status == 404 ? fmt::format("Unknown route {} {}", req.method, req.path)
+                                                : fmt::format("HTTP error {}", res.status);
+      res.set_content(dump(error_body(res.status, msg)), "application/json");
+      return httplib::Server::HandlerResponse::Handled;
+    }));
+    svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "unknown error";
+      try {
+        if (ep) std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      res.status = 500;
+      res.set_content(dump(error_body(500, "internal error: " + what)), "application/json");
+    });
+
+    svr.Post("/generate", wrap(&Impl::handle_generate));
+    svr.Post("/v1/chat/completions", wrap(&Impl::handle_chat));
+    svr.Post("/v1/completions", wrap(&Impl::handle_completion));
+    svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      json m = {{"id", model_id}, {"object", "model"}, {"created", unix_time()}, {"owned_by", "sala"},
+                {"root", model_id}, {"max_model_len", lim.max_context_len}};
+      send_json(res, {{"object", "list"}, {"data", json::array({m})}});
+    });
+    auto health = [this](const httplib::Request&, httplib::Response& res) {
+      if (engine.alive()) {
+        res.status = 200;
+        res.set_content("", "text/plain");
+      } else {
+        send_json(res, error_body(503, "the engine loop is not running"), 503);
+      }
+    };
+    svr.Get("/health", health);
+    svr.Get("/health_generate", health);
+    auto flush = [](const httplib::Request&, httplib::Response& res) {
+      res.status = 200;
+      res.set_content("Cache flushed.\nPlease check backend logs for more details. (When there are running or "
+                      "waiting requests, the operation will not be performed.)\n",
+                      "text/plain");
+    };
+    svr.Post("/flush_cache", flush);
+    svr.Get("/flush_cache", flush);
+    auto info = [this](const httplib::Request&, httplib::Response& res) {
+      json j = opts.server_args;
+      j["model_path"] = opts.model_path;
+      j["served_model_name"] = model_id;
+      j["stream_interval"] = opts.stream_interval;
+      j["context_length"] = lim.max_context_len;
+      j["version"] = "sala-0.1";
+      j["uptime_s"] = seconds_since(started);
+      j["engine_stats"] = stats_json();
+      j["internal_states"] = json::array({json::object()});
+      send_json(res, j);
+    };
+    svr.Get("/get_server_info", info);
+    svr.Get("/server_info", info);
+    svr.Get("/get_model_info", [this](const httplib::Request&, httplib::Response& res) {
+      send_json(res, {{"model_path", opts.model_path}, {"tokenizer_path", opts.model_path}, {"is_generation", true}});
+    });
+    svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(render_metrics(), "text/plain; version=0.0.4");
+    });
+  }
+};
+
+HttpServer::HttpServer(ServerOptions opts, Engine& engine, const Tokenizer& tok, const ChatTemplate* tmpl)
+    : impl_(std::make_unique<Impl>(std::move(opts), engine, tok, tmpl)) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+int HttpServer::bind() {
+  int port = impl_->svr.bind_with_backlog(impl_->opts.host, impl_->opts.port, impl_->opts.listen_backlog);
+  if (port < 0) fail("cannot listen on {}:{}", impl_->opts.host, impl_->opts.port);
+  impl_->opts.port = port;
+  return port;
+}
+
+void HttpServer::run() { impl_->svr.listen_after_bind(); }
+
+void HttpServer::stop() {
+  if (impl_ && impl_->svr.is_running()) impl_->svr.stop();
+}
+
+std::string HttpServer::model_id() const { return impl_->model_id; }
+
+}  // namespace sala::server

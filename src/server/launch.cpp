@@ -1,0 +1,64 @@
+#include "server/launch.h"
+
+#include <fmt/core.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/safetensors.h"
+#include "model/minicpm_sala.h"
+
+namespace sala::server {
+
+std::string default_model_dir() {
+  if (const char* env = std::getenv("SALA_MODEL_DIR"); env && *env) return env;
+#ifdef SALA_DEFAULT_MODEL_DIR
+  return SALA_DEFAULT_MODEL_DIR;
+#else
+  fail("no --model-path given and SALA_MODEL_DIR is not set");
+#endif
+}
+
+Loaded launch(const LaunchOptions& o) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(o.model_path)) fail("model path '{}' is not a directory", o.model_path);
+  Loaded L;
+  L.cfg = load_model_config(o.model_path);
+  L.tok = Tokenizer::load(o.model_path);
+  try {
+    L.tmpl = ChatTemplate::load(o.model_path, *L.tok);
+  } catch (const sala::Error& e) {
+    L.template_error = e.what();
+    if (o.verbose) fmt::print(stderr, "warning: no usable chat template ({}); /v1/chat/completions is disabled\n", e.what());
+  }
+
+  BackendOptions bo;
+  bo.threads = o.cpu_threads;
+  if (o.dtype == "auto" || o.dtype == "float32" || o.dtype == "fp32") bo.mode = NumericMode::F32;
+  else if (o.dtype == "bfloat16" || o.dtype == "bf16") bo.mode = NumericMode::BF16;
+  else fail("--dtype '{}' is not supported (auto, float32, bfloat16)", o.dtype);
+  std::unique_ptr<Backend> backend;
+  if (o.device == "cpu") {
+    backend = make_cpu_backend(bo);
+  } else {
+    fail("--device '{}' is not supported by sala serve yet (use cpu)", o.device);
+  }
+
+  ModelLimits lim = plan_limits(L.cfg, o.engine, o.kv_memory_bytes, o.max_total_tokens);
+  Checkpoint ckpt(o.model_path);
+  auto model = std::make_unique<Model>(L.cfg, std::move(backend), ckpt, lim);
+  L.engine = make_engine(std::move(model), o.engine);
+  const EngineInfo info = L.engine->info();
+  L.max_total_tokens = info.max_total_tokens > 0 ? info.max_total_tokens
+                                                 : int64_t(lim.caches.num_pages) * lim.caches.page_size;
+  L.max_context_len = info.max_context_len > 0
+                          ? info.max_context_len
+                          : std::min<int64_t>(o.engine.max_context_len > 0 ? o.engine.max_context_len
+                                                                           : L.cfg.max_position_embeddings,
+                                              L.max_total_tokens);
+  L.vocab_size = info.vocab_size > 0 ? info.vocab_size : L.cfg.vocab_size;
+  return L;
+}
+
+}  // namespace sala::server

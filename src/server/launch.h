@@ -1,0 +1,42 @@
+// Loading a model directory into a running engine + tokenizer + chat template, shared by
+// `sala serve` and `sala generate`.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "core/config.h"
+#include "engine/engine.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sala::server {
+
+struct LaunchOptions {
+  std::string model_path;          // resolved directory
+  std::string device = "cpu";      // cpu | cuda
+  std::string dtype = "auto";      // auto | float32 | bfloat16 (CPU numeric mode)
+  int cpu_threads = 0;             // 0: all cores
+  EngineOptions engine;
+  int64_t max_total_tokens = 0;    // KV pool size in tokens; 0: from kv_memory_bytes
+  size_t kv_memory_bytes = size_t(512) << 20;
+  bool verbose = true;
+};
+
+struct Loaded {
+  ModelConfig cfg;
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<ChatTemplate> tmpl;  // null if the directory has no (supported) template
+  std::string template_error;          // why tmpl is null
+  std::unique_ptr<Engine> engine;
+  int64_t max_context_len = 0;
+  int64_t max_total_tokens = 0;
+  int32_t vocab_size = 0;
+};
+
+// The model directory to use when none is given: $SALA_MODEL_DIR, else the bundled tiny
+// model (<source dir>/models/sala-tiny-chat).
+std::string default_model_dir();
+
+Loaded launch(const LaunchOptions& opts);
+
+}  // namespace sala::server

@@ -1,0 +1,135 @@
+// Request parsing and validation of the server's protocol layer (no model, no HTTP).
+#include "server/protocol.h"
+
+#include <gtest/gtest.h>
+
+using namespace sala::server;
+
+namespace {
+
+ProtocolLimits lim() {
+  ProtocolLimits l;
+  l.max_context_len = 1000;
+  l.vocab_size = 800;
+  return l;
+}
+
+int status_of(const std::function<void()>& f, std::string* param = nullptr) {
+  try {
+    f();
+  } catch (const ApiError& e) {
+    if (param) *param = e.param;
+    auto b = e.body();
+    EXPECT_TRUE(b["error"].contains("message"));
+    EXPECT_TRUE(b["error"].contains("type"));
+    EXPECT_TRUE(b["error"].contains("param"));
+    EXPECT_TRUE(b["error"].contains("code"));
+    return e.status;
+  }
+  return 200;
+}
+
+}  // namespace
+
+TEST(Protocol, ParseBody) {
+  EXPECT_EQ(status_of([] { parse_body(""); }), 400);
+  EXPECT_EQ(status_of([] { parse_body("{"); }), 400);
+  EXPECT_EQ(status_of([] { parse_body("[1]"); }), 400);
+  EXPECT_EQ(status_of([] { parse_body("{\"a\": \"\xff\"}"); }), 400);
+  EXPECT_EQ(status_of([] { parse_body("{\"a\": 1}"); }), 200);
+}
+
+TEST(Protocol, GenerateBenchServingPayload) {
+  auto j = json::parse(R"({"text": "hi", "sampling_params": {"temperature": 0.0, "max_new_tokens": 7,
+    "ignore_eos": true}, "stream": true, "lora_path": null, "return_logprob": false,
+    "return_routed_experts": false, "logprob_start_len": -1})");
+  auto r = parse_generate(j, lim());
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(*r.prompts[0].text, "hi");
+  EXPECT_FALSE(r.batch);
+  EXPECT_TRUE(r.stream);
+  EXPECT_EQ(r.sampling.params.max_new_tokens, 7);
+  EXPECT_TRUE(r.sampling.params.ignore_eos);
+  EXPECT_EQ(r.sampling.params.temperature, 0.0f);
+}
+
+TEST(Protocol, GenerateForms) {
+  auto r = parse_generate(json::parse(R"({"input_ids": [[1, 2], [3]]})"), lim());
+  EXPECT_TRUE(r.batch);
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(r.prompts[1].ids, std::vector<int32_t>{3});
+  EXPECT_EQ(r.sampling.params.max_new_tokens, 128);
+  r = parse_generate(json::parse(R"({"text": ["a", "b"], "sampling_params": {"n": 2, "stop": "x"}})"), lim());
+  EXPECT_EQ(r.prompts.size(), 4u);
+  EXPECT_EQ(r.sampling.stop, std::vector<std::string>{"x"});
+  EXPECT_EQ(status_of([] { parse_generate(json::parse(R"({"input_ids": [900]})"), lim()); }), 400);
+  EXPECT_EQ(status_of([] { parse_generate(json::parse(R"({"input_ids": []})"), lim()); }), 400);
+  EXPECT_EQ(status_of([] { parse_generate(json::parse(R"({"text": "a", "return_logprob": true})"), lim()); }), 400);
+}
+
+TEST(Protocol, ChatValidation) {
+  auto r = parse_chat(json::parse(R"({"model": "m", "messages": [{"role": "system", "content": "s"},
+    {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+    "temperature": 0, "max_tokens": 5, "stop": ["</s>", "<|im_end|>"], "seed": 3, "n": 2,
+    "stream": true, "stream_options": {"include_usage": true}})"), lim());
+  ASSERT_EQ(r.messages.size(), 2u);
+  EXPECT_EQ(r.messages[1].content, "a\nb");
+  EXPECT_EQ(r.sampling.params.max_new_tokens, 5);
+  EXPECT_EQ(r.sampling.stop.size(), 2u);
+  EXPECT_EQ(*r.sampling.params.seed, 3u);
+  EXPECT_EQ(r.sampling.n, 2);
+  EXPECT_TRUE(r.include_usage);
+  // max_completion_tokens wins over max_tokens; default: until the context is full
+  r = parse_chat(json::parse(R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 9, "max_tokens": 3})"), lim());
+  EXPECT_EQ(r.sampling.params.max_new_tokens, 9);
+  r = parse_chat(json::parse(R"({"messages": [{"role": "user", "content": "x"}]})"), lim());
+  EXPECT_EQ(r.sampling.params.max_new_tokens, -1);
+
+  std::string param;
+  for (const char* bad : {
+           R"({"messages": []})", R"({"messages": "x"})", R"({})",
+           R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})",
+           R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1001})",
+           R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": "5"})",
+           R"({"messages": [{"role": "user", "content": "x"}], "n": 100000})",
+           R"({"messages": [{"role": "user", "content": "x"}], "temperature": "0"})",
+           R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})",
+           R"({"messages": [{"role": "user", "content": "x"}], "stop": [1]})",
+           R"({"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true}})",
+           R"({"messages": [{"role": "bot", "content": "x"}]})"}) {
+    EXPECT_EQ(status_of([&] { parse_chat(json::parse(bad), lim()); }, &param), 400) << bad;
+  }
+  status_of([&] { parse_chat(json::parse(R"({"messages": [{"role": "user", "content": "x"}], "top_p": 2})"), lim()); }, &param);
+  EXPECT_EQ(param, "top_p");
+}
+
+TEST(Protocol, CompletionPrompts) {
+  auto r = parse_completion(json::parse(R"({"prompt": [1, 2, 3], "logprobs": null, "echo": false})"), lim());
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].ids.size(), 3u);
+  EXPECT_EQ(r.sampling.params.max_new_tokens, 16);
+  r = parse_completion(json::parse(R"({"prompt": ["a", "b"], "n": 2})"), lim());
+  EXPECT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(status_of([] { parse_completion(json::parse(R"({"prompt": {}})"), lim()); }), 400);
+  EXPECT_EQ(status_of([] { parse_completion(json::parse(R"({"prompt": "a", "logprobs": 2})"), lim()); }), 400);
+}
+
+TEST(Protocol, Responses) {
+  SeqResult s;
+  s.text = "hi";
+  s.prompt_tokens = 3;
+  s.completion_tokens = 4;
+  s.finished = true;
+  s.finish = "length";
+  auto g = generate_result(s, "abc", false);
+  EXPECT_EQ(g["meta_info"]["finish_reason"], json({{"type", "length"}, {"length", 4}}));
+  EXPECT_TRUE(g["meta_info"].contains("e2e_latency"));
+  s.finish = "stop";
+  s.matched_token = 2;
+  EXPECT_EQ(sglang_finish_reason(s), json({{"type", "stop"}, {"matched", 2}}));
+  auto c = chat_response("id", "m", 1, {s}, usage_json(3, 4));
+  EXPECT_EQ(c["choices"][0]["message"]["content"], "hi");
+  EXPECT_EQ(c["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(c["usage"]["total_tokens"], 7);
+  EXPECT_NO_THROW(dump(json("\xff")));
+}
