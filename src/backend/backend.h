@@ -70,6 +70,17 @@ class Backend {
                                   float eps, Tensor& out) = 0;
   // y[T, N] = x[T, K] · W[N, K]ᵀ
   virtual void linear(const Tensor& x, const Tensor& w, Tensor& y) = 0;
+  // Several projections of one input through one weight whose rows are the projections'
+  // weights stacked (fused at load: W = [W_0; W_1; ...], W.rows = Σ ys[i].cols): ys[i] =
+  // x · W_iᵀ, each ys[i] a contiguous [T, N_i] tensor. Same numbers as separate linear()
+  // calls on the row slices (the default); a backend may do it in one kernel.
+  virtual void linear_multi(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& ys) {
+    int64_t r0 = 0;
+    for (Tensor* y : ys) {
+      linear(x, w.slice_rows(r0, y->cols), *y);
+      r0 += y->cols;
+    }
+  }
   // out = silu(g) * u
   virtual void silu_mul(const Tensor& g, const Tensor& u, Tensor& out) = 0;
   // out = a * sigmoid(gate)
@@ -78,6 +89,15 @@ class Backend {
   virtual void div_scalar(Tensor& x, float d) = 0;
   // Rotate-half RoPE in place on [T, heads*head_dim] at the step's positions (SPEC §7).
   virtual void rope(Tensor& x, int head_dim, double theta) = 0;
+  // Lightning q/k: per-head RMSNorm (weights qn, kn of head_dim) then RoPE, in place; the
+  // same numbers as rmsnorm(q), rmsnorm(k), rope(q), rope(k) (the default).
+  virtual void qk_norm_rope(Tensor& q, Tensor& k, const Tensor& qn, const Tensor& kn, float eps,
+                            int head_dim, double theta) {
+    rmsnorm(q, qn, eps, q);
+    rmsnorm(k, kn, eps, k);
+    rope(q, head_dim, theta);
+    rope(k, head_dim, theta);
+  }
   // Lightning layer li (index among lightning layers): simple GLA over q,k,v [T, nh*d],
   // state slots of the step's sequences, output o [T, nh*d] (SPEC §8).
   virtual void lightning_attention(int li, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -91,11 +111,27 @@ class Backend {
   // out[R, C] = x[logit_rows]
   virtual void gather_logit_rows(const Tensor& x, Tensor& out) = 0;
   virtual void synchronize() {}
+
+  // ---- recorded steps (CUDA graphs) ----
+  // A backend that can record the work of a step and launch the recording again later says
+  // so here; the model then pads all-decode steps to a few batch-size buckets (keys) and
+  // records each bucket's step once. Every launch of a recording reads the metadata that the
+  // latest begin_step() uploaded (fixed device buffers), so shapes must match the key.
+  virtual bool graphs_enabled() const { return false; }
+  // Launches the recording of `key` if there is one (true: the step's work is queued).
+  virtual bool graph_launch(int /*key*/) { return false; }
+  // true: the ops issued until graph_capture_end() are recorded for `key`, not run. false:
+  // run them directly (the backend may want one direct run of a shape first).
+  virtual bool graph_capture_begin(int /*key*/) { return false; }
+  // Ends the recording and launches it once (the step's work).
+  virtual void graph_capture_end(int /*key*/) {}
 };
 
 struct BackendOptions {
   NumericMode mode = NumericMode::F32;
   int threads = 0;  // 0: all cores
+  // CUDA: record decode steps as CUDA graphs (SALA_DISABLE_CUDA_GRAPH=1 also turns them off).
+  bool cuda_graphs = true;
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& opts);

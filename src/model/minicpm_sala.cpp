@@ -27,7 +27,12 @@ Model::Model(ModelConfig cfg, std::unique_ptr<Backend> backend, const Checkpoint
     : cfg_(std::move(cfg)), limits_(limits), backend_(std::move(backend)) {
   w_ = load_weights(cfg_, ckpt, *backend_, &unused_);
   slopes_ = cfg_.lightning_slopes();
-  backend_->init_caches(cfg_, limits_.caches);
+  CacheShape caches = limits_.caches;
+  if (backend_->graphs_enabled()) {
+    scratch_page_ = caches.num_pages++;
+    scratch_slot_ = caches.num_slots++;
+  }
+  backend_->init_caches(cfg_, caches);
   const int64_t T = limits_.max_step_tokens, H = cfg_.hidden_size;
   const int64_t qd = int64_t(cfg_.num_attention_heads) * cfg_.head_dim;
   const int64_t ld = int64_t(cfg_.lightning_nh) * cfg_.lightning_head_dim;
@@ -54,6 +59,25 @@ void Model::trace_rows(ForwardTrace* trace, const Tensor& t) {
   trace->hidden.push_back(std::move(rows));
 }
 
+// Batch-size buckets of recorded decode steps.
+static constexpr int kGraphBuckets[] = {1, 2, 4, 8, 16, 32, 64};
+
+int Model::graph_bucket(const StepMeta& meta, ForwardTrace* trace) const {
+  if (!backend_->graphs_enabled() || trace || meta.capture || meta.dense_as_sparse) return 0;
+  const int S = int(meta.seqs.size());
+  if (S == 0 || meta.num_tokens() != S || int(meta.logit_rows.size()) != S) return 0;
+  for (int i = 0; i < S; ++i) {
+    const SeqSlice& s = meta.seqs[size_t(i)];
+    // Decode rows only, every row's logits in order, dense attention (below dense_len).
+    if (s.num_tokens != 1 || meta.logit_rows[size_t(i)] != i ||
+        s.total_len() >= cfg_.sparse.dense_len)
+      return 0;
+  }
+  for (int b : kGraphBuckets)
+    if (b >= S) return b <= limits_.max_step_tokens && b <= limits_.max_logit_rows ? b : 0;
+  return 0;
+}
+
 void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTrace* trace) {
   const int64_t T = meta.num_tokens();
   const int64_t R = int64_t(meta.logit_rows.size());
@@ -61,6 +85,35 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
              limits_.max_step_tokens);
   SALA_CHECK(R <= limits_.max_logit_rows, "step wants {} logit rows (max {})", R,
              limits_.max_logit_rows);
+  Backend& be = *backend_;
+  const int bucket = graph_bucket(meta, trace);
+  if (bucket == 0) {
+    be.begin_step(meta);
+    run_layers(T, R, trace);
+  } else {
+    // All-decode step: pad to the bucket with rows that read and write only the scratch
+    // page and slot (token 0 at position 0), then launch the bucket's recording (made on
+    // its second occurrence; the first runs directly).
+    padded_ = meta;
+    const std::vector<int32_t> page{scratch_page_};
+    const int32_t tok = 0;
+    for (int64_t i = T; i < bucket; ++i) padded_.add_seq(&tok, 1, 0, scratch_slot_, page, false, true);
+    be.begin_step(padded_);
+    if (!be.graph_launch(bucket)) {
+      const bool recording = be.graph_capture_begin(bucket);
+      run_layers(bucket, bucket, nullptr);
+      if (recording) be.graph_capture_end(bucket);
+    }
+  }
+  if (R == 0) {
+    logits.clear();
+    return;
+  }
+  logits.resize(size_t(R) * size_t(cfg_.vocab_size));
+  be.download_f32(Tensor{logits_.data, DType::F32, R, cfg_.vocab_size}, logits.data());
+}
+
+void Model::run_layers(int64_t T, int64_t R, ForwardTrace* trace) {
   Backend& be = *backend_;
   const ModelConfig& c = cfg_;
   const float eps = float(c.rms_norm_eps), alpha = c.residual_scale();
@@ -71,7 +124,6 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
   Tensor h = rows(h_, c.hidden_size), x = rows(x_, c.hidden_size), mix = rows(mix_, c.hidden_size);
   Tensor g = rows(mlp_g_, c.intermediate_size), u = rows(mlp_u_, c.intermediate_size);
 
-  be.begin_step(meta);
   be.embedding(w_.embed_tokens, float(c.scale_emb), h);
   trace_rows(trace, h);
   be.rmsnorm(h, w_.layers[0].input_layernorm, eps, x);
@@ -81,32 +133,23 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
     if (l.type == MixerType::Sparse) {
       Tensor q = rows(q_, qd), k = rows(k_, kvd), v = rows(v_, kvd);
       Tensor gate = rows(gate_, qd), a = rows(attn_, qd);
-      be.linear(x, l.q_proj, q);
-      be.linear(x, l.k_proj, k);
-      be.linear(x, l.v_proj, v);
+      be.linear_multi(x, l.qkvg, {&q, &k, &v, &gate});  // q_proj, k_proj, v_proj, o_gate
       be.sparse_attention(ki, q, k, v, a);         // NoPE, no q/k norm
-      be.linear(x, l.gate, gate);
       be.mul_sigmoid(a, gate, a);                  // a * sigmoid(o_gate(x))
       be.linear(a, l.o_proj, mix);
     } else {
       Tensor q = rows(q_, ld), k = rows(k_, ld), v = rows(v_, ld);
       Tensor gate = rows(gate_, ld), a = rows(attn_, ld);
-      be.linear(x, l.q_proj, q);
-      be.linear(x, l.k_proj, k);
-      be.linear(x, l.v_proj, v);
-      be.rmsnorm(q, l.q_norm, eps, q);             // per head, before RoPE
-      be.rmsnorm(k, l.k_norm, eps, k);
-      be.rope(q, c.lightning_head_dim, c.rope_theta);
-      be.rope(k, c.lightning_head_dim, c.rope_theta);
+      be.linear_multi(x, l.qkvg, {&q, &k, &v, &gate});  // q_proj, k_proj, v_proj, z_proj
+      // per-head RMSNorm of q and k, then RoPE
+      be.qk_norm_rope(q, k, l.q_norm, l.k_norm, eps, c.lightning_head_dim, c.rope_theta);
       be.lightning_attention(ki, q, k, v, slopes_, float(c.lightning_scale), a);
       be.rmsnorm(a, l.o_norm, eps, a);             // one norm over all heads
-      be.linear(x, l.gate, gate);
       be.mul_sigmoid(a, gate, a);                  // o * sigmoid(z_proj(x))
       be.linear(a, l.o_proj, mix);
     }
     be.add_scaled_rmsnorm(h, mix, alpha, l.post_attention_layernorm, eps, x);
-    be.linear(x, l.gate_proj, g);
-    be.linear(x, l.up_proj, u);
+    be.linear_multi(x, l.gate_up, {&g, &u});       // gate_proj, up_proj
     be.silu_mul(g, u, g);
     be.linear(g, l.down_proj, mix);
     const Tensor& next_norm =
@@ -116,17 +159,12 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
   }
   // x = RMSNorm(h; model.norm) for every row; logits only for the requested rows.
   trace_rows(trace, x);
-  if (R == 0) {
-    logits.clear();
-    return;
-  }
+  if (R == 0) return;
   Tensor z{logit_in_.data, logit_in_.dtype, R, c.hidden_size};
   Tensor out{logits_.data, DType::F32, R, c.vocab_size};
   be.gather_logit_rows(x, z);
   be.div_scalar(z, c.logit_divisor());
   be.linear(z, w_.lm_head, out);
-  logits.resize(size_t(R) * size_t(c.vocab_size));
-  be.download_f32(out, logits.data());
 }
 
 }  // namespace sala

@@ -37,6 +37,11 @@ class Model {
 
  private:
   void trace_rows(ForwardTrace* trace, const Tensor& t);
+  // The ops of one step (after begin_step): embedding .. logits of the R logit rows.
+  void run_layers(int64_t T, int64_t R, ForwardTrace* trace);
+  // Recorded decode steps: the bucket (batch size the step is padded to) of an all-decode
+  // step, or 0 if the step runs directly.
+  int graph_bucket(const StepMeta& meta, ForwardTrace* trace) const;
 
   ModelConfig cfg_;
   ModelLimits limits_;
@@ -46,6 +51,10 @@ class Model {
   std::vector<float> slopes_;
   // Workspaces, allocated once for max_step_tokens rows.
   Tensor h_, x_, q_, k_, v_, gate_, attn_, mix_, mlp_g_, mlp_u_, logit_in_, logits_;
+  // Padding rows of recorded decode steps use a cache page and a state slot past the
+  // engine's (allocated for them when the backend records steps).
+  int32_t scratch_page_ = -1, scratch_slot_ = -1;
+  StepMeta padded_;
 };
 
 }  // namespace sala

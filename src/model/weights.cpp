@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <set>
 
 #include "core/error.h"
@@ -68,6 +69,43 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
       if (!wanted.count(name) && !is_rope_buffer(name)) unused->push_back(name);
 
   auto up = [&](const std::string& name) { return backend.upload_weight(ckpt.get(name)); };
+  // Several [N_i, K] weights stacked into one [Σ N_i, K] upload (one dtype: the checkpoint's
+  // if all parts share it, else fp32), returned with its row-slice views.
+  auto up_stacked = [&](const std::vector<std::string>& names, std::vector<Tensor*> views) {
+    std::vector<const TensorView*> parts;
+    for (auto& n : names) parts.push_back(&ckpt.get(n));
+    bool same = true;
+    for (auto* t : parts) same &= t->dtype == parts[0]->dtype;
+    const int64_t K = parts[0]->shape.back();
+    int64_t rows = 0;
+    for (auto* t : parts) rows += t->numel() / K;
+    TensorView v;
+    v.name = names[0] + " (stacked)";
+    v.file = parts[0]->file;
+    v.dtype = same ? parts[0]->dtype : DType::F32;
+    v.shape = {rows, K};
+    std::vector<uint8_t> buf(size_t(rows * K) * dtype_size(v.dtype));
+    size_t off = 0;
+    for (auto* t : parts) {
+      if (same) {
+        std::memcpy(buf.data() + off, t->data, t->nbytes);
+        off += t->nbytes;
+      } else {
+        t->to_f32(reinterpret_cast<float*>(buf.data() + off));
+        off += size_t(t->numel()) * 4;
+      }
+    }
+    v.data = buf.data();
+    v.nbytes = buf.size();
+    Tensor all = backend.upload_weight(v);
+    int64_t r0 = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const int64_t n = parts[i]->numel() / K;
+      *views[i] = all.slice_rows(r0, n);
+      r0 += n;
+    }
+    return all;
+  };
   ModelWeights w;
   w.embed_tokens = up("model.embed_tokens.weight");
   w.norm = up("model.norm.weight");
@@ -78,17 +116,16 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
     l.type = c.mixer_types[size_t(i)];
     l.input_layernorm = up(p + "input_layernorm.weight");
     l.post_attention_layernorm = up(p + "post_attention_layernorm.weight");
-    l.gate_proj = up(p + "mlp.gate_proj.weight");
-    l.up_proj = up(p + "mlp.up_proj.weight");
+    l.gate_up = up_stacked({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
+                           {&l.gate_proj, &l.up_proj});
     l.down_proj = up(p + "mlp.down_proj.weight");
-    l.q_proj = up(p + "self_attn.q_proj.weight");
-    l.k_proj = up(p + "self_attn.k_proj.weight");
-    l.v_proj = up(p + "self_attn.v_proj.weight");
+    const std::string gate_name =
+        p + (l.type == MixerType::Sparse ? "self_attn.o_gate.weight" : "self_attn.z_proj.weight");
+    l.qkvg = up_stacked({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+                         p + "self_attn.v_proj.weight", gate_name},
+                        {&l.q_proj, &l.k_proj, &l.v_proj, &l.gate});
     l.o_proj = up(p + "self_attn.o_proj.weight");
-    if (l.type == MixerType::Sparse) {
-      l.gate = up(p + "self_attn.o_gate.weight");
-    } else {
-      l.gate = up(p + "self_attn.z_proj.weight");
+    if (l.type != MixerType::Sparse) {
       l.q_norm = up(p + "self_attn.q_norm.weight");
       l.k_norm = up(p + "self_attn.k_norm.weight");
       l.o_norm = up(p + "self_attn.o_norm.weight");

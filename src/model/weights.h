@@ -11,8 +11,13 @@
 
 namespace sala {
 
+// The projections that read the same input are stacked at load into one weight each
+// (qkvg = [q_proj; k_proj; v_proj; gate], gate_up = [gate_proj; up_proj]); the separate
+// tensors below are row-slice views of those (rows of an [N, K] weight are contiguous).
 struct LayerWeights {
   MixerType type;
+  Tensor qkvg;     // [nh*d + 2*kv*d + nh*d, H]: q_proj, k_proj, v_proj, gate
+  Tensor gate_up;  // [2I, H]: gate_proj, up_proj
   Tensor input_layernorm, post_attention_layernorm;  // [H]
   Tensor gate_proj, up_proj;                         // [I, H]
   Tensor down_proj;                                  // [H, I]

@@ -11,6 +11,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +28,7 @@
 #include "core/config.h"
 #include "core/dtype.h"
 #include "core/safetensors.h"
+#include "model/minicpm_sala.h"
 #include "model/step.h"
 
 namespace sala {
@@ -245,7 +249,10 @@ TEST(CudaOps, Linear) {
   uint32_t seed = 200;
   for (S s : {S{1, 256, 256, false}, S{3, 256, 512, false}, S{7, 40, 24, false},
               S{17, 4096, 1024, false}, S{64, 512, 4096, false}, S{300, 1024, 1024, false},
-              S{1, 4096, 2048, false}, S{5, 256, 512, true}, S{2, 4096, 4096, true}}) {
+              S{1, 4096, 2048, false}, S{5, 256, 512, true}, S{2, 4096, 4096, true},
+              // decode rows (GEMV path, M <= 16) at the model's shapes and odd sizes
+              S{16, 4096, 1000, false}, S{9, 16384, 512, false}, S{12, 1024, 77, true},
+              S{4, 4096, 4096, false}, S{8, 8, 3, false}}) {
     Pair p;
     auto x = p.up(randn(s.T + 1, s.K, seed++, 1.f));
     auto w = p.up(randn(s.N, s.K, seed++, 1.f / std::sqrt(float(s.K))));
@@ -528,6 +535,227 @@ TEST(CudaOps, SparseLayerDenseAsSparse) {
   const std::vector<std::vector<std::pair<int, int>>> steps = {
       {{0, 100}, {1, 7}, {2, 130}}, {{0, 1}, {1, 40}, {2, 1}}, {{0, 1}, {1, 1}, {2, 1}}};
   run_sparse(16, 1, 16, tiny_sparse(), 32, steps, 3, true);
+}
+
+
+// ---- fused projections, q/k norm + RoPE, GEMV speed, recorded decode steps ---------------
+
+TEST(CudaOps, LinearMulti) {
+  REQUIRE_GPU();
+  uint32_t seed = 250;
+  for (int64_t T : {1, 3, 8, 16, 17, 40}) {
+    Pair p;
+    const int64_t K = 512;
+    const std::vector<int64_t> parts = {256, 32, 32, 256};
+    auto x = p.up(randn(T, K, seed++, 1.f));
+    auto w = p.up(randn(576, K, seed++, 1.f / std::sqrt(float(K))));
+    std::vector<Pair::T2> ys;
+    for (int64_t n : parts) ys.push_back(p.out(T, n));
+    std::vector<Tensor*> yc, yg;
+    for (auto& y : ys) yc.push_back(&y.c), yg.push_back(&y.g);
+    p.cpu->linear_multi(x.c, w.c, yc);
+    p.gpu->linear_multi(x.g, w.g, yg);
+    for (size_t i = 0; i < parts.size(); ++i)
+      expect_close(p.cmp(shape("linear_multi part", {T, K, int64_t(i), parts[i]}), ys[i]), 4e-3, 1.6e-2);
+    // One part's numbers equal a plain linear() on its row slice (bit for bit on the GPU).
+    auto y1 = p.out(T, 32);
+    p.gpu->linear(x.g, w.g.slice_rows(256, 32), y1.g);
+    std::vector<float> a(size_t(T * 32)), b(size_t(T * 32));
+    p.gpu->download_f32(ys[1].g, a.data());
+    p.gpu->download_f32(y1.g, b.data());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "linear_multi vs linear, T=" << T;
+  }
+}
+
+// A decode row's GEMV result must not depend on the other rows of the batch.
+TEST(CudaOps, GemvRowInvariance) {
+  REQUIRE_GPU();
+  Pair p;
+  const int64_t K = 4096, N = 1024;
+  auto x = p.up(randn(16, K, 260, 1.f));
+  auto w = p.up(randn(N, K, 261, 1.f / 64.f));
+  std::vector<float> ref(static_cast<size_t>(N));
+  for (int64_t M : {int64_t(1), int64_t(2), int64_t(3), int64_t(5), int64_t(8), int64_t(11), int64_t(16)}) {
+    auto y = p.out(M, N);
+    p.gpu->linear(x.g.slice_rows(0, M), w.g, y.g);
+    std::vector<float> got(size_t(M * N));
+    p.gpu->download_f32(y.g, got.data());
+    if (M == 1) ref.assign(got.begin(), got.begin() + N);
+    EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), size_t(N) * 4)) << "row 0 differs at M=" << M;
+  }
+}
+
+TEST(CudaOps, QkNormRope) {
+  REQUIRE_GPU();
+  uint32_t seed = 450;
+  for (int hd : {16, 64, 128})
+    for (int64_t past : {int64_t(0), int64_t(4093), int64_t(131000)}) {
+      Pair p;
+      const int64_t T = 5, C = int64_t(hd) * 6;
+      auto q = p.up(randn(T, C, seed++, 2.f));
+      auto k = p.up(randn(T, C, seed++, 1.f));
+      auto qn = p.up(randn(1, hd, seed++, 0.2f, 1.f));
+      auto kn = p.up(randn(1, hd, seed++, 0.2f, 1.f));
+      StepMeta m;
+      std::vector<int32_t> ids(8, 3);
+      m.add_seq(ids.data(), 2, past, 0, {}, false, false);
+      m.add_seq(ids.data(), 3, past + 9, 1, {}, false, false);
+      p.begin(m);
+      p.cpu->qk_norm_rope(q.c, k.c, qn.c, kn.c, 1e-6f, hd, 10000.0);
+      p.gpu->qk_norm_rope(q.g, k.g, qn.g, kn.g, 1e-6f, hd, 10000.0);
+      expect_ulp(p.cmp(shape("qk_norm_rope q", {T, C, hd, past}), q), 1, 0.03);
+      expect_ulp(p.cmp(shape("qk_norm_rope k", {T, C, hd, past}), k), 1, 0.03);
+    }
+}
+
+// Bandwidth of the decode-row GEMV on the model's shapes (printed; weights rotated over
+// more than the L2). Asserts nothing about speed.
+TEST(CudaOps, GemvSpeed) {
+  REQUIRE_GPU();
+  auto be = make_cuda_backend({NumericMode::BF16, 0});
+  struct S {
+    int64_t N, K;
+  };
+  std::printf("\n[ gemv ] %-22s %4s %10s %10s\n", "shape N x K", "M", "us", "GB/s");
+  for (S s : {S{4096, 4096}, S{16384, 4096}, S{32768, 4096}, S{4096, 16384}, S{73448, 4096}}) {
+    const int copies = int(std::max<int64_t>(2, (400ll << 20) / (s.N * s.K * 2) + 1));
+    std::vector<Tensor> ws;
+    HostMat h = randn(s.N, s.K, 900, 0.02f);  // the same values in every copy
+    for (int c = 0; c < copies; ++c) {
+      TensorView v;
+      v.dtype = DType::BF16;
+      v.shape = {s.N, s.K};
+      v.data = reinterpret_cast<const uint8_t*>(h.bits.data());
+      v.nbytes = h.bits.size() * 2;
+      ws.push_back(be->upload_weight(v));
+    }
+    HostMat hx = randn(16, s.K, 899, 1.f);
+    TensorView vx;
+    vx.dtype = DType::BF16;
+    vx.shape = {16, s.K};
+    vx.data = reinterpret_cast<const uint8_t*>(hx.bits.data());
+    vx.nbytes = hx.bits.size() * 2;
+    Tensor x = be->upload_weight(vx);
+    Tensor y = be->alloc(16, s.N, DType::BF16);
+    for (int64_t M : {1, 8, 16}) {
+      Tensor xm = x.slice_rows(0, M), ym{y.data, DType::BF16, M, s.N};
+      for (int i = 0; i < 3; ++i) be->linear(xm, ws[size_t(i % copies)], ym);
+      be->synchronize();
+      const int iters = 60;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) be->linear(xm, ws[size_t(i % copies)], ym);
+      be->synchronize();
+      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+      std::printf("[ gemv ] %8lld x %-12lld %4lld %10.2f %10.0f\n", (long long)s.N, (long long)s.K,
+                  (long long)M, us, double(s.N) * double(s.K) * 2 / us / 1e3);
+    }
+  }
+}
+
+// Recorded (CUDA graph) decode steps against direct launches: the same model twice, one
+// backend with graphs and one without, driven through the same schedule of steps in which
+// sequences join (prefill), decode in batches of 1..7 (padded to buckets 1/2/4/8) and finish.
+// Every step's logits must be equal bit for bit.
+TEST(CudaOps, GraphReplayMatchesEager) {
+  REQUIRE_GPU();
+  const char* gd = std::getenv("SALA_GOLDEN_DIR");
+  const std::string dir = std::string(gd ? gd : "../shared/golden") + "/tiny-dense";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no " << dir;
+  const ModelConfig cfg = load_model_config(dir);
+  Checkpoint ck(dir);
+  ModelLimits lim;
+  lim.max_step_tokens = 256;
+  lim.max_logit_rows = 64;
+  lim.caches.page_size = cfg.sparse.block_size;
+  const int pps = int((400 + lim.caches.page_size - 1) / lim.caches.page_size), nslots = 8;
+  lim.caches.num_pages = pps * nslots;
+  lim.caches.num_slots = nslots;
+  BackendOptions og{NumericMode::BF16, 0, true}, oe{NumericMode::BF16, 0, false};
+  Model mg(cfg, make_cuda_backend(og), ck, lim), me(cfg, make_cuda_backend(oe), ck, lim);
+  ASSERT_TRUE(mg.backend().graphs_enabled());
+  ASSERT_FALSE(me.backend().graphs_enabled());
+  struct Live {
+    int slot;
+    int64_t len;
+    int32_t next;
+  };
+  std::vector<Live> live;
+  std::vector<int> free_slots;
+  for (int i = nslots - 1; i >= 0; --i) free_slots.push_back(i);
+  auto pages = [&](int slot) {
+    std::vector<int32_t> p(static_cast<size_t>(pps));
+    for (int i = 0; i < pps; ++i) p[size_t(i)] = slot * pps + i;
+    return p;
+  };
+  // Per step: the number of sequences that join (with prompt lengths) or finish first.
+  struct Ev {
+    std::vector<int> join;  // prompt lengths
+    int finish = 0;         // sequences that finish (taken from the middle of the batch)
+  };
+  std::vector<Ev> sched(48);
+  sched[0].join = {17};
+  sched[6].join = {5, 33};
+  sched[12].join = {3};
+  sched[16].finish = 1;
+  sched[20].join = {9, 2, 70};
+  sched[26].finish = 2;
+  sched[30].join = {11};
+  sched[34].finish = 3;
+  sched[40].join = {4, 6, 8};
+  sched[44].finish = 4;
+  std::mt19937 rng(5);
+  int64_t steps = 0, decode_steps = 0, mismatches = 0, compared = 0;
+  std::vector<float> lg, le;
+  for (const Ev& ev : sched) {
+    for (int f = 0; f < ev.finish && !live.empty(); ++f) {
+      const size_t at = live.size() / 2;
+      free_slots.push_back(live[at].slot);
+      live.erase(live.begin() + int64_t(at));
+    }
+    StepMeta m;
+    std::vector<std::vector<int32_t>> prompts;
+    for (int n : ev.join) {
+      std::vector<int32_t> ids(static_cast<size_t>(n));
+      for (auto& t : ids) t = int32_t(3 + rng() % uint32_t(cfg.vocab_size - 3));
+      const int slot = free_slots.back();
+      free_slots.pop_back();
+      m.add_seq(ids.data(), n, 0, slot, pages(slot), false, true);
+      live.push_back({slot, -int64_t(n), 0});  // len set after the step
+    }
+    const bool decode_only = ev.join.empty();
+    for (const Live& l : live)
+      if (l.len >= 0) m.add_seq(&l.next, 1, l.len, l.slot, pages(l.slot), false, true);
+    ASSERT_GT(m.num_tokens(), 0);
+    mg.forward(m, lg);
+    me.forward(m, le);
+    ++steps;
+    decode_steps += decode_only;
+    ASSERT_EQ(lg.size(), le.size());
+    compared += int64_t(lg.size());
+    if (std::memcmp(lg.data(), le.data(), lg.size() * 4) != 0) {
+      ++mismatches;
+      ADD_FAILURE() << "step " << steps << " (" << m.seqs.size() << " seqs, decode_only "
+                    << decode_only << "): graph and eager logits differ";
+    }
+    // Advance: row order of m is joins first, then the running sequences.
+    const int64_t V = cfg.vocab_size;
+    size_t row = 0;
+    std::vector<Live> order;
+    for (Live& l : live)
+      if (l.len < 0) order.push_back(l);
+    for (Live& l : live)
+      if (l.len >= 0) order.push_back(l);
+    for (Live& l : order) {
+      const float* r = lg.data() + row * size_t(V);
+      l.next = int32_t(std::max_element(r, r + V) - r);
+      l.len = l.len < 0 ? -l.len : l.len + 1;
+      ++row;
+    }
+    live = order;
+  }
+  std::printf("[ graph ] %lld steps (%lld decode-only), %lld logits compared, %lld steps differ\n",
+              (long long)steps, (long long)decode_steps, (long long)compared, (long long)mismatches);
+  EXPECT_EQ(mismatches, 0);
 }
 
 }  // namespace

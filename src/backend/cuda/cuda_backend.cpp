@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/check.h"
@@ -33,6 +34,10 @@ T* ptr(const Tensor& t) { return static_cast<T*>(t.data); }
 // ---- lifetime and memory -------------------------------------------------------------
 
 CudaBackend::CudaBackend(const BackendOptions& opts) : bf16_mode_(opts.mode == NumericMode::BF16) {
+  const char* no_graph = std::getenv("SALA_DISABLE_CUDA_GRAPH");
+  graphs_on_ = opts.cuda_graphs && !(no_graph && *no_graph && std::strcmp(no_graph, "0") != 0);
+  const char* optime = std::getenv("SALA_CUDA_OPTIME");
+  optime_ = optime && *optime && std::strcmp(optime, "0") != 0;
   int count = 0;
   CUDA_CHECK(cudaGetDeviceCount(&count));
   SALA_CHECK(count > 0, "no CUDA device");
@@ -53,6 +58,20 @@ CudaBackend::CudaBackend(const BackendOptions& opts) : bf16_mode_(opts.mode == N
 
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
+  if (optime_) {
+    resolve_ticks();
+    std::vector<std::pair<double, std::string>> v;
+    double total = 0;
+    for (auto& [name, t] : op_ms_) v.push_back({t.first, name}), total += t.first;
+    std::sort(v.rbegin(), v.rend());
+    std::fprintf(stderr, "\n[optime] GPU time by op over %lld steps (eager steps only), %.3f ms total\n",
+                 (long long)steps_timed_, total);
+    for (auto& [ms, name] : v)
+      std::fprintf(stderr, "[optime] %-28s %10.3f ms %6.1f%%  %8lld calls\n", name.c_str(), ms,
+                   100 * ms / std::max(total, 1e-9), (long long)op_ms_[name].second);
+  }
+  for (cudaEvent_t e : tick_pool_) cudaEventDestroy(e);
+  drop_graphs();
   for (auto& [key, e] : algos_) {
     cublasLtMatrixLayoutDestroy(e.a);
     cublasLtMatrixLayoutDestroy(e.b);
@@ -154,8 +173,68 @@ float* CudaBackend::make_inv_freq(int head_dim, double theta) {
   return p;
 }
 
+void CudaBackend::drop_graphs() {
+  for (auto& [key, g] : graphs_)
+    if (g.exec) cudaGraphExecDestroy(g.exec);
+  graphs_.clear();
+}
+
+bool CudaBackend::graph_launch(int key) {
+  auto it = graphs_.find(key);
+  if (!graphs_on_ || it == graphs_.end() || !it->second.exec) return false;
+  CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
+  return true;
+}
+
+bool CudaBackend::graph_capture_begin(int key) {
+  if (!graphs_on_) return false;
+  // The first step of a shape runs directly: kernel attributes, cuBLASLt algorithms and
+  // tables are set up outside any recording.
+  if (graphs_[key].seen++ == 0) return false;
+  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  capturing_ = true;
+  return true;
+}
+
+void CudaBackend::graph_capture_end(int key) {
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  capturing_ = false;
+  GraphEntry& g = graphs_[key];
+  if (g.exec) CUDA_CHECK(cudaGraphExecDestroy(g.exec));
+  CUDA_CHECK(cudaGraphInstantiate(&g.exec, graph, 0));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  CUDA_CHECK(cudaGraphLaunch(g.exec, stream_));
+}
+
+void CudaBackend::tick(const char* op) {
+  if (!optime_ || !optime_step_ || capturing_) return;
+  if (ticks_.size() >= tick_pool_.size()) {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreate(&e));
+    tick_pool_.push_back(e);
+  }
+  cudaEvent_t e = tick_pool_[ticks_.size()];
+  CUDA_CHECK(cudaEventRecord(e, stream_));
+  ticks_.push_back({op, e});
+}
+
+void CudaBackend::resolve_ticks() {
+  if (ticks_.size() < 2) return ticks_.clear();
+  CUDA_CHECK(cudaEventSynchronize(ticks_.back().second));
+  for (size_t i = 1; i < ticks_.size(); ++i) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, ticks_[i - 1].second, ticks_[i].second));
+    auto& a = op_ms_[ticks_[i].first];
+    a.first += ms;
+    a.second += 1;
+  }
+  ticks_.clear();
+}
+
 void CudaBackend::ensure_row_capacity(int64_t rows, bool warn) {
   if (!caches_ready_ || rows <= rows_cap_) return;
+  drop_graphs();
   if (warn)
     std::fprintf(stderr, "warning: cuda backend: step of %lld rows exceeds the workspaces (%lld); "
                          "growing them inside the step loop\n",
@@ -172,8 +251,8 @@ void CudaBackend::ensure_row_capacity(int64_t rows, bool warn) {
   sel_ = static_cast<int32_t*>(dev_alloc(size_t(rows) * kvh * cfg_.sparse.total_topk() * 4));
   sel_cnt_ = static_cast<int32_t*>(dev_alloc(size_t(rows) * kvh * 4));
   // Split-K partials are only used while rows * kvh is small (decode-like steps): room for
-  // 4096 (row, head, split) items per kv-group member of every head.
-  attn_part_items_ = int64_t(std::max(nh, 1)) * 1024;
+  // 2048 (row, split) items per head.
+  attn_part_items_ = int64_t(std::max(nh, 1)) * 2048;
   attn_part_ = static_cast<float*>(dev_alloc(size_t(attn_part_items_) * std::max(d, 1) * 4));
   attn_ml_ = static_cast<float*>(dev_alloc(size_t(attn_part_items_) * 2 * 4));
 }
@@ -183,6 +262,7 @@ void CudaBackend::ensure_meta_capacity(size_t ints, bool warn) {
   if (warn && meta_cap_ints_ > 0)
     std::fprintf(stderr, "warning: cuda backend: step metadata of %zu ints exceeds the buffer "
                          "(%zu); growing it inside the step loop\n", ints, meta_cap_ints_);
+  drop_graphs();
   if (meta_host_) {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     CUDA_CHECK(cudaFreeHost(meta_host_));
@@ -206,6 +286,7 @@ void CudaBackend::download_f32(const Tensor& src, float* dst) {
     for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(tmp[size_t(i)]);
   }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (optime_) resolve_ticks();
 }
 
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
@@ -248,6 +329,9 @@ void CudaBackend::begin_step(const StepMeta& meta) {
     }
     hs[i] = d;
   }
+  // Layout: seqs | ids | positions | row_seq | logit rows | short | long | pages. The
+  // pages (whose count varies from step to step) come last, so every offset depends only on
+  // (S, T, R) and a recorded step reads the same addresses at every launch.
   sd.seqs = reinterpret_cast<const DevSeq*>(dev(0));
   off += size_t(S) * kSeqInts;
   std::memcpy(h + off, meta.token_ids.data(), size_t(T) * 4);
@@ -261,9 +345,6 @@ void CudaBackend::begin_step(const StepMeta& meta) {
       h[off + size_t(meta.seqs[size_t(i)].token_begin + r)] = i;
   sd.row_seq = dev(off);
   off += size_t(T);
-  std::memcpy(h + off, meta.page_table.data(), size_t(P) * 4);
-  sd.page_table = dev(off);
-  off += size_t(P);
   std::memcpy(h + off, meta.logit_rows.data(), size_t(R) * 4);
   sd.logit_rows = dev(off);
   off += size_t(R);
@@ -275,9 +356,22 @@ void CudaBackend::begin_step(const StepMeta& meta) {
   for (int i = 0; i < S; ++i)
     if (meta.seqs[size_t(i)].num_tokens >= 64) h[off + size_t(sd.n_long++)] = i;
   off += size_t(sd.n_long);
+  std::memcpy(h + off, meta.page_table.data(), size_t(P) * 4);
+  sd.page_table = dev(off);
+  off += size_t(P);
   CUDA_CHECK(cudaMemcpyAsync(meta_dev_, meta_host_, off * 4, cudaMemcpyHostToDevice, stream_));
   CUDA_CHECK(cudaEventRecord(meta_copied_, stream_));
   sd_ = sd;
+  if (optime_) {
+    // SALA_CUDA_OPTIME=N (N > 1): only steps of at least N rows are timed.
+    const long min_rows = std::strtol(std::getenv("SALA_CUDA_OPTIME"), nullptr, 10);
+    optime_step_ = T >= min_rows;
+    ticks_.clear();
+    if (optime_step_) {
+      ++steps_timed_;
+      tick("begin_step");
+    }
+  }
 }
 
 // ---- ops -----------------------------------------------------------------------------
@@ -287,6 +381,7 @@ void CudaBackend::embedding(const Tensor& table, float scale, Tensor& out) {
   SALA_CHECK(out.rows == int64_t(ids.size()) && out.cols == table.cols && is_bf16(out) && is_bf16(table));
   for (int32_t id : ids) SALA_CHECK(id >= 0 && id < table.rows, "token id {} out of range", id);
   launch_embedding(ptr<bf16>(table), sd_.token_ids, out.rows, table.cols, scale, ptr<bf16>(out), stream_);
+  tick("embedding");
 }
 
 void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
@@ -295,6 +390,7 @@ void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& o
   SALA_CHECK(is_bf16(x) && is_bf16(w) && is_bf16(out));
   launch_rmsnorm(ptr<bf16>(x), nullptr, 0.f, ptr<bf16>(w), int(n), x.rows * (x.cols / n), eps,
                  ptr<bf16>(out), stream_);
+  tick("rmsnorm");
 }
 
 void CudaBackend::add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, const Tensor& w,
@@ -305,6 +401,7 @@ void CudaBackend::add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, co
   SALA_CHECK(out.data != h.data, "add_scaled_rmsnorm: out must not alias h");
   launch_rmsnorm(ptr<bf16>(h), ptr<bf16>(a), alpha, ptr<bf16>(w), int(n), h.rows * (h.cols / n), eps,
                  ptr<bf16>(out), stream_);
+  tick("add_scaled_rmsnorm");
 }
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
@@ -313,6 +410,17 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
              y.cols);
   SALA_CHECK(is_bf16(x) && is_bf16(w) && (is_bf16(y) || y.dtype == DType::F32));
   if (x.rows == 0) return;
+  if (gemv_supported(x.data, x.cols, w.data, x.cols, x.rows)) {
+    GemvOut o{};
+    o.y[0] = y.data;
+    o.end[0] = w.rows;
+    o.cols[0] = y.cols;
+    o.nparts = 1;
+    o.f32 = y.dtype == DType::F32;
+    launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_);
+    tick(y.dtype == DType::F32 ? "gemv lm_head" : "gemv");
+    return;
+  }
   // Row-major y[T,N] = x[T,K] W[N,K]^T. Column-major: A = W stored K x N (ld K), used
   // transposed; B = x stored K x T (ld K); D = y stored N x T (ld N).
   const int N = int(w.rows), T = int(x.rows), K = int(x.cols);
@@ -351,17 +459,43 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
                               e.d, &e.algo, lt_workspace_, lt_workspace_size_, stream_));
   // fp32 output (logits): the bf16 contract rounds the GEMM output to bf16 (SPEC §4.7).
   if (y.dtype == DType::F32) launch_round_f32(ptr<float>(y), y.numel(), stream_);
+  tick(y.dtype == DType::F32 ? "gemm lm_head" : "gemm");
+}
+
+void CudaBackend::linear_multi(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& ys) {
+  int64_t n = 0;
+  bool ok = ys.size() <= 4 && gemv_supported(x.data, x.cols, w.data, x.cols, x.rows);
+  for (Tensor* y : ys) {
+    n += y->cols;
+    ok = ok && is_bf16(*y) && y->rows == x.rows;
+  }
+  SALA_CHECK(n == w.rows && x.cols == w.cols && is_bf16(x) && is_bf16(w),
+             "linear_multi: weight [{},{}] for {} output columns", w.rows, w.cols, n);
+  if (!ok) return Backend::linear_multi(x, w, ys);  // one GEMM per row slice
+  GemvOut o{};
+  int64_t end = 0;
+  for (size_t i = 0; i < ys.size(); ++i) {
+    end += ys[i]->cols;
+    o.y[i] = ys[i]->data;
+    o.end[i] = end;
+    o.cols[i] = ys[i]->cols;
+  }
+  o.nparts = int(ys.size());
+  launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_);
+  tick("gemv multi");
 }
 
 void CudaBackend::silu_mul(const Tensor& g, const Tensor& u, Tensor& out) {
   SALA_CHECK(g.numel() == u.numel() && out.numel() == g.numel() && is_bf16(g) && is_bf16(u) && is_bf16(out));
   launch_silu_mul(ptr<bf16>(g), ptr<bf16>(u), ptr<bf16>(out), g.numel(), stream_);
+  tick("silu_mul");
 }
 
 void CudaBackend::mul_sigmoid(const Tensor& a, const Tensor& gate, Tensor& out) {
   SALA_CHECK(a.numel() == gate.numel() && out.numel() == a.numel() && is_bf16(a) && is_bf16(gate) &&
              is_bf16(out));
   launch_mul_sigmoid(ptr<bf16>(a), ptr<bf16>(gate), ptr<bf16>(out), a.numel(), stream_);
+  tick("mul_sigmoid");
 }
 
 void CudaBackend::div_scalar(Tensor& x, float d) {
@@ -371,23 +505,42 @@ void CudaBackend::div_scalar(Tensor& x, float d) {
     SALA_CHECK(is_bf16(x));
     launch_div_scalar(ptr<bf16>(x), d, x.numel(), stream_);
   }
+  tick("div_scalar");
+}
+
+const float* CudaBackend::inv_freq(int head_dim, double theta) {
+  auto it = inv_freq_.find({head_dim, theta});
+  if (it == inv_freq_.end()) {
+    // Not the model's own table (tests): build it once, as init_caches does.
+    SALA_CHECK(!capturing_, "RoPE table built while recording a step");
+    it = inv_freq_.emplace(std::make_pair(head_dim, theta), make_inv_freq(head_dim, theta)).first;
+  }
+  return it->second;
 }
 
 void CudaBackend::rope(Tensor& x, int head_dim, double theta) {
   SALA_CHECK(is_bf16(x) && head_dim % 2 == 0 && x.cols % head_dim == 0 && x.rows <= sd_.T);
   if (x.rows == 0) return;
-  auto it = inv_freq_.find({head_dim, theta});
-  if (it == inv_freq_.end()) {
-    // Not the model's own table (tests): build it once, as init_caches does.
-    it = inv_freq_.emplace(std::make_pair(head_dim, theta), make_inv_freq(head_dim, theta)).first;
-  }
-  launch_rope(ptr<bf16>(x), x.rows, x.cols, head_dim, sd_.positions, it->second, stream_);
+  launch_rope(ptr<bf16>(x), x.rows, x.cols, head_dim, sd_.positions, inv_freq(head_dim, theta), stream_);
+  tick("rope");
+}
+
+void CudaBackend::qk_norm_rope(Tensor& q, Tensor& k, const Tensor& qn, const Tensor& kn, float eps,
+                               int head_dim, double theta) {
+  SALA_CHECK(is_bf16(q) && is_bf16(k) && is_bf16(qn) && is_bf16(kn) && head_dim % 2 == 0);
+  SALA_CHECK(q.rows == k.rows && q.cols == k.cols && q.cols % head_dim == 0 && q.rows <= sd_.T &&
+             qn.numel() == head_dim && kn.numel() == head_dim);
+  if (q.rows == 0) return;
+  launch_qk_norm_rope(ptr<bf16>(q), ptr<bf16>(k), ptr<bf16>(qn), ptr<bf16>(kn), q.rows, q.cols,
+                      head_dim, eps, sd_.positions, inv_freq(head_dim, theta), stream_);
+  tick("qk_norm_rope");
 }
 
 void CudaBackend::gather_logit_rows(const Tensor& x, Tensor& out) {
   const int R = sd_.R;
   SALA_CHECK(out.rows >= R && out.cols == x.cols && out.dtype == x.dtype);
   launch_gather_rows(x.data, x.cols, int(dtype_size(x.dtype)), sd_.logit_rows, R, out.data, stream_);
+  tick("gather_logit_rows");
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts) {

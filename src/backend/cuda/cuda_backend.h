@@ -38,6 +38,9 @@ class CudaBackend : public Backend {
   void add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, const Tensor& w, float eps,
                           Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, Tensor& y) override;
+  void linear_multi(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& ys) override;
+  void qk_norm_rope(Tensor& q, Tensor& k, const Tensor& qn, const Tensor& kn, float eps,
+                    int head_dim, double theta) override;
   void silu_mul(const Tensor& g, const Tensor& u, Tensor& out) override;
   void mul_sigmoid(const Tensor& a, const Tensor& gate, Tensor& out) override;
   void div_scalar(Tensor& x, float d) override;
@@ -48,6 +51,11 @@ class CudaBackend : public Backend {
                         Tensor& out) override;
   void gather_logit_rows(const Tensor& x, Tensor& out) override;
   void synchronize() override;
+
+  bool graphs_enabled() const override { return graphs_on_; }
+  bool graph_launch(int key) override;
+  bool graph_capture_begin(int key) override;
+  void graph_capture_end(int key) override;
 
   cudaStream_t stream() const { return stream_; }
 
@@ -72,6 +80,12 @@ class CudaBackend : public Backend {
   void ensure_meta_capacity(size_t ints, bool warn);
   void upload_gla_tables(const std::vector<float>& slopes);
   float* make_inv_freq(int head_dim, double theta);
+  const float* inv_freq(int head_dim, double theta);
+  void drop_graphs();  // recordings hold device pointers: dropped when a buffer moves
+  // Per-op GPU time (SALA_CUDA_OPTIME=1): an event after every op; the time since the
+  // previous event is the op's. Printed at exit, summed by op name.
+  void tick(const char* op);
+  void resolve_ticks();
 
   bool bf16_mode_;
   cudaStream_t stream_ = nullptr;
@@ -122,6 +136,21 @@ class CudaBackend : public Backend {
   float* gla_decay_ = nullptr;
   int gla_decay_cap_ = 0;
   int max_smem_optin_ = 0;
+
+  // CUDA graphs of decode steps, by batch-size bucket.
+  struct GraphEntry {
+    int seen = 0;
+    cudaGraphExec_t exec = nullptr;
+  };
+  bool graphs_on_ = true;
+  bool capturing_ = false;
+  std::map<int, GraphEntry> graphs_;
+
+  bool optime_ = false, optime_step_ = false;
+  std::vector<cudaEvent_t> tick_pool_;
+  std::vector<std::pair<const char*, cudaEvent_t>> ticks_;
+  std::map<std::string, std::pair<double, int64_t>> op_ms_;  // name -> (ms, calls)
+  int64_t steps_timed_ = 0;
 };
 
 }  // namespace sala

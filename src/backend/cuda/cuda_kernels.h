@@ -33,6 +33,26 @@ void launch_rope(bf16* x, int64_t rows, int64_t cols, int head_dim, const int32_
 void launch_gather_rows(const void* x, int64_t cols, int elem_size, const int32_t* rows, int R,
                         void* out, cudaStream_t st);
 
+// Lightning q/k: per-head RMSNorm (two roundings) then rotate-half RoPE, in place, on
+// q[rows, cols] and k[rows, cols] (heads of head_dim, weights qn/kn[head_dim]).
+void launch_qk_norm_rope(bf16* q, bf16* k, const bf16* qn, const bf16* kn, int64_t rows,
+                         int64_t cols, int head_dim, float eps, const int32_t* pos,
+                         const float* inv_freq, cudaStream_t st);
+
+// ---- skinny GEMM for decode rows (cuda_gemv.cu) ----
+inline constexpr int kGemvMaxRows = 16;
+struct GemvOut {          // weight rows [end[p-1], end[p]) go to y[p] (row-major, cols[p])
+  void* y[4];
+  int64_t end[4];
+  int64_t cols[4];
+  int nparts;
+  bool f32;               // fp32 outputs holding bf16-rounded values (logits)
+};
+bool gemv_supported(const void* x, int64_t ldx, const void* w, int64_t K, int64_t M);
+// y[m, n] = Σ_k x[m*ldx + k] w[n*K + k] for m < M <= 16, n < N.
+void launch_gemv(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, int M,
+                 const GemvOut& o, cudaStream_t st);
+
 // ---- lightning (cuda_lightning.cu) ----
 inline constexpr int kGlaDecayStride = 65;  // decay[h][n] = exp(n g_h), n = 0..64
 struct GlaArgs {
@@ -69,6 +89,7 @@ struct AttnParams {
   int G, nh;
   float tau;
   int total_topk;
+  int flash_min;  // rows of dense calls of >= flash_min tokens are left to flash_prefill
 };
 struct StepRows {
   int T;
@@ -91,5 +112,16 @@ size_t attention_smem_bytes(int G, int d);
 void launch_attention(const bf16* q, const StepRows& s, const bf16* kc, const bf16* vc,
                       const int32_t* sel, const int32_t* sel_cnt, const AttnParams& p, int splits,
                       bf16* out, float* part, float* ml, int max_smem, cudaStream_t st);
+
+// Dense causal attention of one long call (cuda_flash.cu, head_dim 128, tensor cores):
+// rows token_begin .. token_begin + num_tokens of q/out, keys 0 .. past_len + row.
+struct FlashSeq {
+  int32_t token_begin, num_tokens, page_begin;
+  long long past_len;
+};
+bool flash_prefill_supported(int d);
+void launch_flash_prefill(const bf16* q, const FlashSeq& s, const int32_t* page_table,
+                          const bf16* kc, const bf16* vc, const CacheGeom& g, int GH, int nh,
+                          float tau, bf16* out, cudaStream_t st);
 
 }  // namespace sala::cuda

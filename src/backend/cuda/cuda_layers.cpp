@@ -2,6 +2,8 @@
 // layers. Kernels: cuda_lightning.cu, cuda_sparse.cu.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cpu/gla_reference.h"
 #include "backend/cuda/cuda_backend.h"
@@ -60,6 +62,7 @@ void CudaBackend::lightning_attention(int li, const Tensor& q, const Tensor& k, 
   a.nh = nh;
   SALA_CHECK(launch_gla(d, a, sd_.short_seqs, sd_.n_short, sd_.long_seqs, sd_.n_long, stream_),
              "lightning head_dim {} not supported by the CUDA backend", d);
+  tick(sd_.n_long > 0 ? "lightning chunked" : "lightning recurrent");
 }
 
 void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -82,6 +85,7 @@ void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, con
   const StepRows rows{T, sd_.row_seq, sd_.seqs, sd_.page_table};
   launch_append_kv(ptr<const bf16>(k), ptr<const bf16>(v), rows, geo, cache.k, cache.v, stream_);
   launch_compress(rows, geo, cache.k, cache.c1, cache.c2, stream_);
+  tick("sparse append+compress");
 
   if (sd_.n_sparse_seqs > 0) {
     Stage1Params P{};
@@ -128,17 +132,39 @@ void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, con
   }
 
   // Attention; split over key blocks when the step has too few (row, kv head) items to
-  // fill the GPU (decode).
+  // fill the GPU (decode). The split count depends on nothing but that test, never on the
+  // context length or the row count: a recorded decode step launches the same grid at every
+  // length (splits past a row's last key block do nothing), and a row's numbers do not
+  // depend on the batch it is in.
   int splits = 1;
   if (int64_t(T) * kvh < 128) {
-    splits = std::min({32, std::max(1, sd_.max_blocks), ceil_div(256, int64_t(T) * kvh)});
+    splits = 16;
     while (splits > 1 && int64_t(T) * nh * splits > attn_part_items_) --splits;
   }
-  AttnParams A{geo, GH, nh, c.attn_scale(), sp.total_topk()};
+  // Long dense calls (prefill chunks) on the tensor cores; the rest (decode rows, short
+  // calls, sparse rows) in attention_kernel. SALA_CUDA_FLASH=0 turns the former off.
+  static const bool flash_on = [] {
+    const char* e = std::getenv("SALA_CUDA_FLASH");
+    return !(e && std::string(e) == "0");
+  }();
+  constexpr int kFlashMin = 64;
+  const bool flash = flash_on && splits == 1 && flash_prefill_supported(d);
+  AttnParams A{geo, GH, nh, c.attn_scale(), sp.total_topk(), flash ? kFlashMin : 1 << 30};
+  if (flash) {
+    for (const SeqSlice& s : meta_->seqs) {
+      const bool sparse_rows = meta_->dense_as_sparse || s.total_len() >= sp.dense_len;
+      if (sparse_rows || s.num_tokens < kFlashMin) continue;
+      const FlashSeq fs{s.token_begin, s.num_tokens, s.page_begin, s.past_len};
+      launch_flash_prefill(ptr<const bf16>(q), fs, sd_.page_table, cache.k, cache.v, geo, GH, nh,
+                           c.attn_scale(), ptr<bf16>(out), stream_);
+    }
+    tick("flash prefill attention");
+  }
   const size_t smem = attention_smem_bytes(GH, d);
   SALA_CHECK(smem <= size_t(max_smem_optin_), "attention needs {} bytes of shared memory", smem);
   launch_attention(ptr<const bf16>(q), rows, cache.k, cache.v, sel_, sel_cnt_, A, splits,
                    ptr<bf16>(out), attn_part_, attn_ml_, max_smem_optin_, stream_);
+  tick(splits > 1 ? "sparse attention split" : "sparse attention");
 }
 
 }  // namespace sala

@@ -145,6 +145,50 @@ __global__ void rope_kernel(bf16* x, int64_t cols, int head_dim, const int32_t* 
   }
 }
 
+// Lightning q/k: per-head RMSNorm then RoPE, in place (the numbers of rmsnorm_warp_kernel
+// followed by rope_kernel). One block per row; warps take the row's q heads, then k heads.
+//                                          grid: T, block: 256, smem: (1 + warps) * head_dim
+__global__ void qk_norm_rope_kernel(bf16* q, bf16* k, const bf16* __restrict__ qn,
+                                    const bf16* __restrict__ kn, int64_t cols, int head_dim,
+                                    float eps, const int32_t* __restrict__ pos,
+                                    const float* __restrict__ inv_freq) {
+  extern __shared__ float sm[];
+  const int D = head_dim, half = D / 2;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  float* cs = sm;                  // [D]: cos, sin
+  float* buf = sm + D + warp * D;  // [D] this warp's normalised head
+  const int64_t t = blockIdx.x;
+  for (int j = threadIdx.x; j < half; j += blockDim.x) {
+    const float ang = float(pos[t]) * inv_freq[j];
+    double s, c;
+    sincos(double(ang), &s, &c);
+    cs[j] = float(c);
+    cs[half + j] = float(s);
+  }
+  __syncthreads();
+  const int heads = int(cols / D);
+  for (int hh = warp; hh < 2 * heads; hh += nwarps) {
+    bf16* v = (hh < heads ? q : k) + t * cols + int64_t(hh % heads) * D;
+    const bf16* w = hh < heads ? qn : kn;
+    float ss = 0.f;
+    for (int c = lane; c < D; c += 32) {
+      const float x = b2f(v[c]);
+      ss += x * x;
+    }
+    ss = warp_sum(ss);
+    const float inv = 1.0f / sqrtf(ss / float(D) + eps);
+    for (int c = lane; c < D; c += 32) buf[c] = rb(rb(b2f(v[c]) * inv) * b2f(w[c]));
+    __syncwarp();
+    for (int j = lane; j < half; j += 32) {
+      const float x1 = buf[j], x2 = buf[j + half];
+      const float c = cs[j], s = cs[half + j];
+      v[j] = f2b(x1 * c - x2 * s);
+      v[j + half] = f2b(x2 * c + x1 * s);
+    }
+    __syncwarp();
+  }
+}
+
 template <typename T>
 __global__ void gather_rows_kernel(const T* x, int64_t cols, const int32_t* rows, T* out) {
   const int64_t r = blockIdx.x;
@@ -220,6 +264,17 @@ void launch_rope(bf16* x, int64_t rows, int64_t cols, int head_dim, const int32_
                  const float* inv_freq, cudaStream_t st) {
   if (rows == 0) return;
   rope_kernel<<<unsigned(rows), 128, size_t(head_dim) * 4, st>>>(x, cols, head_dim, pos, inv_freq);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_qk_norm_rope(bf16* q, bf16* k, const bf16* qn, const bf16* kn, int64_t rows,
+                         int64_t cols, int head_dim, float eps, const int32_t* pos,
+                         const float* inv_freq, cudaStream_t st) {
+  if (rows == 0) return;
+  constexpr int kThreads = 256;
+  const size_t smem = size_t(1 + kThreads / 32) * size_t(head_dim) * 4;
+  qk_norm_rope_kernel<<<unsigned(rows), kThreads, smem, st>>>(q, k, qn, kn, cols, head_dim, eps,
+                                                              pos, inv_freq);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -201,6 +201,7 @@ __global__ void __launch_bounds__(256) attention_kernel(
   const int g = blockIdx.y;
   const int split = blockIdx.z, nsplit = gridDim.z;
   const DevSeq s = seqs[row_seq[r]];
+  if (!s.sparse && s.num_tokens >= P.flash_min) return;  // flash_prefill's rows
   const CacheGeom& G = P.g;
   const int d = G.d, GH = P.G;
   const int32_t* pages = page_table + s.page_begin;
