@@ -56,6 +56,10 @@ class Backend {
   // lightning state slots.
   virtual void init_caches(const ModelConfig& cfg, const CacheShape& shape) = 0;
   virtual void download_f32(const Tensor& src, float* dst) = 0;
+  // Bytes of one KV / compressed-key element in the caches (sizing the pool at start).
+  virtual size_t kv_element_bytes() const { return 4; }
+  // Total memory of the device the backend runs on (0: host memory, not sized here).
+  virtual size_t device_memory_total() const { return 0; }
 
   // ---- per step ----
   virtual void begin_step(const StepMeta& meta) = 0;  // uploads ids/positions/tables once

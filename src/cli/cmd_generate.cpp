@@ -139,7 +139,7 @@ sala::cli::Registrar reg("generate", "Generate from one prompt through the engin
   app.add_option("--seed", o->seed, "Sampling seed");
   app.add_flag("--ignore-eos", o->ignore_eos, "Do not stop at EOS");
   app.add_flag("--show-ids", o->show_ids, "Print the generated token ids at the end");
-  app.add_option("--device", o->device, "cpu")->capture_default_str();
+  app.add_option("--device", o->device, "cpu | cuda")->capture_default_str();
   app.add_option("--dtype", o->dtype, "auto | float32 | bfloat16")->capture_default_str();
   app.add_option("--cpu-threads", o->cpu_threads, "CPU backend threads (0: all cores)");
   app.add_option("--context-length", o->context_length, "Max prompt + output tokens");

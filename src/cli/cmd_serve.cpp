@@ -62,11 +62,11 @@ int run_serve(const ServeOpts& o) {
   if (!o.attention_backend.empty()) warn(fmt::format("--attention-backend {} ignored: SALA picks its own kernels", o.attention_backend));
   if (o.skip_server_warmup) warn("--skip-server-warmup ignored: the server needs no warm-up request");
   if (o.disable_radix_cache) warn("--disable-radix-cache: there is no prefix cache (nothing to disable)");
-  if (o.disable_cuda_graph) warn("--disable-cuda-graph ignored on this device");
+  if (o.disable_cuda_graph && o.device != "cuda") warn("--disable-cuda-graph ignored on this device");
   if (o.trust_remote_code) warn("--trust-remote-code ignored: no remote code is ever run");
-  if (o.kv_cache_dtype != "auto") warn(fmt::format("--kv-cache-dtype {} ignored: the CPU backend keeps the KV cache in fp32", o.kv_cache_dtype));
-  if (!o.quantization.empty()) warn(fmt::format("--quantization {} ignored on the CPU backend", o.quantization));
-  if (o.mem_fraction_static > 0) warn("--mem-fraction-static ignored on the CPU backend (see --kv-memory-mb)");
+  if (o.kv_cache_dtype != "auto") warn(fmt::format("--kv-cache-dtype {} ignored: the KV cache is fp32 on the CPU and bf16 on the GPU", o.kv_cache_dtype));
+  if (!o.quantization.empty()) warn(fmt::format("--quantization {} ignored: weights run in their checkpoint precision (bf16 on the GPU)", o.quantization));
+  if (o.mem_fraction_static > 0 && o.device != "cuda") warn("--mem-fraction-static ignored on the CPU backend (see --kv-memory-mb)");
   if (o.tp_size != 1) sala::fail("--tp-size {} is not supported (one device per server)", o.tp_size);
   if (o.stream_interval < 1) sala::fail("--stream-interval must be >= 1");
 
@@ -85,6 +85,8 @@ int run_serve(const ServeOpts& o) {
   lo.engine.dense_as_sparse = o.dense_as_sparse;
   lo.max_total_tokens = o.max_total_tokens;
   lo.kv_memory_bytes = size_t(o.kv_memory_mb) << 20;
+  if (o.mem_fraction_static > 0) lo.mem_fraction_static = o.mem_fraction_static;
+  lo.cuda_graphs = !o.disable_cuda_graph;
   fmt::print(stderr, "sala serve: loading {} on {}\n", lo.model_path, lo.device);
   sala::server::Loaded L = sala::server::launch(lo);
 

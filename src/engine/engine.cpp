@@ -412,8 +412,8 @@ std::unique_ptr<Engine> make_engine(std::unique_ptr<Model> model, const EngineOp
   return std::make_unique<EngineImpl>(std::move(model), opts);
 }
 
-size_t kv_bytes_per_page(const ModelConfig& c, int32_t page_size) {
-  const size_t row = size_t(c.num_key_value_heads) * size_t(c.head_dim) * 4;
+size_t kv_bytes_per_page(const ModelConfig& c, int32_t page_size, size_t element_bytes) {
+  const size_t row = size_t(c.num_key_value_heads) * size_t(c.head_dim) * element_bytes;
   const size_t ps = size_t(page_size);
   const size_t per_layer = ps * row * 2 + ps / size_t(c.sparse.kernel_stride) * row +
                            ps / size_t(c.sparse.level2_stride()) * row;
@@ -426,7 +426,8 @@ size_t state_bytes_per_slot(const ModelConfig& c) {
 }
 
 ModelLimits plan_limits(const ModelConfig& cfg, const EngineOptions& opts,
-                        size_t memory_budget_bytes, int64_t max_total_tokens) {
+                        size_t memory_budget_bytes, int64_t max_total_tokens,
+                        size_t kv_element_bytes) {
   ModelLimits lim;
   // A whole prefill chunk beside one decode row per running request (see make_engine).
   lim.max_step_tokens = std::max({1, opts.max_step_tokens,
@@ -444,7 +445,8 @@ ModelLimits plan_limits(const ModelConfig& cfg, const EngineOptions& opts,
   } else {
     const size_t states = size_t(lim.caches.num_slots) * state_bytes_per_slot(cfg);
     const size_t left = memory_budget_bytes > states ? memory_budget_bytes - states : 0;
-    pages = std::max<int64_t>(int64_t(left / kv_bytes_per_page(cfg, int32_t(ps))), min_pages);
+    pages = std::max<int64_t>(
+        int64_t(left / kv_bytes_per_page(cfg, int32_t(ps), kv_element_bytes)), min_pages);
   }
   lim.caches.num_pages = int32_t(std::clamp<int64_t>(pages, 1, INT32_MAX / ps));
   return lim;

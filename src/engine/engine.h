@@ -124,10 +124,12 @@ std::unique_ptr<Engine> make_engine(std::unique_ptr<Model> model, const EngineOp
 // --max-total-tokens, taken as given), else from memory_budget_bytes (after the state slots),
 // but never fewer than one request of max_context_len needs.
 ModelLimits plan_limits(const ModelConfig& cfg, const EngineOptions& opts,
-                        size_t memory_budget_bytes, int64_t max_total_tokens = 0);
-// Host bytes of one KV page (K, V and both compressed-key levels of every sparse layer) and
-// of one lightning-state slot, fp32 as the CPU backend stores them.
-size_t kv_bytes_per_page(const ModelConfig& cfg, int32_t page_size);
+                        size_t memory_budget_bytes, int64_t max_total_tokens = 0,
+                        size_t kv_element_bytes = 4);
+// Bytes of one KV page (K, V and both compressed-key levels of every sparse layer; elements of
+// element_bytes: 4 on the CPU, 2 (bf16) on the GPU) and
+// of one lightning-state slot (fp32 on every backend).
+size_t kv_bytes_per_page(const ModelConfig& cfg, int32_t page_size, size_t element_bytes = 4);
 size_t state_bytes_per_slot(const ModelConfig& cfg);
 
 }  // namespace sala

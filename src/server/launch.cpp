@@ -39,14 +39,40 @@ Loaded launch(const LaunchOptions& o) {
   else if (o.dtype == "bfloat16" || o.dtype == "bf16") bo.mode = NumericMode::BF16;
   else fail("--dtype '{}' is not supported (auto, float32, bfloat16)", o.dtype);
   std::unique_ptr<Backend> backend;
+  Checkpoint ckpt(o.model_path);
+  size_t cache_budget = o.kv_memory_bytes;
   if (o.device == "cpu") {
     backend = make_cpu_backend(bo);
+#ifdef SALA_HAVE_CUDA
+  } else if (o.device == "cuda") {
+    bo.mode = NumericMode::BF16;  // the GPU path is bf16 by contract
+    bo.cuda_graphs = o.cuda_graphs;
+    backend = make_cuda_backend(bo);
+    // SGLang's --mem-fraction-static: weights + KV pool + state slots take this fraction of
+    // the GPU; activations, cuBLASLt workspace and graphs get a fixed reserve of the rest.
+    size_t weight_bytes = 0;
+    for (auto& [name, t] : ckpt.all()) weight_bytes += size_t(t->numel()) * 2;
+    const size_t total = backend->device_memory_total();
+    const size_t reserve = size_t(6) << 30;
+    const double usable = o.mem_fraction_static * double(total);
+    if (usable < double(weight_bytes + reserve))
+      fail("--mem-fraction-static {} of {:.1f} GiB leaves no room for the KV cache after {:.1f} GiB "
+           "of weights", o.mem_fraction_static, double(total) / (1 << 30),
+           double(weight_bytes) / (1 << 30));
+    cache_budget = size_t(usable) - weight_bytes - reserve;
+#endif
   } else {
-    fail("--device '{}' is not supported by sala serve yet (use cpu)", o.device);
+    fail("--device '{}' is not available in this build (cpu{})", o.device,
+#ifdef SALA_HAVE_CUDA
+         ", cuda"
+#else
+         ""
+#endif
+    );
   }
 
-  ModelLimits lim = plan_limits(L.cfg, o.engine, o.kv_memory_bytes, o.max_total_tokens);
-  Checkpoint ckpt(o.model_path);
+  ModelLimits lim = plan_limits(L.cfg, o.engine, cache_budget, o.max_total_tokens,
+                                backend->kv_element_bytes());
   auto model = std::make_unique<Model>(L.cfg, std::move(backend), ckpt, lim);
   L.engine = make_engine(std::move(model), o.engine);
   const EngineInfo info = L.engine->info();

@@ -18,7 +18,9 @@ struct LaunchOptions {
   int cpu_threads = 0;             // 0: all cores
   EngineOptions engine;
   int64_t max_total_tokens = 0;    // KV pool size in tokens; 0: from kv_memory_bytes
-  size_t kv_memory_bytes = size_t(512) << 20;
+  size_t kv_memory_bytes = size_t(512) << 20;  // CPU: KV pool + state slots
+  double mem_fraction_static = 0.88;  // GPU: weights + caches + workspaces, of total memory
+  bool cuda_graphs = true;
   bool verbose = true;
 };
 

@@ -547,4 +547,10 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts) {
   return std::make_unique<CudaBackend>(opts);
 }
 
+size_t CudaBackend::device_memory_total() const {
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return total_b;
+}
+
 }  // namespace sala

@@ -24,6 +24,8 @@ class CudaBackend : public Backend {
   explicit CudaBackend(const BackendOptions& opts);
   ~CudaBackend() override;
   std::string name() const override { return "cuda"; }
+  size_t kv_element_bytes() const override { return 2; }  // bf16 KV and compressed keys
+  size_t device_memory_total() const override;
   DType act_dtype() const override { return DType::BF16; }
 
   Tensor alloc(int64_t rows, int64_t cols, DType dtype) override;
