@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Serving checks on the GPU machine (after `scripts/gpu_check.sh pack` here, with
+# ../shared/eval copied into .gpu/eval): the server on --device cuda, driven by our own
+# clients, as users run it.
+#   1. sala-tiny-chat, bf16 on the GPU: `sala eval` on tiny-chat.jsonl through
+#      /v1/chat/completions; agreement with the fp32 reference answers and accuracy.
+#   2. The full-size random model (sala make-random + a synthetic full-vocab tokenizer):
+#      `sala bench serve` S1/S8/S∞ on a generated speed set (lengths scaled, see SPEED_*).
+# Prints a short table last; logs and results go to $OUT.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-/tmp/gpu_serve_out}
+mkdir -p "$OUT" /tmp/sala_gpu
+tar -C /tmp/sala_gpu -xJf "$ROOT/.gpu/pack.tar.xz"
+G=/tmp/sala_gpu
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -e "$d/libcublasLt.so.13" ] && export LD_LIBRARY_PATH="$G/lib:$d:${LD_LIBRARY_PATH:-}"
+done
+SALA=$G/bin/sala
+wait_health() {
+  for _ in $(seq 1200); do curl -sf "$1/health" >/dev/null && return 0; sleep 0.25; done
+  return 1
+}
+
+# 1. tiny-chat accuracy on the GPU.
+"$SALA" serve --device cuda --port 30001 --model-path "$ROOT/models/sala-tiny-chat" >"$OUT/serve_tiny.log" 2>&1 &
+pid=$!
+wait_health http://127.0.0.1:30001 || { echo "tiny server did not start"; tail "$OUT/serve_tiny.log"; }
+"$SALA" eval --url http://127.0.0.1:30001 --data "$ROOT/.gpu/eval/tiny-chat.jsonl" --quiet \
+  --out "$OUT/tiny_gpu_preds.jsonl" --summary "$OUT/tiny_gpu_summary.json" --concurrency 16 | tail -6
+kill $pid; wait $pid 2>/dev/null
+tiny=$(python3 - "$OUT/tiny_gpu_preds.jsonl" "$ROOT/.gpu/eval/tiny-chat.reference.jsonl" "$OUT/tiny_gpu_summary.json" <<'PY'
+import json, sys
+preds = sorted((json.loads(l) for l in open(sys.argv[1])), key=lambda p: p["index"])
+refs = [json.loads(l) for l in open(sys.argv[2])]
+same = sum(p["prediction"] == r["output_text"] for p, r in zip(preds, refs))
+ref_acc = 100 * sum(r["correct"] for r in refs) / len(refs)
+acc = json.load(open(sys.argv[3]))["ori_accuracy"]
+print(f"{same}/{len(refs)} answers equal the fp32 reference; accuracy {acc:.2f} (reference {ref_acc:.2f})")
+PY
+)
+
+# 2. Full-size random model: S1 / S8 / S∞.
+M=/tmp/sala-9b-random
+t0=$SECONDS
+"$SALA" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out $M >"$OUT/make_random.log" 2>&1
+python3 "$ROOT/scripts/make_full_vocab_tokenizer.py" $M >>"$OUT/make_random.log" 2>&1
+echo "make-random: $((SECONDS - t0)) s"
+"$SALA" make-speed-set --out "$OUT/speed.jsonl" --n ${SPEED_N:-16} --seed 1 --scale ${SPEED_SCALE:-0.03} \
+  --output-scale ${SPEED_OUTPUT_SCALE:-0.1} --max-prompt-tokens ${SPEED_MAX_PROMPT:-12000} | tail -3
+"$SALA" serve --device cuda --port 30002 --model-path $M >"$OUT/serve_9b.log" 2>&1 &
+pid=$!
+t0=$SECONDS
+wait_health http://127.0.0.1:30002 || { echo "9B server did not start"; tail "$OUT/serve_9b.log"; }
+echo "9B server ready in $((SECONDS - t0)) s"
+"$SALA" bench serve --url http://127.0.0.1:30002 --data "$OUT/speed.jsonl" --quiet \
+  --out "$OUT/bench_serve_9b.json" --svg "$OUT/bench_serve_9b.svg" 2>&1 | tail -8 | tee "$OUT/bench_table.txt"
+kill $pid; wait $pid 2>/dev/null
+
+echo
+echo "================ GPU serving check ================"
+echo "tiny-chat on cuda (bf16): $tiny"
+cat "$OUT/bench_table.txt"
