@@ -455,22 +455,7 @@ struct HttpServer::Impl {
     std::vector<std::vector<int32_t>> prompts{tok.encode(rendered, false)};
     const std::string id = "chatcmpl-" + random_hex(24);
     std::vector<Seq> seqs = submit_all(prompts, {}, c.sampling, c.sampling.n, id, false);
-    const int64_t created = unix_time();
-    if (c.stream) {
-      auto st = std::make_shared<StreamState>();
-      st->route = Route::Chat;
-      st->seqs = std::move(seqs);
-      st->id = id;
-      st->model = model_id;
-      st->created = created;
-      st->include_usage = c.include_usage;
-      start_stream(res, st);
-      return;
-    }
-    wait_all(seqs);
-    std::vector<SeqResult> rs;
-    for (auto& s : seqs) rs.push_back(s.r);
-    send_json(res, chat_response(id, model_id, created, rs, usage_of(seqs)));
+    respond_openai(res, Route::Chat, std::move(seqs), id, c.stream, c.include_usage);
   }
 
   void handle_completion(const httplib::Request& req, httplib::Response& res) {
@@ -485,22 +470,30 @@ struct HttpServer::Impl {
     }
     const std::string id = "cmpl-" + random_hex(24);
     std::vector<Seq> seqs = submit_all(prompts, echo, c.sampling, c.sampling.n, id, false);
+    respond_openai(res, Route::Completion, std::move(seqs), id, c.stream, c.include_usage);
+  }
+
+  // The OpenAI routes' common tail: stream the sequences, or wait for them and answer once.
+  void respond_openai(httplib::Response& res, Route route, std::vector<Seq> seqs,
+                      const std::string& id, bool stream, bool include_usage) {
     const int64_t created = unix_time();
-    if (c.stream) {
+    if (stream) {
       auto st = std::make_shared<StreamState>();
-      st->route = Route::Completion;
+      st->route = route;
       st->seqs = std::move(seqs);
       st->id = id;
       st->model = model_id;
       st->created = created;
-      st->include_usage = c.include_usage;
+      st->include_usage = include_usage;
       start_stream(res, st);
       return;
     }
     wait_all(seqs);
     std::vector<SeqResult> rs;
     for (auto& s : seqs) rs.push_back(s.r);
-    send_json(res, completion_response(id, model_id, created, rs, usage_of(seqs)));
+    send_json(res, route == Route::Chat
+                       ? chat_response(id, model_id, created, rs, usage_of(seqs))
+                       : completion_response(id, model_id, created, rs, usage_of(seqs)));
   }
 
   std::string render_metrics() const {
