@@ -114,6 +114,20 @@ class Backend {
                                 Tensor& out) = 0;
   // out[R, C] = x[logit_rows]
   virtual void gather_logit_rows(const Tensor& x, Tensor& out) = 0;
+  // Greedy decoding without moving logits to the host: out[r] = argmax of fp32 row r of
+  // logits [R, V], ties to the lowest id (torch.argmax). The default downloads the rows.
+  virtual void argmax_rows(const Tensor& logits, int32_t* out) {
+    std::vector<float> row(static_cast<size_t>(logits.cols));
+    const int64_t row_bytes = logits.cols * int64_t(dtype_size(logits.dtype));
+    for (int64_t r = 0; r < logits.rows; ++r) {
+      const Tensor one{static_cast<char*>(logits.data) + r * row_bytes, logits.dtype, 1, logits.cols};
+      download_f32(one, row.data());
+      int64_t best = 0;
+      for (int64_t j = 1; j < logits.cols; ++j)
+        if (row[size_t(j)] > row[size_t(best)]) best = j;
+      out[r] = int32_t(best);
+    }
+  }
   virtual void synchronize() {}
 
   // ---- recorded steps (CUDA graphs) ----

@@ -300,7 +300,14 @@ class EngineImpl final : public Engine {
       meta_.add_seq(s->tokens.data() + s->num_computed, it.num_tokens, s->num_computed, s->slot,
                     s->pages, false, it.sample);
     }
-    model_->forward(meta_, logits_);
+    // A step whose sampled rows are all plain greedy takes the argmax on the device and
+    // moves R ids instead of R × vocab logits to the host.
+    bool greedy_only = true;
+    for (const ScheduledSeq& it : plan_.items)
+      if (it.sample && !static_cast<Request*>(it.seq)->sampler.plain_greedy(
+                           static_cast<Request*>(it.seq)->sampling))
+        greedy_only = false;
+    model_->forward(meta_, logits_, nullptr, greedy_only ? &argmax_ : nullptr);
     scheduler_->commit(plan_);
     const int32_t V = info_.vocab_size;
     size_t row = 0;
@@ -308,8 +315,11 @@ class EngineImpl final : public Engine {
     for (const ScheduledSeq& it : plan_.items) {
       if (!it.sample) continue;
       Request* r = static_cast<Request*>(it.seq);
-      float* logits = logits_.data() + row++ * size_t(V);
-      const int32_t tok = sampler_.sample(logits, V, r->sampling, r->sampler);
+      const size_t this_row = row++;
+      const int32_t tok =
+          greedy_only ? argmax_[this_row]
+                      : sampler_.sample(logits_.data() + this_row * size_t(V), V, r->sampling,
+                                        r->sampler);
       r->sampler.observe(tok);
       r->tokens.push_back(tok);
       ++r->generated;
@@ -393,6 +403,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<uint64_t, std::unique_ptr<Request>> requests_;  // engine thread only
   Sampler sampler_;
+  std::vector<int32_t> argmax_;  // greedy-only steps: one id per logit row
   SchedulePlan plan_;
   StepMeta meta_;
   std::vector<float> logits_;

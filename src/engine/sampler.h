@@ -21,6 +21,10 @@ class SamplerState {
   void init(const SamplingParams& p, const std::vector<int32_t>& prompt, int32_t vocab);
   // Records a generated token (frequency / presence / repetition penalties).
   void observe(int32_t token);
+  // True when sampling is the plain argmax of the raw logits (no penalty changes them).
+  bool plain_greedy(const SamplingParams& p) const {
+    return !penalties_ && (p.temperature <= 0.0f || p.top_k == 1);
+  }
   uint64_t seed() const { return seed_; }
 
  private:

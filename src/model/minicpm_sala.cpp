@@ -78,7 +78,8 @@ int Model::graph_bucket(const StepMeta& meta, ForwardTrace* trace) const {
   return 0;
 }
 
-void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTrace* trace) {
+void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTrace* trace,
+                    std::vector<int32_t>* argmax) {
   const int64_t T = meta.num_tokens();
   const int64_t R = int64_t(meta.logit_rows.size());
   SALA_CHECK(T > 0 && T <= limits_.max_step_tokens, "step has {} tokens (max {})", T,
@@ -107,10 +108,17 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
   }
   if (R == 0) {
     logits.clear();
+    if (argmax) argmax->clear();
+    return;
+  }
+  const Tensor out{logits_.data, DType::F32, R, cfg_.vocab_size};
+  if (argmax) {
+    argmax->resize(size_t(R));
+    be.argmax_rows(out, argmax->data());
     return;
   }
   logits.resize(size_t(R) * size_t(cfg_.vocab_size));
-  be.download_f32(Tensor{logits_.data, DType::F32, R, cfg_.vocab_size}, logits.data());
+  be.download_f32(out, logits.data());
 }
 
 void Model::run_layers(int64_t T, int64_t R, ForwardTrace* trace) {

@@ -27,8 +27,11 @@ class Model {
  public:
   Model(ModelConfig cfg, std::unique_ptr<Backend> backend, const Checkpoint& ckpt,
         const ModelLimits& limits);
-  // One step: logits [meta.logit_rows.size(), vocab] fp32, row-major, into `logits`.
-  void forward(const StepMeta& meta, std::vector<float>& logits, ForwardTrace* trace = nullptr);
+  // One step: logits [meta.logit_rows.size(), vocab] fp32, row-major, into `logits`; or,
+  // with `argmax` given, only the greedy token of each logit row (the logits stay on the
+  // device and `logits` is left untouched).
+  void forward(const StepMeta& meta, std::vector<float>& logits, ForwardTrace* trace = nullptr,
+               std::vector<int32_t>* argmax = nullptr);
 
   const ModelConfig& config() const { return cfg_; }
   const ModelLimits& limits() const { return limits_; }

@@ -200,6 +200,13 @@ void CpuBackend::gather_logit_rows(const Tensor& x, Tensor& out) {
                 size_t(x.cols) * 4);
 }
 
+void CpuBackend::argmax_rows(const Tensor& logits, int32_t* out) {
+  for (int64_t r = 0; r < logits.rows; ++r) {
+    const float* row = static_cast<const float*>(logits.data) + r * logits.cols;
+    out[r] = int32_t(std::max_element(row, row + logits.cols) - row);  // first maximum
+  }
+}
+
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& opts) {
   return std::make_unique<CpuBackend>(opts);
 }

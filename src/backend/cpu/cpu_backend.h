@@ -36,6 +36,7 @@ class CpuBackend : public Backend {
   void sparse_attention(int si, const Tensor& q, const Tensor& k, const Tensor& v,
                         Tensor& out) override;
   void gather_logit_rows(const Tensor& x, Tensor& out) override;
+  void argmax_rows(const Tensor& logits, int32_t* out) override;
 
   // Paged sparse-layer cache of one layer (fp32; bf16-representable values in BF16 mode).
   struct SparseLayerCache {
