@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Serving checks on the GPU machine (after `scripts/gpu_check.sh pack` here, with
-# ../shared/eval copied into .gpu/eval): the server on --device cuda, driven by our own
-# clients, as users run it.
+# ../shared/eval copied into $PACK_DIR/eval; PACK_DIR defaults to .gpu): the server on
+# --device cuda, driven by our own clients, as users run it.
 #   1. sala-tiny-chat, bf16 on the GPU: `sala eval` on tiny-chat.jsonl through
 #      /v1/chat/completions; agreement with the fp32 reference answers and accuracy.
 #   2. The full-size random model (sala make-random + a synthetic full-vocab tokenizer):
@@ -10,12 +10,20 @@
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-/tmp/gpu_serve_out}
+PACK_DIR=${PACK_DIR:-$ROOT/.gpu}
 mkdir -p "$OUT" /tmp/sala_gpu
-tar -C /tmp/sala_gpu -xJf "$ROOT/.gpu/pack.tar.xz"
+tar -C /tmp/sala_gpu -xJf "$PACK_DIR/pack.tar.xz"
 G=/tmp/sala_gpu
+cuda_libs=""
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-  [ -e "$d/libcublasLt.so.13" ] && export LD_LIBRARY_PATH="$G/lib:$d:${LD_LIBRARY_PATH:-}"
+  [ -e "$d/libcublasLt.so.13" ] && cuda_libs="$cuda_libs:$d"
 done
+if [ -z "$cuda_libs" ]; then
+  f=$(find / -xdev -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
+  [ -n "$f" ] && cuda_libs=":$(dirname "$f")"
+fi
+export LD_LIBRARY_PATH="$G/lib$cuda_libs:${LD_LIBRARY_PATH:-}"
+ldd "$G/bin/sala" | grep "not found" && echo "MISSING LIBRARIES"
 SALA=$G/bin/sala
 wait_health() {
   for _ in $(seq 1200); do curl -sf "$1/health" >/dev/null && return 0; sleep 0.25; done
@@ -26,10 +34,10 @@ wait_health() {
 "$SALA" serve --device cuda --port 30001 --model-path "$ROOT/models/sala-tiny-chat" >"$OUT/serve_tiny.log" 2>&1 &
 pid=$!
 wait_health http://127.0.0.1:30001 || { echo "tiny server did not start"; tail "$OUT/serve_tiny.log"; }
-"$SALA" eval --url http://127.0.0.1:30001 --data "$ROOT/.gpu/eval/tiny-chat.jsonl" --quiet \
+"$SALA" eval --url http://127.0.0.1:30001 --data "$PACK_DIR/eval/tiny-chat.jsonl" --quiet \
   --out "$OUT/tiny_gpu_preds.jsonl" --summary "$OUT/tiny_gpu_summary.json" --concurrency 16 | tail -6
 kill $pid; wait $pid 2>/dev/null
-tiny=$(python3 - "$OUT/tiny_gpu_preds.jsonl" "$ROOT/.gpu/eval/tiny-chat.reference.jsonl" "$OUT/tiny_gpu_summary.json" <<'PY'
+tiny=$(python3 - "$OUT/tiny_gpu_preds.jsonl" "$PACK_DIR/eval/tiny-chat.reference.jsonl" "$OUT/tiny_gpu_summary.json" <<'PY'
 import json, sys
 preds = sorted((json.loads(l) for l in open(sys.argv[1])), key=lambda p: p["index"])
 refs = [json.loads(l) for l in open(sys.argv[2])]
