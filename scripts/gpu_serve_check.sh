@@ -25,6 +25,14 @@ fi
 export LD_LIBRARY_PATH="$G/lib$cuda_libs:${LD_LIBRARY_PATH:-}"
 ldd "$G/bin/sala" | grep "not found" && echo "MISSING LIBRARIES"
 SALA=$G/bin/sala
+ops="not run"
+if [ "${CHECK_OPS:-0}" = 1 ]; then  # the pack's op tests and golden bf16 cases first
+  SALA_REQUIRE_GPU=1 "$G/bin/test_cuda_ops" >"$OUT/ops.log" 2>&1 && ops="op tests pass" || ops="op tests FAIL"
+  for c in tiny-dense tiny-sparse; do
+    "$SALA" golden "$G/golden/$c" --device cuda --mode bf16 >"$OUT/golden_$c.log" 2>&1
+    ops="$ops; golden $c: $(tail -1 "$OUT/golden_$c.log")"
+  done
+fi
 wait_health() {
   for _ in $(seq 1200); do curl -sf "$1/health" >/dev/null && return 0; sleep 0.25; done
   return 1
@@ -67,5 +75,6 @@ kill $pid; wait $pid 2>/dev/null
 
 echo
 echo "================ GPU serving check ================"
+echo "ops/golden: $ops"
 echo "tiny-chat on cuda (bf16): $tiny"
 cat "$OUT/bench_table.txt"
