@@ -2,7 +2,8 @@
 // the server: decode steps at batch 1/8/64 (128-token prompts, greedy, 512 new tokens) and
 // prefill (4K-token prompts, batch 1 and 8), each as a ratio to the floors of
 // ../shared/PERF.md (bytes of bf16 weights / 4.30 TB/s for decode; 2·params FLOPs / 790
-// TFLOP/s for prefill). Greedy argmax on the host over downloaded logits is included.
+// TFLOP/s for prefill). Decode steps include the greedy pick (argmax_rows on the backend,
+// as the engine's greedy steps do).
 // requires: sala_model
 #include <fmt/core.h>
 
@@ -93,8 +94,7 @@ int run(const Args& a) {
       for (int b = 0; b < B; ++b)
         m.add_seq(&next[size_t(b)], 1, a.decode_in + s, b, seq_pages(b), false, true);
       const auto t0 = Clock::now();
-      model.forward(m, logits);
-      for (int b = 0; b < B; ++b) next[size_t(b)] = argmax(&logits[size_t(b) * size_t(V)], V);
+      model.forward(m, logits, nullptr, &next);  // greedy on the device, as the engine does
       step_ms.push_back(since(t0) * 1e3);
       if ((s + 1) % 64 == 0 || s + 1 == a.decode_out)
         fmt::print(stderr, "\rdecode batch {:>2}: step {}/{}", B, s + 1, a.decode_out);

@@ -426,6 +426,43 @@ void run_lightning(int nh, int d) {
   }
 }
 
+TEST(CudaOps, ArgmaxRows) {
+  // Greedy picks on the device equal the CPU's (first maximum), on random logits from the
+  // lm_head GEMM with fp32 output, and on all-equal rows (ties go to id 0).
+  REQUIRE_GPU();
+  for (int64_t V : {int64_t(800), int64_t(73448)}) {
+    for (int64_t R : {int64_t(1), int64_t(7), int64_t(64)}) {
+      Pair p;
+      auto x = p.up(randn(R, 256, uint32_t(V + R), 1.f));
+      auto w = p.up(randn(V, 256, uint32_t(V * 3 + R), 0.1f));
+      auto logits = p.out(R, V, DType::F32);
+      p.begin(rows_meta(int(R)));
+      p.cpu->linear(x.c, w.c, logits.c);
+      p.gpu->linear(x.g, w.g, logits.g);
+      std::vector<int32_t> a(static_cast<size_t>(R)), b(static_cast<size_t>(R));
+      p.cpu->argmax_rows(logits.c, a.data());
+      p.gpu->argmax_rows(logits.g, b.data());
+      // bf16-emulating CPU and the GPU GEMM may differ by an ulp; compare the GPU pick with
+      // the first maximum of the GPU's own logits, and with the CPU where its top-2 is clear.
+      std::vector<float> gl(static_cast<size_t>(R * V)), cl(gl.size());
+      p.gpu->download_f32(logits.g, gl.data());
+      p.cpu->download_f32(logits.c, cl.data());
+      for (int64_t r = 0; r < R; ++r) {
+        const float* row = &gl[size_t(r * V)];
+        EXPECT_EQ(b[size_t(r)], int32_t(std::max_element(row, row + V) - row)) << "V=" << V << " r=" << r;
+        const float* crow = &cl[size_t(r * V)];
+        std::vector<float> sorted(crow, crow + V);
+        std::nth_element(sorted.begin(), sorted.begin() + 1, sorted.end(), std::greater<float>());
+        if (sorted[0] - sorted[1] > 0.05f) EXPECT_EQ(a[size_t(r)], b[size_t(r)]) << "V=" << V << " r=" << r;
+      }
+      auto zero = p.up(HostMat{R, 256, std::vector<uint16_t>(size_t(R * 256), 0)});
+      p.gpu->linear(zero.g, w.g, logits.g);
+      p.gpu->argmax_rows(logits.g, b.data());
+      for (int64_t r = 0; r < R; ++r) EXPECT_EQ(b[size_t(r)], 0) << "tie on an all-zero row";
+    }
+  }
+}
+
 TEST(CudaOps, LightningTiny) {
   REQUIRE_GPU();
   run_lightning(4, 16);
@@ -567,21 +604,35 @@ TEST(CudaOps, LinearMulti) {
   }
 }
 
-// A decode row's GEMV result must not depend on the other rows of the batch.
+// A decode row's GEMV result must not depend on the other rows of the batch: row r alone
+// (M = 1) and inside batches of 2..16 rows, bit for bit, on narrow and wide shapes.
 TEST(CudaOps, GemvRowInvariance) {
   REQUIRE_GPU();
   Pair p;
-  const int64_t K = 4096, N = 1024;
-  auto x = p.up(randn(16, K, 260, 1.f));
-  auto w = p.up(randn(N, K, 261, 1.f / 64.f));
-  std::vector<float> ref(static_cast<size_t>(N));
-  for (int64_t M : {int64_t(1), int64_t(2), int64_t(3), int64_t(5), int64_t(8), int64_t(11), int64_t(16)}) {
-    auto y = p.out(M, N);
-    p.gpu->linear(x.g.slice_rows(0, M), w.g, y.g);
-    std::vector<float> got(size_t(M * N));
-    p.gpu->download_f32(y.g, got.data());
-    if (M == 1) ref.assign(got.begin(), got.begin() + N);
-    EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), size_t(N) * 4)) << "row 0 differs at M=" << M;
+  struct S {
+    int64_t K, N;
+  };
+  uint32_t seed = 260;
+  for (S s : {S{4096, 1024}, S{16384, 512}, S{1024, 77}}) {
+    const int64_t K = s.K, N = s.N;
+    auto x = p.up(randn(16, K, seed++, 1.f));
+    auto w = p.up(randn(N, K, seed++, 1.f / 64.f));
+    std::vector<std::vector<float>> alone(16);
+    for (int64_t r = 0; r < 16; ++r) {
+      auto y = p.out(1, N);
+      p.gpu->linear(x.g.slice_rows(r, 1), w.g, y.g);
+      alone[size_t(r)].resize(size_t(N));
+      p.gpu->download_f32(y.g, alone[size_t(r)].data());
+    }
+    for (int64_t M : {int64_t(2), int64_t(3), int64_t(5), int64_t(8), int64_t(9), int64_t(11), int64_t(16)}) {
+      auto y = p.out(M, N);
+      p.gpu->linear(x.g.slice_rows(0, M), w.g, y.g);
+      std::vector<float> got(size_t(M * N));
+      p.gpu->download_f32(y.g, got.data());
+      for (int64_t r = 0; r < M; ++r)
+        EXPECT_EQ(0, std::memcmp(alone[size_t(r)].data(), got.data() + r * N, size_t(N) * 4))
+            << "row " << r << " differs at M=" << M << " K=" << K << " N=" << N;
+    }
   }
 }
 
@@ -617,7 +668,8 @@ TEST(CudaOps, GemvSpeed) {
     int64_t N, K;
   };
   std::printf("\n[ gemv ] %-22s %4s %10s %10s\n", "shape N x K", "M", "us", "GB/s");
-  for (S s : {S{4096, 4096}, S{16384, 4096}, S{32768, 4096}, S{4096, 16384}, S{73448, 4096}}) {
+  for (S s : {S{4096, 4096}, S{12288, 4096}, S{16384, 4096}, S{32768, 4096}, S{4096, 16384},
+              S{73448, 4096}}) {
     const int copies = int(std::max<int64_t>(2, (400ll << 20) / (s.N * s.K * 2) + 1));
     std::vector<Tensor> ws;
     HostMat h = randn(s.N, s.K, 900, 0.02f);  // the same values in every copy

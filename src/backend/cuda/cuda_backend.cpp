@@ -2,6 +2,8 @@
 // kernels are in cuda_ops.cu, cuda_lightning.cu and cuda_sparse.cu (see cuda_kernels.h).
 #include "backend/cuda/cuda_backend.h"
 
+#include "backend/cuda/cuda_argmax.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -81,8 +83,11 @@ CudaBackend::~CudaBackend() {
   for (void* p : allocations_) cudaFree(p);
   for (auto& [key, p] : inv_freq_) cudaFree(p);
   if (meta_host_) cudaFreeHost(meta_host_);
+  if (pinned_dl_) cudaFreeHost(pinned_dl_);
   if (meta_dev_) cudaFree(meta_dev_);
+  if (gla_ws_) cudaFree(gla_ws_);
   if (lt_workspace_) cudaFree(lt_workspace_);
+  if (argmax_host_) cudaFreeHost(argmax_host_);
   if (lt_) cublasLtDestroy(lt_);
   if (meta_copied_) cudaEventDestroy(meta_copied_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -276,7 +281,21 @@ void CudaBackend::ensure_meta_capacity(size_t ints, bool warn) {
 void CudaBackend::download_f32(const Tensor& src, float* dst) {
   const int64_t n = src.numel();
   if (n == 0) return;
-  if (src.dtype == DType::F32) {
+  if (src.dtype == DType::F32 && n >= (int64_t(1) << 18) && !capturing_) {
+    // Large downloads (batched logits): through a pinned staging buffer, which the copy
+    // engine writes at full speed, then one host memcpy.
+    const size_t bytes = size_t(n) * 4;
+    if (bytes > pinned_dl_bytes_) {
+      if (pinned_dl_) CUDA_CHECK(cudaFreeHost(pinned_dl_));
+      pinned_dl_ = nullptr;
+      pinned_dl_bytes_ = 0;
+      CUDA_CHECK(cudaMallocHost(&pinned_dl_, bytes));
+      pinned_dl_bytes_ = bytes;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(pinned_dl_, src.data, bytes, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::memcpy(dst, pinned_dl_, bytes);
+  } else if (src.dtype == DType::F32) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src.data, size_t(n) * 4, cudaMemcpyDeviceToHost, stream_));
   } else {
     SALA_CHECK(is_bf16(src), "download_f32 of {}", dtype_name(src.dtype));
@@ -541,6 +560,23 @@ void CudaBackend::gather_logit_rows(const Tensor& x, Tensor& out) {
   SALA_CHECK(out.rows >= R && out.cols == x.cols && out.dtype == x.dtype);
   launch_gather_rows(x.data, x.cols, int(dtype_size(x.dtype)), sd_.logit_rows, R, out.data, stream_);
   tick("gather_logit_rows");
+}
+
+void CudaBackend::argmax_rows(const Tensor& logits, int32_t* out) {
+  SALA_CHECK(logits.dtype == DType::F32, "argmax_rows of {}", dtype_name(logits.dtype));
+  if (logits.rows == 0) return;
+  if (logits.rows > argmax_cap_) {  // grows to max_logit_rows once, at the first steps
+    if (argmax_host_) CUDA_CHECK(cudaFreeHost(argmax_host_));
+    argmax_cap_ = std::max<int64_t>(logits.rows, 64);
+    argmax_dev_ = static_cast<int32_t*>(dev_alloc(size_t(argmax_cap_) * 4));
+    CUDA_CHECK(cudaMallocHost(&argmax_host_, size_t(argmax_cap_) * 4));
+  }
+  cuda::launch_argmax_rows(ptr<float>(logits), logits.rows, logits.cols, argmax_dev_, stream_);
+  CUDA_CHECK(cudaMemcpyAsync(argmax_host_, argmax_dev_, size_t(logits.rows) * 4,
+                             cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::memcpy(out, argmax_host_, size_t(logits.rows) * 4);
+  tick("argmax_rows");
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts) {

@@ -52,6 +52,7 @@ class CudaBackend : public Backend {
   void sparse_attention(int si, const Tensor& q, const Tensor& k, const Tensor& v,
                         Tensor& out) override;
   void gather_logit_rows(const Tensor& x, Tensor& out) override;
+  void argmax_rows(const Tensor& logits, int32_t* out) override;
   void synchronize() override;
 
   bool graphs_enabled() const override { return graphs_on_; }
@@ -90,6 +91,9 @@ class CudaBackend : public Backend {
   void resolve_ticks();
 
   bool bf16_mode_;
+  int32_t* argmax_dev_ = nullptr;   // [argmax_cap_] device ids of argmax_rows
+  int32_t* argmax_host_ = nullptr;  // pinned copy
+  int64_t argmax_cap_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* lt_workspace_ = nullptr;
@@ -137,6 +141,12 @@ class CudaBackend : public Backend {
   std::vector<float> gla_slopes_;
   float* gla_decay_ = nullptr;
   int gla_decay_cap_ = 0;
+  // Chunk-parallel lightning prefill: per-chunk states, grown up to 128 MB (or one
+  // window of one sequence) on the first long call.
+  void* pinned_dl_ = nullptr;  // staging buffer of large download_f32 calls
+  size_t pinned_dl_bytes_ = 0;
+  float* gla_ws_ = nullptr;
+  int64_t gla_ws_floats_ = 0;
   int max_smem_optin_ = 0;
 
   // CUDA graphs of decode steps, by batch-size bucket.

@@ -66,6 +66,12 @@ struct GlaArgs {
   bf16* out;              // [T, nh*d]
   int64_t ostride;
   int nh;
+  // Chunk-parallel long calls: fp32 workspace of ws_floats (>= nh*d*d) and the most chunks
+  // of 64 of any long call of the step (host-side). Without a workspace the serial chunked
+  // kernel runs.
+  float* ws = nullptr;
+  int64_t ws_floats = 0;
+  int max_chunks = 0;
 };
 // Recurrent kernel over the seqs in short_list (< 64 tokens), chunked over long_list.
 // Returns false if head_dim d has no instantiation.

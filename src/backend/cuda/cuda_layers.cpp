@@ -60,6 +60,30 @@ void CudaBackend::lightning_attention(int li, const Tensor& q, const Tensor& k, 
   a.out = ptr<bf16>(out);
   a.ostride = out.cols;
   a.nh = nh;
+  if (sd_.n_long > 0) {
+    int64_t max_tokens = 0, n_long = 0;
+    for (const SeqSlice& s : meta_->seqs)
+      if (s.num_tokens >= 64) max_tokens = std::max<int64_t>(max_tokens, s.num_tokens), ++n_long;
+    a.max_chunks = int((max_tokens + 63) / 64);
+    const int64_t per_state = int64_t(nh) * d * d;
+    const int64_t want = std::max(per_state, std::min<int64_t>(int64_t(32) << 20, per_state * n_long * a.max_chunks));
+    if (want > gla_ws_floats_ && !capturing_) {
+      if (gla_ws_) {
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        CUDA_CHECK(cudaFree(gla_ws_));
+        gla_ws_ = nullptr;
+        gla_ws_floats_ = 0;
+      }
+      if (cudaMalloc(&gla_ws_, size_t(want) * 4) == cudaSuccess) {
+        gla_ws_floats_ = want;
+      } else {
+        (void)cudaGetLastError();  // out of memory: the serial chunked kernel runs instead
+        gla_ws_ = nullptr;
+      }
+    }
+    a.ws = gla_ws_;
+    a.ws_floats = gla_ws_floats_;
+  }
   SALA_CHECK(launch_gla(d, a, sd_.short_seqs, sd_.n_short, sd_.long_seqs, sd_.n_long, stream_),
              "lightning head_dim {} not supported by the CUDA backend", d);
   tick(sd_.n_long > 0 ? "lightning chunked" : "lightning recurrent");
