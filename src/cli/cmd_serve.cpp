@@ -158,7 +158,7 @@ sala::cli::Registrar reg("serve", "Serve a model over HTTP (SGLang /generate + O
   app.add_option("--tokenizer-path", o->tokenizer_path, "Accepted for SGLang compatibility");
   app.add_option("--attention-backend", o->attention_backend, "Accepted for SGLang compatibility (ignored)");
   app.add_flag("--disable-radix-cache", o->disable_radix_cache, "Accepted for SGLang compatibility (no prefix cache)");
-  app.add_flag("--disable-cuda-graph", o->disable_cuda_graph, "Accepted for SGLang compatibility");
+  app.add_flag("--disable-cuda-graph", o->disable_cuda_graph, "Run decode steps without CUDA graphs");
   app.add_flag("--skip-server-warmup", o->skip_server_warmup, "Accepted for SGLang compatibility (ignored)");
   app.add_flag("--trust-remote-code", o->trust_remote_code, "Accepted for SGLang compatibility (ignored)");
   app.add_flag("--enable-metrics", o->enable_metrics, "Accepted for SGLang compatibility (/metrics is always on)");
