@@ -424,6 +424,40 @@ void CudaBackend::add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, co
 }
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
+  // Batch invariance: cuBLASLt picks its kernel (and so its rounding) from the row count, so
+  // in a step that prefills, each sequence's rows are multiplied as they would be alone —
+  // rows of sequences longer than kSkinnyRows by one GEMM per sequence, shorter ones
+  // (decode rows, short prompts) in groups of ≤ kSkinnyRows through the skinny GEMM, whose
+  // rows do not depend on the group. All-decode steps keep one GEMM.
+  constexpr int64_t kSkinnyRows = 16;
+  const bool prefill_step =
+      meta_ && x.rows > kSkinnyRows && x.rows == meta_->num_tokens() && meta_->seqs.size() > 1 &&
+      std::any_of(meta_->seqs.begin(), meta_->seqs.end(),
+                  [](const SeqSlice& s) { return s.num_tokens > 1; });
+  if (!prefill_step) return linear_rows(x, w, y);
+  int64_t run_begin = 0, run_rows = 0;
+  auto flush = [&] {
+    if (run_rows == 0) return;
+    Tensor ys = y.slice_rows(run_begin, run_rows);
+    linear_rows(x.slice_rows(run_begin, run_rows), w, ys);
+    run_rows = 0;
+  };
+  for (const SeqSlice& s : meta_->seqs) {
+    if (s.num_tokens > kSkinnyRows) {
+      flush();
+      Tensor ys = y.slice_rows(s.token_begin, s.num_tokens);
+      linear_rows(x.slice_rows(s.token_begin, s.num_tokens), w, ys);
+      continue;
+    }
+    if (run_rows > 0 && (run_begin + run_rows != s.token_begin || run_rows + s.num_tokens > kSkinnyRows))
+      flush();
+    if (run_rows == 0) run_begin = s.token_begin;
+    run_rows += s.num_tokens;
+  }
+  flush();
+}
+
+void CudaBackend::linear_rows(const Tensor& x, const Tensor& w, Tensor& y) {
   SALA_CHECK(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows,
              "linear shapes x[{},{}] w[{},{}] y[{},{}]", x.rows, x.cols, w.rows, w.cols, y.rows,
              y.cols);

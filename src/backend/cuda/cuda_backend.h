@@ -40,6 +40,8 @@ class CudaBackend : public Backend {
   void add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, const Tensor& w, float eps,
                           Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, Tensor& y) override;
+  // One GEMM over all rows of x (skinny GEMM for ≤ 16 rows, cuBLASLt above).
+  void linear_rows(const Tensor& x, const Tensor& w, Tensor& y);
   void linear_multi(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& ys) override;
   void qk_norm_rope(Tensor& q, Tensor& k, const Tensor& qn, const Tensor& kn, float eps,
                     int head_dim, double theta) override;
