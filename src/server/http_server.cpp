@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <functional>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -323,11 +324,6 @@ struct HttpServer::Impl {
     return seqs;
   }
 
-  void wait_all(std::vector<Seq>& seqs) {
-    while (!all_finished(seqs)) pump_any(seqs, metrics, 1000ms);
-    for (auto& s : seqs) metrics.e2e.observe(s.r.e2e_latency);
-  }
-
   json usage_of(const std::vector<Seq>& seqs) const {
     int64_t p = 0, c = 0;
     for (auto& s : seqs) {
@@ -435,14 +431,56 @@ struct HttpServer::Impl {
       start_stream(res, st);
       return;
     }
-    wait_all(seqs);
-    if (!g.batch) {
-      send_json(res, generate_result(seqs[0].r, seqs[0].id, false));
+    const bool batch = g.batch;
+    respond_when_done(res, std::move(seqs), [this, batch](std::vector<Seq>& ss) {
+      if (!batch) return generate_result(ss[0].r, ss[0].id, false);
+      json arr = json::array();
+      for (auto& s : ss) arr.push_back(generate_result(s.r, s.id, false));
+      return arr;
+    });
+  }
+
+  // Non-streaming answers. A request that finishes within kQuickAnswer is answered with a
+  // plain JSON body. A longer one is answered with chunked transfer encoding: a space (JSON
+  // allows leading whitespace) every second while it runs, then the body. The spaces are how
+  // a client that went away is noticed (cpp-httplib gives handlers no socket): the write
+  // fails, and the request is cancelled, its KV pages and state slot freed.
+  void respond_when_done(httplib::Response& res, std::vector<Seq> seqs,
+                         std::function<json(std::vector<Seq>&)> body) {
+    static constexpr auto kQuickAnswer = std::chrono::seconds(2);
+    const auto deadline = Clock::now() + kQuickAnswer;
+    while (!all_finished(seqs) && Clock::now() < deadline) pump_any(seqs, metrics, 100ms);
+    if (all_finished(seqs)) {
+      for (auto& s : seqs) metrics.e2e.observe(s.r.e2e_latency);
+      send_json(res, body(seqs));
       return;
     }
-    json arr = json::array();
-    for (auto& s : seqs) arr.push_back(generate_result(s.r, s.id, false));
-    send_json(res, arr);
+    auto st = std::make_shared<std::vector<Seq>>(std::move(seqs));
+    auto last_space = std::make_shared<Clock::time_point>(Clock::now());
+    res.set_chunked_content_provider(
+        "application/json", [this, st, body, last_space](size_t, httplib::DataSink& sink) {
+          pump_any(*st, metrics, 1000ms);
+          if (!all_finished(*st)) {
+            if (Clock::now() - *last_space < std::chrono::seconds(1)) return true;
+            *last_space = Clock::now();
+            if (!sink.is_writable() || !sink.write(" ", 1)) {
+              metrics.client_disconnects++;
+              for (auto& s : *st)
+                if (s.h) s.h->cancel();
+              return false;
+            }
+            return true;
+          }
+          for (auto& s : *st) metrics.e2e.observe(s.r.e2e_latency);
+          const std::string out = dump(body(*st));
+          sink.write(out.data(), out.size());
+          sink.done();
+          return true;
+        },
+        [st](bool) {
+          for (auto& s : *st)  // ended early (client gone): nothing may keep running
+            if (s.h && !s.r.finished) s.h->cancel();
+        });
   }
 
   void handle_chat(const httplib::Request& req, httplib::Response& res) {
@@ -488,12 +526,12 @@ struct HttpServer::Impl {
       start_stream(res, st);
       return;
     }
-    wait_all(seqs);
-    std::vector<SeqResult> rs;
-    for (auto& s : seqs) rs.push_back(s.r);
-    send_json(res, route == Route::Chat
-                       ? chat_response(id, model_id, created, rs, usage_of(seqs))
-                       : completion_response(id, model_id, created, rs, usage_of(seqs)));
+    respond_when_done(res, std::move(seqs), [this, route, id, created](std::vector<Seq>& ss) {
+      std::vector<SeqResult> rs;
+      for (auto& s : ss) rs.push_back(s.r);
+      return route == Route::Chat ? chat_response(id, model_id, created, rs, usage_of(ss))
+                                  : completion_response(id, model_id, created, rs, usage_of(ss));
+    });
   }
 
   std::string render_metrics() const {
