@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "tokenizer/jinja.h"
 
 namespace sala {
 namespace {
@@ -61,9 +62,21 @@ std::unique_ptr<ChatTemplate> ChatTemplate::from_text(const std::string& text, c
       return t;
     }
   }
-  fail("{}: unsupported chat template (only the ChatML templates chatml, chatml-bos and "
-       "chatml-think are rendered; refusing to guess how this one renders)",
-       origin);
+  std::shared_ptr<const jinja::Template> parsed;
+  try {
+    parsed = jinja::Template::parse(text);
+  } catch (const Error& e) {
+    fail("{}: unsupported chat template (only the ChatML templates chatml, chatml-bos and "
+         "chatml-think are rendered natively, and the Jinja interpreter refused it: {}; "
+         "refusing to guess how this one renders)",
+         origin, e.what());
+  }
+  std::unique_ptr<ChatTemplate> t(new ChatTemplate());
+  t->name_ = "jinja";
+  t->jinja_ = std::move(parsed);
+  t->bos_ = tok.bos_token();
+  t->eos_ = tok.eos_token();
+  return t;
 }
 
 std::unique_ptr<ChatTemplate> ChatTemplate::load(const std::string& model_dir, const Tokenizer& tok) {
@@ -102,6 +115,22 @@ std::unique_ptr<ChatTemplate> ChatTemplate::load(const std::string& model_dir, c
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                                  const nlohmann::json& kwargs) const {
+  if (jinja_) {
+    // Same globals as transformers' apply_chat_template: the template kwargs, the
+    // special tokens, then messages / tools / documents / add_generation_prompt.
+    nlohmann::ordered_json ctx = nlohmann::ordered_json::object();
+    if (!bos_.empty()) ctx["bos_token"] = bos_;
+    if (!eos_.empty()) ctx["eos_token"] = eos_;
+    if (kwargs.is_object())
+      for (auto& [k, v] : kwargs.items()) ctx[k] = nlohmann::ordered_json::parse(v.dump());
+    nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
+    for (auto& m : messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
+    ctx["messages"] = std::move(msgs);
+    ctx["tools"] = nullptr;
+    ctx["documents"] = nullptr;
+    ctx["add_generation_prompt"] = add_generation_prompt;
+    return jinja_->render(ctx);
+  }
   std::string out;
   if (with_bos_) out += bos_;
   for (auto& m : messages) {

@@ -3,7 +3,9 @@
 //
 // Rather than interpreting arbitrary Jinja, the template text of the model directory is
 // compared (after trimming trailing whitespace) with the known ChatML templates below,
-// each rendered natively. A template that is not one of them is refused at load with a
+// each rendered natively. Any other template is parsed by the Jinja-subset interpreter
+// (jinja.h, same output as transformers' jinja2 setup) and rendered by it (name "jinja").
+// A template the interpreter refuses (unsupported construct) is refused at load with a
 // sala::Error: rendering a template we do not understand would silently change what the
 // model sees. Known templates:
 //   chatml-bos    {{ bos_token }} + ChatML (MiniCPM-SALA demo / sala-tiny-chat)
@@ -19,6 +21,10 @@
 #include "tokenizer/tokenizer.h"
 
 namespace sala {
+
+namespace jinja {
+class Template;
+}
 
 struct ChatMessage {
   std::string role;
@@ -43,6 +49,8 @@ class ChatTemplate {
   std::string name_;
   std::string bos_;
   bool with_bos_ = false, with_think_ = false;
+  std::string eos_;
+  std::shared_ptr<const jinja::Template> jinja_;  // non-null: rendered by the interpreter
 };
 
 }  // namespace sala

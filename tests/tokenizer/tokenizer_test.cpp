@@ -157,7 +157,13 @@ TEST(ChatTemplate, RendersAndRefuses) {
   EXPECT_EQ(t->render(msgs, true, {{"enable_thinking", false}}),
             "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
   EXPECT_EQ(t->render(msgs, true, nlohmann::json::object()), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_THROW(sala::ChatTemplate::from_text("{{ messages[0]['content'] | upper }}", *tok), sala::Error);
+  // Not a known ChatML template: rendered by the Jinja-subset interpreter.
+  auto j = sala::ChatTemplate::from_text("{{ messages[0]['content'] | upper }}", *tok);
+  EXPECT_EQ(j->name(), "jinja");
+  EXPECT_EQ(j->render(msgs, false), "HI");
+  // Constructs the interpreter does not support are still refused at load.
+  EXPECT_THROW(sala::ChatTemplate::from_text("{% macro f() %}x{% endmacro %}{{ f() }}", *tok), sala::Error);
+  EXPECT_THROW(sala::ChatTemplate::from_text("{{ messages | dictsort }}", *tok), sala::Error);
 }
 
 }  // namespace
