@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
 # CUDA backend check on the GPU machine, from binaries built elsewhere.
 #
-#   scripts/gpu_check.sh pack   (here, after building build-cuda: packs the stripped sala and
-#                                test_cuda_ops, their non-system shared libraries and the golden
-#                                cases into .gpu/pack.tar.xz (~18 MB; .gpu/ is git-ignored and
-#                                travels with `carry`; unpacked it would exceed the 64 MiB limit)
+#   scripts/gpu_check.sh pack   (here, after building build-cuda: packs the stripped sala,
+#                                test_cuda_ops and test_cuda_sparse, their non-system shared
+#                                libraries and the golden cases into .gpu/pack.tar.xz (~18 MB;
+#                                .gpu/ is git-ignored and travels with `carry`; unpacked it would
+#                                exceed the 64 MiB limit)
 #   scripts/gpu_check.sh run    (on the GPU machine, repository root: op tests against the
-#                                CPU backend in bf16 emulation, then `sala golden` tiny-dense and
-#                                tiny-sparse on the GPU in bf16 mode; prints a table last)
+#                                CPU backend in bf16 emulation (every binary of OP_TESTS), then
+#                                `sala golden` tiny-dense, tiny-sparse and tiny-real-sparse on the GPU in
+#                                bf16 mode;
+#                                prints a table last)
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 G=$ROOT/.gpu
 BUILD=${BUILD:-$ROOT/build-cuda}
 GOLDEN=${GOLDEN:-$ROOT/../shared/golden}
+# The CUDA op test binaries (tests/ops): all of them are packed and run.
+OP_TESTS=${OP_TESTS:-"test_cuda_ops test_cuda_sparse"}
 
 pack() {
   set -e
   rm -rf "$G" && mkdir -p "$G/bin" "$G/lib" "$G/golden"
-  cp "$BUILD/src/cli/sala" "$BUILD/tests/ops/test_cuda_ops" "$G/bin/"
+  cp "$BUILD/src/cli/sala" "$G/bin/"
+  for t in $OP_TESTS; do cp "$BUILD/tests/ops/$t" "$G/bin/"; done
   # Every shared library the binaries need except glibc's own and the CUDA driver/toolkit
   # ones (the GPU machine has CUDA 13 and its driver).
   for b in "$G"/bin/*; do
@@ -28,7 +34,7 @@ pack() {
       *) cp -L "$lib" "$G/lib/" ;;
     esac
   done
-  for c in tiny-dense tiny-sparse; do cp -r "$GOLDEN/$c" "$G/golden/"; done
+  for c in tiny-dense tiny-sparse tiny-real-sparse; do cp -r "$GOLDEN/$c" "$G/golden/"; done
   strip "$G"/bin/*
   tar -C "$G" -cJf "$ROOT/.gpu.pack.tar.xz" bin lib golden
   rm -rf "$G" && mkdir -p "$G" && mv "$ROOT/.gpu.pack.tar.xz" "$G/pack.tar.xz"
@@ -63,12 +69,16 @@ setup() {
 
 run() {
   setup
-  local t0=$SECONDS
-  "$G/bin/test_cuda_ops" 2>&1 | tee "$out/ops.log"
-  local ops_rc=${PIPESTATUS[0]}
-  local ops_s=$((SECONDS - t0))
-  declare -A grc gs
-  for c in tiny-dense tiny-sparse; do
+  local t0 ops_ok=1
+  declare -A orc os grc gs
+  for t in $OP_TESTS; do
+    t0=$SECONDS
+    "$G/bin/$t" 2>&1 | tee "$out/$t.log"
+    orc[$t]=${PIPESTATUS[0]}
+    os[$t]=$((SECONDS - t0))
+    [ "${orc[$t]}" = 0 ] || ops_ok=0
+  done
+  for c in tiny-dense tiny-sparse tiny-real-sparse; do
     t0=$SECONDS
     "$G/bin/sala" golden "$G/golden/$c" --device cuda --mode bf16 2>&1 | tee "$out/golden_$c.log"
     grc[$c]=${PIPESTATUS[0]}
@@ -78,14 +88,17 @@ run() {
   echo
   echo "================ CUDA backend check ================"
   printf "%-34s %-6s %s\n" "check" "rc" "result"
-  printf "%-34s %-6s %s\n" "test_cuda_ops (${ops_s}s)" "$ops_rc" \
-    "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/ops.log" | tr '\n' ' ')"
-  for c in tiny-dense tiny-sparse; do
+  for t in $OP_TESTS; do
+    printf "%-34s %-6s %s\n" "$t (${os[$t]}s)" "${orc[$t]}" \
+      "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$t.log" | tr '\n' ' ')"
+  done
+  for c in tiny-dense tiny-sparse tiny-real-sparse; do
     printf "%-34s %-6s %s\n" "golden $c bf16 cuda (${gs[$c]}s)" "${grc[$c]}" \
       "$(grep -E '^[0-9]+ scenarios' "$out/golden_$c.log")"
   done
-  grep -E "^\[ sparse \]" "$out/ops.log"
-  [ "$ops_rc" = 0 ] && [ "${grc[tiny-dense]}" = 0 ] && [ "${grc[tiny-sparse]}" = 0 ]
+  for t in $OP_TESTS; do grep -E "^\[ sparse \]" "$out/$t.log"; done
+  [ "$ops_ok" = 1 ] && [ "${grc[tiny-dense]}" = 0 ] && [ "${grc[tiny-sparse]}" = 0 ] &&
+    [ "${grc[tiny-real-sparse]}" = 0 ]
 }
 
 # Full-size random model (configs/minicpm-sala-9b.json, 18 GB written on the GPU machine):

@@ -27,7 +27,10 @@ ldd "$G/bin/sala" | grep "not found" && echo "MISSING LIBRARIES"
 SALA=$G/bin/sala
 ops="not run"
 if [ "${CHECK_OPS:-0}" = 1 ]; then  # the pack's op tests and golden bf16 cases first
-  SALA_REQUIRE_GPU=1 "$G/bin/test_cuda_ops" >"$OUT/ops.log" 2>&1 && ops="op tests pass" || ops="op tests FAIL"
+  ops="op tests pass"
+  for t in test_cuda_ops test_cuda_sparse; do  # gpu_check.sh's OP_TESTS
+    SALA_REQUIRE_GPU=1 "$G/bin/$t" >"$OUT/$t.log" 2>&1 || ops="op tests FAIL ($t)"
+  done
   for c in tiny-dense tiny-sparse; do
     "$SALA" golden "$G/golden/$c" --device cuda --mode bf16 >"$OUT/golden_$c.log" 2>&1
     ops="$ops; golden $c: $(tail -1 "$OUT/golden_$c.log")"

@@ -4,13 +4,19 @@
 // ../shared/PERF.md (bytes of bf16 weights / 4.30 TB/s for decode; 2·params FLOPs / 790
 // TFLOP/s for prefill). Decode steps include the greedy pick (argmax_rows on the backend,
 // as the engine's greedy steps do).
+// Long contexts (issue 7), only when asked for:
+//   --long-prefill L1,L2,..: one prompt of L tokens, prefilled as the server does (chunks of
+//     --chunk tokens), vs (linear + attention FLOPs) / 790 TFLOP/s;
+//   --long-decode-contexts C1,..: B sequences (--long-decode-batches) prefilled to C tokens,
+//     then --long-decode-steps greedy steps of all B, vs (weights + per-sequence KV, compressed
+//     keys and lightning state bytes) / 4.30 TB/s.
 // requires: sala_model
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <chrono>
-#include <nlohmann/json.hpp>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "core/error.h"
@@ -24,7 +30,14 @@ struct Args {
   std::vector<int> decode_batches{1, 8, 64}, prefill_batches{1, 8};
   int decode_in = 128, decode_out = 512, prefill_in = 4096, threads = 0;
   bool bf16 = false;
+  std::vector<int64_t> long_prefill, long_decode_contexts;  // empty: not run
+  std::vector<int> long_decode_batches{1, 8};
+  int chunk = 8192;  // the server's --chunked-prefill-size
+  int long_decode_steps = 64;
 };
+
+constexpr double kPeakFlops = 790e12;  // bf16 GEMM, H200 (PERF.md)
+constexpr double kPeakBytes = 4.30e12;  // device copy, H200 (PERF.md)
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -33,19 +46,230 @@ int32_t argmax(const float* row, int64_t V) {
   return int32_t(std::max_element(row, row + V) - row);
 }
 
+template <class T>
+T max_of(const std::vector<T>& v) {
+  return v.empty() ? T(0) : *std::max_element(v.begin(), v.end());
+}
+
+int32_t pages_for(int64_t tokens, int32_t page_size) {
+  return int32_t((tokens + page_size - 1) / page_size);
+}
+
+// Pages [b·n, (b+1)·n) of the pool: sequence b of a benchmark that gives each sequence n pages.
+std::vector<int32_t> seq_pages(int b, int32_t n) {
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) p[size_t(i)] = b * n + i;
+  return p;
+}
+
+// Tokens per sequence of the short decode and prefill runs.
+int64_t short_context(const Args& a) {
+  return std::max(a.decode_in + a.decode_out, a.prefill_in) + 1;
+}
+
+// Compressed-key entries of a sequence of `len` tokens, windows fully inside it (SPEC §9.3).
+int64_t compressed_entries(int64_t len, int window, int stride) {
+  return len >= window ? (len - window) / stride + 1 : 0;
+}
+
+// Attention FLOPs of prefilling L tokens in chunks of `chunk`, all layers. Sparse layers
+// (SPEC §9.2-9.6): a chunk is dense or sparse by the sequence's length after it; per query
+// token at position t, dense: q·k and p·v over t+1 keys; sparse: stage 1 over the level-1
+// and level-2 entries visible at t, stage 2 over at most total_topk blocks. Lightning layers:
+// the recurrent form's minimum, state update k·vᵀ and readout q·S (2·d² each per head).
+double prefill_attention_flops(const sala::ModelConfig& c, int64_t L, int64_t chunk) {
+  const auto& sp = c.sparse;
+  const double qk = double(c.num_attention_heads) * c.head_dim;  // MACs of one q·k, all heads
+  const int64_t selected = int64_t(sp.total_topk()) * sp.block_size;
+  double sparse_layer = 0;
+  for (int64_t off = 0; off < L; off += chunk) {
+    const int64_t end = std::min(L, off + chunk);
+    const bool sparse = end >= sp.dense_len;
+    for (int64_t t = off; t < end; ++t) {
+      if (!sparse) {
+        sparse_layer += 4 * qk * double(t + 1);
+        continue;
+      }
+      const int64_t n1 = compressed_entries(t + 1, sp.kernel_size, sp.kernel_stride);
+      const int64_t n2 = compressed_entries(t + 1, sp.level2_window(), sp.level2_stride());
+      sparse_layer += 2 * qk * double(n1 + n2) + 4 * qk * double(std::min(t + 1, selected));
+    }
+  }
+  const double ld = c.lightning_head_dim;
+  const double lightning_layer = 4.0 * c.lightning_nh * ld * ld * double(L);
+  return sparse_layer * c.num_sparse_layers() + lightning_layer * c.num_lightning_layers();
+}
+
+// Bytes one sequence adds to a decode step at context C (bf16 caches, fp32 states; the
+// step's length is C + 1): sparse layers read all K and V below dense_len, else the
+// compressed keys and at most total_topk blocks of K and V; lightning layers read and write
+// their [nh, d, d] state.
+double decode_seq_bytes(const sala::ModelConfig& c, int64_t C) {
+  const auto& sp = c.sparse;
+  const int64_t L = C + 1;
+  const double row = double(c.num_key_value_heads) * c.head_dim * 2;  // one token's K, bf16
+  double kv = 2 * row * double(L);
+  if (L >= sp.dense_len) {
+    const int64_t n1 = compressed_entries(L, sp.kernel_size, sp.kernel_stride);
+    const int64_t n2 = compressed_entries(L, sp.level2_window(), sp.level2_stride());
+    const int64_t selected = int64_t(sp.total_topk()) * sp.block_size;
+    kv = row * double(n1 + n2) + 2 * row * double(std::min(L, selected));
+  }
+  const double ld = c.lightning_head_dim;
+  const double state = 2 * double(c.lightning_nh) * ld * ld * 4;
+  return kv * c.num_sparse_layers() + state * c.num_lightning_layers();
+}
+
+// What the benchmarks of one run share: the model, the prompt tokens, the floors' parameter
+// counts and the results so far.
+struct Bench {
+  Bench(const Args& args, const sala::ModelConfig& config, sala::Model& m)
+      : a(args), cfg(config), model(m), page_size(m.limits().caches.page_size) {}
+  const Args& a;
+  const sala::ModelConfig& cfg;
+  sala::Model& model;
+  int32_t page_size;
+  std::vector<int32_t> prompt;  // [longest prompt or context]: fixed pseudo-random ids, BOS first
+  double linear_params = 0;     // every 2-D weight but the embedding (lm_head included)
+  double head_params = 0;       // lm_head (vocab × hidden)
+  double body_params = 0;       // linear_params without lm_head: what every prefill token needs
+  nlohmann::json results = nlohmann::json::array();
+  std::vector<std::string> table;
+
+  // The JSON is rewritten after each result: a run stopped by a later, longer case keeps these.
+  void add(nlohmann::json row, std::string line) {
+    results.push_back(std::move(row));
+    table.push_back(std::move(line));
+    if (!a.out_json.empty()) std::ofstream(a.out_json) << results.dump(2) << "\n";
+  }
+};
+
+// Prefills prompt[0, len) into state slot `slot` and `pages` the way the server does: chunks
+// ending at multiples of --chunk and at len, each a call with past_len = its offset; only the
+// last asks for a logit row. Returns the greedy next token (argmax on the backend).
+int32_t chunked_prefill(Bench& b, int64_t len, int slot, const std::vector<int32_t>& pages,
+                        const std::string& label) {
+  std::vector<float> logits;
+  std::vector<int32_t> next;
+  const int64_t chunk = b.a.chunk, n_chunks = (len + chunk - 1) / chunk;
+  for (int64_t i = 0; i < n_chunks; ++i) {
+    const int64_t off = i * chunk, n = std::min(chunk, len - off);
+    sala::StepMeta m;
+    m.add_seq(b.prompt.data() + off, int32_t(n), off, slot, pages, false, i + 1 == n_chunks);
+    b.model.forward(m, logits, nullptr, &next);
+    fmt::print(stderr, "\r{}: chunk {}/{}", label, i + 1, n_chunks);
+  }
+  return next.at(0);
+}
+
+// Prefill of one long prompt per --long-prefill length, batch 1, timed as a whole.
+void bench_long_prefill(Bench& b) {
+  if (b.a.long_prefill.empty()) return;
+  {  // warm-up: one chunk, so that one-time set-up (workspaces, GEMM plans) is not timed
+    const int64_t n = std::min<int64_t>(b.a.chunk, b.a.long_prefill[0]);
+    sala::StepMeta warm;
+    warm.add_seq(b.prompt.data(), int32_t(n), 0, 0, seq_pages(0, pages_for(n, b.page_size)),
+                 false, true);
+    std::vector<float> logits;
+    b.model.forward(warm, logits);
+  }
+  for (int64_t L : b.a.long_prefill) {
+    const auto t0 = Clock::now();
+    chunked_prefill(b, L, 0, seq_pages(0, pages_for(L, b.page_size)), fmt::format("prefill {}", L));
+    const double sec = since(t0);
+    fmt::print(stderr, "\n");
+    const double linear_flops = 2 * b.body_params * double(L) + 2 * b.head_params;
+    const double attn_flops = prefill_attention_flops(b.cfg, L, b.a.chunk);
+    const double floor_s = (linear_flops + attn_flops) / kPeakFlops;
+    b.add({{"kind", "long_prefill"}, {"batch", 1}, {"input_len", L}, {"chunk", b.a.chunk},
+           {"seconds", sec}, {"tok_s", double(L) / sec}, {"floor_seconds", floor_s},
+           {"floor_linear_flops", linear_flops}, {"floor_attention_flops", attn_flops},
+           {"fraction_of_floor", floor_s / sec}},
+          fmt::format("prefill B=1   L={:<8} {:>9.3f} s       {:>10.1f} tok/s   floor {:.3f} s "
+                      "({:.1f}% attention) -> {:5.1f}% of floor",
+                      L, sec, double(L) / sec, floor_s,
+                      100 * attn_flops / (linear_flops + attn_flops), 100 * floor_s / sec));
+  }
+}
+
+// Greedy decode of B sequences at each --long-decode-contexts C, for each
+// --long-decode-batches B: the median step of --long-decode-steps.
+void bench_long_decode(Bench& b) {
+  const int steps = b.a.long_decode_steps;
+  std::vector<float> logits;
+  for (int64_t C : b.a.long_decode_contexts) {
+    const double seq_bytes = decode_seq_bytes(b.cfg, C);
+    const int32_t n_pages = pages_for(C + steps, b.page_size);
+    for (int B : b.a.long_decode_batches) {
+      std::vector<int32_t> next(static_cast<size_t>(B));
+      for (int s = 0; s < B; ++s)  // each sequence alone, as the server would; not timed
+        next[size_t(s)] = chunked_prefill(b, C, s, seq_pages(s, n_pages),
+                                          fmt::format("decode C={} B={}: prefill {}/{}", C, B, s + 1, B));
+      std::vector<double> step_ms;
+      for (int i = 0; i < steps; ++i) {
+        sala::StepMeta m;
+        for (int s = 0; s < B; ++s)
+          m.add_seq(&next[size_t(s)], 1, C + i, s, seq_pages(s, n_pages), false, true);
+        const auto t0 = Clock::now();
+        b.model.forward(m, logits, nullptr, &next);  // greedy on the device, as the engine does
+        step_ms.push_back(since(t0) * 1e3);
+        if ((i + 1) % 16 == 0 || i + 1 == steps)  // spaces: over the longer prefill line
+          fmt::print(stderr, "\rdecode C={} B={}: step {}/{}          ", C, B, i + 1, steps);
+      }
+      fmt::print(stderr, "\n");
+      std::sort(step_ms.begin(), step_ms.end());
+      const double med = step_ms[step_ms.size() / 2];
+      const double floor_ms = (b.linear_params * 2 + B * seq_bytes) / kPeakBytes * 1e3;
+      b.add({{"kind", "long_decode"}, {"batch", B}, {"context", C}, {"steps", steps},
+             {"ms_per_step", med}, {"tok_s", B * 1e3 / med}, {"floor_ms", floor_ms},
+             {"floor_seq_bytes", seq_bytes}, {"fraction_of_floor", floor_ms / med}},
+            fmt::format("decode  B={:<3} C={:<8} {:>9.3f} ms/step {:>10.1f} tok/s   "
+                        "floor {:.3f} ms -> {:5.1f}% of floor",
+                        B, C, med, B * 1e3 / med, floor_ms, 100 * floor_ms / med));
+    }
+  }
+}
+
+// The model's limits for this run: step rows, logit rows, state slots and KV pages for the
+// largest benchmark asked for (each numbers its pages from 0, see seq_pages); the long runs
+// count only when requested.
+sala::ModelLimits plan_limits(const Args& a, const sala::ModelConfig& cfg) {
+  const bool long_runs = !a.long_prefill.empty() || !a.long_decode_contexts.empty();
+  const int max_b = std::max(max_of(a.decode_batches), max_of(a.prefill_batches));
+  const int max_long_b = a.long_decode_contexts.empty() ? 0 : max_of(a.long_decode_batches);
+  sala::ModelLimits lim;
+  lim.max_step_tokens =
+      std::max({a.prefill_in, a.decode_in, max_b, max_long_b, long_runs ? a.chunk : 0});
+  lim.max_logit_rows = std::max(max_b, max_long_b);
+  lim.caches.page_size = cfg.sparse.block_size;
+  const int32_t page = lim.caches.page_size;
+  const int64_t long_decode_len = max_of(a.long_decode_contexts) + a.long_decode_steps;
+  lim.caches.num_pages = std::max({pages_for(short_context(a), page) * max_b,
+                                   pages_for(max_of(a.long_prefill), page),
+                                   max_long_b * pages_for(long_decode_len, page)});
+  lim.caches.num_slots = std::max(max_b, max_long_b);
+  return lim;
+}
+
 int run(const Args& a) {
   sala::ModelConfig cfg = sala::load_model_config(a.model);
   sala::Checkpoint ckpt(a.model);
-  const int max_b = std::max(*std::max_element(a.decode_batches.begin(), a.decode_batches.end()),
-                             *std::max_element(a.prefill_batches.begin(), a.prefill_batches.end()));
-  const int64_t ctx = std::max(a.decode_in + a.decode_out, a.prefill_in) + 1;
-  sala::ModelLimits lim;
-  lim.max_step_tokens = std::max({a.prefill_in, a.decode_in, max_b});
-  lim.max_logit_rows = max_b;
-  lim.caches.page_size = cfg.sparse.block_size;
-  const int32_t pages_per_seq = int32_t((ctx + lim.caches.page_size - 1) / lim.caches.page_size);
-  lim.caches.num_pages = pages_per_seq * max_b;
-  lim.caches.num_slots = max_b;
+  const bool long_decode = !a.long_decode_contexts.empty();
+  if (a.chunk <= 0 || a.long_decode_steps <= 0 || (long_decode && a.long_decode_batches.empty()))
+    sala::fail("--chunk, --long-decode-steps and --long-decode-batches must be positive");
+  for (int64_t len : a.long_prefill)
+    if (len <= 0) sala::fail("--long-prefill: length {} is not positive", len);
+  for (int64_t len : a.long_decode_contexts)
+    if (len <= 0) sala::fail("--long-decode-contexts: context {} is not positive", len);
+  for (int b : a.long_decode_batches)
+    if (b <= 0) sala::fail("--long-decode-batches: batch {} is not positive", b);
+  const int64_t long_decode_len = long_decode ? max_of(a.long_decode_contexts) + a.long_decode_steps : 0;
+  const int64_t max_long_ctx = std::max(max_of(a.long_prefill), long_decode_len);
+  if (max_long_ctx > cfg.max_position_embeddings)
+    sala::fail("long-context runs need {} positions; the model has {}", max_long_ctx,
+               cfg.max_position_embeddings);
+
+  const sala::ModelLimits lim = plan_limits(a, cfg);
   // The GPU path is bf16 by contract; the CPU reference is fp32 unless --bf16 asks for emulation.
   const bool bf16 = a.bf16 || a.device == "cuda";
   sala::BackendOptions bo{bf16 ? sala::NumericMode::BF16 : sala::NumericMode::F32, a.threads};
@@ -55,36 +279,50 @@ int run(const Args& a) {
   else if (a.device == "cuda") be = sala::make_cuda_backend(bo);
 #endif
   else sala::fail("device '{}' is not available in this build", a.device);
+  {  // what the caches take, as init_caches allocates them: K, V and both compressed levels
+    const auto& sp = cfg.sparse;
+    const double tokens = double(lim.caches.num_pages) * lim.caches.page_size;
+    const double row =
+        double(cfg.num_key_value_heads) * cfg.head_dim * double(be->kv_element_bytes());
+    const double kv = tokens * row * (2 + 1.0 / sp.kernel_stride + 1.0 / sp.level2_stride()) *
+                      cfg.num_sparse_layers();
+    const double ld = cfg.lightning_head_dim;
+    const double states =
+        double(lim.caches.num_slots) * cfg.num_lightning_layers() * cfg.lightning_nh * ld * ld * 4;
+    fmt::print("caches: {} pages of {} tokens ({:.2f} GiB), {} state slots ({:.2f} GiB); "
+               "{} rows per step\n", lim.caches.num_pages, lim.caches.page_size, kv / (1 << 30),
+               lim.caches.num_slots, states / (1 << 30), lim.max_step_tokens);
+  }
   fmt::print("loading {} on {} ...\n", a.model, be->name());
   auto t_load = Clock::now();
   sala::Model model(cfg, std::move(be), ckpt, lim);
   fmt::print("loaded in {:.1f} s\n", since(t_load));
 
+  Bench bench(a, cfg, model);
   // Floors (../shared/PERF.md): bytes read per decode step = every linear weight + lm_head.
-  double linear_params = 0;
   for (auto& [name, t] : ckpt.all())
-    if (name != "model.embed_tokens.weight" && t->shape.size() == 2) linear_params += double(t->numel());
-  const double decode_floor_ms = linear_params * 2 / 4.30e12 * 1e3;
-  const double prefill_ceiling_tok_s = 790e12 / (2 * linear_params);
+    if (name != "model.embed_tokens.weight" && t->shape.size() == 2)
+      bench.linear_params += double(t->numel());
+  const double linear_params = bench.linear_params;
+  const double decode_floor_ms = linear_params * 2 / kPeakBytes * 1e3;
+  const double prefill_ceiling_tok_s = kPeakFlops / (2 * linear_params);
   const int64_t V = cfg.vocab_size;
-  nlohmann::json results = nlohmann::json::array();
-  std::vector<std::string> table;
+  // A prefill needs lm_head for its one logit row only; every token goes through the rest.
+  bench.head_params = double(V) * cfg.hidden_size;
+  bench.body_params = linear_params - (ckpt.all().count("lm_head.weight") ? bench.head_params : 0);
 
-  auto seq_pages = [&](int b) {
-    std::vector<int32_t> p(static_cast<size_t>(pages_per_seq));
-    for (int32_t i = 0; i < pages_per_seq; ++i) p[size_t(i)] = b * pages_per_seq + i;
-    return p;
-  };
-  std::vector<int32_t> prompt(static_cast<size_t>(std::max(a.decode_in, a.prefill_in)));
+  std::vector<int32_t>& prompt = bench.prompt;
+  prompt.resize(static_cast<size_t>(std::max<int64_t>({a.decode_in, a.prefill_in, max_long_ctx})));
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(3 + (i * 7919) % size_t(V - 12));
   prompt[0] = cfg.bos_token_id;
   std::vector<float> logits;
+  const int32_t pages_per_seq = pages_for(short_context(a), lim.caches.page_size);
 
   for (int B : a.decode_batches) {
     std::vector<int32_t> next(static_cast<size_t>(B));
     for (int b = 0; b < B; ++b) {  // prefill each sequence alone
       sala::StepMeta m;
-      m.add_seq(prompt.data(), a.decode_in, 0, b, seq_pages(b), false, true);
+      m.add_seq(prompt.data(), a.decode_in, 0, b, seq_pages(b, pages_per_seq), false, true);
       model.forward(m, logits);
       next[size_t(b)] = argmax(logits.data(), V);
     }
@@ -92,7 +330,7 @@ int run(const Args& a) {
     for (int s = 0; s < a.decode_out; ++s) {
       sala::StepMeta m;
       for (int b = 0; b < B; ++b)
-        m.add_seq(&next[size_t(b)], 1, a.decode_in + s, b, seq_pages(b), false, true);
+        m.add_seq(&next[size_t(b)], 1, a.decode_in + s, b, seq_pages(b, pages_per_seq), false, true);
       const auto t0 = Clock::now();
       model.forward(m, logits, nullptr, &next);  // greedy on the device, as the engine does
       step_ms.push_back(since(t0) * 1e3);
@@ -103,50 +341,64 @@ int run(const Args& a) {
     std::sort(step_ms.begin(), step_ms.end());
     const double med = step_ms[step_ms.size() / 2];
     const double floor_ratio = decode_floor_ms / med;
-    table.push_back(fmt::format("decode  B={:<3} {:>9.3f} ms/step {:>10.1f} tok/s   floor {:.3f} ms -> {:5.1f}% of floor",
-                                B, med, B * 1e3 / med, decode_floor_ms, 100 * floor_ratio));
-    results.push_back({{"kind", "decode"}, {"batch", B}, {"ms_per_step", med},
-                       {"tok_s", B * 1e3 / med}, {"floor_ms", decode_floor_ms}, {"fraction_of_floor", floor_ratio}});
+    bench.add({{"kind", "decode"}, {"batch", B}, {"ms_per_step", med}, {"tok_s", B * 1e3 / med},
+               {"floor_ms", decode_floor_ms}, {"fraction_of_floor", floor_ratio}},
+              fmt::format("decode  B={:<3} {:>9.3f} ms/step {:>10.1f} tok/s   floor {:.3f} ms -> {:5.1f}% of floor",
+                          B, med, B * 1e3 / med, decode_floor_ms, 100 * floor_ratio));
   }
   for (int B : a.prefill_batches) {
     sala::StepMeta warm;
-    warm.add_seq(prompt.data(), std::min(a.prefill_in, 256), 0, 0, seq_pages(0), false, true);
+    warm.add_seq(prompt.data(), std::min(a.prefill_in, 256), 0, 0, seq_pages(0, pages_per_seq), false, true);
     model.forward(warm, logits);
     const auto t0 = Clock::now();
     for (int b = 0; b < B; ++b) {  // one sequence per forward: a 4K chunk is a full step
       sala::StepMeta m;
-      m.add_seq(prompt.data(), a.prefill_in, 0, b, seq_pages(b), false, true);
+      m.add_seq(prompt.data(), a.prefill_in, 0, b, seq_pages(b, pages_per_seq), false, true);
       model.forward(m, logits);
       fmt::print(stderr, "\rprefill batch {}: {}/{}", B, b + 1, B);
     }
     fmt::print(stderr, "\n");
     const double sec = since(t0);
     const double tok_s = double(B) * a.prefill_in / sec;
-    table.push_back(fmt::format("prefill B={:<3} {:>9.1f} ms total {:>10.1f} tok/s   bf16 peak {:.0f} tok/s -> {:5.1f}%",
-                                B, sec * 1e3, tok_s, prefill_ceiling_tok_s, 100 * tok_s / prefill_ceiling_tok_s));
-    results.push_back({{"kind", "prefill"}, {"batch", B}, {"input_len", a.prefill_in}, {"seconds", sec},
-                       {"tok_s", tok_s}, {"ceiling_tok_s", prefill_ceiling_tok_s}});
+    bench.add({{"kind", "prefill"}, {"batch", B}, {"input_len", a.prefill_in}, {"seconds", sec},
+               {"tok_s", tok_s}, {"ceiling_tok_s", prefill_ceiling_tok_s}},
+              fmt::format("prefill B={:<3} {:>9.1f} ms total {:>10.1f} tok/s   bf16 peak {:.0f} tok/s -> {:5.1f}%",
+                          B, sec * 1e3, tok_s, prefill_ceiling_tok_s, 100 * tok_s / prefill_ceiling_tok_s));
   }
+  bench_long_prefill(bench);
+  bench_long_decode(bench);
   fmt::print("\n{} ({}; {:.3f} B linear params)\n", a.model, model.backend().name(), linear_params / 1e9);
-  for (auto& l : table) fmt::print("{}\n", l);
-  if (!a.out_json.empty()) std::ofstream(a.out_json) << results.dump(2) << "\n";
+  for (auto& l : bench.table) fmt::print("{}\n", l);
+  if (!a.out_json.empty()) std::ofstream(a.out_json) << bench.results.dump(2) << "\n";
   return 0;
 }
 
 sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput vs the PERF.md floors",
                          [](CLI::App& app) {
-                           auto a = std::make_shared<Args>();
-                           app.add_option("--model-path", a->model, "model directory")->required();
-                           app.add_option("--device", a->device, "cpu or cuda");
-                           app.add_option("--decode-batches", a->decode_batches, "decode batch sizes")->delimiter(',');
-                           app.add_option("--prefill-batches", a->prefill_batches, "prefill batch sizes")->delimiter(',');
-                           app.add_option("--decode-input", a->decode_in, "decode prompt length");
-                           app.add_option("--decode-output", a->decode_out, "decode steps");
-                           app.add_option("--prefill-input", a->prefill_in, "prefill prompt length");
-                           app.add_option("--threads", a->threads, "CPU threads (0 = all)");
-                           app.add_flag("--bf16", a->bf16, "CPU: emulate bf16 rounding");
-                           app.add_option("--json", a->out_json, "write results as JSON");
-                           return [a] { return run(*a); };
-                         });
+  auto a = std::make_shared<Args>();
+  app.add_option("--model-path", a->model, "model directory")->required();
+  app.add_option("--device", a->device, "cpu or cuda");
+  app.add_option("--decode-batches", a->decode_batches, "decode batch sizes")->delimiter(',');
+  app.add_option("--prefill-batches", a->prefill_batches, "prefill batch sizes")->delimiter(',');
+  app.add_option("--decode-input", a->decode_in, "decode prompt length");
+  app.add_option("--decode-output", a->decode_out, "decode steps");
+  app.add_option("--prefill-input", a->prefill_in, "prefill prompt length");
+  app.add_option("--long-prefill", a->long_prefill,
+                 "long prompt lengths, prefilled at batch 1 in --chunk steps (default: none)")
+      ->delimiter(',');
+  app.add_option("--chunk", a->chunk,
+                 "tokens per prefill step of the long runs (the server's --chunked-prefill-size)")
+      ->capture_default_str();
+  app.add_option("--long-decode-contexts", a->long_decode_contexts,
+                 "contexts of the long decode runs (default: none)")->delimiter(',');
+  app.add_option("--long-decode-batches", a->long_decode_batches,
+                 "batch sizes of the long decode runs")->delimiter(',')->capture_default_str();
+  app.add_option("--long-decode-steps", a->long_decode_steps,
+                 "timed decode steps per long decode run")->capture_default_str();
+  app.add_option("--threads", a->threads, "CPU threads (0 = all)");
+  app.add_flag("--bf16", a->bf16, "CPU: emulate bf16 rounding");
+  app.add_option("--json,--out-json", a->out_json, "write results as JSON");
+  return [a] { return run(*a); };
+});
 
 }  // namespace

@@ -61,20 +61,23 @@ void Model::trace_rows(ForwardTrace* trace, const Tensor& t) {
 
 // Batch-size buckets of recorded decode steps.
 static constexpr int kGraphBuckets[] = {1, 2, 4, 8, 16, 32, 64};
+static constexpr int kSparseGraphKey = 1 << 16;  // added to the bucket of steps with sparse rows
 
 int Model::graph_bucket(const StepMeta& meta, ForwardTrace* trace) const {
   if (!backend_->graphs_enabled() || trace || meta.capture || meta.dense_as_sparse) return 0;
   const int S = int(meta.seqs.size());
   if (S == 0 || meta.num_tokens() != S || int(meta.logit_rows.size()) != S) return 0;
+  bool any_sparse = false;
   for (int i = 0; i < S; ++i) {
     const SeqSlice& s = meta.seqs[size_t(i)];
-    // Decode rows only, every row's logits in order, dense attention (below dense_len).
-    if (s.num_tokens != 1 || meta.logit_rows[size_t(i)] != i ||
-        s.total_len() >= cfg_.sparse.dense_len)
-      return 0;
+    // Decode rows only, every row's logits in order.
+    if (s.num_tokens != 1 || meta.logit_rows[size_t(i)] != i) return 0;
+    any_sparse |= s.total_len() >= cfg_.sparse.dense_len;
   }
+  // Steps with an InfLLM-v2 row launch the selection kernels too: their own recordings.
   for (int b : kGraphBuckets)
-    if (b >= S) return b <= limits_.max_step_tokens && b <= limits_.max_logit_rows ? b : 0;
+    if (b >= S)
+      return b <= limits_.max_step_tokens && b <= limits_.max_logit_rows ? b + (any_sparse ? kSparseGraphKey : 0) : 0;
   return 0;
 }
 
@@ -95,14 +98,15 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
     // All-decode step: pad to the bucket with rows that read and write only the scratch
     // page and slot (token 0 at position 0), then launch the bucket's recording (made on
     // its second occurrence; the first runs directly).
+    const int rows = bucket % kSparseGraphKey;
     padded_ = meta;
     const std::vector<int32_t> page{scratch_page_};
     const int32_t tok = 0;
-    for (int64_t i = T; i < bucket; ++i) padded_.add_seq(&tok, 1, 0, scratch_slot_, page, false, true);
+    for (int64_t i = T; i < rows; ++i) padded_.add_seq(&tok, 1, 0, scratch_slot_, page, false, true);
     be.begin_step(padded_);
     if (!be.graph_launch(bucket)) {
       const bool recording = be.graph_capture_begin(bucket);
-      run_layers(bucket, bucket, nullptr);
+      run_layers(rows, rows, nullptr);
       if (recording) be.graph_capture_end(bucket);
     }
   }

@@ -149,6 +149,7 @@ void CudaBackend::init_caches(const ModelConfig& cfg, const CacheShape& shape) {
     CUDA_CHECK(cudaMemsetAsync(c.c1, 0, tokens / size_t(sp.kernel_stride) * row * 2, stream_));
     CUDA_CHECK(cudaMemsetAsync(c.c2, 0, tokens / size_t(sp.level2_stride()) * row * 2, stream_));
   }
+  if (cfg.num_sparse_layers() > 0) alloc_select_work(tokens);
   const size_t d = size_t(cfg.lightning_head_dim);
   const size_t state_floats =
       size_t(shape.num_slots) * cfg.num_lightning_layers() * cfg.lightning_nh * d * d;
@@ -163,6 +164,34 @@ void CudaBackend::init_caches(const ModelConfig& cfg, const CacheShape& shape) {
   if (cfg.lightning_head_dim > 0 && !inv_freq_.count(rk))
     inv_freq_[rk] = make_inv_freq(cfg.lightning_head_dim, cfg.rope_theta);
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+// Selection workspaces for the longest sequence the pool holds (SPEC §9.5 sizes):
+// blocks nb = ceil(len / block), level-1 entry tiles ceil(len / stride1 / 64).
+void CudaBackend::alloc_select_work(size_t pool_tokens) {
+  const auto& sp = cfg_.sparse;
+  int64_t max_len = int64_t(pool_tokens);
+  if (cfg_.max_position_embeddings > 0) max_len = std::min<int64_t>(max_len, cfg_.max_position_embeddings);
+  select_max_len_ = max_len;
+  const int kvh = cfg_.num_key_value_heads, nh = cfg_.num_attention_heads;
+  select_nb_stride_ = int((max_len + sp.block_size - 1) / sp.block_size) + 1;
+  select_et_stride_ = int(max_len / sp.kernel_stride / kEntryTile) + 2;
+  const size_t rows = size_t(kSelectChunkTiles) * kSparseTileRows;
+  // lse partials: one split per row for big steps, kSelectSplits for steps of fewer than
+  // kFewTiles / kvh tiles (cuda_layers.cpp).
+  const size_t few_rows = size_t(kFewTiles / std::max(kvh, 1) + 1) * kSparseTileRows;
+  const size_t ml_items = std::max(rows, few_rows * kSelectSplits) * size_t(nh);
+  select_work_.ml = static_cast<float2*>(dev_alloc(ml_items * sizeof(float2)));
+  select_work_.bscore = static_cast<bf16*>(dev_alloc(rows * kvh * size_t(select_nb_stride_) * 2));
+  select_work_.edge = static_cast<float*>(dev_alloc(rows * kvh * size_t(select_et_stride_) * 4));
+  SALA_CHECK(select_topk_smem_bytes(select_nb_stride_) + 4096 <= size_t(max_smem_optin_),
+             "sequences of {} tokens need more shared memory for top-k than the GPU has", max_len);
+  // Stage 2: per-row block bitmaps, the union bitmap of 64-key tiles and its list.
+  const int64_t nkt = (max_len + 63) / 64;
+  attn_nb_words_ = (select_nb_stride_ + 31) / 32;
+  attn_nkt_words_ = int((nkt + 31) / 32);
+  attn_list_cap_ = int(std::min<int64_t>(
+      nkt, int64_t(kSparseTileRows) * sp.total_topk() * std::max(1, (sp.block_size + 63) / 64)));
 }
 
 // inv_freq[j] = 1 / theta^(2j/d) in fp32, computed on the host exactly as CpuBackend does.
@@ -318,7 +347,10 @@ void CudaBackend::begin_step(const StepMeta& meta) {
             R = int(meta.logit_rows.size());
   constexpr int kSeqInts = int(sizeof(DevSeq) / 4);
   // Layout (int32 units): seqs | ids | positions | row_seq | pages | logit rows | short | long
-  const size_t need = size_t(S) * kSeqInts + 3 * size_t(T) + size_t(P) + size_t(R) + 2 * size_t(S) + 8;
+  int n_tiles = 0;
+  for (const SeqSlice& s : meta.seqs) n_tiles += (s.num_tokens + kSparseTileRows - 1) / kSparseTileRows;
+  const size_t need = size_t(S) * kSeqInts + 3 * size_t(T) + size_t(P) + size_t(R) + 2 * size_t(S) +
+                      2 * size_t(n_tiles) + 9;
   ensure_meta_capacity(need, true);
   ensure_row_capacity(T, true);
   // The previous step's copy must have left the pinned buffer before it is rewritten.
@@ -329,7 +361,6 @@ void CudaBackend::begin_step(const StepMeta& meta) {
   size_t off = 0;
   auto dev = [&](size_t o) { return meta_dev_ + o; };
   DevSeq* hs = reinterpret_cast<DevSeq*>(h);
-  const int bs = std::max(cfg_.sparse.block_size, 1);
   for (int i = 0; i < S; ++i) {
     const SeqSlice& s = meta.seqs[size_t(i)];
     DevSeq d{};
@@ -341,14 +372,17 @@ void CudaBackend::begin_step(const StepMeta& meta) {
     d.past_len = s.past_len;
     d.sparse = (meta.dense_as_sparse || s.total_len() >= cfg_.sparse.dense_len) ? 1 : 0;
     sd.n_sparse_seqs += d.sparse;
-    sd.max_blocks = std::max<int>(sd.max_blocks, int((s.total_len() + bs - 1) / bs));
+    SALA_CHECK(!d.sparse || !caches_ready_ || cfg_.num_sparse_layers() == 0 ||
+                   s.total_len() <= select_max_len_,
+               "sequence of {} tokens is longer than the selection workspaces ({} tokens)",
+               s.total_len(), select_max_len_);
     if (caches_ready_) {
       SALA_CHECK(s.total_len() <= int64_t(s.num_pages) * cache_shape_.page_size,
                  "sequence of {} tokens has only {} pages", s.total_len(), s.num_pages);
     }
     hs[i] = d;
   }
-  // Layout: seqs | ids | positions | row_seq | logit rows | short | long | pages. The
+  // Layout: seqs | ids | positions | row_seq | logit rows | short | long | tiles | pages. The
   // pages (whose count varies from step to step) come last, so every offset depends only on
   // (S, T, R) and a recorded step reads the same addresses at every launch.
   sd.seqs = reinterpret_cast<const DevSeq*>(dev(0));
@@ -375,6 +409,14 @@ void CudaBackend::begin_step(const StepMeta& meta) {
   for (int i = 0; i < S; ++i)
     if (meta.seqs[size_t(i)].num_tokens >= 64) h[off + size_t(sd.n_long++)] = i;
   off += size_t(sd.n_long);
+  off += off % 2;  // int2 alignment; the parity depends only on (S, T, R)
+  sd.tiles = reinterpret_cast<const int2*>(dev(off));
+  for (const SeqSlice& s : meta.seqs)
+    for (int r = 0; r < s.num_tokens; r += kSparseTileRows) {
+      h[off++] = s.token_begin + r;
+      h[off++] = std::min(kSparseTileRows, s.num_tokens - r);
+    }
+  sd.n_tiles = n_tiles;
   std::memcpy(h + off, meta.page_table.data(), size_t(P) * 4);
   sd.page_table = dev(off);
   off += size_t(P);
@@ -382,6 +424,7 @@ void CudaBackend::begin_step(const StepMeta& meta) {
   CUDA_CHECK(cudaEventRecord(meta_copied_, stream_));
   sd_ = sd;
   if (optime_) {
+    resolve_ticks();  // the previous step's, when it downloaded nothing
     // SALA_CUDA_OPTIME=N (N > 1): only steps of at least N rows are timed.
     const long min_rows = std::strtol(std::getenv("SALA_CUDA_OPTIME"), nullptr, 10);
     optime_step_ = T >= min_rows;

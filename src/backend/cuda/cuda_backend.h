@@ -75,8 +75,9 @@ class CudaBackend : public Backend {
     const int32_t* short_seqs = nullptr;  // lightning: seqs with < 64 tokens
     const int32_t* long_seqs = nullptr;   // lightning: seqs with >= 64 tokens
     int T = 0, S = 0, P = 0, R = 0, n_short = 0, n_long = 0;
+    const int2* tiles = nullptr;          // [n_tiles] (first row, rows) of <= 8 rows of one seq
+    int n_tiles = 0;
     int n_sparse_seqs = 0;                // seqs whose sparse layers run InfLLM-v2
-    int max_blocks = 0;                   // max over seqs of ceil(total_len / block)
   };
 
  private:
@@ -86,6 +87,7 @@ class CudaBackend : public Backend {
   void upload_gla_tables(const std::vector<float>& slopes);
   float* make_inv_freq(int head_dim, double theta);
   const float* inv_freq(int head_dim, double theta);
+  void alloc_select_work(size_t pool_tokens);
   void drop_graphs();  // recordings hold device pointers: dropped when a buffer moves
   // Per-op GPU time (SALA_CUDA_OPTIME=1): an event after every op; the time since the
   // previous event is the op's. Printed at exit, summed by op name.
@@ -136,6 +138,16 @@ class CudaBackend : public Backend {
   float* attn_part_ = nullptr;  // split-K partials [attn_part_cap_ items, d] + (m, l)
   float* attn_ml_ = nullptr;
   int64_t attn_part_items_ = 0;  // capacity in (row, head, split) items
+
+  // InfLLM-v2 selection workspaces, for kSelectChunkTiles tiles per launch (init_caches:
+  // sized by the longest sequence the KV pool holds).
+  static constexpr int kSelectChunkTiles = 512;
+  static constexpr int kSelectSplits = 32;  // entry splits of steps of few tiles (decode)
+  static constexpr int kFewTiles = 128;     // "few": n_tiles * kvh < kFewTiles
+  cuda::SelectWork select_work_{};
+  int select_nb_stride_ = 0, select_et_stride_ = 0;
+  int64_t select_max_len_ = 0;  // longest sequence the workspaces hold
+  int attn_nb_words_ = 0, attn_nkt_words_ = 0, attn_list_cap_ = 0;  // stage 2 shared memory
 
   // RoPE inverse frequencies by (head_dim, theta), computed on the host as the CPU does.
   std::map<std::pair<int, double>, float*> inv_freq_;

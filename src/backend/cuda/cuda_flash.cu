@@ -5,34 +5,13 @@
 // bf16 terms (hi + lo, ~16 significant bits) so the probabilities are not rounded to bf16
 // (golden README §4: softmax probabilities are not rounded). Keys and values come from the
 // paged cache (written by append_kv before this kernel). mma.sync m16n8k16 is sm_80+.
-#include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_mma.cuh"
 
 namespace sala::cuda {
 namespace {
 
 constexpr int kRows = 64, kKeys = 64, kD = 128, kLd = kD + 8;  // smem row stride (halves)
 constexpr int kThreads = 128;
-
-__device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo (lower address)
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-__device__ __forceinline__ uint32_t pack_raw(bf16 lo, bf16 hi) {
-  return uint32_t(*reinterpret_cast<uint16_t*>(&lo)) | (uint32_t(*reinterpret_cast<uint16_t*>(&hi)) << 16);
-}
-
-__device__ __forceinline__ int64_t tok_off(const CacheGeom& g, const int32_t* pages, int64_t p) {
-  return (int64_t(pages[p / g.page_size]) * g.page_size + p % g.page_size) * g.row;
-}
 
 __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(
     const bf16* __restrict__ q, FlashSeq fs, const int32_t* __restrict__ page_table,
@@ -80,7 +59,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(
       const int j = e / (kD / 8), c = e % (kD / 8);
       uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
       if (p0 + j < kend) {
-        const int64_t off = tok_off(G, pages, p0 + j) + int64_t(g) * kD + c * 8;
+        const int64_t off = token_off(G, pages, p0 + j) + int64_t(g) * kD + c * 8;
         kv = *reinterpret_cast<const uint4*>(kc + off);
         vv = *reinterpret_cast<const uint4*>(vc + off);
       }

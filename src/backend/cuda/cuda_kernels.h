@@ -83,18 +83,10 @@ struct CacheGeom {
   int page_size, kvh, d, s1, s2, k1, k2, bs;
   int64_t row;  // elements per token: kvh * d
 };
-struct Stage1Params {
-  CacheGeom g;
-  int G, nh;  // query heads per kv head, query heads
-  float tau;
-  int init_blocks, local_blocks, total_topk;
-  int n1_cap, nb_cap;  // shared-memory capacities (entries, blocks)
-};
 struct AttnParams {
   CacheGeom g;
   int G, nh;
   float tau;
-  int total_topk;
   int flash_min;  // rows of dense calls of >= flash_min tokens are left to flash_prefill
 };
 struct StepRows {
@@ -107,17 +99,62 @@ void launch_append_kv(const bf16* k, const bf16* v, const StepRows& s, const Cac
                       bf16* vc, cudaStream_t st);
 void launch_compress(const StepRows& s, const CacheGeom& g, const bf16* kc, bf16* c1, bf16* c2,
                      cudaStream_t st);
-size_t stage1_smem_bytes(const Stage1Params& p);
-// sel[T, kvh, total_topk], sel_cnt[T, kvh] for the rows of sparse sequences.
-void launch_stage1(const bf16* q, const StepRows& s, const bf16* c1, const bf16* c2,
-                   const Stage1Params& p, int32_t* sel, int32_t* sel_cnt, int max_smem,
-                   cudaStream_t st);
 size_t attention_smem_bytes(int G, int d);
-// out[T, nh*d]; with splits > 1, partials part[T*nh*splits, d], ml[T*nh*splits, 2] and a
-// combine pass.
+// Dense rows (not sparse, fewer than flash_min tokens in their call): out[T, nh*d]; with
+// splits > 1, partials part[T*nh*splits, d], ml[T*nh*splits, 2] for launch_combine.
 void launch_attention(const bf16* q, const StepRows& s, const bf16* kc, const bf16* vc,
-                      const int32_t* sel, const int32_t* sel_cnt, const AttnParams& p, int splits,
-                      bf16* out, float* part, float* ml, int max_smem, cudaStream_t st);
+                      const AttnParams& p, int splits, bf16* out, float* part, float* ml,
+                      int max_smem, cudaStream_t st);
+// out[r, h] = merge of the splits' partials, every row r < T (after launch_attention and
+// launch_sparse_attention wrote the partials of their rows).
+void launch_combine(const float* part, const float* ml, int splits, int T, int nh, int d, bf16* out,
+                    cudaStream_t st);
+
+// ---- InfLLM-v2 rows on the tensor cores (cuda_infllm_select.cu, cuda_infllm_attn.cu) ----
+// Rows of sparse sequences are processed in tiles of up to kSparseTileRows consecutive
+// rows of one sequence (tiles[i] = (first row, rows)); every sequence of a step is tiled, so
+// a decode step of B rows has B tiles (the kernels skip tiles of dense sequences). Query
+// heads per KV head must be 16 (SPEC §9.6), head_dim one of infllm_head_dim_supported.
+inline constexpr int kSparseTileRows = 8;
+inline constexpr int kEntryTile = 64;  // compressed entries per tile of the selection kernels
+bool infllm_head_dim_supported(int d);
+struct SelectParams {
+  CacheGeom g;
+  int nh;
+  float tau;
+  int init_blocks, local_blocks, total_topk;
+  int nb_stride;                  // blocks per (row, kv head) in SelectWork::bscore
+  int et_stride;                  // entry tiles per (row, kv head) in SelectWork::edge
+  int lse_splits, score_splits;   // grid.z of the two scoring kernels
+};
+struct SelectWork {  // rows = launched tiles * kSparseTileRows
+  float2* ml;        // [rows, nh, lse_splits] level-2 (max, sum), log2 units
+  bf16* bscore;      // [rows, kvh, nb_stride] pooled block scores
+  float* edge;       // [rows, kvh, et_stride] score of each entry tile's last entry
+};
+size_t select_topk_smem_bytes(int nb_stride);
+// Selection of the rows of tiles[tile_begin, tile_begin + n_tiles): sel[T, kvh, total_topk]
+// (ascending block ids), sel_cnt[T, kvh].
+void launch_infllm_select(int d, const bf16* q, const StepRows& s, const int2* tiles,
+                          int tile_begin, int n_tiles, const bf16* c1, const bf16* c2,
+                          const SelectParams& p, const SelectWork& w, int32_t* sel,
+                          int32_t* sel_cnt, cudaStream_t st);
+struct SparseAttnParams {
+  CacheGeom g;
+  int nh;
+  float tau;
+  int total_topk;
+  int nb_words;   // 32-bit words of a row's block bitmap (max blocks of a sequence)
+  int nkt_words;  // words of the 64-key tile bitmap (max tiles of a sequence)
+  int list_cap;   // max 64-key tiles in the union of a tile's selections
+};
+size_t sparse_attn_smem_bytes(int d, const SparseAttnParams& p);
+// Stage 2 of every sparse row of the step: out[T, nh*d] (splits == 1) or partials as
+// launch_attention's.
+void launch_sparse_attention(int d, const bf16* q, const StepRows& s, const int2* tiles,
+                             int n_tiles, const bf16* kc, const bf16* vc, const int32_t* sel,
+                             const int32_t* sel_cnt, const SparseAttnParams& p, int splits,
+                             bf16* out, float* part, float* ml, cudaStream_t st);
 
 // Dense causal attention of one long call (cuda_flash.cu, head_dim 128, tensor cores):
 // rows token_begin .. token_begin + num_tokens of q/out, keys 0 .. past_len + row.

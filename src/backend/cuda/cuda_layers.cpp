@@ -111,25 +111,30 @@ void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, con
   launch_compress(rows, geo, cache.k, cache.c1, cache.c2, stream_);
   tick("sparse append+compress");
 
+  SALA_CHECK(sd_.n_sparse_seqs == 0 || (GH == 16 && infllm_head_dim_supported(d)),
+             "InfLLM-v2 layers need 16 query heads per KV head and head_dim 16/32/64/128 (have {} "
+             "and {})", GH, d);
+  // Selection needs each row's level-2 normaliser, then scores, then top-k; splits of the
+  // entries only for steps of few tiles (decode), by a test on the tile count alone, so a
+  // recorded decode step launches the same grids at every context length.
+  const bool few_tiles = int64_t(sd_.n_tiles) * kvh < kFewTiles;
   if (sd_.n_sparse_seqs > 0) {
-    Stage1Params P{};
+    SelectParams P{};
     P.g = geo;
-    P.G = GH;
     P.nh = nh;
     P.tau = c.attn_scale();
     P.init_blocks = sp.init_blocks;
     P.local_blocks = sp.local_blocks();
     P.total_topk = sp.total_topk();
-    int64_t max_len = 0;
-    for (const SeqSlice& s : meta_->seqs) max_len = std::max(max_len, s.total_len());
-    P.n1_cap = int(std::max<int64_t>(1, max_len / sp.kernel_stride + 1));
-    P.nb_cap = std::max(1, sd_.max_blocks);
-    const size_t smem = stage1_smem_bytes(P);
-    SALA_CHECK(smem <= size_t(max_smem_optin_),
-               "stage 1 needs {} bytes of shared memory at {} tokens (long-context stage 1 is a "
-               "later issue)", smem, max_len);
-    launch_stage1(ptr<const bf16>(q), rows, cache.c1, cache.c2, P, sel_, sel_cnt_, max_smem_optin_,
-                  stream_);
+    P.nb_stride = select_nb_stride_;
+    P.et_stride = select_et_stride_;
+    P.lse_splits = few_tiles ? kSelectSplits : 1;
+    P.score_splits = few_tiles ? kSelectSplits : 1;
+    for (int t0 = 0; t0 < sd_.n_tiles; t0 += kSelectChunkTiles)
+      launch_infllm_select(d, ptr<const bf16>(q), rows, sd_.tiles, t0,
+                           std::min(kSelectChunkTiles, sd_.n_tiles - t0), cache.c1, cache.c2, P,
+                           select_work_, sel_, sel_cnt_, stream_);
+    tick("sparse select");
     if (meta_->capture) {
       const int K = sp.total_topk();
       std::vector<int32_t> hsel(size_t(T) * kvh * K), hcnt(size_t(T) * kvh);
@@ -166,14 +171,15 @@ void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, con
     while (splits > 1 && int64_t(T) * nh * splits > attn_part_items_) --splits;
   }
   // Long dense calls (prefill chunks) on the tensor cores; the rest (decode rows, short
-  // calls, sparse rows) in attention_kernel. SALA_CUDA_FLASH=0 turns the former off.
+  // calls) in attention_kernel; sparse rows in sparse_attn. SALA_CUDA_FLASH=0 turns the
+  // first off.
   static const bool flash_on = [] {
     const char* e = std::getenv("SALA_CUDA_FLASH");
     return !(e && std::string(e) == "0");
   }();
   constexpr int kFlashMin = 64;
   const bool flash = flash_on && splits == 1 && flash_prefill_supported(d);
-  AttnParams A{geo, GH, nh, c.attn_scale(), sp.total_topk(), flash ? kFlashMin : 1 << 30};
+  AttnParams A{geo, GH, nh, c.attn_scale(), flash ? kFlashMin : 1 << 30};
   if (flash) {
     for (const SeqSlice& s : meta_->seqs) {
       const bool sparse_rows = meta_->dense_as_sparse || s.total_len() >= sp.dense_len;
@@ -184,11 +190,23 @@ void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, con
     }
     tick("flash prefill attention");
   }
-  const size_t smem = attention_smem_bytes(GH, d);
-  SALA_CHECK(smem <= size_t(max_smem_optin_), "attention needs {} bytes of shared memory", smem);
-  launch_attention(ptr<const bf16>(q), rows, cache.k, cache.v, sel_, sel_cnt_, A, splits,
-                   ptr<bf16>(out), attn_part_, attn_ml_, max_smem_optin_, stream_);
-  tick(splits > 1 ? "sparse attention split" : "sparse attention");
+  if (sd_.n_sparse_seqs < sd_.S) {
+    const size_t smem = attention_smem_bytes(GH, d);
+    SALA_CHECK(smem <= size_t(max_smem_optin_), "attention needs {} bytes of shared memory", smem);
+    launch_attention(ptr<const bf16>(q), rows, cache.k, cache.v, A, splits, ptr<bf16>(out),
+                     attn_part_, attn_ml_, max_smem_optin_, stream_);
+    tick(splits > 1 ? "dense attention split" : "dense attention");
+  }
+  if (sd_.n_sparse_seqs > 0) {
+    SparseAttnParams SA{geo, nh, c.attn_scale(), sp.total_topk(), attn_nb_words_, attn_nkt_words_,
+                        attn_list_cap_};
+    const size_t smem = sparse_attn_smem_bytes(d, SA);
+    SALA_CHECK(smem + 4096 <= size_t(max_smem_optin_), "sparse attention needs {} bytes of shared memory", smem);
+    launch_sparse_attention(d, ptr<const bf16>(q), rows, sd_.tiles, sd_.n_tiles, cache.k, cache.v,
+                            sel_, sel_cnt_, SA, splits, ptr<bf16>(out), attn_part_, attn_ml_, stream_);
+    tick(splits > 1 ? "sparse attention split" : "sparse attention");
+  }
+  launch_combine(attn_part_, attn_ml_, splits, T, nh, d, ptr<bf16>(out), stream_);
 }
 
 }  // namespace sala

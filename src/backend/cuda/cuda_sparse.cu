@@ -1,32 +1,16 @@
 // Sparse (minicpm4) layers on the GPU (SPEC §9, golden README §6): paged bf16 KV append,
-// incremental two-level key compression (fp32 mean rounded to bf16), InfLLM-v2 stage 1
-// (visibility rule, level-2 log-sum-exp normaliser, 16-head sum rounded to bf16), block
-// pooling with forced blocks, top-k with ties to the lower index, and one attention kernel
-// for both the dense causal path and stage 2 (a list of key blocks per (row, kv head);
-// dense = all blocks up to the query's), flash-style online softmax in fp32, split over key
-// blocks when the step has few rows (decode).
-//
-// This is the straightforward, exact version of the rules; the long-context optimisation of
-// stage 1 (O(n_blocks²) ranking, one block per (row, kv head)) is a later issue.
+// incremental two-level key compression (fp32 mean rounded to bf16), and the attention of
+// dense rows (L < dense_len): one kernel over the key blocks 0..qb of each (row, kv head),
+// flash-style online softmax in fp32, split over key blocks when the step has few rows
+// (decode). Long dense prefill calls run on the tensor cores (cuda_flash.cu); InfLLM-v2
+// rows (selection and stage 2) in cuda_infllm_select.cu / cuda_infllm_attn.cu.
 #include <cmath>
 
-#include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_mma.cuh"
 
 namespace sala::cuda {
 
 namespace {
-
-
-__device__ __forceinline__ int64_t token_off(const CacheGeom& g, const int32_t* pages, int64_t p) {
-  return (int64_t(pages[p / g.page_size]) * g.page_size + p % g.page_size) * g.row;
-}
-__device__ __forceinline__ int64_t entry_off(const CacheGeom& g, const int32_t* pages, int64_t j,
-                                             int s) {
-  const int64_t p = j * s;
-  const int per_page = g.page_size / s;
-  return (int64_t(pages[p / g.page_size]) * per_page + (p % g.page_size) / s) * g.row;
-}
 
 // 1. k, v rows into the paged cache.                         grid: T, block: 128
 __global__ void append_kv_kernel(const bf16* __restrict__ k, const bf16* __restrict__ v,
@@ -64,151 +48,28 @@ __global__ void compress_kernel(const int32_t* __restrict__ row_seq, const DevSe
   }
 }
 
-__device__ __forceinline__ long long visible_count(long long t, long long n, long long T, int w,
-                                                   int s, bool first) {
-  long long c;
-  if (first)
-    c = (t + 1) / s - 1 + n - (T - s + 1) / s;  // C truncation, as the kernel computes it
-  else
-    c = t + 1 >= w ? (t + 1 - w) / s + 1 : 0;
-  return c < 0 ? 0 : (c > n ? n : c);
-}
-__device__ __forceinline__ long long num_entries(long long L, int w, int s) {
-  return L >= w ? (L - w) / s + 1 : 0;
-}
-
-// dot of a query (fp32, smem) with a bf16 key, lane-parallel; all lanes get the sum.
-__device__ __forceinline__ float warp_dot(const float* qv, const bf16* kv, int d, int lane) {
-  float s = 0.f;
-  for (int x = lane; x < d; x += 32) s += qv[x] * b2f(kv[x]);
-  return warp_sum(s);
-}
-
-
-// 3. Stage 1 + pooling + top-k for one (row, kv head) of a sparse sequence.
-//    grid: (T, kvh), block: 256, smem: G*d + 2G (+ doubles) + n1_cap + 2*nb_cap floats
-__global__ void __launch_bounds__(256) stage1_kernel(
-    const bf16* __restrict__ q, const int32_t* __restrict__ row_seq, const DevSeq* __restrict__ seqs,
-    const int32_t* __restrict__ page_table, const bf16* __restrict__ c1, const bf16* __restrict__ c2,
-    Stage1Params P, int32_t* sel, int32_t* sel_cnt) {
-  const int64_t r = blockIdx.x;
-  const int g = blockIdx.y;
-  const DevSeq s = seqs[row_seq[r]];
-  if (!s.sparse) return;
-  const CacheGeom& G = P.g;
-  const int d = G.d;
-  const int32_t* pages = page_table + s.page_begin;
-  const long long t = s.past_len + (r - s.token_begin);
-  const long long L = s.past_len + s.num_tokens;
-  const bool first = s.past_len == 0;
-  const long long n1 = num_entries(L, G.k1, G.s1), n2 = num_entries(L, G.k2, G.s2);
-  const long long cnt1 = visible_count(t, n1, s.num_tokens, G.k1, G.s1, first);
-  const long long cnt2 = visible_count(t, n2, s.num_tokens, G.k2, G.s2, first);
-  const int nb = int((L + G.bs - 1) / G.bs);
-  const int qb = int(t / G.bs);
-
-  extern __shared__ double smd[];
-  double* lsum = smd;                              // [G]
-  float* qg = reinterpret_cast<float*>(lsum + P.G);  // [G][d]
-  float* mx = qg + P.G * d;                        // [G]
-  float* sc = mx + P.G;                            // [n1_cap]
-  float* bsc = sc + P.n1_cap;                      // [nb_cap]
-  int* flag = reinterpret_cast<int*>(bsc + P.nb_cap);  // [nb_cap]
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, nwarps = blockDim.x / 32;
-
-  for (int e = tid; e < P.G * d; e += blockDim.x)
-    qg[e] = b2f(q[r * int64_t(P.nh) * d + int64_t(g) * P.G * d + e]);
-  __syncthreads();
-  // Level-2 normaliser per head: m = max s2, l = Σ exp(s2 - m) (double, as the CPU).
-  if (cnt2 > 0) {
-    for (int hh = warp; hh < P.G; hh += nwarps) {
-      const float* qh = qg + hh * d;
-      float m = -INFINITY;
-      for (long long j = 0; j < cnt2; ++j)
-        m = fmaxf(m, P.tau * warp_dot(qh, c2 + entry_off(G, pages, j, G.s2) + g * d, d, lane));
-      double l = 0;
-      for (long long j = 0; j < cnt2; ++j) {
-        const float v = P.tau * warp_dot(qh, c2 + entry_off(G, pages, j, G.s2) + g * d, d, lane);
-        l += exp(double(v) - double(m));
-      }
-      if (lane == 0) mx[hh] = m, lsum[hh] = l;
-    }
-  }
-  __syncthreads();
-  // Level-1 scores: Σ over the group's heads in head order, rounded once; 0 if invisible.
-  for (long long j = warp; j < n1; j += nwarps) {
-    float acc = 0.f;
-    if (cnt2 > 0 && j < cnt1) {
-      const bf16* cj = c1 + entry_off(G, pages, j, G.s1) + g * d;
-      for (int hh = 0; hh < P.G; ++hh) {
-        const float v = P.tau * warp_dot(qg + hh * d, cj, d, lane);
-        acc += float(exp(double(v) - double(mx[hh])) / lsum[hh]);
-      }
-      acc = isnan(acc) ? 0.f : rb(acc);
-    }
-    if (lane == 0) sc[j] = acc;
-  }
-  __syncthreads();
-  // Pooling with forced blocks (SPEC §9.5).
-  const int rr = G.bs / G.s1;
-  for (int b = tid; b < nb; b += blockDim.x) {
-    float m;
-    if (b < P.init_blocks || (b >= qb - P.local_blocks && b <= qb)) {
-      m = INFINITY;
-    } else {
-      const long long lo = max(1LL * b * rr - 1, 0LL), hi = min(1LL * b * rr + rr, n1);
-      m = -INFINITY;
-      for (long long j = lo; j < hi; ++j) m = fmaxf(m, sc[j]);
-    }
-    bsc[b] = m;
-  }
-  __syncthreads();
-  // Top-K by (score desc, index asc); then blocks after qb dropped.
-  const int K = min(P.total_topk, nb);
-  for (int b = tid; b < nb; b += blockDim.x) {
-    const float v = bsc[b];
-    int rank = 0;
-    for (int o = 0; o < nb && rank < K; ++o) {
-      const float w = bsc[o];
-      rank += (w > v) || (w == v && o < b);
-    }
-    flag[b] = rank < K && b <= qb;
-  }
-  __syncthreads();
-  if (tid == 0) {
-    int32_t* out = sel + (r * G.kvh + g) * P.total_topk;
-    int n = 0;
-    for (int b = 0; b < nb; ++b)
-      if (flag[b]) out[n++] = b;
-    sel_cnt[r * G.kvh + g] = n;
-  }
-}
-
-
 constexpr int kKeyTile = 64;
 
-// 4. Attention of the G query heads of one kv head for one row over a list of key blocks
-//    (dense: blocks 0..qb; sparse: the selection), keys p <= t. Split z of gridDim.z takes
-//    a contiguous part of the list; with one split it writes bf16 output directly, else
-//    fp32 partials (acc, m, l) for combine_kernel.
+// 3. Attention of the G query heads of one kv head for one dense row over its key blocks
+//    0..qb, keys p <= t. Split z of gridDim.z takes a contiguous part of the blocks; with
+//    one split it writes bf16 output directly, else fp32 partials (acc, m, l) for
+//    combine_kernel.
 //    grid: (T, kvh, splits), block: 256
 __global__ void __launch_bounds__(256) attention_kernel(
     const bf16* __restrict__ q, const int32_t* __restrict__ row_seq, const DevSeq* __restrict__ seqs,
     const int32_t* __restrict__ page_table, const bf16* __restrict__ kc, const bf16* __restrict__ vc,
-    const int32_t* __restrict__ sel, const int32_t* __restrict__ sel_cnt, AttnParams P,
-    bf16* __restrict__ out, float* __restrict__ part, float* __restrict__ ml) {
+    AttnParams P, bf16* __restrict__ out, float* __restrict__ part, float* __restrict__ ml) {
   const int64_t r = blockIdx.x;
   const int g = blockIdx.y;
   const int split = blockIdx.z, nsplit = gridDim.z;
   const DevSeq s = seqs[row_seq[r]];
-  if (!s.sparse && s.num_tokens >= P.flash_min) return;  // flash_prefill's rows
+  if (s.sparse || s.num_tokens >= P.flash_min) return;  // sparse_attn / flash_prefill rows
   const CacheGeom& G = P.g;
   const int d = G.d, GH = P.G;
   const int32_t* pages = page_table + s.page_begin;
   const long long t = s.past_len + (r - s.token_begin);
   const int qb = int(t / G.bs);
-  const int n_list = s.sparse ? sel_cnt[r * G.kvh + g] : qb + 1;
-  const int32_t* list = s.sparse ? sel + (r * G.kvh + g) * P.total_topk : nullptr;
+  const int n_list = qb + 1;
   const int per = (n_list + nsplit - 1) / nsplit;
   const int i0 = split * per, i1 = min(n_list, i0 + per);
 
@@ -231,8 +92,7 @@ __global__ void __launch_bounds__(256) attention_kernel(
   for (int h = tid; h < GH; h += nt) mrow[h] = -INFINITY, lrow[h] = 0.f;
 
   for (int i = i0; i < i1; ++i) {
-    const int b = list ? list[i] : i;
-    const long long kb0 = 1LL * b * G.bs;
+    const long long kb0 = 1LL * i * G.bs;
     const long long kend = min(kb0 + G.bs, t + 1);
     for (long long p0 = kb0; p0 < kend; p0 += kKeyTile) {
       const int nk = int(kend - p0 < kKeyTile ? kend - p0 : kKeyTile);
@@ -339,33 +199,14 @@ void launch_compress(const StepRows& s, const CacheGeom& g, const bf16* kc, bf16
   CUDA_CHECK_LAUNCH();
 }
 
-size_t stage1_smem_bytes(const Stage1Params& p) {
-  return size_t(p.G) * 8 + (size_t(p.G) * p.g.d + p.G + p.n1_cap + 2 * size_t(p.nb_cap)) * 4;
-}
-
-void launch_stage1(const bf16* q, const StepRows& s, const bf16* c1, const bf16* c2,
-                   const Stage1Params& p, int32_t* sel, int32_t* sel_cnt, int max_smem,
-                   cudaStream_t st) {
-  if (s.T == 0) return;
-  const size_t smem = stage1_smem_bytes(p);
-  static size_t smem_set = 48 * 1024;
-  if (smem > smem_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(stage1_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
-    smem_set = size_t(max_smem);
-  }
-  stage1_kernel<<<dim3(unsigned(s.T), unsigned(p.g.kvh)), 256, smem, st>>>(
-      q, s.row_seq, s.seqs, s.page_table, c1, c2, p, sel, sel_cnt);
-  CUDA_CHECK_LAUNCH();
-}
-
 size_t attention_smem_bytes(int G, int d) {
   return (size_t(G) * d * 2 + size_t(kKeyTile) * (d + 1) + size_t(kKeyTile) * d +
           size_t(G) * kKeyTile + 3 * size_t(G)) * 4;
 }
 
 void launch_attention(const bf16* q, const StepRows& s, const bf16* kc, const bf16* vc,
-                      const int32_t* sel, const int32_t* sel_cnt, const AttnParams& p, int splits,
-                      bf16* out, float* part, float* ml, int max_smem, cudaStream_t st) {
+                      const AttnParams& p, int splits, bf16* out, float* part, float* ml,
+                      int max_smem, cudaStream_t st) {
   if (s.T == 0) return;
   const size_t smem = attention_smem_bytes(p.G, p.g.d);
   static size_t smem_set = 48 * 1024;
@@ -374,13 +215,15 @@ void launch_attention(const bf16* q, const StepRows& s, const bf16* kc, const bf
     smem_set = size_t(max_smem);
   }
   attention_kernel<<<dim3(unsigned(s.T), unsigned(p.g.kvh), unsigned(splits)), 256, smem, st>>>(
-      q, s.row_seq, s.seqs, s.page_table, kc, vc, sel, sel_cnt, p, out, part, ml);
+      q, s.row_seq, s.seqs, s.page_table, kc, vc, p, out, part, ml);
   CUDA_CHECK_LAUNCH();
-  if (splits > 1) {
-    combine_kernel<<<dim3(unsigned(s.T), unsigned(p.nh)), p.g.d < 256 ? p.g.d : 256, 0, st>>>(
-        part, ml, splits, p.nh, p.g.d, out);
-    CUDA_CHECK_LAUNCH();
-  }
+}
+
+void launch_combine(const float* part, const float* ml, int splits, int T, int nh, int d, bf16* out,
+                    cudaStream_t st) {
+  if (T == 0 || splits <= 1) return;
+  combine_kernel<<<dim3(unsigned(T), unsigned(nh)), d < 256 ? d : 256, 0, st>>>(part, ml, splits, nh, d, out);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace sala::cuda

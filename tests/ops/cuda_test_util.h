@@ -1,0 +1,148 @@
+// Shared harness of the CUDA op tests (test_cuda_ops.cpp, test_cuda_sparse.cpp): the CUDA
+// backend against the CPU backend in bf16 emulation (NumericMode::BF16), op by op, in the
+// style of llama.cpp's test-backend-ops. Identical bf16 inputs go to both backends, both
+// outputs come back as fp32 and are compared; every comparison is also recorded for the
+// table of measured errors printed at the end of each binary (cuda_test_util.cpp).
+//
+// Without a GPU (CI) every test GTEST_SKIPs with a loud message; with SALA_REQUIRE_GPU=1 the
+// missing GPU is a failure (scripts/gpu_check.sh sets it).
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/config.h"
+#include "core/safetensors.h"
+#include "model/step.h"
+
+namespace sala::test {
+
+bool gpu_present();
+
+#define REQUIRE_GPU()                                                                      \
+  do {                                                                                     \
+    if (!::sala::test::gpu_present()) {                                                    \
+      if (std::getenv("SALA_REQUIRE_GPU")) FAIL() << "SALA_REQUIRE_GPU is set but no GPU"; \
+      GTEST_SKIP() << "*** NO CUDA DEVICE: the CUDA op tests were NOT RUN ***";            \
+    }                                                                                      \
+  } while (0)
+
+// ---- error statistics -----------------------------------------------------------------
+
+struct Stat {
+  std::string name;
+  int64_t n = 0, ndiff = 0;
+  double max_abs = 0, max_ref = 0, rel_l2 = 0, max_ulp = 0;
+};
+// Every comparison of the binary, printed as a table at exit.
+std::vector<Stat>& stats();
+
+// ulp of a bf16 value of magnitude |r| (8 significant bits).
+double bf16_ulp(double r);
+// e (GPU) against r (CPU, the reference); recorded in stats().
+Stat compare(const std::string& name, const std::vector<float>& e, const std::vector<float>& r);
+// Element-wise ops: at most `ulps` bf16 ulps anywhere, on at most `frac` of the elements.
+void expect_ulp(const Stat& s, double ulps, double frac);
+// Reductions: relative L2 error and max error relative to the largest reference value.
+void expect_close(const Stat& s, double rel_l2, double rel_max);
+
+// ---- inputs -----------------------------------------------------------------------------
+
+struct HostMat {
+  int64_t rows = 0, cols = 0;
+  std::vector<uint16_t> bits;  // bf16, [rows, cols]
+  std::vector<float> f32() const;
+};
+
+// [rows, cols] of N(mean, scale²) rounded to bf16, reproducible from `seed`.
+HostMat randn(int64_t rows, int64_t cols, uint32_t seed, float scale = 1.f, float mean = 0.f);
+
+// The same bf16 values in both backends.
+struct Pair {
+  std::unique_ptr<Backend> cpu = make_cpu_backend({NumericMode::BF16, 0});
+  std::unique_ptr<Backend> gpu = make_cuda_backend({NumericMode::BF16, 0});
+  struct T2 {
+    Tensor c, g;
+  };
+  T2 up(const HostMat& m) {
+    TensorView v;
+    v.name = "test";
+    v.dtype = DType::BF16;
+    v.shape = {m.rows, m.cols};
+    v.data = reinterpret_cast<const uint8_t*>(m.bits.data());
+    v.nbytes = m.bits.size() * 2;
+    return {cpu->upload_weight(v), gpu->upload_weight(v)};
+  }
+  T2 out(int64_t rows, int64_t cols, DType gpu_dtype = DType::BF16) {
+    return {cpu->alloc(rows, cols, DType::F32), gpu->alloc(rows, cols, gpu_dtype)};
+  }
+  void begin(const StepMeta& m) {
+    cpu->begin_step(m);
+    gpu->begin_step(m);
+  }
+  // Both results as fp32: [0] CPU, [1] GPU.
+  std::pair<std::vector<float>, std::vector<float>> download(const T2& t) {
+    std::vector<float> a(size_t(t.c.numel())), b(size_t(t.g.numel()));
+    cpu->download_f32(t.c, a.data());
+    gpu->download_f32(t.g, b.data());
+    return {std::move(a), std::move(b)};
+  }
+  Stat cmp(const std::string& name, const T2& t) {
+    auto [a, b] = download(t);
+    return compare(name, b, a);
+  }
+};
+
+// "op [d0,d1,...]": the name of a comparison.
+std::string shape(const char* op, std::initializer_list<int64_t> dims);
+
+// One sequence of T rows (id 5) after `past` tokens, state slot 0, no pages.
+StepMeta rows_meta(int T, int64_t past = 0);
+
+// ---- layers ---------------------------------------------------------------------------------
+
+// A 4-layer config (sparse, lightning, lightning, sparse) with the given sparse-layer heads
+// (nh query heads, kvh KV heads of head_dim d), lightning heads (lnh of head_dim ld) and
+// sparse rules; hidden 256 (the layer ops never see the hidden size).
+ModelConfig layer_config(int nh, int kvh, int d, int lnh, int ld, const SparseConfig& sp);
+
+// The tiny-sparse golden config: block 16, kernel 8/4 (level 2: 32/16), window 64 (4 local
+// blocks), init 1, topk 8, dense_len 256.
+SparseConfig tiny_sparse();
+
+// Sequences that live across steps, each with its own shuffled pages and state slot.
+struct SeqState {
+  int32_t slot;
+  int64_t len = 0;
+  std::vector<int32_t> pages;
+};
+
+// One (sequence index, new tokens) call of a step.
+using Calls = std::vector<std::pair<int, int>>;
+
+// Both backends' caches for `nseq` sequences of up to `max_len` tokens each: pages of
+// `page_size` tokens, ceil(max_len / page_size) per sequence, drawn shuffled from one pool
+// (the page table's indirection is exercised); state slots in reverse order.
+struct LayerHarness {
+  Pair p;
+  ModelConfig cfg;
+  CacheShape shape;
+  std::vector<SeqState> seqs;
+  int64_t max_len;
+  uint32_t seed = 1000;
+  LayerHarness(const ModelConfig& c, int page_size, int64_t max_len, int nseq);
+  // One step: the calls in row order; advances the sequences' lengths.
+  StepMeta step(const Calls& calls, bool dense_as_sparse = false);
+};
+
+// "past+n past+n ...": the calls of a step, for comparison names.
+std::string calls_str(const Calls& calls, const std::vector<int64_t>& past);
+
+}  // namespace sala::test
