@@ -177,10 +177,8 @@ void CudaBackend::alloc_select_work(size_t pool_tokens) {
   select_nb_stride_ = int((max_len + sp.block_size - 1) / sp.block_size) + 1;
   select_et_stride_ = int(max_len / sp.kernel_stride / kEntryTile) + 2;
   const size_t rows = size_t(kSelectChunkTiles) * kSparseTileRows;
-  // lse partials: one split per row for big steps, kSelectSplits for steps of fewer than
-  // kFewTiles / kvh tiles (cuda_layers.cpp).
-  const size_t few_rows = size_t(kFewTiles / std::max(kvh, 1) + 1) * kSparseTileRows;
-  const size_t ml_items = std::max(rows, few_rows * kSelectSplits) * size_t(nh);
+  // lse partials: kSelectSplits per row (only decode rows use more than the first).
+  const size_t ml_items = rows * kSelectSplits * size_t(nh);
   select_work_.ml = static_cast<float2*>(dev_alloc(ml_items * sizeof(float2)));
   select_work_.bscore = static_cast<bf16*>(dev_alloc(rows * kvh * size_t(select_nb_stride_) * 2));
   select_work_.edge = static_cast<float*>(dev_alloc(rows * kvh * size_t(select_et_stride_) * 4));
@@ -372,6 +370,7 @@ void CudaBackend::begin_step(const StepMeta& meta) {
     d.past_len = s.past_len;
     d.sparse = (meta.dense_as_sparse || s.total_len() >= cfg_.sparse.dense_len) ? 1 : 0;
     sd.n_sparse_seqs += d.sparse;
+    sd.n_one_token += s.num_tokens == 1;
     SALA_CHECK(!d.sparse || !caches_ready_ || cfg_.num_sparse_layers() == 0 ||
                    s.total_len() <= select_max_len_,
                "sequence of {} tokens is longer than the selection workspaces ({} tokens)",

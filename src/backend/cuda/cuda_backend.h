@@ -78,6 +78,7 @@ class CudaBackend : public Backend {
     const int2* tiles = nullptr;          // [n_tiles] (first row, rows) of <= 8 rows of one seq
     int n_tiles = 0;
     int n_sparse_seqs = 0;                // seqs whose sparse layers run InfLLM-v2
+    int n_one_token = 0;                  // seqs with one token in this step (decode)
   };
 
  private:
@@ -142,8 +143,7 @@ class CudaBackend : public Backend {
   // InfLLM-v2 selection workspaces, for kSelectChunkTiles tiles per launch (init_caches:
   // sized by the longest sequence the KV pool holds).
   static constexpr int kSelectChunkTiles = 512;
-  static constexpr int kSelectSplits = 32;  // entry splits of steps of few tiles (decode)
-  static constexpr int kFewTiles = 128;     // "few": n_tiles * kvh < kFewTiles
+  static constexpr int kSelectSplits = 32;  // entry splits of one-token (decode) rows
   cuda::SelectWork select_work_{};
   int select_nb_stride_ = 0, select_et_stride_ = 0;
   int64_t select_max_len_ = 0;  // longest sequence the workspaces hold

@@ -2,9 +2,10 @@
 // keys of its selected blocks (causal: keys p ≤ t). One block per (tile of ≤ 8 rows of one
 // sequence, KV head, split); warp w owns row w's 16 query heads as the 16 rows of
 // mma m16n8k16. The block walks the union of its rows' selected blocks in 64-key tiles
-// (ascending), loading each K/V tile once into shared memory (cp.async, three stages, one
+// (ascending), loading each K/V tile once into shared memory (cp.async, two stages, one
 // barrier per tile; rows unpadded with the 16-byte chunks XOR-swizzled by row, so fragment
-// loads are conflict-free and three stages fit beside a second block on the SM);
+// loads are conflict-free); the query fragments come from shared memory too, so a thread
+// needs ≤ 128 registers and two blocks share an SM;
 // a warp computes only on the tiles its own row selected, masking keys of unselected
 // blocks (blocks smaller than 64 keys) and keys after the row. fp32 scores and online
 // softmax in log2 units; P·V with P split in two bf16 terms (hi + lo) as the dense prefill
@@ -22,7 +23,7 @@ namespace {
 constexpr int kW = kSparseTileRows;
 constexpr int kThreads = kW * 32;
 constexpr int kKT = 64;  // keys per tile
-constexpr int kStages = 3;
+constexpr int kStages = 2;
 
 // Element offset of (row j, column x) in a smem tile of rows of D bf16: 16-byte chunk c of
 // row j is stored at chunk c ^ (j mod min(D/8, 8)).
@@ -54,7 +55,7 @@ __device__ __forceinline__ uint64_t tile_keys(const uint32_t* bits, int kt, int 
 }
 
 template <int D>
-__global__ void __launch_bounds__(kThreads) sparse_attn_kernel(
+__global__ void __launch_bounds__(kThreads, 2) sparse_attn_kernel(
     const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles,
     const bf16* __restrict__ kc, const bf16* __restrict__ vc, const int32_t* __restrict__ sel,
     const int32_t* __restrict__ sel_cnt, SparseAttnParams P, bf16* __restrict__ out,
@@ -63,7 +64,8 @@ __global__ void __launch_bounds__(kThreads) sparse_attn_kernel(
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* Ks = reinterpret_cast<bf16*>(smem_raw);                          // [kStages][kKT][D]
   bf16* Vs = Ks + kStages * kBuf;                                        // [kStages][kKT][D]
-  uint32_t* wbits = reinterpret_cast<uint32_t*>(Vs + kStages * kBuf);    // [kW][nb_words]
+  bf16* Qs = Vs + kStages * kBuf;                                        // [kW][16][D]
+  uint32_t* wbits = reinterpret_cast<uint32_t*>(Qs + kW * 16 * D);       // [kW][nb_words]
   uint32_t* ubits = wbits + kW * P.nb_words;                             // [nkt_words]
   int32_t* list = reinterpret_cast<int32_t*>(ubits + P.nkt_words);       // [list_cap]
   using Scan = cub::BlockScan<int, kThreads>;
@@ -71,9 +73,12 @@ __global__ void __launch_bounds__(kThreads) sparse_attn_kernel(
   __shared__ int n_list;
 
   const int2 tile = tiles[blockIdx.x];
-  const int g = blockIdx.y, split = blockIdx.z, nsplit = gridDim.z;
-  const DevSeq s = R.seqs[R.row_seq[tile.x]];
+  const int si = R.row_seq[tile.x];
+  const DevSeq s = R.seqs[si];
   if (!s.sparse) return;
+  // Only one-token calls (decode) split over grid.z (see launch_attention).
+  const int g = blockIdx.y, split = blockIdx.z, nsplit = s.num_tokens == 1 ? int(gridDim.z) : 1;
+  if (split >= nsplit) return;
   const CacheGeom& G = P.g;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int qr = lane / 4, qc = (lane % 4) * 2;
@@ -117,17 +122,18 @@ __global__ void __launch_bounds__(kThreads) sparse_attn_kernel(
   const int i0 = min(n_list, split * per), i1 = min(n_list, i0 + per);
 
   // 2. Online softmax over the tiles.
-  uint32_t qa[D / 16][4];
+  // This warp's 16 query rows (heads 16 g .. 16 g + 15 of its row) in shared memory; the
+  // A fragments are re-read per tile by ldmatrix (registers go to O and S: two blocks of
+  // 8 warps fit on an SM).
+  bf16* Qw = Qs + warp * 16 * D;
   if (active) {
     const bf16* base = q + row * int64_t(P.nh) * D + int64_t(g) * 16 * D;
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      const int k0 = ks * 16 + qc;
-      qa[ks][0] = *reinterpret_cast<const uint32_t*>(base + qr * D + k0);
-      qa[ks][1] = *reinterpret_cast<const uint32_t*>(base + (qr + 8) * D + k0);
-      qa[ks][2] = *reinterpret_cast<const uint32_t*>(base + qr * D + k0 + 8);
-      qa[ks][3] = *reinterpret_cast<const uint32_t*>(base + (qr + 8) * D + k0 + 8);
+    for (int e = lane; e < 16 * D / 8; e += 32) {
+      const int r = e / (D / 8), c = e % (D / 8);
+      *reinterpret_cast<uint4*>(Qw + swz<D>(r, c * 8)) =
+          *reinterpret_cast<const uint4*>(base + r * D + c * 8);
     }
+    __syncwarp();
   }
   float o[D / 8][4];
 #pragma unroll
@@ -164,75 +170,82 @@ __global__ void __launch_bounds__(kThreads) sparse_attn_kernel(
     if (keys) {
       const bf16* Kb = Ks + stage * kBuf;
       const bf16* Vb = Vs + stage * kBuf;
-      float sv[8][4];
+      const int mi = lane / 8, ri = lane % 8;
+      // Two halves of 32 keys, each its own online-softmax update: S of a half is 16 fp32
+      // registers, so O (64), S and the fragments fit in 128 registers.
+#pragma unroll 1
+      for (int half = 0; half < 2; ++half) {
+        const uint32_t hkeys = uint32_t(keys >> (32 * half));
+        if (!hkeys) continue;
+        float sv[4][4];
 #pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        sv[n][0] = sv[n][1] = sv[n][2] = sv[n][3] = 0.f;
+        for (int n = 0; n < 4; ++n) sv[n][0] = sv[n][1] = sv[n][2] = sv[n][3] = 0.f;
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
-          const bf16* kp = Kb + swz<D>(n * 8 + qr, ks * 16 + qc);
-          const bf16* kp8 = Kb + swz<D>(n * 8 + qr, ks * 16 + 8 + qc);
-          mma16816(sv[n], qa[ks], *reinterpret_cast<const uint32_t*>(kp),
-                   *reinterpret_cast<const uint32_t*>(kp8));
+          uint32_t qa[4];
+          ldmatrix_x4(qa, Qw + swz<D>((lane & 7) + ((lane >> 3) & 1) * 8, ks * 16 + (lane >> 4) * 8));
+#pragma unroll
+          for (int n = 0; n < 4; ++n) {
+            const int key = 32 * half + n * 8 + qr;
+            mma16816(sv[n], qa, *reinterpret_cast<const uint32_t*>(Kb + swz<D>(key, ks * 16 + qc)),
+                     *reinterpret_cast<const uint32_t*>(Kb + swz<D>(key, ks * 16 + 8 + qc)));
+          }
         }
-      }
-      // mask: keys after the row, keys of blocks the row did not select
-      float mx0 = -INFINITY, mx1 = -INFINITY;
+        // mask: keys after the row, keys of blocks the row did not select
+        float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-      for (int n = 0; n < 8; ++n)
+        for (int n = 0; n < 4; ++n)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const bool ok = (keys >> (n * 8 + qc + e)) & 1u;
-          sv[n][e] = ok ? sv[n][e] * sc : -INFINITY;
-          sv[n][e + 2] = ok ? sv[n][e + 2] * sc : -INFINITY;
-          mx0 = fmaxf(mx0, sv[n][e]);
-          mx1 = fmaxf(mx1, sv[n][e + 2]);
+          for (int e = 0; e < 2; ++e) {
+            const bool ok = (hkeys >> (n * 8 + qc + e)) & 1u;
+            sv[n][e] = ok ? sv[n][e] * sc : -INFINITY;
+            sv[n][e + 2] = ok ? sv[n][e + 2] * sc : -INFINITY;
+            mx0 = fmaxf(mx0, sv[n][e]);
+            mx1 = fmaxf(mx1, sv[n][e + 2]);
+          }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        // The half holds a selected key ≤ t (hkeys != 0), so both maxima are finite.
+        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+        const float c0 = exp2f(m0 - mn0), c1 = exp2f(m1 - mn1);  // 0 on the first update
+        float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+          sv[n][0] = exp2f(sv[n][0] - mn0), sv[n][1] = exp2f(sv[n][1] - mn0);
+          sv[n][2] = exp2f(sv[n][2] - mn1), sv[n][3] = exp2f(sv[n][3] - mn1);
+          sum0 += sv[n][0] + sv[n][1];
+          sum1 += sv[n][2] + sv[n][3];
         }
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-      // The tile holds a selected key ≤ t, so both maxima are finite.
-      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-      const float c0 = exp2f(m0 - mn0), c1 = exp2f(m1 - mn1);  // 0 on the first tile
-      float sum0 = 0.f, sum1 = 0.f;
+        sum0 += __shfl_xor_sync(0xffffffffu, sum0, 1);
+        sum0 += __shfl_xor_sync(0xffffffffu, sum0, 2);
+        sum1 += __shfl_xor_sync(0xffffffffu, sum1, 1);
+        sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
+        l0 = l0 * c0 + sum0, l1 = l1 * c1 + sum1;
+        m0 = mn0, m1 = mn1;
 #pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        sv[n][0] = exp2f(sv[n][0] - mn0), sv[n][1] = exp2f(sv[n][1] - mn0);
-        sv[n][2] = exp2f(sv[n][2] - mn1), sv[n][3] = exp2f(sv[n][3] - mn1);
-        sum0 += sv[n][0] + sv[n][1];
-        sum1 += sv[n][2] + sv[n][3];
-      }
-      sum0 += __shfl_xor_sync(0xffffffffu, sum0, 1);
-      sum0 += __shfl_xor_sync(0xffffffffu, sum0, 2);
-      sum1 += __shfl_xor_sync(0xffffffffu, sum1, 1);
-      sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
-      l0 = l0 * c0 + sum0, l1 = l1 * c1 + sum1;
-      m0 = mn0, m1 = mn1;
+        for (int n = 0; n < D / 8; ++n) o[n][0] *= c0, o[n][1] *= c0, o[n][2] *= c1, o[n][3] *= c1;
+        // O += P V, P = hi + lo; V fragments by ldmatrix.trans (keys are the k dimension).
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) o[n][0] *= c0, o[n][1] *= c0, o[n][2] *= c1, o[n][3] *= c1;
-      // O += P V, P = hi + lo; V fragments by ldmatrix.trans (keys are the k dimension).
-      const int mi = lane / 8, ri = lane % 8;
+        for (int kk = 0; kk < 2; ++kk) {
+          const float* sa = sv[2 * kk];
+          const float* sb = sv[2 * kk + 1];
+          const uint32_t ph[4] = {pack_bf16(sa[0], sa[1]), pack_bf16(sa[2], sa[3]),
+                                  pack_bf16(sb[0], sb[1]), pack_bf16(sb[2], sb[3])};
+          const uint32_t pl[4] = {
+              pack_bf16(sa[0] - rb(sa[0]), sa[1] - rb(sa[1])), pack_bf16(sa[2] - rb(sa[2]), sa[3] - rb(sa[3])),
+              pack_bf16(sb[0] - rb(sb[0]), sb[1] - rb(sb[1])), pack_bf16(sb[2] - rb(sb[2]), sb[3] - rb(sb[3]))};
+          const int key = 32 * half + kk * 16 + ri + (mi & 1) * 8;
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const float* sa = sv[2 * kk];
-        const float* sb = sv[2 * kk + 1];
-        const float pv[8] = {sa[0], sa[1], sa[2], sa[3], sb[0], sb[1], sb[2], sb[3]};
-        float lo[8];
-#pragma unroll
-        for (int x = 0; x < 8; ++x) lo[x] = pv[x] - rb(pv[x]);
-        const uint32_t ph[4] = {pack_bf16(pv[0], pv[1]), pack_bf16(pv[2], pv[3]),
-                                pack_bf16(pv[4], pv[5]), pack_bf16(pv[6], pv[7])};
-        const uint32_t pl[4] = {pack_bf16(lo[0], lo[1]), pack_bf16(lo[2], lo[3]),
-                                pack_bf16(lo[4], lo[5]), pack_bf16(lo[6], lo[7])};
-#pragma unroll
-        for (int n = 0; n < D / 8; n += 2) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, Vb + swz<D>(kk * 16 + ri + (mi & 1) * 8, (n + (mi >> 1)) * 8));
-          mma16816(o[n], ph, b[0], b[1]);
-          mma16816(o[n], pl, b[0], b[1]);
-          mma16816(o[n + 1], ph, b[2], b[3]);
-          mma16816(o[n + 1], pl, b[2], b[3]);
+          for (int n = 0; n < D / 8; n += 2) {
+            uint32_t bv[4];
+            ldmatrix_x4_trans(bv, Vb + swz<D>(key, (n + (mi >> 1)) * 8));
+            mma16816(o[n], ph, bv[0], bv[1]);
+            mma16816(o[n], pl, bv[0], bv[1]);
+            mma16816(o[n + 1], ph, bv[2], bv[3]);
+            mma16816(o[n + 1], pl, bv[2], bv[3]);
+          }
         }
       }
     }
@@ -252,7 +265,8 @@ __global__ void __launch_bounds__(kThreads) sparse_attn_kernel(
     }
     return;
   }
-  const int64_t it0 = (row * P.nh + h0) * nsplit + split, it1 = (row * P.nh + h1) * nsplit + split;
+  const int64_t it0 = (int64_t(si) * P.nh + h0) * nsplit + split;
+  const int64_t it1 = (int64_t(si) * P.nh + h1) * nsplit + split;
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) {
     part[it0 * D + n * 8 + qc] = o[n][0], part[it0 * D + n * 8 + qc + 1] = o[n][1];
@@ -284,7 +298,8 @@ void launch_d(const bf16* q, const StepRows& s, const int2* tiles, int n_tiles, 
 }  // namespace
 
 size_t sparse_attn_smem_bytes(int d, const SparseAttnParams& p) {
-  return size_t(kStages) * 2 * kKT * d * 2 + (size_t(kW) * p.nb_words + p.nkt_words + p.list_cap) * 4;
+  return (size_t(kStages) * 2 * kKT + size_t(kW) * 16) * d * 2 +
+         (size_t(kW) * p.nb_words + p.nkt_words + p.list_cap) * 4;
 }
 
 void launch_sparse_attention(int d, const bf16* q, const StepRows& s, const int2* tiles,

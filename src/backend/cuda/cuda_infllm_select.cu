@@ -5,8 +5,9 @@
 //     l = Σ exp(s2 − m) over the visible level-2 entries, in log2 units. A block is one
 //     tile of ≤ 8 rows (tokens) of one sequence × one KV head; warp w owns row w's 16 query
 //     heads as the 16 rows of mma m16n8k16, so the entries loaded into shared memory are
-//     shared by 8 tokens. grid.z splits the entries (decode steps have one row per tile);
-//     partial (m, l) go to SelectWork::ml and are merged by the next kernel.
+//     shared by 8 tokens. grid.z splits the entries of rows of one-token calls (decode:
+//     one row per tile); their partial (m, l) go to SelectWork::ml and are merged by the
+//     next kernel in part order.
 //  2. select_score_kernel: per (row, KV head) and level-1 entry j the score
 //     bf16(Σ_h exp(s1_h[j] − m_h) / l_h) (0 for invisible entries, NaN → 0), then the block
 //     max-pool of SPEC §9.5 over each 64-entry tile. A block's pool window (entries
@@ -117,10 +118,12 @@ __global__ void __launch_bounds__(kThreads) select_lse_kernel(
   bf16* buf = reinterpret_cast<bf16*>(smem_raw);  // [2][kET][D + 8]
   constexpr int kBuf = kET * (D + 8);
   const int2 tile = tiles[tile_begin + blockIdx.x];
-  const int g = blockIdx.y, z = blockIdx.z, S = gridDim.z;
+  const int g = blockIdx.y, z = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, qc = (lane % 4) * 2;
   TileRow tr;
   if (!tile_row(R, tile, warp, tr)) return;
+  const int S = tr.s.num_tokens == 1 ? int(gridDim.z) : 1;  // parts of this row
+  if (z >= S) return;
   const CacheGeom& G = P.g;
   const long long n2 = num_entries(tr.L, G.k2, G.s2);
   const long long cnt = visible_count(tr.t, n2, tr.s.num_tokens, G.k2, G.s2, tr.first);
@@ -176,7 +179,7 @@ __global__ void __launch_bounds__(kThreads) select_lse_kernel(
     const int64_t lrow = int64_t(blockIdx.x) * kW + warp;
     for (int h = 0; h < 2; ++h) {
       const int head = g * 16 + lane / 4 + 8 * h;
-      ml[(lrow * P.nh + head) * S + z] = make_float2(m[h], l[h]);
+      ml[(lrow * P.nh + head) * P.lse_splits + z] = make_float2(m[h], l[h]);
     }
   }
 }
@@ -192,10 +195,13 @@ __global__ void __launch_bounds__(kThreads) select_score_kernel(
   bf16* buf = reinterpret_cast<bf16*>(smem_raw);                  // [2][kET][D + 8]
   float* esc = reinterpret_cast<float*>(buf + 2 * kBuf);          // [kW][kET] entry scores
   const int2 tile = tiles[tile_begin + blockIdx.x];
-  const int g = blockIdx.y, z = blockIdx.z, S = gridDim.z;
+  const int g = blockIdx.y, z = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, qc = (lane % 4) * 2;
   TileRow tr;
   if (!tile_row(R, tile, warp, tr)) return;
+  const bool one = tr.s.num_tokens == 1;
+  const int S = one ? int(gridDim.z) : 1;  // parts of the entries
+  if (z >= S) return;
   const CacheGeom& G = P.g;
   const long long n1 = num_entries(tr.L, G.k1, G.s1), n2 = num_entries(tr.L, G.k2, G.s2);
   const long long cnt1 = visible_count(tr.t, n1, tr.s.num_tokens, G.k1, G.s1, tr.first);
@@ -209,7 +215,7 @@ __global__ void __launch_bounds__(kThreads) select_score_kernel(
     for (int h = 0; h < 2; ++h) {
       const int head = g * 16 + lane / 4 + 8 * h;
       float m = -INFINITY, l = 0.f;
-      for (int zz = 0; zz < P.lse_splits; ++zz) {
+      for (int zz = 0; zz < (one ? P.lse_splits : 1); ++zz) {
         const float2 p = ml[(lrow * P.nh + head) * P.lse_splits + zz];
         merge_ml(m, l, p.x, p.y);
       }

@@ -100,15 +100,17 @@ void launch_append_kv(const bf16* k, const bf16* v, const StepRows& s, const Cac
 void launch_compress(const StepRows& s, const CacheGeom& g, const bf16* kc, bf16* c1, bf16* c2,
                      cudaStream_t st);
 size_t attention_smem_bytes(int G, int d);
-// Dense rows (not sparse, fewer than flash_min tokens in their call): out[T, nh*d]; with
-// splits > 1, partials part[T*nh*splits, d], ml[T*nh*splits, 2] for launch_combine.
+// Dense rows (not sparse, fewer than flash_min tokens in their call): out[T, nh*d]. Rows of
+// one-token calls (decode) are split over `splits` parts of their keys, the partials
+// part[S*nh*splits, d], ml[S*nh*splits, 2] (by sequence) merged by launch_combine; other
+// rows are never split, so a row's numbers do not depend on what else is in its step.
 void launch_attention(const bf16* q, const StepRows& s, const bf16* kc, const bf16* vc,
                       const AttnParams& p, int splits, bf16* out, float* part, float* ml,
                       int max_smem, cudaStream_t st);
-// out[r, h] = merge of the splits' partials, every row r < T (after launch_attention and
-// launch_sparse_attention wrote the partials of their rows).
-void launch_combine(const float* part, const float* ml, int splits, int T, int nh, int d, bf16* out,
-                    cudaStream_t st);
+// out[r, h] = merge of the splits' partials for the row r of every one-token call (after
+// launch_attention and launch_sparse_attention wrote the partials of their rows).
+void launch_combine(const DevSeq* seqs, int S, const float* part, const float* ml, int splits,
+                    int nh, int d, bf16* out, cudaStream_t st);
 
 // ---- InfLLM-v2 rows on the tensor cores (cuda_infllm_select.cu, cuda_infllm_attn.cu) ----
 // Rows of sparse sequences are processed in tiles of up to kSparseTileRows consecutive
@@ -125,10 +127,13 @@ struct SelectParams {
   int init_blocks, local_blocks, total_topk;
   int nb_stride;                  // blocks per (row, kv head) in SelectWork::bscore
   int et_stride;                  // entry tiles per (row, kv head) in SelectWork::edge
-  int lse_splits, score_splits;   // grid.z of the two scoring kernels
+  // grid.z of the two scoring kernels; only rows of one-token calls use more than one part
+  // (their level-2 partials merge in a fixed order), so a row's numbers depend only on its
+  // own call.
+  int lse_splits, score_splits;
 };
 struct SelectWork {  // rows = launched tiles * kSparseTileRows
-  float2* ml;        // [rows, nh, lse_splits] level-2 (max, sum), log2 units
+  float2* ml;        // [rows, nh, lse_splits] level-2 (max, sum) of each part, log2 units
   bf16* bscore;      // [rows, kvh, nb_stride] pooled block scores
   float* edge;       // [rows, kvh, et_stride] score of each entry tile's last entry
 };

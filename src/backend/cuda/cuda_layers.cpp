@@ -114,10 +114,11 @@ void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, con
   SALA_CHECK(sd_.n_sparse_seqs == 0 || (GH == 16 && infllm_head_dim_supported(d)),
              "InfLLM-v2 layers need 16 query heads per KV head and head_dim 16/32/64/128 (have {} "
              "and {})", GH, d);
-  // Selection needs each row's level-2 normaliser, then scores, then top-k; splits of the
-  // entries only for steps of few tiles (decode), by a test on the tile count alone, so a
-  // recorded decode step launches the same grids at every context length.
-  const bool few_tiles = int64_t(sd_.n_tiles) * kvh < kFewTiles;
+  // Selection needs each row's level-2 normaliser, then scores, then top-k. Rows of
+  // one-token calls (decode, one row per tile) split their entries over kSelectSplits
+  // blocks; a step has that grid whenever it has such a row, so a recorded decode step
+  // launches the same grids at every context length.
+  const bool one_token_calls = sd_.n_one_token > 0;
   if (sd_.n_sparse_seqs > 0) {
     SelectParams P{};
     P.g = geo;
@@ -128,8 +129,8 @@ void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, con
     P.total_topk = sp.total_topk();
     P.nb_stride = select_nb_stride_;
     P.et_stride = select_et_stride_;
-    P.lse_splits = few_tiles ? kSelectSplits : 1;
-    P.score_splits = few_tiles ? kSelectSplits : 1;
+    P.lse_splits = one_token_calls ? kSelectSplits : 1;
+    P.score_splits = one_token_calls ? kSelectSplits : 1;
     for (int t0 = 0; t0 < sd_.n_tiles; t0 += kSelectChunkTiles)
       launch_infllm_select(d, ptr<const bf16>(q), rows, sd_.tiles, t0,
                            std::min(kSelectChunkTiles, sd_.n_tiles - t0), cache.c1, cache.c2, P,
@@ -160,16 +161,11 @@ void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, con
     selc[size_t(si)].assign(size_t(kvh), std::vector<std::vector<int32_t>>(size_t(T)));
   }
 
-  // Attention; split over key blocks when the step has too few (row, kv head) items to
-  // fill the GPU (decode). The split count depends on nothing but that test, never on the
-  // context length or the row count: a recorded decode step launches the same grid at every
-  // length (splits past a row's last key block do nothing), and a row's numbers do not
-  // depend on the batch it is in.
-  int splits = 1;
-  if (int64_t(T) * kvh < 128) {
-    splits = 16;
-    while (splits > 1 && int64_t(T) * nh * splits > attn_part_items_) --splits;
-  }
+  // Attention: rows of one-token calls (decode) split over 16 parts of their keys (a fixed
+  // count: a recorded decode step launches the same grid at every length), other rows never;
+  // so a row's numbers depend only on its own call, not on what shares its step.
+  int splits = one_token_calls ? 16 : 1;
+  while (splits > 1 && int64_t(sd_.S) * nh * splits > attn_part_items_) --splits;
   // Long dense calls (prefill chunks) on the tensor cores; the rest (decode rows, short
   // calls) in attention_kernel; sparse rows in sparse_attn. SALA_CUDA_FLASH=0 turns the
   // first off.
@@ -178,7 +174,7 @@ void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, con
     return !(e && std::string(e) == "0");
   }();
   constexpr int kFlashMin = 64;
-  const bool flash = flash_on && splits == 1 && flash_prefill_supported(d);
+  const bool flash = flash_on && flash_prefill_supported(d);
   AttnParams A{geo, GH, nh, c.attn_scale(), flash ? kFlashMin : 1 << 30};
   if (flash) {
     for (const SeqSlice& s : meta_->seqs) {
@@ -195,7 +191,7 @@ void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, con
     SALA_CHECK(smem <= size_t(max_smem_optin_), "attention needs {} bytes of shared memory", smem);
     launch_attention(ptr<const bf16>(q), rows, cache.k, cache.v, A, splits, ptr<bf16>(out),
                      attn_part_, attn_ml_, max_smem_optin_, stream_);
-    tick(splits > 1 ? "dense attention split" : "dense attention");
+    tick("dense attention");
   }
   if (sd_.n_sparse_seqs > 0) {
     SparseAttnParams SA{geo, nh, c.attn_scale(), sp.total_topk(), attn_nb_words_, attn_nkt_words_,
@@ -204,9 +200,9 @@ void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, con
     SALA_CHECK(smem + 4096 <= size_t(max_smem_optin_), "sparse attention needs {} bytes of shared memory", smem);
     launch_sparse_attention(d, ptr<const bf16>(q), rows, sd_.tiles, sd_.n_tiles, cache.k, cache.v,
                             sel_, sel_cnt_, SA, splits, ptr<bf16>(out), attn_part_, attn_ml_, stream_);
-    tick(splits > 1 ? "sparse attention split" : "sparse attention");
+    tick("sparse attention");
   }
-  launch_combine(attn_part_, attn_ml_, splits, T, nh, d, ptr<bf16>(out), stream_);
+  launch_combine(sd_.seqs, sd_.S, attn_part_, attn_ml_, splits, nh, d, ptr<bf16>(out), stream_);
 }
 
 }  // namespace sala

@@ -51,9 +51,9 @@ __global__ void compress_kernel(const int32_t* __restrict__ row_seq, const DevSe
 constexpr int kKeyTile = 64;
 
 // 3. Attention of the G query heads of one kv head for one dense row over its key blocks
-//    0..qb, keys p <= t. Split z of gridDim.z takes a contiguous part of the blocks; with
-//    one split it writes bf16 output directly, else fp32 partials (acc, m, l) for
-//    combine_kernel.
+//    0..qb, keys p <= t. Split z of gridDim.z takes a contiguous part of the blocks (rows
+//    of one-token calls only); with one split it writes bf16 output directly, else fp32
+//    partials (acc, m, l) per sequence for combine_kernel.
 //    grid: (T, kvh, splits), block: 256
 __global__ void __launch_bounds__(256) attention_kernel(
     const bf16* __restrict__ q, const int32_t* __restrict__ row_seq, const DevSeq* __restrict__ seqs,
@@ -61,9 +61,13 @@ __global__ void __launch_bounds__(256) attention_kernel(
     AttnParams P, bf16* __restrict__ out, float* __restrict__ part, float* __restrict__ ml) {
   const int64_t r = blockIdx.x;
   const int g = blockIdx.y;
-  const int split = blockIdx.z, nsplit = gridDim.z;
-  const DevSeq s = seqs[row_seq[r]];
+  const int si = row_seq[r];
+  const DevSeq s = seqs[si];
   if (s.sparse || s.num_tokens >= P.flash_min) return;  // sparse_attn / flash_prefill rows
+  // Rows of one-token calls (decode) split over grid.z, all others not: a row's numbers
+  // depend only on its own call.
+  const int split = blockIdx.z, nsplit = s.num_tokens == 1 ? int(gridDim.z) : 1;
+  if (split >= nsplit) return;
   const CacheGeom& G = P.g;
   const int d = G.d, GH = P.G;
   const int32_t* pages = page_table + s.page_begin;
@@ -151,23 +155,27 @@ __global__ void __launch_bounds__(256) attention_kernel(
   } else {
     for (int e = tid; e < GH * d; e += nt) {
       const int h = e / d, x = e % d;
-      const int64_t item = (r * P.nh + int64_t(g) * GH + h) * nsplit + split;
+      const int64_t item = (int64_t(si) * P.nh + int64_t(g) * GH + h) * nsplit + split;
       part[item * d + x] = acc[e];
     }
     for (int h = tid; h < GH; h += nt) {
-      const int64_t item = (r * P.nh + int64_t(g) * GH + h) * nsplit + split;
+      const int64_t item = (int64_t(si) * P.nh + int64_t(g) * GH + h) * nsplit + split;
       ml[2 * item] = mrow[h];
       ml[2 * item + 1] = lrow[h];
     }
   }
 }
 
-// Merge of the split partials.                              grid: (T, nh), block: d
-__global__ void combine_kernel(const float* __restrict__ part, const float* __restrict__ ml,
-                               int nsplit, int nh, int d, bf16* __restrict__ out) {
-  const int64_t r = blockIdx.x;
+// Merge of the split partials of one-token calls (indexed by sequence).
+//                                                            grid: (S, nh), block: d
+__global__ void combine_kernel(const DevSeq* __restrict__ seqs, const float* __restrict__ part,
+                               const float* __restrict__ ml, int nsplit, int nh, int d,
+                               bf16* __restrict__ out) {
+  const DevSeq s = seqs[blockIdx.x];
+  if (s.num_tokens != 1) return;
+  const int64_t r = s.token_begin;
   const int h = blockIdx.y;
-  const int64_t item0 = (r * nh + h) * nsplit;
+  const int64_t item0 = (int64_t(blockIdx.x) * nh + h) * nsplit;
   float M = -INFINITY;
   for (int z = 0; z < nsplit; ++z) M = fmaxf(M, ml[2 * (item0 + z)]);
   for (int x = threadIdx.x; x < d; x += blockDim.x) {
@@ -219,10 +227,11 @@ void launch_attention(const bf16* q, const StepRows& s, const bf16* kc, const bf
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_combine(const float* part, const float* ml, int splits, int T, int nh, int d, bf16* out,
-                    cudaStream_t st) {
-  if (T == 0 || splits <= 1) return;
-  combine_kernel<<<dim3(unsigned(T), unsigned(nh)), d < 256 ? d : 256, 0, st>>>(part, ml, splits, nh, d, out);
+void launch_combine(const DevSeq* seqs, int S, const float* part, const float* ml, int splits,
+                    int nh, int d, bf16* out, cudaStream_t st) {
+  if (S == 0 || splits <= 1) return;
+  combine_kernel<<<dim3(unsigned(S), unsigned(nh)), d < 256 ? d : 256, 0, st>>>(seqs, part, ml, splits,
+                                                                                nh, d, out);
   CUDA_CHECK_LAUNCH();
 }
 
