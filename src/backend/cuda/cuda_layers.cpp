@@ -7,15 +7,13 @@
 
 #include "backend/cpu/gla_reference.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_host_util.h"
 #include "core/check.h"
 
 namespace sala {
 using namespace sala::cuda;
 
-namespace {
-template <typename T>
-T* ptr(const Tensor& t) { return static_cast<T*>(t.data); }
-}  // namespace
+using namespace sala::cuda_host;
 
 void CudaBackend::upload_gla_tables(const std::vector<float>& slopes) {
   const int nh = int(slopes.size());
