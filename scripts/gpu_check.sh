@@ -6,6 +6,7 @@
 #                                libraries and the golden cases into .gpu/pack.tar.xz (~18 MB;
 #                                .gpu/ is git-ignored and travels with `carry`; unpacked it would
 #                                exceed the 64 MiB limit)
+#   scripts/gpu_check.sh long   (on the GPU machine: `bench` with the long-context rows)
 #   scripts/gpu_check.sh run    (on the GPU machine, repository root: op tests against the
 #                                CPU backend in bf16 emulation (every binary of OP_TESTS), then
 #                                `sala golden` tiny-dense, tiny-sparse and tiny-real-sparse on the GPU in
@@ -116,10 +117,18 @@ bench() {
     --prefill-input 4096} --json "$out/bench.json" 2>&1 | tee "$out/bench.log"
 }
 
+# The long-context rows of issue 7 (docs/PERF.md "Long context"): chunked prefill of 32K /
+# 128K / 512K prompts and decode at 32K / 128K contexts, plus the short decode/prefill rows.
+# About 4 minutes of device time with the model already made.
+LONG_BENCH_ARGS="--decode-batches 1,8,64 --decode-output 128 --prefill-batches 1,4 \
+  --long-prefill 32768,131072,524288 --long-decode-contexts 32768,131072 \
+  --long-decode-batches 1,8 --long-decode-steps 64"
+
 case "${1:-run}" in
   pack) pack ;;
   run) run ;;
   bench) bench ;;
+  long) SALA_CUDA_OPTIME=${SALA_CUDA_OPTIME:-8192} BENCH_ARGS=${BENCH_ARGS:-$LONG_BENCH_ARGS} bench ;;
   all) run; bench ;;
-  *) echo "usage: $0 pack|run|bench|all" >&2; exit 2 ;;
+  *) echo "usage: $0 pack|run|bench|long|all" >&2; exit 2 ;;
 esac
