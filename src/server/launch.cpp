@@ -25,6 +25,12 @@ Loaded launch(const LaunchOptions& o) {
   if (!fs::is_directory(o.model_path)) fail("model path '{}' is not a directory", o.model_path);
   Loaded L;
   L.cfg = load_model_config(o.model_path);
+  // Positions past the trained range are not the model's (and the GPU's InfLLM-v2
+  // workspaces are sized for it): refused, as SGLang does without its override variable.
+  if (o.engine.max_context_len > 0 && L.cfg.max_position_embeddings > 0 &&
+      o.engine.max_context_len > L.cfg.max_position_embeddings)
+    fail("--context-length {} exceeds the model's max_position_embeddings {} ({}/config.json)",
+         o.engine.max_context_len, L.cfg.max_position_embeddings, o.model_path);
   L.tok = Tokenizer::load(o.model_path);
   try {
     L.tmpl = ChatTemplate::load(o.model_path, *L.tok);
