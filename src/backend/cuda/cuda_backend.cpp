@@ -125,6 +125,16 @@ void CudaBackend::init_caches(const ModelConfig& cfg, const CacheShape& shape) {
   SALA_CHECK(shape.page_size % sp.level2_stride() == 0 && shape.page_size % sp.kernel_stride == 0,
              "page size {} not a multiple of the compression strides", shape.page_size);
   SALA_CHECK(cfg.num_attention_heads % cfg.num_key_value_heads == 0);
+  if (cfg.num_sparse_layers() > 0) {
+    // The InfLLM-v2 kernels walk keys in 64-key tiles and level-1 entries in 64-entry tiles:
+    // a block must tile 64 keys evenly, and the pool window (block / stride entries) 64
+    // entries. The released config (block 64, stride 16) and the tiny ones (16, 4) do.
+    const int bs = sp.block_size, r = sp.block_size / sp.kernel_stride;
+    SALA_CHECK((bs % 64 == 0 || 64 % bs == 0) && kEntryTile % r == 0,
+               "the CUDA backend supports sparse block sizes that divide or are multiples of 64 "
+               "tokens with block / kernel_stride dividing 64 (config: block {}, stride {})",
+               bs, sp.kernel_stride);
+  }
   const size_t row = size_t(cfg.num_key_value_heads) * cfg.head_dim;
   const size_t tokens = size_t(shape.num_pages) * shape.page_size;
   sparse_.resize(size_t(cfg.num_sparse_layers()));
