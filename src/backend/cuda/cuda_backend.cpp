@@ -343,7 +343,7 @@ void CudaBackend::begin_step(const StepMeta& meta) {
   const int T = meta.num_tokens(), S = int(meta.seqs.size()), P = int(meta.page_table.size()),
             R = int(meta.logit_rows.size());
   constexpr int kSeqInts = int(sizeof(DevSeq) / 4);
-  // Layout (int32 units): seqs | ids | positions | row_seq | pages | logit rows | short | long
+  // Sizes in int32 units (the layout is below); tiles are (first row, rows) pairs.
   int n_tiles = 0;
   for (const SeqSlice& s : meta.seqs) n_tiles += (s.num_tokens + kSparseTileRows - 1) / kSparseTileRows;
   const size_t need = size_t(S) * kSeqInts + 3 * size_t(T) + size_t(P) + size_t(R) + 2 * size_t(S) +

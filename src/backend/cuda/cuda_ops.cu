@@ -134,6 +134,19 @@ __global__ void round_f32_kernel(float* x, int64_t n) {
     x[i] = rb(x[i]);
 }
 
+// cs[0, half) = cos, cs[half, 2 half) = sin of the fp32 angle pos · inv_freq[j], evaluated
+// in double and rounded to fp32, as the CPU backend does; ends with a block barrier.
+__device__ void rope_table(float* cs, int half, int32_t pos, const float* __restrict__ inv_freq) {
+  for (int j = threadIdx.x; j < half; j += blockDim.x) {
+    const float ang = float(pos) * inv_freq[j];
+    double s, c;
+    sincos(double(ang), &s, &c);
+    cs[j] = float(c);
+    cs[half + j] = float(s);
+  }
+  __syncthreads();
+}
+
 // Rotate-half RoPE in place (SPEC §7). cos/sin of the fp32 angle evaluated in double and
 // rounded to fp32, as the CPU backend does.                 grid: T, block: 128, smem 2*half
 __global__ void rope_kernel(bf16* x, int64_t cols, int head_dim, const int32_t* __restrict__ pos,
@@ -141,14 +154,7 @@ __global__ void rope_kernel(bf16* x, int64_t cols, int head_dim, const int32_t* 
   extern __shared__ float cs[];
   const int half = head_dim / 2;
   const int64_t t = blockIdx.x;
-  for (int j = threadIdx.x; j < half; j += blockDim.x) {
-    const float ang = float(pos[t]) * inv_freq[j];
-    double s, c;
-    sincos(double(ang), &s, &c);
-    cs[j] = float(c);
-    cs[half + j] = float(s);
-  }
-  __syncthreads();
+  rope_table(cs, half, pos[t], inv_freq);
   bf16* row = x + t * cols;
   const int64_t pairs = cols / head_dim * half;
   for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) {
@@ -175,14 +181,7 @@ __global__ void qk_norm_rope_kernel(bf16* q, bf16* k, const bf16* __restrict__ q
   float* cs = sm;                  // [D]: cos, sin
   float* buf = sm + D + warp * D;  // [D] this warp's normalised head
   const int64_t t = blockIdx.x;
-  for (int j = threadIdx.x; j < half; j += blockDim.x) {
-    const float ang = float(pos[t]) * inv_freq[j];
-    double s, c;
-    sincos(double(ang), &s, &c);
-    cs[j] = float(c);
-    cs[half + j] = float(s);
-  }
-  __syncthreads();
+  rope_table(cs, half, pos[t], inv_freq);
   const int heads = int(cols / D);
   for (int hh = warp; hh < 2 * heads; hh += nwarps) {
     bf16* v = (hh < heads ? q : k) + t * cols + int64_t(hh % heads) * D;
