@@ -12,6 +12,9 @@
 #                                `sala golden` tiny-dense, tiny-sparse and tiny-real-sparse on the GPU in
 #                                bf16 mode;
 #                                prints a table last)
+#   scripts/gpu_check.sh exec CMD...  (on the GPU machine: CMD with the pack unpacked at
+#                                $SALA_GPU_DIR (bin/sala, bin/<op tests>) and its libraries on
+#                                LD_LIBRARY_PATH: profiler runs, batch_equality_check.py)
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 G=$ROOT/.gpu
@@ -130,5 +133,6 @@ case "${1:-run}" in
   bench) bench ;;
   long) SALA_CUDA_OPTIME=${SALA_CUDA_OPTIME:-8192} BENCH_ARGS=${BENCH_ARGS:-$LONG_BENCH_ARGS} bench ;;
   all) run; bench ;;
-  *) echo "usage: $0 pack|run|bench|long|all" >&2; exit 2 ;;
+  exec) shift; setup >&2; export SALA_GPU_DIR=$G; "$@" ;;
+  *) echo "usage: $0 pack|run|bench|long|all|exec CMD..." >&2; exit 2 ;;
 esac
