@@ -189,6 +189,11 @@ void CudaBackend::alloc_select_work(size_t pool_tokens) {
   attn_nkt_words_ = int((nkt + 31) / 32);
   attn_list_cap_ = int(std::min<int64_t>(
       nkt, int64_t(kSparseTileRows) * sp.total_topk() * std::max(1, (sp.block_size + 63) / 64)));
+  SparseAttnParams sa{};
+  sa.nb_words = attn_nb_words_, sa.nkt_words = attn_nkt_words_, sa.list_cap = attn_list_cap_;
+  SALA_CHECK(sparse_attn_smem_bytes(cfg_.head_dim, sa) + 4096 <= size_t(max_smem_optin_),
+             "sequences of {} tokens need more shared memory for sparse attention than the GPU has",
+             max_len);
 }
 
 // inv_freq[j] = 1 / theta^(2j/d) in fp32, computed on the host exactly as CpuBackend does.

@@ -1,18 +1,21 @@
 // InfLLM-v2 stage 2 on the tensor cores (SPEC §9.6): attention of each sparse row over the
 // keys of its selected blocks (causal: keys p ≤ t). One block per (tile of ≤ 8 rows of one
-// sequence, KV head, split); warp w owns row w's 16 query heads as the 16 rows of
-// mma m16n8k16. The block walks the union of its rows' selected blocks in 64-key tiles
-// (ascending), loading each K/V tile once into shared memory (cp.async, two stages, one
-// barrier per tile; rows unpadded with the 16-byte chunks XOR-swizzled by row, so fragment
-// loads are conflict-free); the query fragments come from shared memory too, so a thread
-// needs ≤ 128 registers and two blocks share an SM;
-// a warp computes only on the tiles its own row selected, masking keys of unselected
-// blocks (blocks smaller than 64 keys) and keys after the row. fp32 scores and online
-// softmax in log2 units; P·V with P split in two bf16 terms (hi + lo) as the dense prefill
-// kernel, so the probabilities are not rounded to bf16 (golden README §4; measured: the
-// single-term bf16 P was not faster here, this kernel waits on loads, not on MMAs). With
-// splits (decode) the union is divided among grid.z blocks and the partials (acc, m, l)
-// merge in combine_kernel.
+// sequence, KV head, split); consumer warp w owns row w's 16 query heads as the 16 rows of
+// mma m16n8k16. The block walks the union of its
+// rows' selected blocks in 64-key tiles (ascending), each K/V tile loaded once into a ring of
+// kSlots shared-memory slots by two producer warps (K and V, cp.async; rows unpadded with
+// the 16-byte chunks XOR-swizzled by row, so ldmatrix is conflict-free). Slots are handed
+// over by mbarriers (full: the tile landed; empty: every consumer is done with it), not by
+// block-wide barriers: with the rows' selections unrelated, a row needs only ≈ 1 in 4 tiles
+// of the union, and each consumer runs through the tiles it skips while slower ones still
+// compute, up to kSlots tiles apart (before: one __syncthreads per tile made every tile cost
+// what its slowest row spent on it; ncu: 36 % of cycles at the barrier, plus register spills
+// at the 2-blocks-per-SM register cap).
+// A warp computes only on the tiles its own row selected, masking keys of unselected blocks
+// (blocks smaller than 64 keys) and keys after the row. fp32 scores and online softmax in
+// log2 units; P·V with P split in two bf16 terms (hi + lo) as the dense prefill kernel, so
+// the probabilities are not rounded to bf16 (golden README §4). With splits (decode) the
+// union is divided among grid.z blocks and the partials (acc, m, l) merge in combine_kernel.
 #include <cub/block/block_scan.cuh>
 
 #include "backend/cuda/cuda_mma.cuh"
@@ -20,10 +23,11 @@
 namespace sala::cuda {
 namespace {
 
-constexpr int kW = kSparseTileRows;
-constexpr int kThreads = kW * 32;
-constexpr int kKT = 64;  // keys per tile
-constexpr int kStages = 2;
+constexpr int kW = kSparseTileRows;  // consumer warps, one per row
+constexpr int kProducers = 4;        // warps kW .. kW + 3 load the K and V tiles
+constexpr int kThreads = (kW + kProducers) * 32;
+constexpr int kKT = 64;    // keys per tile
+constexpr int kSlots = 4;  // ring of K/V tiles in shared memory (32 KB each at d = 128)
 
 // Element offset of (row j, column x) in a smem tile of rows of D bf16: 16-byte chunk c of
 // row j is stored at chunk c ^ (j mod min(D/8, 8)).
@@ -33,6 +37,13 @@ __device__ __forceinline__ int swz(int j, int x) {
   return j * D + (((x >> 3) ^ (j & M)) << 3) + (x & 7);
 }
 constexpr float kLog2e = 1.4426950408889634f;
+// 2^x by the SFU (ex2.approx.ftz: rel. error ≈ 2^-22, −inf → 0), as flash attention does;
+// exp2f adds range handling around it.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 constexpr float kLn2 = 0.6931471805599453f;
 
 // The keys of 64-key tile kt that a row attends: bit j set iff key kt·64 + j is in a block
@@ -55,22 +66,24 @@ __device__ __forceinline__ uint64_t tile_keys(const uint32_t* bits, int kt, int 
 }
 
 template <int D>
-__global__ void __launch_bounds__(kThreads, 2) sparse_attn_kernel(
-    const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles,
-    const bf16* __restrict__ kc, const bf16* __restrict__ vc, const int32_t* __restrict__ sel,
-    const int32_t* __restrict__ sel_cnt, SparseAttnParams P, bf16* __restrict__ out,
-    float* __restrict__ part, float* __restrict__ ml) {
-  constexpr int kBuf = kKT * D;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* Ks = reinterpret_cast<bf16*>(smem_raw);                          // [kStages][kKT][D]
-  bf16* Vs = Ks + kStages * kBuf;                                        // [kStages][kKT][D]
-  bf16* Qs = Vs + kStages * kBuf;                                        // [kW][16][D]
-  uint32_t* wbits = reinterpret_cast<uint32_t*>(Qs + kW * 16 * D);       // [kW][nb_words]
-  uint32_t* ubits = wbits + kW * P.nb_words;                             // [nkt_words]
-  int32_t* list = reinterpret_cast<int32_t*>(ubits + P.nkt_words);       // [list_cap]
+__global__ void __launch_bounds__(kThreads, 1)
+    sparse_attn_kernel(const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles,
+                       const bf16* __restrict__ kc, const bf16* __restrict__ vc,
+                       const int32_t* __restrict__ sel, const int32_t* __restrict__ sel_cnt,
+                       SparseAttnParams P, bf16* __restrict__ out, float* __restrict__ part,
+                       float* __restrict__ ml) {
+  constexpr int kBuf = kKT * D;  // elements of one K (or V) tile
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16* Ks = reinterpret_cast<bf16*>(smem_raw);                     // [kSlots][kKT][D]
+  bf16* Vs = Ks + kSlots * kBuf;                                    // [kSlots][kKT][D]
+  bf16* Qs = Vs + kSlots * kBuf;                                    // [kW][16][D]
+  uint32_t* wbits = reinterpret_cast<uint32_t*>(Qs + kW * 16 * D);  // [kW][nb_words]
+  uint32_t* ubits = wbits + kW * P.nb_words;                        // [nkt_words]
+  int32_t* list = reinterpret_cast<int32_t*>(ubits + P.nkt_words);  // [list_cap]
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int n_list;
+  __shared__ uint64_t full[kSlots], empty[kSlots];
 
   const int2 tile = tiles[blockIdx.x];
   const int si = R.row_seq[tile.x];
@@ -82,11 +95,11 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attn_kernel(
   const CacheGeom& G = P.g;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int qr = lane / 4, qc = (lane % 4) * 2;
-  const bool active = warp < tile.y;
+  const bool active = warp < tile.y;  // a consumer warp with a row
   const int64_t row = tile.x + (active ? warp : 0);
   const long long t = s.past_len + (row - s.token_begin), L = s.past_len + s.num_tokens;
   const int32_t* pages = R.page_table + s.page_begin;
-  uint32_t* mybits = wbits + warp * P.nb_words;
+  uint32_t* mybits = wbits + (warp < kW ? warp : 0) * P.nb_words;
 
   // 1. The rows' selections as bitmaps, and the union of their key tiles.
   const int nkt = int((L + kKT - 1) / kKT), words = (nkt + 31) / 32;
@@ -94,6 +107,10 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attn_kernel(
   for (int i = tid; i < kW * P.nb_words; i += kThreads)
     if (i % P.nb_words < nbw) wbits[i] = 0;
   for (int i = tid; i < words; i += kThreads) ubits[i] = 0;
+  if (tid < kSlots) {
+    mbar_init(&full[tid], kProducers * 32);  // one cp.async arrival per producer thread
+    mbar_init(&empty[tid], tile.y);          // one arrival per consumer warp
+  }
   __syncthreads();
   if (active) {
     const int cnt = sel_cnt[row * G.kvh + g];
@@ -102,7 +119,8 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attn_kernel(
       const long long b = lst[i];
       atomicOr(&mybits[b >> 5], 1u << (b & 31));
       const long long kt1 = min((b * G.bs + G.bs - 1) / kKT, t / kKT);
-      for (long long kt = b * G.bs / kKT; kt <= kt1; ++kt) atomicOr(&ubits[kt >> 5], 1u << (kt & 31));
+      for (long long kt = b * G.bs / kKT; kt <= kt1; ++kt)
+        atomicOr(&ubits[kt >> 5], 1u << (kt & 31));
     }
   }
   __syncthreads();
@@ -121,12 +139,46 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attn_kernel(
   const int per = (n_list + nsplit - 1) / nsplit;
   const int i0 = min(n_list, split * per), i1 = min(n_list, i0 + per);
 
-  // 2. Online softmax over the tiles.
-  // This warp's 16 query rows (heads 16 g .. 16 g + 15 of its row) in shared memory; the
-  // A fragments are re-read per tile by ldmatrix (registers go to O and S: two blocks of
-  // 8 warps fit on an SM).
+  // 2a. Producers: tile i of the list goes to slot (i − i0) mod kSlots once every consumer
+  // has released the tile that held the slot before. Producer warp p copies half p / 2 of
+  // the tile's 64 key rows of K (p even) or V (p odd); lane l always copies 16-byte chunk
+  // l mod D/8 of its rows, so a row is one contiguous run per warp instruction and the
+  // loop is a fixed, unrolled count (ncu: the first, per-element version of this loop was
+  // a third of the kernel's instructions, and the consumers waited on it).
+  if (warp >= kW) {
+    constexpr int CH = D / 8, kStep = 32 / CH, kHalf = kKT / 2;
+    const int pw = warp - kW, j0 = (pw >> 1) * kHalf + lane / CH, c = lane % CH;
+    const bf16* src = (pw & 1) ? vc : kc;
+    bf16* dst0 = (pw & 1) ? Vs : Ks;
+    const bool one_page = G.page_size % kKT == 0;  // a tile's keys are consecutive rows of one page
+    for (int i = i0; i < i1; ++i) {
+      const int u = i - i0, slot = u % kSlots;
+      if (u >= kSlots) mbar_wait(&empty[slot], uint32_t(u / kSlots - 1) & 1u);
+      bf16* dst = dst0 + slot * kBuf;
+      const long long p0 = 1LL * list[i] * kKT;  // < L: the union holds only tiles with keys ≤ t
+      const bf16* s0 = src + token_off(G, pages, p0) + int64_t(g) * D + c * 8;
+#pragma unroll
+      for (int k = 0; k < kHalf / kStep; ++k) {
+        const int j = j0 + k * kStep;
+        const bool ok = p0 + j < L;
+        const bf16* sp = !ok        ? s0
+                         : one_page ? s0 + j * G.row
+                                    : src + token_off(G, pages, p0 + j) + int64_t(g) * D + c * 8;
+        cp_async16(dst + swz<D>(j, c * 8), sp, ok ? 16 : 0);
+      }
+      mbar_arrive_cp_async(&full[slot]);
+    }
+    cp_async_wait_all();
+    return;
+  }
+  if (!active) return;
+
+  // 2b. Consumers: online softmax over the tiles. This warp's 16 query rows (heads
+  // 16 g .. 16 g + 15 of its row) in shared memory, re-read as A fragments by ldmatrix: with
+  // 12 warps a block, 3 share a register file quarter, so a thread gets ≤ 168 registers,
+  // and O (64), S (32) and the fragments need them.
   bf16* Qw = Qs + warp * 16 * D;
-  if (active) {
+  {
     const bf16* base = q + row * int64_t(P.nh) * D + int64_t(g) * 16 * D;
     for (int e = lane; e < 16 * D / 8; e += 32) {
       const int r = e / (D / 8), c = e % (D / 8);
@@ -140,55 +192,39 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attn_kernel(
   for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
   const float sc = P.tau * kLog2e;
+  const int mi = lane / 8, ri = lane % 8;
 
-  auto load = [&](int i, int stage) {
-    constexpr int CH = D / 8;
-    const long long p0 = 1LL * list[i] * kKT;
-    for (int e = tid; e < kKT * CH; e += kThreads) {
-      const int j = e / CH, c = e % CH;
-      const bool ok = p0 + j < L;
-      const int64_t off = ok ? token_off(G, pages, p0 + j) + int64_t(g) * D + c * 8 : 0;
-      cp_async16(Ks + stage * kBuf + swz<D>(j, c * 8), kc + off, ok ? 16 : 0);
-      cp_async16(Vs + stage * kBuf + swz<D>(j, c * 8), vc + off, ok ? 16 : 0);
-    }
-  };
-  // Tiles i0, i0 + 1 in flight before the loop; iteration i waits for tile i, then (after
-  // the barrier that says every warp is done with tile i − 1) refills i − 1's stage with
-  // tile i + 2.
-  for (int k = 0; k < kStages - 1; ++k) {
-    if (i0 + k < i1) load(i0 + k, k);
-    cp_async_commit();
-  }
   for (int i = i0; i < i1; ++i) {
-    const int stage = (i - i0) % kStages;
-    cp_async_wait<kStages - 2>();
-    __syncthreads();
-    if (i + kStages - 1 < i1) load(i + kStages - 1, (i + kStages - 1 - i0) % kStages);
-    cp_async_commit();
-    const int kt = list[i];
-    const uint64_t keys = active ? tile_keys(mybits, kt, G.bs, int(t)) : 0ull;
+    const int u = i - i0, slot = u % kSlots;
+    const uint64_t keys = tile_keys(mybits, list[i], G.bs, int(t));
+    // Every consumer waits for the tile, needed or not, so that its release of this slot
+    // can never count towards the slot's previous use.
+    mbar_wait(&full[slot], uint32_t(u / kSlots) & 1u);
     if (keys) {
-      const bf16* Kb = Ks + stage * kBuf;
-      const bf16* Vb = Vs + stage * kBuf;
-      const int mi = lane / 8, ri = lane % 8;
-      // Two halves of 32 keys, each its own online-softmax update: S of a half is 16 fp32
-      // registers, so O (64), S and the fragments fit in 128 registers.
+      const bf16* Kb = Ks + slot * kBuf;
+      const bf16* Vb = Vs + slot * kBuf;
+      // Two halves of 32 keys, each its own online-softmax update (S of a half is 16 fp32
+      // registers: with all 64 keys at once the 168 registers spill).
 #pragma unroll 1
       for (int half = 0; half < 2; ++half) {
         const uint32_t hkeys = uint32_t(keys >> (32 * half));
         if (!hkeys) continue;
+        // S = Q Kᵀ over the 32 keys: K fragments by ldmatrix (keys are the n dimension).
         float sv[4][4];
 #pragma unroll
         for (int n = 0; n < 4; ++n) sv[n][0] = sv[n][1] = sv[n][2] = sv[n][3] = 0.f;
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
           uint32_t qa[4];
-          ldmatrix_x4(qa, Qw + swz<D>((lane & 7) + ((lane >> 3) & 1) * 8, ks * 16 + (lane >> 4) * 8));
+          ldmatrix_x4(qa,
+                      Qw + swz<D>((lane & 7) + ((lane >> 3) & 1) * 8, ks * 16 + (lane >> 4) * 8));
 #pragma unroll
-          for (int n = 0; n < 4; ++n) {
-            const int key = 32 * half + n * 8 + qr;
-            mma16816(sv[n], qa, *reinterpret_cast<const uint32_t*>(Kb + swz<D>(key, ks * 16 + qc)),
-                     *reinterpret_cast<const uint32_t*>(Kb + swz<D>(key, ks * 16 + 8 + qc)));
+          for (int np = 0; np < 2; ++np) {
+            uint32_t kb[4];
+            ldmatrix_x4(
+                kb, Kb + swz<D>(32 * half + np * 16 + (mi >> 1) * 8 + ri, ks * 16 + (mi & 1) * 8));
+            mma16816(sv[2 * np], qa, kb[0], kb[1]);
+            mma16816(sv[2 * np + 1], qa, kb[2], kb[3]);
           }
         }
         // mask: keys after the row, keys of blocks the row did not select
@@ -209,12 +245,12 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attn_kernel(
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
         // The half holds a selected key ≤ t (hkeys != 0), so both maxima are finite.
         const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-        const float c0 = exp2f(m0 - mn0), c1 = exp2f(m1 - mn1);  // 0 on the first update
+        const float c0 = fast_exp2(m0 - mn0), c1 = fast_exp2(m1 - mn1);  // 0 on the first update
         float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
         for (int n = 0; n < 4; ++n) {
-          sv[n][0] = exp2f(sv[n][0] - mn0), sv[n][1] = exp2f(sv[n][1] - mn0);
-          sv[n][2] = exp2f(sv[n][2] - mn1), sv[n][3] = exp2f(sv[n][3] - mn1);
+          sv[n][0] = fast_exp2(sv[n][0] - mn0), sv[n][1] = fast_exp2(sv[n][1] - mn0);
+          sv[n][2] = fast_exp2(sv[n][2] - mn1), sv[n][3] = fast_exp2(sv[n][3] - mn1);
           sum0 += sv[n][0] + sv[n][1];
           sum1 += sv[n][2] + sv[n][3];
         }
@@ -226,16 +262,17 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attn_kernel(
         m0 = mn0, m1 = mn1;
 #pragma unroll
         for (int n = 0; n < D / 8; ++n) o[n][0] *= c0, o[n][1] *= c0, o[n][2] *= c1, o[n][3] *= c1;
-        // O += P V, P = hi + lo; V fragments by ldmatrix.trans (keys are the k dimension).
+          // O += P V, P = hi + lo; V fragments by ldmatrix.trans (keys are the k dimension).
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk) {
           const float* sa = sv[2 * kk];
           const float* sb = sv[2 * kk + 1];
           const uint32_t ph[4] = {pack_bf16(sa[0], sa[1]), pack_bf16(sa[2], sa[3]),
                                   pack_bf16(sb[0], sb[1]), pack_bf16(sb[2], sb[3])};
-          const uint32_t pl[4] = {
-              pack_bf16(sa[0] - rb(sa[0]), sa[1] - rb(sa[1])), pack_bf16(sa[2] - rb(sa[2]), sa[3] - rb(sa[3])),
-              pack_bf16(sb[0] - rb(sb[0]), sb[1] - rb(sb[1])), pack_bf16(sb[2] - rb(sb[2]), sb[3] - rb(sb[3]))};
+          const uint32_t pl[4] = {pack_bf16(sa[0] - rb(sa[0]), sa[1] - rb(sa[1])),
+                                  pack_bf16(sa[2] - rb(sa[2]), sa[3] - rb(sa[3])),
+                                  pack_bf16(sb[0] - rb(sb[0]), sb[1] - rb(sb[1])),
+                                  pack_bf16(sb[2] - rb(sb[2]), sb[3] - rb(sb[3]))};
           const int key = 32 * half + kk * 16 + ri + (mi & 1) * 8;
 #pragma unroll
           for (int n = 0; n < D / 8; n += 2) {
@@ -249,8 +286,9 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attn_kernel(
         }
       }
     }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[slot]);
   }
-  if (!active) return;
 
   // 3. Output rows qr and qr + 8 (heads 16 g + qr, + 8).
   const int h0 = g * 16 + qr, h1 = h0 + 8;
@@ -258,10 +296,10 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attn_kernel(
     const float i0f = 1.f / l0, i1f = 1.f / l1;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
-      bf16* d0 = out + (row * P.nh + h0) * D + n * 8 + qc;
-      bf16* d1 = out + (row * P.nh + h1) * D + n * 8 + qc;
-      d0[0] = f2b(o[n][0] * i0f), d0[1] = f2b(o[n][1] * i0f);
-      d1[0] = f2b(o[n][2] * i1f), d1[1] = f2b(o[n][3] * i1f);
+      *reinterpret_cast<uint32_t*>(out + (row * P.nh + h0) * D + n * 8 + qc) =
+          pack_bf16(o[n][0] * i0f, o[n][1] * i0f);
+      *reinterpret_cast<uint32_t*>(out + (row * P.nh + h1) * D + n * 8 + qc) =
+          pack_bf16(o[n][2] * i1f, o[n][3] * i1f);
     }
     return;
   }
@@ -269,8 +307,8 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_attn_kernel(
   const int64_t it1 = (int64_t(si) * P.nh + h1) * nsplit + split;
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) {
-    part[it0 * D + n * 8 + qc] = o[n][0], part[it0 * D + n * 8 + qc + 1] = o[n][1];
-    part[it1 * D + n * 8 + qc] = o[n][2], part[it1 * D + n * 8 + qc + 1] = o[n][3];
+    *reinterpret_cast<float2*>(part + it0 * D + n * 8 + qc) = make_float2(o[n][0], o[n][1]);
+    *reinterpret_cast<float2*>(part + it1 * D + n * 8 + qc) = make_float2(o[n][2], o[n][3]);
   }
   if (lane % 4 == 0) {  // combine_kernel works in natural-log units
     ml[2 * it0] = m0 == -INFINITY ? -INFINITY : m0 * kLn2, ml[2 * it0 + 1] = l0;
@@ -287,18 +325,20 @@ void launch_d(const bf16* q, const StepRows& s, const int2* tiles, int n_tiles, 
   // this launch needs, not the device maximum.
   static size_t smem_set = 48 * 1024;
   if (smem > smem_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_kernel<D>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     smem_set = smem;
   }
-  sparse_attn_kernel<D><<<dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(splits)), kThreads, smem, st>>>(
-      q, s, tiles, kc, vc, sel, sel_cnt, p, out, part, ml);
+  sparse_attn_kernel<D>
+      <<<dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(splits)), kThreads, smem, st>>>(
+          q, s, tiles, kc, vc, sel, sel_cnt, p, out, part, ml);
   CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 size_t sparse_attn_smem_bytes(int d, const SparseAttnParams& p) {
-  return (size_t(kStages) * 2 * kKT + size_t(kW) * 16) * d * 2 +
+  return (size_t(kSlots) * 2 * kKT + size_t(kW) * 16) * d * 2 +
          (size_t(kW) * p.nb_words + p.nkt_words + p.list_cap) * 4;
 }
 
@@ -308,11 +348,20 @@ void launch_sparse_attention(int d, const bf16* q, const StepRows& s, const int2
                              bf16* out, float* part, float* ml, cudaStream_t st) {
   if (n_tiles <= 0) return;
   switch (d) {
-    case 16: launch_d<16>(q, s, tiles, n_tiles, kc, vc, sel, sel_cnt, p, splits, out, part, ml, st); break;
-    case 32: launch_d<32>(q, s, tiles, n_tiles, kc, vc, sel, sel_cnt, p, splits, out, part, ml, st); break;
-    case 64: launch_d<64>(q, s, tiles, n_tiles, kc, vc, sel, sel_cnt, p, splits, out, part, ml, st); break;
-    case 128: launch_d<128>(q, s, tiles, n_tiles, kc, vc, sel, sel_cnt, p, splits, out, part, ml, st); break;
-    default: break;
+    case 16:
+      launch_d<16>(q, s, tiles, n_tiles, kc, vc, sel, sel_cnt, p, splits, out, part, ml, st);
+      break;
+    case 32:
+      launch_d<32>(q, s, tiles, n_tiles, kc, vc, sel, sel_cnt, p, splits, out, part, ml, st);
+      break;
+    case 64:
+      launch_d<64>(q, s, tiles, n_tiles, kc, vc, sel, sel_cnt, p, splits, out, part, ml, st);
+      break;
+    case 128:
+      launch_d<128>(q, s, tiles, n_tiles, kc, vc, sel, sel_cnt, p, splits, out, part, ml, st);
+      break;
+    default:
+      break;
   }
 }
 
