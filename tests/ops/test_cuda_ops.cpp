@@ -51,9 +51,12 @@ TEST(CudaOps, Embedding) {
 TEST(CudaOps, RmsNorm) {
   REQUIRE_GPU();
   uint32_t seed = 10;
+  // Widths for each kernel: warp (n <= 512), 16-byte vectors (n = 8 · threads, 4096, 8192),
+  // the general block kernel (1032, 12288).
   for (int64_t T : {1, 7, 33})
-    for (int64_t cols : {256, 4096})
+    for (int64_t cols : {256, 1032, 4096, 8192, 12288})
       for (int64_t n : {cols, int64_t(16), int64_t(128)}) {
+        if (cols % n != 0) continue;
         Pair p;
         auto x = p.up(randn(T, cols, seed++, 2.f));
         auto w = p.up(randn(1, n, seed++, 0.2f, 1.f));
@@ -62,11 +65,13 @@ TEST(CudaOps, RmsNorm) {
         auto o = p.out(T, cols);
         p.cpu->rmsnorm(x.c, w.c, 1e-6f, o.c);
         p.gpu->rmsnorm(x.g, w.g, 1e-6f, o.g);
-        expect_ulp(p.cmp(shape("rmsnorm group", {T, cols, n}), o), 1, 0.02);
+        // out = bf16(bf16(x · inv) · w) rounds twice: an fp32 sum of squares in another order
+        // can move the first rounding by one ulp of y, which is up to two ulps of out.
+        expect_ulp(p.cmp(shape("rmsnorm group", {T, cols, n}), o), 2, 0.02);
         // in place, as the model does for q/k norms and o_norm
         p.cpu->rmsnorm(x.c, w.c, 1e-6f, x.c);
         p.gpu->rmsnorm(x.g, w.g, 1e-6f, x.g);
-        expect_ulp(p.cmp(shape("rmsnorm in-place", {T, cols, n}), x), 1, 0.02);
+        expect_ulp(p.cmp(shape("rmsnorm in-place", {T, cols, n}), x), 2, 0.02);
       }
 }
 
@@ -74,7 +79,7 @@ TEST(CudaOps, AddScaledRmsNorm) {
   REQUIRE_GPU();
   uint32_t seed = 100;
   for (int64_t T : {1, 5, 64})
-    for (int64_t cols : {256, 4096}) {
+    for (int64_t cols : {256, 1032, 4096, 8192, 12288}) {
       Pair p;
       auto h = p.up(randn(T, cols, seed++, 3.f));
       auto a = p.up(randn(T, cols, seed++, 1.f));
@@ -86,7 +91,7 @@ TEST(CudaOps, AddScaledRmsNorm) {
       p.cpu->add_scaled_rmsnorm(h.c, a.c, alpha, w.c, 1e-6f, o.c);
       p.gpu->add_scaled_rmsnorm(h.g, a.g, alpha, w.g, 1e-6f, o.g);
       expect_ulp(p.cmp(shape("add_scaled_rmsnorm h", {T, cols}), h), 0, 0);
-      expect_ulp(p.cmp(shape("add_scaled_rmsnorm out", {T, cols}), o), 1, 0.02);
+      expect_ulp(p.cmp(shape("add_scaled_rmsnorm out", {T, cols}), o), 2, 0.02);  // as RmsNorm
     }
 }
 
