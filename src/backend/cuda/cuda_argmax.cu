@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_argmax.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_launch.cuh"
 
 namespace sala::cuda {
 namespace {
@@ -28,6 +29,8 @@ __device__ __forceinline__ Best better(Best a, Best b) {
 // One block per row: logits [rows, cols] fp32 → out[rows].
 __global__ void argmax_rows_kernel(const float* __restrict__ logits, int64_t cols,
                                    int32_t* __restrict__ out) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
   const float* row = logits + int64_t(blockIdx.x) * cols;
   Best b{-FLT_MAX, INT32_MAX};
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) b = better(b, Best{row[j], int32_t(j)});
@@ -54,7 +57,7 @@ __global__ void argmax_rows_kernel(const float* __restrict__ logits, int64_t col
 void launch_argmax_rows(const float* logits, int64_t rows, int64_t cols, int32_t* out,
                         cudaStream_t stream) {
   if (rows == 0) return;
-  argmax_rows_kernel<<<unsigned(rows), kThreads, 0, stream>>>(logits, cols, out);
+  launch_pdl(argmax_rows_kernel, unsigned(rows), kThreads, 0, stream, logits, cols, out);
   CUDA_CHECK_LAUNCH();
 }
 

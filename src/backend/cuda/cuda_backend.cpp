@@ -40,6 +40,7 @@ CudaBackend::CudaBackend(const BackendOptions& opts) : bf16_mode_(opts.mode == N
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&max_smem_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  gemv_init();  // kernel attributes now, not inside a recorded step
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&meta_copied_, cudaEventDisableTiming));
   CUBLAS_CHECK(cublasLtCreate(&lt_));

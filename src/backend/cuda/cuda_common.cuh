@@ -1,5 +1,5 @@
 // Device helpers of the CUDA backend: bf16 <-> fp32 with the CPU backend's rounding
-// (round-to-nearest-even) and warp reductions.
+// (round-to-nearest-even), programmatic dependent launch and warp reductions.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -13,6 +13,24 @@ __device__ __forceinline__ float b2f(bf16 x) { return __bfloat162float(x); }
 // Round-to-nearest-even, as PyTorch's .to(bfloat16) and sala::round_bf16.
 __device__ __forceinline__ bf16 f2b(float x) { return __float2bfloat16_rn(x); }
 __device__ __forceinline__ float rb(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// Programmatic dependent launch (sm_90+; no-ops before). pdl_trigger(): the next kernel of the
+// stream, if launched with programmatic stream serialization, may start once every CTA of
+// this grid has called it or exited. It only starts early: its pdl_wait() still waits for
+// this whole grid, so calling it first thing is always safe. pdl_wait(): blocks until the
+// preceding grid has completed and its writes are visible. A kernel launched with that
+// attribute must call it in every CTA before reading anything a preceding kernel may write,
+// and before writing anything.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

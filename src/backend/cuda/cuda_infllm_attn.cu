@@ -18,6 +18,7 @@
 // union is divided among grid.z blocks and the partials (acc, m, l) merge in combine_kernel.
 #include <cub/block/block_scan.cuh>
 
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 
 namespace sala::cuda {
@@ -72,6 +73,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                        const int32_t* __restrict__ sel, const int32_t* __restrict__ sel_cnt,
                        SparseAttnParams P, bf16* __restrict__ out, float* __restrict__ part,
                        float* __restrict__ ml) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
   constexpr int kBuf = kKT * D;  // elements of one K (or V) tile
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* Ks = reinterpret_cast<bf16*>(smem_raw);                     // [kSlots][kKT][D]
@@ -329,9 +332,8 @@ void launch_d(const bf16* q, const StepRows& s, const int2* tiles, int n_tiles, 
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     smem_set = smem;
   }
-  sparse_attn_kernel<D>
-      <<<dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(splits)), kThreads, smem, st>>>(
-          q, s, tiles, kc, vc, sel, sel_cnt, p, out, part, ml);
+  launch_pdl(sparse_attn_kernel<D>, dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(splits)),
+             kThreads, smem, st, q, s, tiles, kc, vc, sel, sel_cnt, p, out, part, ml);
   CUDA_CHECK_LAUNCH();
 }
 

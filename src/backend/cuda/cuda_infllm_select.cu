@@ -21,6 +21,7 @@
 // so rare last-bit differences can swap near-tied blocks (tests/ops counts the agreement).
 #include <cub/block/block_scan.cuh>
 
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 
 namespace sala::cuda {
@@ -114,6 +115,8 @@ template <int D>
 __global__ void __launch_bounds__(kThreads) select_lse_kernel(
     const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles, int tile_begin,
     const bf16* __restrict__ c2, SelectParams P, float2* __restrict__ ml) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* buf = reinterpret_cast<bf16*>(smem_raw);  // [2][kET][D + 8]
   constexpr int kBuf = kET * (D + 8);
@@ -190,6 +193,8 @@ __global__ void __launch_bounds__(kThreads) select_score_kernel(
     const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles, int tile_begin,
     const bf16* __restrict__ c1, SelectParams P, const float2* __restrict__ ml,
     bf16* __restrict__ bscore, float* __restrict__ edge) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int kBuf = kET * (D + 8);
   bf16* buf = reinterpret_cast<bf16*>(smem_raw);                  // [2][kET][D + 8]
@@ -327,6 +332,8 @@ __global__ void __launch_bounds__(kTopkThreads) select_topk_kernel(
     StepRows R, const int2* __restrict__ tiles, int tile_begin, SelectParams P,
     const bf16* __restrict__ bscore, const float* __restrict__ edge, int32_t* __restrict__ sel,
     int32_t* __restrict__ sel_cnt) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
   extern __shared__ uint16_t keys[];  // [nb_stride]
   __shared__ int hist[256];
   __shared__ int sh_bin, sh_above;
@@ -409,11 +416,13 @@ void launch_select_d(const bf16* q, const StepRows& s, const int2* tiles, int ti
                      const SelectWork& w, cudaStream_t st) {
   const size_t smem_lse = size_t(2) * kET * (D + 8) * 2;
   const size_t smem_score = smem_lse + size_t(kW) * kET * 4;
-  select_lse_kernel<D><<<dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(p.lse_splits)), kThreads,
-                         smem_lse, st>>>(q, s, tiles, tile_begin, c2, p, w.ml);
+  launch_pdl(select_lse_kernel<D>,
+             dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(p.lse_splits)), kThreads, smem_lse,
+             st, q, s, tiles, tile_begin, c2, p, w.ml);
   CUDA_CHECK_LAUNCH();
-  select_score_kernel<D><<<dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(p.score_splits)),
-                           kThreads, smem_score, st>>>(q, s, tiles, tile_begin, c1, p, w.ml, w.bscore, w.edge);
+  launch_pdl(select_score_kernel<D>,
+             dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(p.score_splits)), kThreads,
+             smem_score, st, q, s, tiles, tile_begin, c1, p, w.ml, w.bscore, w.edge);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -441,8 +450,8 @@ void launch_infllm_select(int d, const bf16* q, const StepRows& s, const int2* t
     CUDA_CHECK(cudaFuncSetAttribute(select_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     smem_set = smem;
   }
-  select_topk_kernel<<<dim3(unsigned(n_tiles * kW), unsigned(p.g.kvh)), kTopkThreads, smem, st>>>(
-      s, tiles, tile_begin, p, w.bscore, w.edge, sel, sel_cnt);
+  launch_pdl(select_topk_kernel, dim3(unsigned(n_tiles * kW), unsigned(p.g.kvh)), kTopkThreads,
+             smem, st, s, tiles, tile_begin, p, w.bscore, w.edge, sel, sel_cnt);
   CUDA_CHECK_LAUNCH();
 }
 

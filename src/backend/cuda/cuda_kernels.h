@@ -48,6 +48,9 @@ struct GemvOut {          // weight rows [end[p-1], end[p]) go to y[p] (row-majo
   int nparts;
   bool f32;               // fp32 outputs holding bf16-rounded values (logits)
 };
+// Once, before any stream capture (the backend's constructor): picks the kernel for the
+// current device and sets its shared-memory attribute (launch_gemv would do it on first use).
+void gemv_init();
 bool gemv_supported(const void* x, int64_t ldx, const void* w, int64_t K, int64_t M);
 // y[m, n] = Σ_k x[m*ldx + k] w[n*K + k] for m < M <= 16, n < N.
 void launch_gemv(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, int M,

@@ -9,6 +9,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_launch.cuh"
 
 namespace sala::cuda {
 
@@ -25,6 +26,8 @@ __global__ void __launch_bounds__(4 * D) gla_recurrent_kernel(
     int64_t stride, const DevSeq* __restrict__ seqs, const int32_t* __restrict__ list,
     float* __restrict__ states, int64_t slot_stride, int64_t layer_off,
     const float* __restrict__ decay, float scale, bf16* __restrict__ out, int64_t ostride) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
   constexpr int RPT = D / 4;
   __shared__ float qs[D], ks[D], part[4][D];
   const int h = blockIdx.x;
@@ -470,9 +473,9 @@ template <int D>
 void launch_gla_d(const GlaArgs& a, const int32_t* short_list, int n_short, const int32_t* long_list,
                 int n_long, cudaStream_t st) {
   if (n_short > 0) {
-    gla_recurrent_kernel<D><<<dim3(unsigned(a.nh), unsigned(n_short)), 4 * D, 0, st>>>(
-        a.q, a.k, a.v, a.stride, a.seqs, short_list, a.states, a.slot_stride, a.layer_off, a.decay,
-        a.scale, a.out, a.ostride);
+    launch_pdl(gla_recurrent_kernel<D>, dim3(unsigned(a.nh), unsigned(n_short)), 4 * D, 0, st, a.q,
+               a.k, a.v, a.stride, a.seqs, short_list, a.states, a.slot_stride, a.layer_off,
+               a.decay, a.scale, a.out, a.ostride);
     CUDA_CHECK_LAUNCH();
   }
   const auto a16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };

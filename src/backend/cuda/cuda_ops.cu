@@ -1,10 +1,16 @@
 // Element-wise, norm, RoPE, embedding and gather kernels of the CUDA backend. Each
 // computes in fp32 between the bf16 rounding points of the golden README §4, exactly where
-// CpuBackend (NumericMode::BF16) rounds.
+// CpuBackend (NumericMode::BF16) rounds. The kernels that precede skinny GEMMs in a decode
+// step (norms, silu_mul / mul_sigmoid, div_scalar before the LM head) start with
+// pdl_trigger(): the GEMM, launched with PDL (cuda_gemv.cu), streams its first weights
+// while they run.
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_launch.cuh"
 
 namespace sala::cuda {
 namespace {
@@ -14,6 +20,8 @@ namespace {
 // out[t, c] = bf16(table[ids[t], c] * scale)                     grid: T, block: 256
 __global__ void embedding_kernel(const bf16* __restrict__ table, const int32_t* __restrict__ ids,
                                  int64_t cols, float scale, bf16* __restrict__ out) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const bf16* e = table + int64_t(ids[t]) * cols;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
@@ -37,6 +45,8 @@ __device__ __forceinline__ float load_norm_input(bf16* h, const bf16* a, float a
 template <bool kResidual>
 __global__ void rmsnorm_warp_kernel(bf16* x, const bf16* a, float alpha, const bf16* __restrict__ w,
                                     int n, int64_t groups, float eps, bf16* out) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
   const int warps = blockDim.x / 32;
   const int64_t g = int64_t(blockIdx.x) * warps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -58,6 +68,8 @@ __global__ void rmsnorm_warp_kernel(bf16* x, const bf16* a, float alpha, const b
 template <bool kResidual>
 __global__ void rmsnorm_block_kernel(bf16* x, const bf16* a, float alpha,
                                      const bf16* __restrict__ w, int n, float eps, bf16* out) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
   __shared__ float red[32];
   const int64_t base = int64_t(blockIdx.x) * n;
   float ss = 0.f;
@@ -85,8 +97,10 @@ __global__ void rmsnorm_block_kernel(bf16* x, const bf16* a, float alpha,
 // holds columns 8i .. 8i + 7 in registers between the two passes, so h, a, w and out move
 // in 16-byte accesses, each once (the kernel above reads h twice, 2 bytes at a time).
 template <bool kResidual>
-__global__ void rmsnorm_vec8_kernel(bf16* x, const bf16* a, float alpha,
-                                    const bf16* __restrict__ w, int n, float eps, bf16* out) {
+__global__ void rmsnorm_vec8_kernel(bf16* x, const bf16* a, float alpha, const bf16* __restrict__ w,
+                                    int n, float eps, bf16* out) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
   __shared__ float red[32];
   const int64_t off = int64_t(blockIdx.x) * n + threadIdx.x * 8;
   uint4 hv = *reinterpret_cast<const uint4*>(x + off);
@@ -132,15 +146,20 @@ struct SiluMul {  // bf16(bf16(silu(g)) * u)
   __device__ float operator()(float gv, float uv) const { return rb(gv / (1.f + expf(-gv))) * uv; }
 };
 struct MulSigmoid {  // bf16(a * bf16(sigmoid(gate)))
-  __device__ float operator()(float gate, float a) const { return a * rb(1.f / (1.f + expf(-gate))); }
+  __device__ float operator()(float gate, float a) const {
+    return a * rb(1.f / (1.f + expf(-gate)));
+  }
 };
 
 template <typename Op>
 __global__ void binary_kernel(const bf16* x, const bf16* y, bf16* out, int64_t n, bool vec, Op op) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   if (vec) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n / 8; i += stride) {
-      const uint4 xv = reinterpret_cast<const uint4*>(x)[i], yv = reinterpret_cast<const uint4*>(y)[i];
+      const uint4 xv = reinterpret_cast<const uint4*>(x)[i],
+                  yv = reinterpret_cast<const uint4*>(y)[i];
       const bf16* xe = reinterpret_cast<const bf16*>(&xv);
       const bf16* ye = reinterpret_cast<const bf16*>(&yv);
       uint4 ov;
@@ -155,18 +174,24 @@ __global__ void binary_kernel(const bf16* x, const bf16* y, bf16* out, int64_t n
     out[i] = f2b(op(b2f(x[i]), b2f(y[i])));
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 bool vec16(const void* a, const void* b, const void* c, int64_t n) {
   return n % 8 == 0 && aligned16(a) && aligned16(b) && aligned16(c);
 }
 
 __global__ void div_scalar_kernel(bf16* x, float d, int64_t n) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     x[i] = f2b(b2f(x[i]) / d);
 }
 
 __global__ void div_scalar_f32_kernel(float* x, float d, int64_t n) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     x[i] = rb(x[i] / d);
@@ -174,6 +199,8 @@ __global__ void div_scalar_f32_kernel(float* x, float d, int64_t n) {
 
 // Logits: fp32 GEMM output rounded to bf16 values (SPEC §4.7), kept as fp32.
 __global__ void round_f32_kernel(float* x, int64_t n) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     x[i] = rb(x[i]);
@@ -196,6 +223,8 @@ __device__ void rope_table(float* cs, int half, int32_t pos, const float* __rest
 // rounded to fp32, as the CPU backend does.                 grid: T, block: 128, smem 2*half
 __global__ void rope_kernel(bf16* x, int64_t cols, int head_dim, const int32_t* __restrict__ pos,
                             const float* __restrict__ inv_freq) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
   extern __shared__ float cs[];
   const int half = head_dim / 2;
   const int64_t t = blockIdx.x;
@@ -220,6 +249,8 @@ __global__ void qk_norm_rope_kernel(bf16* q, bf16* k, const bf16* __restrict__ q
                                     const bf16* __restrict__ kn, int64_t cols, int head_dim,
                                     float eps, const int32_t* __restrict__ pos,
                                     const float* __restrict__ inv_freq) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
   extern __shared__ float sm[];
   const int D = head_dim, half = D / 2;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
@@ -252,22 +283,41 @@ __global__ void qk_norm_rope_kernel(bf16* q, bf16* k, const bf16* __restrict__ q
 
 template <typename T>
 __global__ void gather_rows_kernel(const T* x, int64_t cols, const int32_t* rows, T* out) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
   const int64_t r = blockIdx.x;
   const T* src = x + int64_t(rows[r]) * cols;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[r * cols + c] = src[c];
 }
 
-
 int grid_for(int64_t n, int block = 256) {
   return int(std::clamp<int64_t>((n + block - 1) / block, 1, 132 * 16));
 }
 
+// Compiled like every kernel of the backend: its PTX version says whether this build's
+// kernels have griddepcontrol.wait on the current device.
+__global__ void pdl_probe_kernel() {}
+
 }  // namespace
+
+bool pdl_launch_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("SALA_CUDA_PDL");
+    if (e && std::string_view(e) == "0") return false;
+    int dev = 0, major = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    cudaFuncAttributes fa{};
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, pdl_probe_kernel));
+    return major >= 9 && fa.ptxVersion >= 90;
+  }();
+  return on;
+}
 
 void launch_embedding(const bf16* table, const int32_t* ids, int64_t T, int64_t cols, float scale,
                       bf16* out, cudaStream_t st) {
   if (T == 0) return;
-  embedding_kernel<<<unsigned(T), 256, 0, st>>>(table, ids, cols, scale, out);
+  launch_pdl(embedding_kernel, unsigned(T), 256, 0, st, table, ids, cols, scale, out);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -278,22 +328,28 @@ void launch_rmsnorm(bf16* x, const bf16* a, float alpha, const bf16* w, int n, i
     const int warps = 8;
     const unsigned grid = unsigned((groups + warps - 1) / warps);
     if (a)
-      rmsnorm_warp_kernel<true><<<grid, warps * 32, 0, st>>>(x, a, alpha, w, n, groups, eps, out);
+      launch_pdl(rmsnorm_warp_kernel<true>, grid, warps * 32, 0, st, x, a, alpha, w, n, groups, eps,
+                 out);
     else
-      rmsnorm_warp_kernel<false><<<grid, warps * 32, 0, st>>>(x, a, alpha, w, n, groups, eps, out);
+      launch_pdl(rmsnorm_warp_kernel<false>, grid, warps * 32, 0, st, x, a, alpha, w, n, groups,
+                 eps, out);
   } else if (n % 256 == 0 && n <= 8192 && aligned16(x) && aligned16(out) && aligned16(w) &&
              (!a || aligned16(a))) {
     const unsigned threads = unsigned(n / 8);
     if (a)
-      rmsnorm_vec8_kernel<true><<<unsigned(groups), threads, 0, st>>>(x, a, alpha, w, n, eps, out);
+      launch_pdl(rmsnorm_vec8_kernel<true>, unsigned(groups), threads, 0, st, x, a, alpha, w, n,
+                 eps, out);
     else
-      rmsnorm_vec8_kernel<false><<<unsigned(groups), threads, 0, st>>>(x, a, alpha, w, n, eps, out);
+      launch_pdl(rmsnorm_vec8_kernel<false>, unsigned(groups), threads, 0, st, x, a, alpha, w, n,
+                 eps, out);
   } else {
     const int threads = n >= 4096 ? 512 : 256;
     if (a)
-      rmsnorm_block_kernel<true><<<unsigned(groups), threads, 0, st>>>(x, a, alpha, w, n, eps, out);
+      launch_pdl(rmsnorm_block_kernel<true>, unsigned(groups), threads, 0, st, x, a, alpha, w, n,
+                 eps, out);
     else
-      rmsnorm_block_kernel<false><<<unsigned(groups), threads, 0, st>>>(x, a, alpha, w, n, eps, out);
+      launch_pdl(rmsnorm_block_kernel<false>, unsigned(groups), threads, 0, st, x, a, alpha, w, n,
+                 eps, out);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -301,39 +357,41 @@ void launch_rmsnorm(bf16* x, const bf16* a, float alpha, const bf16* w, int n, i
 void launch_silu_mul(const bf16* g, const bf16* u, bf16* out, int64_t n, cudaStream_t st) {
   if (n == 0) return;
   const bool vec = vec16(g, u, out, n);
-  binary_kernel<<<grid_for(vec ? n / 8 : n), 256, 0, st>>>(g, u, out, n, vec, SiluMul{});
+  launch_pdl(binary_kernel<SiluMul>, grid_for(vec ? n / 8 : n), 256, 0, st, g, u, out, n, vec, SiluMul{});
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_mul_sigmoid(const bf16* a, const bf16* gate, bf16* out, int64_t n, cudaStream_t st) {
   if (n == 0) return;
   const bool vec = vec16(gate, a, out, n);
-  binary_kernel<<<grid_for(vec ? n / 8 : n), 256, 0, st>>>(gate, a, out, n, vec, MulSigmoid{});
+  launch_pdl(binary_kernel<MulSigmoid>, grid_for(vec ? n / 8 : n), 256, 0, st, gate, a, out, n, vec,
+             MulSigmoid{});
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_div_scalar(bf16* x, float d, int64_t n, cudaStream_t st) {
   if (n == 0) return;
-  div_scalar_kernel<<<grid_for(n), 256, 0, st>>>(x, d, n);
+  launch_pdl(div_scalar_kernel, grid_for(n), 256, 0, st, x, d, n);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_div_scalar_f32(float* x, float d, int64_t n, cudaStream_t st) {
   if (n == 0) return;
-  div_scalar_f32_kernel<<<grid_for(n), 256, 0, st>>>(x, d, n);
+  launch_pdl(div_scalar_f32_kernel, grid_for(n), 256, 0, st, x, d, n);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_round_f32(float* x, int64_t n, cudaStream_t st) {
   if (n == 0) return;
-  round_f32_kernel<<<grid_for(n), 256, 0, st>>>(x, n);
+  launch_pdl(round_f32_kernel, grid_for(n), 256, 0, st, x, n);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_rope(bf16* x, int64_t rows, int64_t cols, int head_dim, const int32_t* pos,
                  const float* inv_freq, cudaStream_t st) {
   if (rows == 0) return;
-  rope_kernel<<<unsigned(rows), 128, size_t(head_dim) * 4, st>>>(x, cols, head_dim, pos, inv_freq);
+  launch_pdl(rope_kernel, unsigned(rows), 128, size_t(head_dim) * 4, st, x, cols, head_dim, pos,
+             inv_freq);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -343,8 +401,8 @@ void launch_qk_norm_rope(bf16* q, bf16* k, const bf16* qn, const bf16* kn, int64
   if (rows == 0) return;
   constexpr int kThreads = 256;
   const size_t smem = size_t(1 + kThreads / 32) * size_t(head_dim) * 4;
-  qk_norm_rope_kernel<<<unsigned(rows), kThreads, smem, st>>>(q, k, qn, kn, cols, head_dim, eps,
-                                                              pos, inv_freq);
+  launch_pdl(qk_norm_rope_kernel, unsigned(rows), kThreads, smem, st, q, k, qn, kn, cols, head_dim,
+             eps, pos, inv_freq);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -352,11 +410,11 @@ void launch_gather_rows(const void* x, int64_t cols, int elem_size, const int32_
                         void* out, cudaStream_t st) {
   if (R == 0) return;
   if (elem_size == 2)
-    gather_rows_kernel<uint16_t><<<unsigned(R), 256, 0, st>>>(static_cast<const uint16_t*>(x), cols,
-                                                              rows, static_cast<uint16_t*>(out));
+    launch_pdl(gather_rows_kernel<uint16_t>, unsigned(R), 256, 0, st,
+               static_cast<const uint16_t*>(x), cols, rows, static_cast<uint16_t*>(out));
   else
-    gather_rows_kernel<uint32_t><<<unsigned(R), 256, 0, st>>>(static_cast<const uint32_t*>(x), cols,
-                                                              rows, static_cast<uint32_t*>(out));
+    launch_pdl(gather_rows_kernel<uint32_t>, unsigned(R), 256, 0, st,
+               static_cast<const uint32_t*>(x), cols, rows, static_cast<uint32_t*>(out));
   CUDA_CHECK_LAUNCH();
 }
 

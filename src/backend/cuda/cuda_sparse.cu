@@ -6,6 +6,7 @@
 // rows (selection and stage 2) in cuda_infllm_select.cu / cuda_infllm_attn.cu.
 #include <cmath>
 
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 
 namespace sala::cuda {
@@ -17,6 +18,8 @@ __global__ void append_kv_kernel(const bf16* __restrict__ k, const bf16* __restr
                                  const int32_t* __restrict__ row_seq, const DevSeq* __restrict__ seqs,
                                  const int32_t* __restrict__ page_table, CacheGeom g, bf16* kc,
                                  bf16* vc) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
   const int64_t r = blockIdx.x;
   const DevSeq s = seqs[row_seq[r]];
   const int64_t p = s.past_len + (r - s.token_begin);
@@ -33,6 +36,8 @@ __global__ void append_kv_kernel(const bf16* __restrict__ k, const bf16* __restr
 __global__ void compress_kernel(const int32_t* __restrict__ row_seq, const DevSeq* __restrict__ seqs,
                                 const int32_t* __restrict__ page_table, CacheGeom g,
                                 const bf16* __restrict__ kc, bf16* c1, bf16* c2) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
   const int64_t r = blockIdx.x;
   const DevSeq s = seqs[row_seq[r]];
   const int64_t p = s.past_len + (r - s.token_begin);
@@ -59,6 +64,8 @@ __global__ void __launch_bounds__(256) attention_kernel(
     const bf16* __restrict__ q, const int32_t* __restrict__ row_seq, const DevSeq* __restrict__ seqs,
     const int32_t* __restrict__ page_table, const bf16* __restrict__ kc, const bf16* __restrict__ vc,
     AttnParams P, bf16* __restrict__ out, float* __restrict__ part, float* __restrict__ ml) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
   const int64_t r = blockIdx.x;
   const int g = blockIdx.y;
   const int si = row_seq[r];
@@ -171,6 +178,8 @@ __global__ void __launch_bounds__(256) attention_kernel(
 __global__ void combine_kernel(const DevSeq* __restrict__ seqs, const float* __restrict__ part,
                                const float* __restrict__ ml, int nsplit, int nh, int d,
                                bf16* __restrict__ out) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
   const DevSeq s = seqs[blockIdx.x];
   if (s.num_tokens != 1) return;
   const int64_t r = s.token_begin;
@@ -196,14 +205,16 @@ __global__ void combine_kernel(const DevSeq* __restrict__ seqs, const float* __r
 void launch_append_kv(const bf16* k, const bf16* v, const StepRows& s, const CacheGeom& g, bf16* kc,
                       bf16* vc, cudaStream_t st) {
   if (s.T == 0) return;
-  append_kv_kernel<<<unsigned(s.T), 128, 0, st>>>(k, v, s.row_seq, s.seqs, s.page_table, g, kc, vc);
+  launch_pdl(append_kv_kernel, unsigned(s.T), 128, 0, st, k, v, s.row_seq, s.seqs, s.page_table, g,
+             kc, vc);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_compress(const StepRows& s, const CacheGeom& g, const bf16* kc, bf16* c1, bf16* c2,
                      cudaStream_t st) {
   if (s.T == 0) return;
-  compress_kernel<<<dim3(unsigned(s.T), 2), 128, 0, st>>>(s.row_seq, s.seqs, s.page_table, g, kc, c1, c2);
+  launch_pdl(compress_kernel, dim3(unsigned(s.T), 2), 128, 0, st, s.row_seq, s.seqs, s.page_table,
+             g, kc, c1, c2);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -222,16 +233,16 @@ void launch_attention(const bf16* q, const StepRows& s, const bf16* kc, const bf
     CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
     smem_set = size_t(max_smem);
   }
-  attention_kernel<<<dim3(unsigned(s.T), unsigned(p.g.kvh), unsigned(splits)), 256, smem, st>>>(
-      q, s.row_seq, s.seqs, s.page_table, kc, vc, p, out, part, ml);
+  launch_pdl(attention_kernel, dim3(unsigned(s.T), unsigned(p.g.kvh), unsigned(splits)), 256, smem,
+             st, q, s.row_seq, s.seqs, s.page_table, kc, vc, p, out, part, ml);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_combine(const DevSeq* seqs, int S, const float* part, const float* ml, int splits,
                     int nh, int d, bf16* out, cudaStream_t st) {
   if (S == 0 || splits <= 1) return;
-  combine_kernel<<<dim3(unsigned(S), unsigned(nh)), d < 256 ? d : 256, 0, st>>>(seqs, part, ml, splits,
-                                                                                nh, d, out);
+  launch_pdl(combine_kernel, dim3(unsigned(S), unsigned(nh)), d < 256 ? d : 256, 0, st, seqs, part,
+             ml, splits, nh, d, out);
   CUDA_CHECK_LAUNCH();
 }
 
