@@ -348,23 +348,13 @@ void launch_sparse_attention(int d, const bf16* q, const StepRows& s, const int2
                              int n_tiles, const bf16* kc, const bf16* vc, const int32_t* sel,
                              const int32_t* sel_cnt, const SparseAttnParams& p, int splits,
                              bf16* out, float* part, float* ml, cudaStream_t st) {
-  if (n_tiles <= 0) return;
-  switch (d) {
-    case 16:
-      launch_d<16>(q, s, tiles, n_tiles, kc, vc, sel, sel_cnt, p, splits, out, part, ml, st);
-      break;
-    case 32:
-      launch_d<32>(q, s, tiles, n_tiles, kc, vc, sel, sel_cnt, p, splits, out, part, ml, st);
-      break;
-    case 64:
-      launch_d<64>(q, s, tiles, n_tiles, kc, vc, sel, sel_cnt, p, splits, out, part, ml, st);
-      break;
-    case 128:
-      launch_d<128>(q, s, tiles, n_tiles, kc, vc, sel, sel_cnt, p, splits, out, part, ml, st);
-      break;
-    default:
-      break;
-  }
+  const auto launch = d == 16    ? launch_d<16>
+                      : d == 32  ? launch_d<32>
+                      : d == 64  ? launch_d<64>
+                      : d == 128 ? launch_d<128>
+                                 : nullptr;  // infllm_head_dim_supported() is checked at start
+  if (n_tiles > 0 && launch)
+    launch(q, s, tiles, n_tiles, kc, vc, sel, sel_cnt, p, splits, out, part, ml, st);
 }
 
 }  // namespace sala::cuda

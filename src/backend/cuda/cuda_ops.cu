@@ -65,6 +65,21 @@ __global__ void rmsnorm_warp_kernel(bf16* x, const bf16* a, float alpha, const b
   }
 }
 
+// 1 / rms of a group from each thread's partial Σ v² (one block per group, red: 32 floats
+// of shared memory).
+__device__ __forceinline__ float block_inv_rms(float ss, int n, float eps, float* red) {
+  ss = warp_sum(ss);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0.f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) red[0] = v;
+  }
+  __syncthreads();
+  return 1.0f / sqrtf(red[0] / float(n) + eps);
+}
+
 template <bool kResidual>
 __global__ void rmsnorm_block_kernel(bf16* x, const bf16* a, float alpha,
                                      const bf16* __restrict__ w, int n, float eps, bf16* out) {
@@ -77,16 +92,7 @@ __global__ void rmsnorm_block_kernel(bf16* x, const bf16* a, float alpha,
     const float v = load_norm_input<kResidual>(x, a, alpha, base + c);
     ss += v * v;
   }
-  ss = warp_sum(ss);
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float v = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0.f;
-    v = warp_sum(v);
-    if (threadIdx.x == 0) red[0] = v;
-  }
-  __syncthreads();
-  const float inv = 1.0f / sqrtf(red[0] / float(n) + eps);
+  const float inv = block_inv_rms(ss, n, eps, red);
   for (int c = threadIdx.x; c < n; c += blockDim.x) {
     const float v = b2f(x[base + c]);
     out[base + c] = f2b(rb(v * inv) * b2f(w[c]));
@@ -121,16 +127,7 @@ __global__ void rmsnorm_vec8_kernel(bf16* x, const bf16* a, float alpha, const b
   }
 #pragma unroll
   for (int e = 0; e < 8; ++e) ss += v[e] * v[e];
-  ss = warp_sum(ss);
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float r = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0.f;
-    r = warp_sum(r);
-    if (threadIdx.x == 0) red[0] = r;
-  }
-  __syncthreads();
-  const float inv = 1.0f / sqrtf(red[0] / float(n) + eps);
+  const float inv = block_inv_rms(ss, n, eps, red);
   const uint4 wv = *reinterpret_cast<const uint4*>(w + threadIdx.x * 8);
   const bf16* w8 = reinterpret_cast<const bf16*>(&wv);
   uint4 ov;
