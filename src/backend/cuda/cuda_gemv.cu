@@ -25,8 +25,8 @@
 //
 // PDL (sm_90+). The ring kernel is launched with programmatic stream serialization: it may
 // start while the kernel before it still runs, once every CTA of that kernel has executed
-// pdl_trigger() (first thing in the kernels that precede GEMVs in a decode step: the norms,
-// the gates, div_scalar before the LM head, and this one). Each CTA issues its first two
+// pdl_trigger() (every kernel of a decode step calls it right after its own pdl_wait();
+// this one calls it first). Each CTA issues its first two
 // weight stages, then waits (griddepcontrol.wait: the preceding grid has completed and its
 // writes are visible); x is read and y written only after that. Weights are never written by
 // kernels, so this is safe whatever kernel precedes it (one without a trigger: no overlap).

@@ -1,16 +1,15 @@
 // InfLLM-v2 stage 2 on the tensor cores (SPEC §9.6): attention of each sparse row over the
 // keys of its selected blocks (causal: keys p ≤ t). One block per (tile of ≤ 8 rows of one
 // sequence, KV head, split); consumer warp w owns row w's 16 query heads as the 16 rows of
-// mma m16n8k16. The block walks the union of its
-// rows' selected blocks in 64-key tiles (ascending), each K/V tile loaded once into a ring of
-// kSlots shared-memory slots by two producer warps (K and V, cp.async; rows unpadded with
-// the 16-byte chunks XOR-swizzled by row, so ldmatrix is conflict-free). Slots are handed
-// over by mbarriers (full: the tile landed; empty: every consumer is done with it), not by
-// block-wide barriers: with the rows' selections unrelated, a row needs only ≈ 1 in 4 tiles
-// of the union, and each consumer runs through the tiles it skips while slower ones still
-// compute, up to kSlots tiles apart (before: one __syncthreads per tile made every tile cost
-// what its slowest row spent on it; ncu: 36 % of cycles at the barrier, plus register spills
-// at the 2-blocks-per-SM register cap).
+// mma m16n8k16. The block walks the union of its rows' selected blocks in 64-key tiles
+// (ascending), each K/V tile loaded once into a ring of kSlots shared-memory slots by four
+// producer warps (cp.async; rows unpadded with the 16-byte chunks XOR-swizzled by row, so
+// ldmatrix is conflict-free). Slots are handed over by mbarriers (full: the tile landed;
+// empty: every consumer is done with it), not by block-wide barriers: with the rows'
+// selections unrelated, a row needs only ≈ 1 in 4 tiles of the union, and each consumer runs
+// through the tiles it skips while slower ones still compute, up to kSlots tiles apart
+// (before: one __syncthreads per tile made every tile cost what its slowest row spent on it;
+// ncu: 36 % of cycles at the barrier, plus register spills at the 2-blocks-per-SM cap).
 // A warp computes only on the tiles its own row selected, masking keys of unselected blocks
 // (blocks smaller than 64 keys) and keys after the row. fp32 scores and online softmax in
 // log2 units; P·V with P split in two bf16 terms (hi + lo) as the dense prefill kernel, so

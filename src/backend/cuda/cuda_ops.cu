@@ -1,9 +1,8 @@
 // Element-wise, norm, RoPE, embedding and gather kernels of the CUDA backend. Each
 // computes in fp32 between the bf16 rounding points of the golden README §4, exactly where
-// CpuBackend (NumericMode::BF16) rounds. The kernels that precede skinny GEMMs in a decode
-// step (norms, silu_mul / mul_sigmoid, div_scalar before the LM head) start with
-// pdl_trigger(): the GEMM, launched with PDL (cuda_gemv.cu), streams its first weights
-// while they run.
+// CpuBackend (NumericMode::BF16) rounds. Each is launched with launch_pdl and starts with
+// pdl_wait(); pdl_trigger() (cuda_launch.cuh): the next kernel, e.g. a skinny GEMM that
+// streams its first weights early (cuda_gemv.cu), may start while this one runs.
 #include <algorithm>
 #include <cstdlib>
 #include <string_view>
