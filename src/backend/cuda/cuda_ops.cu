@@ -353,7 +353,8 @@ void launch_rmsnorm(bf16* x, const bf16* a, float alpha, const bf16* w, int n, i
 void launch_silu_mul(const bf16* g, const bf16* u, bf16* out, int64_t n, cudaStream_t st) {
   if (n == 0) return;
   const bool vec = vec16(g, u, out, n);
-  launch_pdl(binary_kernel<SiluMul>, grid_for(vec ? n / 8 : n), 256, 0, st, g, u, out, n, vec, SiluMul{});
+  launch_pdl(binary_kernel<SiluMul>, grid_for(vec ? n / 8 : n), 256, 0, st, g, u, out, n, vec,
+             SiluMul{});
   CUDA_CHECK_LAUNCH();
 }
 
