@@ -429,9 +429,11 @@ void CudaBackend::begin_step(const StepMeta& meta) {
   sd_ = sd;
   if (optime_) {
     resolve_ticks();  // the previous step's, when it downloaded nothing
-    // SALA_CUDA_OPTIME=N (N > 1): only steps of at least N rows are timed.
-    const long min_rows = std::strtol(std::getenv("SALA_CUDA_OPTIME"), nullptr, 10);
-    optime_step_ = T >= min_rows;
+    // SALA_CUDA_OPTIME=N (N > 1): only steps of at least N rows are timed (prefills);
+    // N < 0: only steps of at most -N rows (decode steps, run eagerly with
+    // SALA_DISABLE_CUDA_GRAPH=1).
+    const long n = std::strtol(std::getenv("SALA_CUDA_OPTIME"), nullptr, 10);
+    optime_step_ = n < 0 ? T <= -n : T >= n;
     ticks_.clear();
     if (optime_step_) {
       ++steps_timed_;

@@ -143,7 +143,8 @@ class CudaBackend : public Backend {
   // InfLLM-v2 selection workspaces, for kSelectChunkTiles tiles per launch (init_caches:
   // sized by the longest sequence the KV pool holds).
   static constexpr int kSelectChunkTiles = 512;
-  static constexpr int kSelectSplits = 32;  // entry splits of one-token (decode) rows
+  static constexpr int kSelectSplits = 32;  // level-2 entry splits of one-token (decode) rows
+  static constexpr int kScoreSplits = 64;   // level-1 entry splits of one-token rows
   cuda::SelectWork select_work_{};
   int select_nb_stride_ = 0, select_et_stride_ = 0;
   int64_t select_max_len_ = 0;  // longest sequence the workspaces hold

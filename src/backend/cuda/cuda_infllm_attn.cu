@@ -15,6 +15,9 @@
 // log2 units; P·V with P split in two bf16 terms (hi + lo) as the dense prefill kernel, so
 // the probabilities are not rounded to bf16 (golden README §4). With splits (decode) the
 // union is divided among grid.z blocks and the partials (acc, m, l) merge in combine_kernel.
+// Dense rows of short calls (decode below dense_len) run here too, as rows that selected
+// every block up to their own (SparseAttnParams::dense_below): the scalar attention_kernel
+// took ≈ 50 µs per layer for a 128-token context (ncu / SALA_CUDA_OPTIME, 2026-11-30).
 #include <cub/block/block_scan.cuh>
 
 #include "backend/cuda/cuda_launch.cuh"
@@ -90,7 +93,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int2 tile = tiles[blockIdx.x];
   const int si = R.row_seq[tile.x];
   const DevSeq s = R.seqs[si];
-  if (!s.sparse) return;
+  const bool dense = !s.sparse;  // a dense row: every block up to its own (SPEC §9.1)
+  if (dense && s.num_tokens >= P.dense_below) return;
   // Only one-token calls (decode) split over grid.z (see launch_attention).
   const int g = blockIdx.y, split = blockIdx.z, nsplit = s.num_tokens == 1 ? int(gridDim.z) : 1;
   if (split >= nsplit) return;
@@ -114,7 +118,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_init(&empty[tid], tile.y);          // one arrival per consumer warp
   }
   __syncthreads();
-  if (active) {
+  if (active && dense) {
+    for (long long b = lane; b <= t / G.bs; b += 32) atomicOr(&mybits[b >> 5], 1u << (b & 31));
+    for (long long kt = lane; kt <= t / kKT; kt += 32) atomicOr(&ubits[kt >> 5], 1u << (kt & 31));
+  } else if (active) {
     const int cnt = sel_cnt[row * G.kvh + g];
     const int32_t* lst = sel + (row * G.kvh + g) * P.total_topk;
     for (int i = lane; i < cnt; i += 32) {

@@ -299,7 +299,10 @@ __device__ __forceinline__ uint32_t order_key(float v) {
   return (x & 0x8000u) ? (~x & 0xffffu) : (x | 0x8000u);
 }
 
-constexpr int kTopkThreads = 128;
+// Threads of a top-k block: 128 for steps of prompt rows (one block per row, many rows);
+// 512 for steps with decode rows, where a handful of blocks scan every block of a long
+// context (2048 at 128K) and the kernel's latency is the step's.
+constexpr int kTopkThreads = 128, kTopkThreadsDecode = 512;
 
 // The bin (of 256) holding the need-th largest key: returns it, and in *above the number of
 // keys in higher bins. Warp 0 scans; lane i owns bins 255 − 8i .. 248 − 8i.
@@ -327,8 +330,9 @@ __device__ __forceinline__ void find_bin(const int* hist, int need, int* out_bin
   }
 }
 
-//                                    grid: (tiles · kW, kvh), block: kTopkThreads
-__global__ void __launch_bounds__(kTopkThreads) select_topk_kernel(
+//                                    grid: (tiles · kW, kvh), block: NT
+template <int NT>
+__global__ void __launch_bounds__(NT) select_topk_kernel(
     StepRows R, const int2* __restrict__ tiles, int tile_begin, SelectParams P,
     const bf16* __restrict__ bscore, const float* __restrict__ edge, int32_t* __restrict__ sel,
     int32_t* __restrict__ sel_cnt) {
@@ -337,7 +341,7 @@ __global__ void __launch_bounds__(kTopkThreads) select_topk_kernel(
   extern __shared__ uint16_t keys[];  // [nb_stride]
   __shared__ int hist[256];
   __shared__ int sh_bin, sh_above;
-  using Scan = cub::BlockScan<int, kTopkThreads>;
+  using Scan = cub::BlockScan<int, NT>;
   __shared__ typename Scan::TempStorage scan_tmp;
   const int w = blockIdx.x % kW, g = blockIdx.y, tid = threadIdx.x;
   const int2 tile = tiles[tile_begin + blockIdx.x / kW];
@@ -352,14 +356,14 @@ __global__ void __launch_bounds__(kTopkThreads) select_topk_kernel(
   const int K = min(P.total_topk, nb);
   int32_t* out = sel + (row * G.kvh + g) * P.total_topk;
   if (K == nb) {  // every block is selected; those after the query's are dropped
-    for (int b = tid; b <= qb; b += kTopkThreads) out[b] = b;
+    for (int b = tid; b <= qb; b += NT) out[b] = b;
     if (tid == 0) sel_cnt[row * G.kvh + g] = qb + 1;
     return;
   }
   const int64_t lrow = int64_t(blockIdx.x / kW) * kW + w;
   const bf16* brow = bscore + (lrow * G.kvh + g) * P.nb_stride;
   const float* erow = edge + (lrow * G.kvh + g) * P.et_stride;
-  for (int b = tid; b < nb; b += kTopkThreads) {
+  for (int b = tid; b < nb; b += NT) {
     float v;
     if (b < P.init_blocks || (b >= qb - P.local_blocks && b <= qb)) {
       v = INFINITY;
@@ -371,17 +375,17 @@ __global__ void __launch_bounds__(kTopkThreads) select_topk_kernel(
     }
     keys[b] = uint16_t(order_key(v));
   }
-  for (int i = tid; i < 256; i += kTopkThreads) hist[i] = 0;
+  for (int i = tid; i < 256; i += NT) hist[i] = 0;
   __syncthreads();
-  for (int b = tid; b < nb; b += kTopkThreads) atomicAdd(&hist[keys[b] >> 8], 1);
+  for (int b = tid; b < nb; b += NT) atomicAdd(&hist[keys[b] >> 8], 1);
   __syncthreads();
   if (tid < 32) find_bin(hist, K, &sh_bin, &sh_above);
   __syncthreads();
   const int hi = sh_bin, above1 = sh_above;
   __syncthreads();
-  for (int i = tid; i < 256; i += kTopkThreads) hist[i] = 0;
+  for (int i = tid; i < 256; i += NT) hist[i] = 0;
   __syncthreads();
-  for (int b = tid; b < nb; b += kTopkThreads)
+  for (int b = tid; b < nb; b += NT)
     if ((keys[b] >> 8) == hi) atomicAdd(&hist[keys[b] & 255], 1);
   __syncthreads();
   if (tid < 32) find_bin(hist, K - above1, &sh_bin, &sh_above);
@@ -389,7 +393,7 @@ __global__ void __launch_bounds__(kTopkThreads) select_topk_kernel(
   const uint32_t thr = uint32_t(hi << 8 | sh_bin);
   const int ties_take = K - above1 - sh_above;  // keys equal to thr taken, lowest index first
   // Each thread a contiguous range of blocks, so ranks and output follow the block order.
-  const int per = (nb + kTopkThreads - 1) / kTopkThreads;
+  const int per = (nb + NT - 1) / NT;
   const int b0 = min(nb, tid * per), b1 = min(nb, b0 + per);
   int ties = 0;
   for (int b = b0; b < b1; ++b) ties += keys[b] == thr;
@@ -426,6 +430,22 @@ void launch_select_d(const bf16* q, const StepRows& s, const int2* tiles, int ti
   CUDA_CHECK_LAUNCH();
 }
 
+template <int NT>
+void launch_topk(const StepRows& s, const int2* tiles, int tile_begin, int n_tiles,
+                 const SelectParams& p, const SelectWork& w, int32_t* sel, int32_t* sel_cnt,
+                 cudaStream_t st) {
+  const size_t smem = select_topk_smem_bytes(p.nb_stride);
+  static size_t smem_set = 48 * 1024;  // static shared memory counts too: ask for what is needed
+  if (smem > smem_set) {
+    CUDA_CHECK(cudaFuncSetAttribute(select_topk_kernel<NT>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    smem_set = smem;
+  }
+  launch_pdl(select_topk_kernel<NT>, dim3(unsigned(n_tiles * kW), unsigned(p.g.kvh)), NT, smem, st,
+             s, tiles, tile_begin, p, w.bscore, w.edge, sel, sel_cnt);
+  CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 bool infllm_head_dim_supported(int d) { return d == 16 || d == 32 || d == 64 || d == 128; }
@@ -444,15 +464,11 @@ void launch_infllm_select(int d, const bf16* q, const StepRows& s, const int2* t
     case 128: launch_select_d<128>(q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
     default: return;
   }
-  const size_t smem = select_topk_smem_bytes(p.nb_stride);
-  static size_t smem_set = 48 * 1024;  // static shared memory counts too: ask for what is needed
-  if (smem > smem_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(select_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    smem_set = smem;
-  }
-  launch_pdl(select_topk_kernel, dim3(unsigned(n_tiles * kW), unsigned(p.g.kvh)), kTopkThreads,
-             smem, st, s, tiles, tile_begin, p, w.bscore, w.edge, sel, sel_cnt);
-  CUDA_CHECK_LAUNCH();
+  // lse_splits > 1: the step has decode rows (see SelectParams).
+  if (p.lse_splits > 1)
+    launch_topk<kTopkThreadsDecode>(s, tiles, tile_begin, n_tiles, p, w, sel, sel_cnt, st);
+  else
+    launch_topk<kTopkThreads>(s, tiles, tile_begin, n_tiles, p, w, sel, sel_cnt, st);
 }
 
 }  // namespace sala::cuda

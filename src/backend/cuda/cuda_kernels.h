@@ -155,6 +155,9 @@ struct SparseAttnParams {
   int nb_words;   // 32-bit words of a row's block bitmap (max blocks of a sequence)
   int nkt_words;  // words of the 64-key tile bitmap (max tiles of a sequence)
   int list_cap;   // max 64-key tiles in the union of a tile's selections
+  // Dense rows of calls of fewer tokens than this (decode rows) are computed here too, as
+  // rows that selected every block up to their own; 0: sparse rows only.
+  int dense_below;
 };
 size_t sparse_attn_smem_bytes(int d, const SparseAttnParams& p);
 // Stage 2 of every sparse row of the step: out[T, nh*d] (splits == 1) or partials as

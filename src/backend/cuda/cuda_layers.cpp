@@ -128,7 +128,7 @@ void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, con
     P.nb_stride = select_nb_stride_;
     P.et_stride = select_et_stride_;
     P.lse_splits = one_token_calls ? kSelectSplits : 1;
-    P.score_splits = one_token_calls ? kSelectSplits : 1;
+    P.score_splits = one_token_calls ? kScoreSplits : 1;
     for (int t0 = 0; t0 < sd_.n_tiles; t0 += kSelectChunkTiles)
       launch_infllm_select(d, ptr<const bf16>(q), rows, sd_.tiles, t0,
                            std::min(kSelectChunkTiles, sd_.n_tiles - t0), cache.c1, cache.c2, P,
@@ -184,16 +184,32 @@ void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, con
     }
     tick("flash prefill attention");
   }
-  if (sd_.n_sparse_seqs < sd_.S) {
+  // Dense rows not on the flash kernel go through the stage-2 kernel (every block selected)
+  // where its shapes allow and a dense row's tiles fit its list; else attention_kernel.
+  // SALA_CUDA_DENSE_MMA=0 keeps them on attention_kernel.
+  static const bool dense_mma_on = [] {
+    const char* e = std::getenv("SALA_CUDA_DENSE_MMA");
+    return !(e && std::string(e) == "0");
+  }();
+  const bool dense_mma = dense_mma_on && GH == 16 && infllm_head_dim_supported(d) &&
+                         (sp.dense_len + 63) / 64 <= attn_list_cap_;
+  const bool dense_rows = sd_.n_sparse_seqs < sd_.S;
+  if (dense_rows && !dense_mma) {
     const size_t smem = attention_smem_bytes(GH, d);
     SALA_CHECK(smem <= size_t(max_smem_optin_), "attention needs {} bytes of shared memory", smem);
     launch_attention(ptr<const bf16>(q), rows, cache.k, cache.v, A, splits, ptr<bf16>(out),
                      attn_part_, attn_ml_, max_smem_optin_, stream_);
     tick("dense attention");
   }
-  if (sd_.n_sparse_seqs > 0) {
-    SparseAttnParams SA{geo, nh, c.attn_scale(), sp.total_topk(), attn_nb_words_, attn_nkt_words_,
-                        attn_list_cap_};
+  if (sd_.n_sparse_seqs > 0 || (dense_rows && dense_mma)) {
+    SparseAttnParams SA{geo,
+                        nh,
+                        c.attn_scale(),
+                        sp.total_topk(),
+                        attn_nb_words_,
+                        attn_nkt_words_,
+                        attn_list_cap_,
+                        dense_mma ? A.flash_min : 0};
     const size_t smem = sparse_attn_smem_bytes(d, SA);
     SALA_CHECK(smem + 4096 <= size_t(max_smem_optin_), "sparse attention needs {} bytes of shared memory", smem);
     launch_sparse_attention(d, ptr<const bf16>(q), rows, sd_.tiles, sd_.n_tiles, cache.k, cache.v,
