@@ -392,7 +392,8 @@ TEST(CudaOps, GemvSpeed) {
 // Every step's logits must be equal bit for bit.
 // Recorded decode steps == eager steps, with joins and mid-batch finishes, on a golden
 // case's model; every prompt is len_offset tokens longer than in the base schedule.
-void graph_replay_vs_eager(const std::string& case_name, int len_offset) {
+void graph_replay_vs_eager(const std::string& case_name, int len_offset,
+                           NumericMode mode = NumericMode::BF16) {
   const char* gd = std::getenv("SALA_GOLDEN_DIR");
   const std::string dir = std::string(gd ? gd : "../shared/golden") + "/" + case_name;
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no " << dir;
@@ -405,7 +406,7 @@ void graph_replay_vs_eager(const std::string& case_name, int len_offset) {
   const int pps = int((400 + lim.caches.page_size - 1) / lim.caches.page_size), nslots = 8;
   lim.caches.num_pages = pps * nslots;
   lim.caches.num_slots = nslots;
-  BackendOptions og{NumericMode::BF16, 0, true}, oe{NumericMode::BF16, 0, false};
+  BackendOptions og{mode, 0, true}, oe{mode, 0, false};
   Model mg(cfg, make_cuda_backend(og), ck, lim), me(cfg, make_cuda_backend(oe), ck, lim);
   ASSERT_TRUE(mg.backend().graphs_enabled());
   ASSERT_FALSE(me.backend().graphs_enabled());
@@ -490,9 +491,9 @@ void graph_replay_vs_eager(const std::string& case_name, int len_offset) {
     }
     live = order;
   }
-  std::printf("[ graph ] %s: %lld steps (%lld decode-only), %lld logits compared, %lld steps differ\n",
-              case_name.c_str(), (long long)steps, (long long)decode_steps, (long long)compared,
-              (long long)mismatches);
+  std::printf("[ graph ] %s%s: %lld steps (%lld decode-only), %lld logits compared, %lld steps differ\n",
+              case_name.c_str(), mode == NumericMode::F32 ? " fp32" : "", (long long)steps,
+              (long long)decode_steps, (long long)compared, (long long)mismatches);
   EXPECT_EQ(mismatches, 0);
 }
 
@@ -506,6 +507,12 @@ TEST(CudaOps, GraphReplayMatchesEagerSparse) {
   // tiny-sparse (dense_len 256): prompts of 242..310 tokens, so decode steps mix dense rows,
   // rows crossing 256 and InfLLM-v2 rows (their own recordings, selection kernels inside).
   graph_replay_vs_eager("tiny-sparse", 240);
+}
+
+TEST(CudaOps, GraphReplayMatchesEagerF32) {
+  REQUIRE_GPU();
+  // fp32 mode's kernels (cuBLASLt fp32 GEMMs, the fp32 InfLLM-v2 selection) recorded too.
+  graph_replay_vs_eager("tiny-sparse", 240, NumericMode::F32);
 }
 
 }  // namespace
