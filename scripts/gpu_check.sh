@@ -8,9 +8,9 @@
 #                                exceed the 64 MiB limit)
 #   scripts/gpu_check.sh long   (on the GPU machine: `bench` with the long-context rows)
 #   scripts/gpu_check.sh run    (on the GPU machine, repository root: op tests against the
-#                                CPU backend in bf16 emulation (every binary of OP_TESTS), then
-#                                `sala golden` tiny-dense, tiny-sparse and tiny-real-sparse on the GPU in
-#                                bf16 mode;
+#                                CPU backend in bf16 emulation and in fp32 mode (every binary
+#                                of OP_TESTS), then `sala golden` tiny-dense, tiny-sparse and
+#                                tiny-real-sparse on the GPU in bf16 mode and in fp32 mode;
 #                                prints a table last)
 #   scripts/gpu_check.sh exec CMD...  (on the GPU machine: CMD with the pack unpacked at
 #                                $SALA_GPU_DIR (bin/sala, bin/<op tests>) and its libraries on
@@ -21,7 +21,7 @@ G=$ROOT/.gpu
 BUILD=${BUILD:-$ROOT/build-cuda}
 GOLDEN=${GOLDEN:-$ROOT/../shared/golden}
 # The CUDA op test binaries (tests/ops): all of them are packed and run.
-OP_TESTS=${OP_TESTS:-"test_cuda_ops test_cuda_sparse"}
+OP_TESTS=${OP_TESTS:-"test_cuda_ops test_cuda_sparse test_cuda_f32"}
 
 pack() {
   set -e
@@ -82,11 +82,16 @@ run() {
     os[$t]=$((SECONDS - t0))
     [ "${orc[$t]}" = 0 ] || ops_ok=0
   done
-  for c in tiny-dense tiny-sparse tiny-real-sparse; do
-    t0=$SECONDS
-    "$G/bin/sala" golden "$G/golden/$c" --device cuda --mode bf16 2>&1 | tee "$out/golden_$c.log"
-    grc[$c]=${PIPESTATUS[0]}
-    gs[$c]=$((SECONDS - t0))
+  local golden_ok=1
+  for mode in bf16 fp32; do
+    for c in tiny-dense tiny-sparse tiny-real-sparse; do
+      t0=$SECONDS
+      "$G/bin/sala" golden "$G/golden/$c" --device cuda --mode $mode 2>&1 |
+        tee "$out/golden_${c}_$mode.log"
+      grc[$c.$mode]=${PIPESTATUS[0]}
+      gs[$c.$mode]=$((SECONDS - t0))
+      [ "${grc[$c.$mode]}" = 0 ] || golden_ok=0
+    done
   done
 
   echo
@@ -96,13 +101,14 @@ run() {
     printf "%-34s %-6s %s\n" "$t (${os[$t]}s)" "${orc[$t]}" \
       "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$t.log" | tr '\n' ' ')"
   done
-  for c in tiny-dense tiny-sparse tiny-real-sparse; do
-    printf "%-34s %-6s %s\n" "golden $c bf16 cuda (${gs[$c]}s)" "${grc[$c]}" \
-      "$(grep -E '^[0-9]+ scenarios' "$out/golden_$c.log")"
+  for mode in bf16 fp32; do
+    for c in tiny-dense tiny-sparse tiny-real-sparse; do
+      printf "%-34s %-6s %s\n" "golden $c $mode cuda (${gs[$c.$mode]}s)" "${grc[$c.$mode]}" \
+        "$(grep -E '^[0-9]+ scenarios' "$out/golden_${c}_$mode.log")"
+    done
   done
-  for t in $OP_TESTS; do grep -E "^\[ sparse \]" "$out/$t.log"; done
-  [ "$ops_ok" = 1 ] && [ "${grc[tiny-dense]}" = 0 ] && [ "${grc[tiny-sparse]}" = 0 ] &&
-    [ "${grc[tiny-real-sparse]}" = 0 ]
+  for t in $OP_TESTS; do grep -E "^\[ (sparse|graph) \]" "$out/$t.log"; done
+  [ "$ops_ok" = 1 ] && [ "$golden_ok" = 1 ]
 }
 
 # Full-size random model (configs/minicpm-sala-9b.json, 18 GB written on the GPU machine):

@@ -22,6 +22,11 @@ struct SeqSlice {
 struct BlockCapture {
   // key: rows are step rows; selections[sparse_layer][kv_head][row] = blocks
   std::vector<std::vector<std::vector<std::vector<int32_t>>>> selections;
+  // CpuBackend only, when want_scores: the pooled block scores that top-k ranked,
+  // block_scores[sparse_layer][kv_head][row] (empty for dense rows), so that tests can tell a
+  // near-tie of the k-th and (k+1)-th block from a wrong selection.
+  bool want_scores = false;
+  std::vector<std::vector<std::vector<std::vector<float>>>> block_scores;
 };
 
 struct StepMeta {

@@ -100,6 +100,14 @@ HostMat randn(int64_t rows, int64_t cols, uint32_t seed, float scale, float mean
   return m;
 }
 
+HostMatF32 randn_f32(int64_t rows, int64_t cols, uint32_t seed, float scale, float mean) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd(mean, scale);
+  HostMatF32 m{rows, cols, std::vector<float>(size_t(rows * cols))};
+  for (auto& x : m.v) x = nd(g);
+  return m;
+}
+
 std::string shape(const char* op, std::initializer_list<int64_t> dims) {
   std::string s = std::string(op) + " [";
   for (auto it = dims.begin(); it != dims.end(); ++it) {
@@ -147,8 +155,9 @@ SparseConfig tiny_sparse() {
   return sp;
 }
 
-LayerHarness::LayerHarness(const ModelConfig& c, int page_size, int64_t max_len_, int nseq)
-    : cfg(c), max_len(max_len_) {
+LayerHarness::LayerHarness(const ModelConfig& c, int page_size, int64_t max_len_, int nseq,
+                           NumericMode mode)
+    : p(mode), cfg(c), max_len(max_len_) {
   const int pages_per_seq = int((max_len + page_size - 1) / page_size);
   shape.page_size = page_size;
   shape.num_pages = pages_per_seq * nseq;

@@ -1,6 +1,7 @@
-// Shared harness of the CUDA op tests (test_cuda_ops.cpp, test_cuda_sparse.cpp): the CUDA
-// backend against the CPU backend in bf16 emulation (NumericMode::BF16), op by op, in the
-// style of llama.cpp's test-backend-ops. Identical bf16 inputs go to both backends, both
+// Shared harness of the CUDA op tests (test_cuda_ops.cpp, test_cuda_sparse.cpp,
+// test_cuda_f32.cpp): the CUDA backend against the CPU backend in bf16 emulation
+// (NumericMode::BF16), or both in fp32 mode (NumericMode::F32), op by op, in the style of
+// llama.cpp's test-backend-ops. Identical bf16 inputs go to both backends, both
 // outputs come back as fp32 and are compared; every comparison is also recorded for the
 // table of measured errors printed at the end of each binary (cuda_test_util.cpp).
 //
@@ -48,6 +49,9 @@ std::vector<Stat>& stats();
 double bf16_ulp(double r);
 // e (GPU) against r (CPU, the reference); recorded in stats().
 Stat compare(const std::string& name, const std::vector<float>& e, const std::vector<float>& r);
+// fp32 mode: relative L2 error and max error relative to the largest reference value at the
+// fp32 level (different fp32 summation orders / exp implementations, no rounding to bf16).
+inline constexpr double kF32RelL2 = 1e-5, kF32RelMax = 1e-4;
 // Element-wise ops: at most `ulps` bf16 ulps anywhere, on at most `frac` of the elements.
 void expect_ulp(const Stat& s, double ulps, double frac);
 // Reductions: relative L2 error and max error relative to the largest reference value.
@@ -64,10 +68,21 @@ struct HostMat {
 // [rows, cols] of N(mean, scale²) rounded to bf16, reproducible from `seed`.
 HostMat randn(int64_t rows, int64_t cols, uint32_t seed, float scale = 1.f, float mean = 0.f);
 
-// The same bf16 values in both backends.
+// fp32 values that are not bf16 values (fp32-mode inputs: a kernel that rounds its loads
+// or stores to bf16 is off by ~1e-3 relative).
+struct HostMatF32 {
+  int64_t rows = 0, cols = 0;
+  std::vector<float> v;  // [rows, cols]
+};
+// [rows, cols] of N(mean, scale²) in fp32, reproducible from `seed`.
+HostMatF32 randn_f32(int64_t rows, int64_t cols, uint32_t seed, float scale = 1.f, float mean = 0.f);
+
+// The same values in both backends, both in `mode` (bf16 emulation on the CPU by default).
 struct Pair {
-  std::unique_ptr<Backend> cpu = make_cpu_backend({NumericMode::BF16, 0});
-  std::unique_ptr<Backend> gpu = make_cuda_backend({NumericMode::BF16, 0});
+  explicit Pair(NumericMode m = NumericMode::BF16)
+      : mode(m), cpu(make_cpu_backend({m, 0})), gpu(make_cuda_backend({m, 0})) {}
+  NumericMode mode;
+  std::unique_ptr<Backend> cpu, gpu;
   struct T2 {
     Tensor c, g;
   };
@@ -80,7 +95,19 @@ struct Pair {
     v.nbytes = m.bits.size() * 2;
     return {cpu->upload_weight(v), gpu->upload_weight(v)};
   }
-  T2 out(int64_t rows, int64_t cols, DType gpu_dtype = DType::BF16) {
+  // fp32 values as an F32 "checkpoint" tensor (exact in fp32 mode).
+  T2 up(const HostMatF32& m) {
+    TensorView v;
+    v.name = "test";
+    v.dtype = DType::F32;
+    v.shape = {m.rows, m.cols};
+    v.data = reinterpret_cast<const uint8_t*>(m.v.data());
+    v.nbytes = m.v.size() * 4;
+    return {cpu->upload_weight(v), gpu->upload_weight(v)};
+  }
+  // GPU output in the backend's activation dtype (bf16, or fp32 in fp32 mode).
+  T2 out(int64_t rows, int64_t cols) { return out(rows, cols, gpu->act_dtype()); }
+  T2 out(int64_t rows, int64_t cols, DType gpu_dtype) {
     return {cpu->alloc(rows, cols, DType::F32), gpu->alloc(rows, cols, gpu_dtype)};
   }
   void begin(const StepMeta& m) {
@@ -137,7 +164,8 @@ struct LayerHarness {
   std::vector<SeqState> seqs;
   int64_t max_len;
   uint32_t seed = 1000;
-  LayerHarness(const ModelConfig& c, int page_size, int64_t max_len, int nseq);
+  LayerHarness(const ModelConfig& c, int page_size, int64_t max_len, int nseq,
+               NumericMode mode = NumericMode::BF16);
   // One step: the calls in row order; advances the sequences' lengths.
   StepMeta step(const Calls& calls, bool dense_as_sparse = false);
 };

@@ -96,6 +96,11 @@ void CpuBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, cons
     auto& sel = m.capture->selections;
     if (sel.size() < size_t(si) + 1) sel.resize(size_t(si) + 1);
     sel[size_t(si)].assign(size_t(kvh), std::vector<std::vector<int32_t>>(size_t(q.rows)));
+    if (m.capture->want_scores) {
+      auto& bsc = m.capture->block_scores;
+      if (bsc.size() < size_t(si) + 1) bsc.resize(size_t(si) + 1);
+      bsc[size_t(si)].assign(size_t(kvh), std::vector<std::vector<float>>(size_t(q.rows)));
+    }
   }
 
 #pragma omp parallel
@@ -151,6 +156,8 @@ void CpuBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, cons
                             sp.local_blocks(), block_score.data());
         infllm::select_topk(block_score.data(), nb, qb, sp.total_topk(), idx, selected);
         if (m.capture) m.capture->selections[size_t(si)][size_t(g)][size_t(trow)] = selected;
+        if (m.capture && m.capture->want_scores)
+          m.capture->block_scores[size_t(si)][size_t(g)][size_t(trow)] = block_score;
         for (int32_t b : selected)
           for (int64_t p = int64_t(b) * bs; p < std::min<int64_t>((int64_t(b) + 1) * bs, t + 1);
                ++p)

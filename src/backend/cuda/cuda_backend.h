@@ -1,6 +1,10 @@
 // The CUDA backend: bf16 activations and weights in device memory, one stream, cuBLASLt
 // GEMMs, and kernels that round at exactly the points of the golden README §4 (the CPU
-// backend in NumericMode::BF16 is the oracle; tests/ops compares every op with it).
+// backend in NumericMode::BF16 is the oracle; tests/ops compares every op with it). In fp32
+// mode (NumericMode::F32) weights (exact upcasts), activations, KV cache and compressed keys
+// are fp32 and nothing rounds to bf16: the same kernels instantiated for float, true-fp32
+// GEMMs, and CUDA-core kernels in place of the bf16 tensor-core ones (flash prefill, GEMV,
+// InfLLM-v2 selection and stage 2); the CPU backend in fp32 mode is that oracle.
 //
 // Memory: weights, caches and workspaces are allocated at start (upload_weight, alloc,
 // init_caches). The per-step metadata (StepMeta) travels in one pinned blob to one device
@@ -24,9 +28,10 @@ class CudaBackend : public Backend {
   explicit CudaBackend(const BackendOptions& opts);
   ~CudaBackend() override;
   std::string name() const override { return "cuda"; }
-  size_t kv_element_bytes() const override { return 2; }  // bf16 KV and compressed keys
+  // bf16 (fp32 mode: fp32) KV and compressed keys
+  size_t kv_element_bytes() const override { return bf16_mode_ ? 2 : 4; }
   size_t device_memory_total() const override;
-  DType act_dtype() const override { return DType::BF16; }
+  DType act_dtype() const override { return bf16_mode_ ? DType::BF16 : DType::F32; }
 
   Tensor alloc(int64_t rows, int64_t cols, DType dtype) override;
   Tensor upload_weight(const TensorView& src) override;
@@ -89,6 +94,10 @@ class CudaBackend : public Backend {
   float* make_inv_freq(int head_dim, double theta);
   const float* inv_freq(int head_dim, double theta);
   void alloc_select_work(size_t pool_tokens);
+  bool is_act(const Tensor& t) const { return t.dtype == act_dtype(); }
+  // sparse_attention for the activation type T (bf16, or float in fp32 mode).
+  template <typename T>
+  void sparse_attention_t(int si, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out);
   void drop_graphs();  // recordings hold device pointers: dropped when a buffer moves
   // Per-op GPU time (SALA_CUDA_OPTIME=1): an event after every op; the time since the
   // previous event is the op's. Printed at exit, summed by op name.
@@ -123,11 +132,11 @@ class CudaBackend : public Backend {
   ModelConfig cfg_;
   CacheShape cache_shape_;
   bool caches_ready_ = false;
-  struct SparseLayerCache {
-    cuda::bf16* k;   // [num_pages, page_size, kvh, d]
-    cuda::bf16* v;
-    cuda::bf16* c1;  // [num_pages, page_size / s1, kvh, d]
-    cuda::bf16* c2;  // [num_pages, page_size / s2, kvh, d]
+  struct SparseLayerCache {  // elements of kv_element_bytes(): bf16, or fp32 in fp32 mode
+    void* k;   // [num_pages, page_size, kvh, d]
+    void* v;
+    void* c1;  // [num_pages, page_size / s1, kvh, d]
+    void* c2;  // [num_pages, page_size / s2, kvh, d]
   };
   std::vector<SparseLayerCache> sparse_;
   float* states_ = nullptr;  // [num_slots, n_lightning, nh, d, d] fp32

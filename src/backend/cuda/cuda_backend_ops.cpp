@@ -1,6 +1,8 @@
 // CUDA backend, op dispatch: embedding, norms, element-wise ops, RoPE, GEMMs (cuBLASLt with
 // cached algorithms for many rows, the skinny tensor-core GEMM for <= 16 rows, one GEMM per
-// sequence in steps that prefill), logit-row gather and the device argmax.
+// sequence in steps that prefill), logit-row gather and the device argmax. Activations are
+// bf16 in bf16 mode and fp32 in fp32 mode (the kernels' T; with_act_type picks it); fp32
+// mode's GEMMs are true-fp32 cuBLASLt (CUBLAS_COMPUTE_32F on fp32 operands, no TF32, no GEMV).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -18,18 +20,24 @@ using namespace sala::cuda_host;
 
 void CudaBackend::embedding(const Tensor& table, float scale, Tensor& out) {
   const auto& ids = meta_->token_ids;
-  SALA_CHECK(out.rows == int64_t(ids.size()) && out.cols == table.cols && is_bf16(out) && is_bf16(table));
+  SALA_CHECK(out.rows == int64_t(ids.size()) && out.cols == table.cols && is_act(out) && is_act(table));
   for (int32_t id : ids) SALA_CHECK(id >= 0 && id < table.rows, "token id {} out of range", id);
-  launch_embedding(ptr<bf16>(table), sd_.token_ids, out.rows, table.cols, scale, ptr<bf16>(out), stream_);
+  with_act_type(bf16_mode_, [&](auto tag) {
+    using T = tag_t<decltype(tag)>;
+    launch_embedding(ptr<T>(table), sd_.token_ids, out.rows, table.cols, scale, ptr<T>(out), stream_);
+  });
   tick("embedding");
 }
 
 void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
   const int64_t n = w.numel();
   SALA_CHECK(x.cols % n == 0 && out.rows == x.rows && out.cols == x.cols);
-  SALA_CHECK(is_bf16(x) && is_bf16(w) && is_bf16(out));
-  launch_rmsnorm(ptr<bf16>(x), nullptr, 0.f, ptr<bf16>(w), int(n), x.rows * (x.cols / n), eps,
-                 ptr<bf16>(out), stream_);
+  SALA_CHECK(is_act(x) && is_act(w) && is_act(out));
+  with_act_type(bf16_mode_, [&](auto tag) {
+    using T = tag_t<decltype(tag)>;
+    launch_rmsnorm<T>(ptr<T>(x), nullptr, 0.f, ptr<T>(w), int(n), x.rows * (x.cols / n), eps,
+                      ptr<T>(out), stream_);
+  });
   tick("rmsnorm");
 }
 
@@ -37,10 +45,13 @@ void CudaBackend::add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, co
                                      float eps, Tensor& out) {
   const int64_t n = w.numel();
   SALA_CHECK(h.numel() == a.numel() && h.cols % n == 0 && out.rows == h.rows && out.cols == h.cols);
-  SALA_CHECK(is_bf16(h) && is_bf16(a) && is_bf16(w) && is_bf16(out));
+  SALA_CHECK(is_act(h) && is_act(a) && is_act(w) && is_act(out));
   SALA_CHECK(out.data != h.data, "add_scaled_rmsnorm: out must not alias h");
-  launch_rmsnorm(ptr<bf16>(h), ptr<bf16>(a), alpha, ptr<bf16>(w), int(n), h.rows * (h.cols / n), eps,
-                 ptr<bf16>(out), stream_);
+  with_act_type(bf16_mode_, [&](auto tag) {
+    using T = tag_t<decltype(tag)>;
+    launch_rmsnorm<T>(ptr<T>(h), ptr<T>(a), alpha, ptr<T>(w), int(n), h.rows * (h.cols / n), eps,
+                      ptr<T>(out), stream_);
+  });
   tick("add_scaled_rmsnorm");
 }
 
@@ -82,9 +93,9 @@ void CudaBackend::linear_rows(const Tensor& x, const Tensor& w, Tensor& y) {
   SALA_CHECK(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows,
              "linear shapes x[{},{}] w[{},{}] y[{},{}]", x.rows, x.cols, w.rows, w.cols, y.rows,
              y.cols);
-  SALA_CHECK(is_bf16(x) && is_bf16(w) && (is_bf16(y) || y.dtype == DType::F32));
+  SALA_CHECK(is_act(x) && is_act(w) && (is_act(y) || y.dtype == DType::F32));
   if (x.rows == 0) return;
-  if (gemv_supported(x.data, x.cols, w.data, x.cols, x.rows)) {
+  if (bf16_mode_ && gemv_supported(x.data, x.cols, w.data, x.cols, x.rows)) {
     GemvOut o{};
     o.y[0] = y.data;
     o.end[0] = w.rows;
@@ -98,9 +109,12 @@ void CudaBackend::linear_rows(const Tensor& x, const Tensor& w, Tensor& y) {
   // Row-major y[T,N] = x[T,K] W[N,K]^T. Column-major: A = W stored K x N (ld K), used
   // transposed; B = x stored K x T (ld K); D = y stored N x T (ld N).
   const int N = int(w.rows), T = int(x.rows), K = int(x.cols);
+  // fp32 mode: fp32 A, B, D and CUBLAS_COMPUTE_32F, which is full fp32 arithmetic (TF32 only
+  // with CUBLAS_COMPUTE_32F_FAST_TF32, never requested).
   const cudaDataType_t dt = y.dtype == DType::F32 ? CUDA_R_32F : CUDA_R_16BF;
+  const cudaDataType_t in_t = bf16_mode_ ? CUDA_R_16BF : CUDA_R_32F;
   const int align = std::min({ptr_alignment(x.data), ptr_alignment(w.data), ptr_alignment(y.data)});
-  const auto key = std::make_tuple(N, T, K, int(dt) * 1024 + align);
+  const auto key = std::make_tuple(N, T, K, (int(in_t) * 64 + int(dt)) * 1024 + align);
   auto it = algos_.find(key);
   if (it == algos_.end()) {
     AlgoEntry e;
@@ -108,8 +122,8 @@ void CudaBackend::linear_rows(const Tensor& x, const Tensor& w, Tensor& y) {
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&e.a, CUDA_R_16BF, K, N, K));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&e.b, CUDA_R_16BF, K, T, K));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&e.a, in_t, K, N, K));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&e.b, in_t, K, T, K));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&e.d, dt, N, T, N));
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -132,18 +146,19 @@ void CudaBackend::linear_rows(const Tensor& x, const Tensor& w, Tensor& y) {
   CUBLAS_CHECK(cublasLtMatmul(lt_, e.op, &one, w.data, e.a, x.data, e.b, &zero, y.data, e.d, y.data,
                               e.d, &e.algo, lt_workspace_, lt_workspace_size_, stream_));
   // fp32 output (logits): the bf16 contract rounds the GEMM output to bf16 (SPEC §4.7).
-  if (y.dtype == DType::F32) launch_round_f32(ptr<float>(y), y.numel(), stream_);
+  if (bf16_mode_ && y.dtype == DType::F32) launch_round_f32(ptr<float>(y), y.numel(), stream_);
   tick(y.dtype == DType::F32 ? "gemm lm_head" : "gemm");
 }
 
 void CudaBackend::linear_multi(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& ys) {
   int64_t n = 0;
-  bool ok = ys.size() <= 4 && gemv_supported(x.data, x.cols, w.data, x.cols, x.rows);
+  // fp32 mode: one cuBLASLt GEMM per part (the skinny GEMM is bf16 only).
+  bool ok = bf16_mode_ && ys.size() <= 4 && gemv_supported(x.data, x.cols, w.data, x.cols, x.rows);
   for (Tensor* y : ys) {
     n += y->cols;
     ok = ok && is_bf16(*y) && y->rows == x.rows;
   }
-  SALA_CHECK(n == w.rows && x.cols == w.cols && is_bf16(x) && is_bf16(w),
+  SALA_CHECK(n == w.rows && x.cols == w.cols && is_act(x) && is_act(w),
              "linear_multi: weight [{},{}] for {} output columns", w.rows, w.cols, n);
   if (!ok) return Backend::linear_multi(x, w, ys);  // one GEMM per row slice
   GemvOut o{};
@@ -160,24 +175,33 @@ void CudaBackend::linear_multi(const Tensor& x, const Tensor& w, const std::vect
 }
 
 void CudaBackend::silu_mul(const Tensor& g, const Tensor& u, Tensor& out) {
-  SALA_CHECK(g.numel() == u.numel() && out.numel() == g.numel() && is_bf16(g) && is_bf16(u) && is_bf16(out));
-  launch_silu_mul(ptr<bf16>(g), ptr<bf16>(u), ptr<bf16>(out), g.numel(), stream_);
+  SALA_CHECK(g.numel() == u.numel() && out.numel() == g.numel() && is_act(g) && is_act(u) && is_act(out));
+  with_act_type(bf16_mode_, [&](auto tag) {
+    using T = tag_t<decltype(tag)>;
+    launch_silu_mul<T>(ptr<T>(g), ptr<T>(u), ptr<T>(out), g.numel(), stream_);
+  });
   tick("silu_mul");
 }
 
 void CudaBackend::mul_sigmoid(const Tensor& a, const Tensor& gate, Tensor& out) {
-  SALA_CHECK(a.numel() == gate.numel() && out.numel() == a.numel() && is_bf16(a) && is_bf16(gate) &&
-             is_bf16(out));
-  launch_mul_sigmoid(ptr<bf16>(a), ptr<bf16>(gate), ptr<bf16>(out), a.numel(), stream_);
+  SALA_CHECK(a.numel() == gate.numel() && out.numel() == a.numel() && is_act(a) && is_act(gate) &&
+             is_act(out));
+  with_act_type(bf16_mode_, [&](auto tag) {
+    using T = tag_t<decltype(tag)>;
+    launch_mul_sigmoid<T>(ptr<T>(a), ptr<T>(gate), ptr<T>(out), a.numel(), stream_);
+  });
   tick("mul_sigmoid");
 }
 
 void CudaBackend::div_scalar(Tensor& x, float d) {
-  if (x.dtype == DType::F32) {
+  if (!bf16_mode_) {  // fp32 mode: activations and logits fp32, not rounded
+    SALA_CHECK(x.dtype == DType::F32);
+    launch_div_scalar<float>(ptr<float>(x), d, x.numel(), stream_);
+  } else if (x.dtype == DType::F32) {
     launch_div_scalar_f32(ptr<float>(x), d, x.numel(), stream_);
   } else {
     SALA_CHECK(is_bf16(x));
-    launch_div_scalar(ptr<bf16>(x), d, x.numel(), stream_);
+    launch_div_scalar<bf16>(ptr<bf16>(x), d, x.numel(), stream_);
   }
   tick("div_scalar");
 }
@@ -193,20 +217,28 @@ const float* CudaBackend::inv_freq(int head_dim, double theta) {
 }
 
 void CudaBackend::rope(Tensor& x, int head_dim, double theta) {
-  SALA_CHECK(is_bf16(x) && head_dim % 2 == 0 && x.cols % head_dim == 0 && x.rows <= sd_.T);
+  SALA_CHECK(is_act(x) && head_dim % 2 == 0 && x.cols % head_dim == 0 && x.rows <= sd_.T);
   if (x.rows == 0) return;
-  launch_rope(ptr<bf16>(x), x.rows, x.cols, head_dim, sd_.positions, inv_freq(head_dim, theta), stream_);
+  const float* inv = inv_freq(head_dim, theta);
+  with_act_type(bf16_mode_, [&](auto tag) {
+    using T = tag_t<decltype(tag)>;
+    launch_rope<T>(ptr<T>(x), x.rows, x.cols, head_dim, sd_.positions, inv, stream_);
+  });
   tick("rope");
 }
 
 void CudaBackend::qk_norm_rope(Tensor& q, Tensor& k, const Tensor& qn, const Tensor& kn, float eps,
                                int head_dim, double theta) {
-  SALA_CHECK(is_bf16(q) && is_bf16(k) && is_bf16(qn) && is_bf16(kn) && head_dim % 2 == 0);
+  SALA_CHECK(is_act(q) && is_act(k) && is_act(qn) && is_act(kn) && head_dim % 2 == 0);
   SALA_CHECK(q.rows == k.rows && q.cols == k.cols && q.cols % head_dim == 0 && q.rows <= sd_.T &&
              qn.numel() == head_dim && kn.numel() == head_dim);
   if (q.rows == 0) return;
-  launch_qk_norm_rope(ptr<bf16>(q), ptr<bf16>(k), ptr<bf16>(qn), ptr<bf16>(kn), q.rows, q.cols,
-                      head_dim, eps, sd_.positions, inv_freq(head_dim, theta), stream_);
+  const float* inv = inv_freq(head_dim, theta);
+  with_act_type(bf16_mode_, [&](auto tag) {
+    using T = tag_t<decltype(tag)>;
+    launch_qk_norm_rope<T>(ptr<T>(q), ptr<T>(k), ptr<T>(qn), ptr<T>(kn), q.rows, q.cols, head_dim,
+                           eps, sd_.positions, inv, stream_);
+  });
   tick("qk_norm_rope");
 }
 

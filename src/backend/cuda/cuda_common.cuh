@@ -14,6 +14,21 @@ __device__ __forceinline__ float b2f(bf16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ bf16 f2b(float x) { return __float2bfloat16_rn(x); }
 __device__ __forceinline__ float rb(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
+// Storage-type helpers of the kernels templated on T = bf16 (the bf16 contract) or float (the
+// fp32 contract, golden README §4): ld() upcasts exactly, cvt() converts for a store (bf16:
+// round-to-nearest-even; float: unchanged) and rnd<T>() is an intermediate rounding point
+// (bf16: rb; float: none), so the bf16 instantiation is the original kernel code.
+__device__ __forceinline__ float ld(bf16 x) { return b2f(x); }
+__device__ __forceinline__ float ld(float x) { return x; }
+template <typename T>
+__device__ __forceinline__ T cvt(float x);
+template <>
+__device__ __forceinline__ bf16 cvt<bf16>(float x) { return f2b(x); }
+template <>
+__device__ __forceinline__ float cvt<float>(float x) { return x; }
+template <typename T>
+__device__ __forceinline__ float rnd(float x) { return ld(cvt<T>(x)); }
+
 // Programmatic dependent launch (sm_90+; no-ops before). pdl_trigger(): the next kernel of the
 // stream, if launched with programmatic stream serialization, may start once every CTA of
 // this grid has called it or exited. It only starts early: its pdl_wait() still waits for

@@ -1,6 +1,9 @@
 // Small host-side helpers shared by the CUDA backend's .cpp files.
 #pragma once
 #include <cstdint>
+#include <type_traits>
+
+#include <cuda_bf16.h>
 
 #include "backend/backend.h"
 
@@ -18,5 +21,17 @@ inline int ptr_alignment(const void* p) {
 
 template <typename T>
 T* ptr(const Tensor& t) { return static_cast<T*>(t.data); }
+
+// f(tag) with tag a null T* for the activation storage type: __nv_bfloat16 in bf16 mode,
+// float in fp32 mode (the two instantiations of the templated launchers).
+template <typename F>
+void with_act_type(bool bf16_mode, F&& f) {
+  if (bf16_mode)
+    f(static_cast<__nv_bfloat16*>(nullptr));
+  else
+    f(static_cast<float*>(nullptr));
+}
+template <typename Tag>
+using tag_t = std::remove_pointer_t<Tag>;
 
 }  // namespace sala::cuda_host

@@ -1,6 +1,9 @@
 // Launchers of the CUDA backend's kernels (host-callable, no fmt, no device code). Shapes
 // are in the comments of each launcher; tensors are row-major, bf16 unless noted, and every
-// launcher checks the launch (CUDA_CHECK_LAUNCH).
+// launcher checks the launch (CUDA_CHECK_LAUNCH). Launchers templated on T exist for T = bf16
+// (the bf16 contract) and T = float (fp32 mode: the same kernels with no rounding to bf16);
+// "bf16(...)" below then means T(...). The fp32-mode kernels that replace tensor-core ones
+// (InfLLM-v2 selection, sparse stage 2) are at the end.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -14,20 +17,27 @@ namespace sala::cuda {
 using bf16 = __nv_bfloat16;
 
 // ---- element-wise, norms, RoPE (cuda_ops.cu) ----
-// out[T, cols] = bf16(table[ids[t]] * scale)
-void launch_embedding(const bf16* table, const int32_t* ids, int64_t T, int64_t cols, float scale,
-                      bf16* out, cudaStream_t st);
+// out[rows, cols] = bf16(table[ids[t]] * scale)
+template <typename T>
+void launch_embedding(const T* table, const int32_t* ids, int64_t rows, int64_t cols, float scale,
+                      T* out, cudaStream_t st);
 // RMSNorm over `groups` groups of n contiguous values (two roundings, SPEC §4.2). With
 // a != nullptr first h = bf16(h + bf16(a * alpha)), written back to x (fused residual).
-void launch_rmsnorm(bf16* x, const bf16* a, float alpha, const bf16* w, int n, int64_t groups,
-                    float eps, bf16* out, cudaStream_t st);
-void launch_silu_mul(const bf16* g, const bf16* u, bf16* out, int64_t n, cudaStream_t st);
-void launch_mul_sigmoid(const bf16* a, const bf16* gate, bf16* out, int64_t n, cudaStream_t st);
-void launch_div_scalar(bf16* x, float d, int64_t n, cudaStream_t st);
-void launch_div_scalar_f32(float* x, float d, int64_t n, cudaStream_t st);  // result bf16-rounded
-void launch_round_f32(float* x, int64_t n, cudaStream_t st);                // x = bf16(x) as fp32
+template <typename T>
+void launch_rmsnorm(T* x, const T* a, float alpha, const T* w, int n, int64_t groups, float eps,
+                    T* out, cudaStream_t st);
+template <typename T>
+void launch_silu_mul(const T* g, const T* u, T* out, int64_t n, cudaStream_t st);
+template <typename T>
+void launch_mul_sigmoid(const T* a, const T* gate, T* out, int64_t n, cudaStream_t st);
+template <typename T>
+void launch_div_scalar(T* x, float d, int64_t n, cudaStream_t st);
+// bf16 mode's fp32 logits: x / d rounded to a bf16 value; x = bf16(x) as fp32.
+void launch_div_scalar_f32(float* x, float d, int64_t n, cudaStream_t st);
+void launch_round_f32(float* x, int64_t n, cudaStream_t st);
 // In-place rotate-half RoPE on x[rows, cols], heads of head_dim, positions pos[rows].
-void launch_rope(bf16* x, int64_t rows, int64_t cols, int head_dim, const int32_t* pos,
+template <typename T>
+void launch_rope(T* x, int64_t rows, int64_t cols, int head_dim, const int32_t* pos,
                  const float* inv_freq, cudaStream_t st);
 // out[r] = x[rows[r]] for r < R; elem_size 2 or 4.
 void launch_gather_rows(const void* x, int64_t cols, int elem_size, const int32_t* rows, int R,
@@ -35,9 +45,10 @@ void launch_gather_rows(const void* x, int64_t cols, int elem_size, const int32_
 
 // Lightning q/k: per-head RMSNorm (two roundings) then rotate-half RoPE, in place, on
 // q[rows, cols] and k[rows, cols] (heads of head_dim, weights qn/kn[head_dim]).
-void launch_qk_norm_rope(bf16* q, bf16* k, const bf16* qn, const bf16* kn, int64_t rows,
-                         int64_t cols, int head_dim, float eps, const int32_t* pos,
-                         const float* inv_freq, cudaStream_t st);
+template <typename T>
+void launch_qk_norm_rope(T* q, T* k, const T* qn, const T* kn, int64_t rows, int64_t cols,
+                         int head_dim, float eps, const int32_t* pos, const float* inv_freq,
+                         cudaStream_t st);
 
 // ---- skinny GEMM for decode rows (cuda_gemv.cu) ----
 inline constexpr int kGemvMaxRows = 16;
@@ -58,15 +69,16 @@ void launch_gemv(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, in
 
 // ---- lightning (cuda_lightning.cu) ----
 inline constexpr int kGlaDecayStride = 65;  // decay[h][n] = exp(n g_h), n = 0..64
+template <typename T>  // bf16 or float (fp32 mode)
 struct GlaArgs {
-  const bf16 *q, *k, *v;  // [T, nh*d]
+  const T *q, *k, *v;     // [T, nh*d]
   int64_t stride;
   const DevSeq* seqs;
   float* states;          // [slots, n_lightning, nh, d, d]
   int64_t slot_stride, layer_off;
   const float* decay;     // [nh][65]
   float scale;
-  bf16* out;              // [T, nh*d]
+  T* out;                 // [T, nh*d]
   int64_t ostride;
   int nh;
   // Chunk-parallel long calls: fp32 workspace of ws_floats (>= nh*d*d) and the most chunks
@@ -78,7 +90,8 @@ struct GlaArgs {
 };
 // Recurrent kernel over the seqs in short_list (< 64 tokens), chunked over long_list.
 // Returns false if head_dim d has no instantiation.
-bool launch_gla(int d, const GlaArgs& a, const int32_t* short_list, int n_short,
+template <typename T>
+bool launch_gla(int d, const GlaArgs<T>& a, const int32_t* short_list, int n_short,
                 const int32_t* long_list, int n_long, cudaStream_t st);
 
 // ---- sparse layers (cuda_sparse.cu) ----
@@ -91,6 +104,7 @@ struct AttnParams {
   int G, nh;
   float tau;
   int flash_min;  // rows of dense calls of >= flash_min tokens are left to flash_prefill
+  int total_topk; // row stride of sel (launch_attention_selected_f32)
 };
 struct StepRows {
   int T;
@@ -98,22 +112,25 @@ struct StepRows {
   const DevSeq* seqs;
   const int32_t* page_table;
 };
-void launch_append_kv(const bf16* k, const bf16* v, const StepRows& s, const CacheGeom& g, bf16* kc,
-                      bf16* vc, cudaStream_t st);
-void launch_compress(const StepRows& s, const CacheGeom& g, const bf16* kc, bf16* c1, bf16* c2,
+template <typename T>
+void launch_append_kv(const T* k, const T* v, const StepRows& s, const CacheGeom& g, T* kc, T* vc,
+                      cudaStream_t st);
+template <typename T>
+void launch_compress(const StepRows& s, const CacheGeom& g, const T* kc, T* c1, T* c2,
                      cudaStream_t st);
 size_t attention_smem_bytes(int G, int d);
 // Dense rows (not sparse, fewer than flash_min tokens in their call): out[T, nh*d]. Rows of
 // one-token calls (decode) are split over `splits` parts of their keys, the partials
 // part[S*nh*splits, d], ml[S*nh*splits, 2] (by sequence) merged by launch_combine; other
 // rows are never split, so a row's numbers do not depend on what else is in its step.
-void launch_attention(const bf16* q, const StepRows& s, const bf16* kc, const bf16* vc,
-                      const AttnParams& p, int splits, bf16* out, float* part, float* ml,
-                      int max_smem, cudaStream_t st);
+template <typename T>
+void launch_attention(const T* q, const StepRows& s, const T* kc, const T* vc, const AttnParams& p,
+                      int splits, T* out, float* part, float* ml, int max_smem, cudaStream_t st);
 // out[r, h] = merge of the splits' partials for the row r of every one-token call (after
 // launch_attention and launch_sparse_attention wrote the partials of their rows).
+template <typename T>
 void launch_combine(const DevSeq* seqs, int S, const float* part, const float* ml, int splits,
-                    int nh, int d, bf16* out, cudaStream_t st);
+                    int nh, int d, T* out, cudaStream_t st);
 
 // ---- InfLLM-v2 rows on the tensor cores (cuda_infllm_select.cu, cuda_infllm_attn.cu) ----
 // Rows of sparse sequences are processed in tiles of up to kSparseTileRows consecutive
@@ -177,5 +194,24 @@ bool flash_prefill_supported(int d);
 void launch_flash_prefill(const bf16* q, const FlashSeq& s, const int32_t* page_table,
                           const bf16* kc, const bf16* vc, const CacheGeom& g, int GH, int nh,
                           float tau, bf16* out, cudaStream_t st);
+
+// ---- fp32 mode's InfLLM-v2 rows (cuda_f32_select.cu; stage 2 in cuda_sparse.cu) ----
+// CUDA-core fp32 replacements of the tensor-core selection and stage-2 kernels, with the CPU
+// backend's fp32 numbers: stage-1 scores Σ_h exp(s1_h − m_h) / l_h (exp and l in double, as
+// CpuBackend), not rounded; pooling, forced blocks and top-k (ties to the lower block) of
+// SPEC §9.5. One block per (sparse row, KV head) of the step: sel[T, kvh, total_topk]
+// (ascending), sel_cnt[T, kvh]. Rows of dense sequences are skipped.
+// Shared memory of launch_f32_select: G query heads per KV head, head_dim d, SelectParams::
+// nb_stride blocks of block / stride1 = r level-1 entries.
+size_t f32_select_smem_bytes(int G, int d, int nb_stride, int r);
+void launch_f32_select(const float* q, const StepRows& s, const float* c1, const float* c2,
+                       const SelectParams& p, int max_smem, int32_t* sel, int32_t* sel_cnt,
+                       cudaStream_t st);
+// Stage 2 of the sparse rows over their selected blocks (attention_kernel's rules; splits and
+// partials as launch_attention's).
+void launch_attention_selected_f32(const float* q, const StepRows& s, const float* kc,
+                                   const float* vc, const AttnParams& p, const int32_t* sel,
+                                   const int32_t* sel_cnt, int splits, float* out, float* part,
+                                   float* ml, int max_smem, cudaStream_t st);
 
 }  // namespace sala::cuda

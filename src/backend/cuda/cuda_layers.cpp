@@ -1,9 +1,12 @@
 // CUDA backend, host side of the two mixer kinds: lightning (SPEC §8) and sparse (SPEC §9)
-// layers. Kernels: cuda_lightning.cu, cuda_sparse.cu.
+// layers. Kernels: cuda_lightning.cu, cuda_sparse.cu (and the InfLLM-v2 kernels:
+// cuda_infllm_select.cu / cuda_infllm_attn.cu in bf16 mode, cuda_f32_select.cu and
+// attention_kernel<float, true> in fp32 mode).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "backend/cpu/gla_reference.h"
 #include "backend/cuda/cuda_backend.h"
@@ -38,57 +41,73 @@ void CudaBackend::lightning_attention(int li, const Tensor& q, const Tensor& k, 
   const int nh = cfg_.lightning_nh, d = cfg_.lightning_head_dim;
   SALA_CHECK(q.cols == int64_t(nh) * d && int(slopes.size()) == nh);
   SALA_CHECK(k.cols == q.cols && v.cols == q.cols && out.cols == q.cols && q.rows == sd_.T);
-  SALA_CHECK(q.dtype == DType::BF16 && k.dtype == DType::BF16 && v.dtype == DType::BF16 &&
-             out.dtype == DType::BF16);
+  SALA_CHECK(is_act(q) && is_act(k) && is_act(v) && is_act(out));
   SALA_CHECK(li >= 0 && li < cfg_.num_lightning_layers());
   for (const SeqSlice& s : meta_->seqs)
     SALA_CHECK(s.state_slot >= 0 && s.state_slot < cache_shape_.num_slots, "state slot {}", s.state_slot);
   if (slopes != gla_slopes_) upload_gla_tables(slopes);  // tests; the model's are set at init
-  GlaArgs a;
-  a.q = ptr<const bf16>(q);
-  a.k = ptr<const bf16>(k);
-  a.v = ptr<const bf16>(v);
-  a.stride = q.cols;
-  a.seqs = sd_.seqs;
-  a.states = states_;
-  a.slot_stride = int64_t(cfg_.num_lightning_layers()) * nh * d * d;
-  a.layer_off = int64_t(li) * nh * d * d;
-  a.decay = gla_decay_;
-  a.scale = scale;
-  a.out = ptr<bf16>(out);
-  a.ostride = out.cols;
-  a.nh = nh;
-  if (sd_.n_long > 0) {
-    int64_t max_tokens = 0, n_long = 0;
-    for (const SeqSlice& s : meta_->seqs)
-      if (s.num_tokens >= 64) max_tokens = std::max<int64_t>(max_tokens, s.num_tokens), ++n_long;
-    a.max_chunks = int((max_tokens + 63) / 64);
-    const int64_t per_state = int64_t(nh) * d * d;
-    const int64_t want = std::max(per_state, std::min<int64_t>(int64_t(32) << 20, per_state * n_long * a.max_chunks));
-    if (want > gla_ws_floats_ && !capturing_) {
-      if (gla_ws_) {
-        CUDA_CHECK(cudaStreamSynchronize(stream_));
-        CUDA_CHECK(cudaFree(gla_ws_));
-        gla_ws_ = nullptr;
-        gla_ws_floats_ = 0;
+  with_act_type(bf16_mode_, [&](auto tag) {
+    using T = tag_t<decltype(tag)>;
+    GlaArgs<T> a;
+    a.q = ptr<const T>(q);
+    a.k = ptr<const T>(k);
+    a.v = ptr<const T>(v);
+    a.stride = q.cols;
+    a.seqs = sd_.seqs;
+    a.states = states_;
+    a.slot_stride = int64_t(cfg_.num_lightning_layers()) * nh * d * d;
+    a.layer_off = int64_t(li) * nh * d * d;
+    a.decay = gla_decay_;
+    a.scale = scale;
+    a.out = ptr<T>(out);
+    a.ostride = out.cols;
+    a.nh = nh;
+    if (sd_.n_long > 0) {
+      int64_t max_tokens = 0, n_long = 0;
+      for (const SeqSlice& s : meta_->seqs)
+        if (s.num_tokens >= 64) max_tokens = std::max<int64_t>(max_tokens, s.num_tokens), ++n_long;
+      a.max_chunks = int((max_tokens + 63) / 64);
+      const int64_t per_state = int64_t(nh) * d * d;
+      const int64_t want = std::max(per_state, std::min<int64_t>(int64_t(32) << 20, per_state * n_long * a.max_chunks));
+      if (want > gla_ws_floats_ && !capturing_) {
+        if (gla_ws_) {
+          CUDA_CHECK(cudaStreamSynchronize(stream_));
+          CUDA_CHECK(cudaFree(gla_ws_));
+          gla_ws_ = nullptr;
+          gla_ws_floats_ = 0;
+        }
+        if (cudaMalloc(&gla_ws_, size_t(want) * 4) == cudaSuccess) {
+          gla_ws_floats_ = want;
+        } else {
+          (void)cudaGetLastError();  // out of memory: the serial chunked kernel runs instead
+          gla_ws_ = nullptr;
+        }
       }
-      if (cudaMalloc(&gla_ws_, size_t(want) * 4) == cudaSuccess) {
-        gla_ws_floats_ = want;
-      } else {
-        (void)cudaGetLastError();  // out of memory: the serial chunked kernel runs instead
-        gla_ws_ = nullptr;
-      }
+      a.ws = gla_ws_;
+      a.ws_floats = gla_ws_floats_;
     }
-    a.ws = gla_ws_;
-    a.ws_floats = gla_ws_floats_;
-  }
-  SALA_CHECK(launch_gla(d, a, sd_.short_seqs, sd_.n_short, sd_.long_seqs, sd_.n_long, stream_),
-             "lightning head_dim {} not supported by the CUDA backend", d);
+    SALA_CHECK(launch_gla(d, a, sd_.short_seqs, sd_.n_short, sd_.long_seqs, sd_.n_long, stream_),
+               "lightning head_dim {} not supported by the CUDA backend", d);
+  });
   tick(sd_.n_long > 0 ? "lightning chunked" : "lightning recurrent");
 }
 
 void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, const Tensor& v,
                                    Tensor& out) {
+  SALA_CHECK(is_act(q) && is_act(k) && is_act(v) && is_act(out));
+  if (bf16_mode_)
+    sparse_attention_t<bf16>(si, q, k, v, out);
+  else
+    sparse_attention_t<float>(si, q, k, v, out);
+}
+
+// T = bf16: the tensor-core InfLLM-v2 and flash kernels. T = float (fp32 mode): the same
+// append / compress / dense attention kernels for float, cuda_f32_select.cu's selection and
+// attention_kernel<float, true> over the selected blocks; no flash.
+template <typename T>
+void CudaBackend::sparse_attention_t(int si, const Tensor& q, const Tensor& k, const Tensor& v,
+                                     Tensor& out) {
+  constexpr bool kBf16 = std::is_same_v<T, bf16>;
   const ModelConfig& c = cfg_;
   const auto& sp = c.sparse;
   const int kvh = c.num_key_value_heads, d = c.head_dim, nh = c.num_attention_heads;
@@ -96,20 +115,21 @@ void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, con
   SALA_CHECK(si >= 0 && si < int(sparse_.size()));
   SALA_CHECK(q.cols == int64_t(nh) * d && k.cols == int64_t(kvh) * d && v.cols == k.cols &&
              out.cols == q.cols && q.rows == sd_.T && out.rows == q.rows);
-  SALA_CHECK(q.dtype == DType::BF16 && k.dtype == DType::BF16 && v.dtype == DType::BF16 &&
-             out.dtype == DType::BF16);
-  const int T = sd_.T;
-  if (T == 0) return;
-  SparseLayerCache& cache = sparse_[size_t(si)];
+  const int T_rows = sd_.T;
+  if (T_rows == 0) return;
+  const SparseLayerCache& sc = sparse_[size_t(si)];
+  struct {
+    T *k, *v, *c1, *c2;
+  } cache{static_cast<T*>(sc.k), static_cast<T*>(sc.v), static_cast<T*>(sc.c1), static_cast<T*>(sc.c2)};
   CacheGeom geo{cache_shape_.page_size, kvh, d, sp.kernel_stride, sp.level2_stride(),
                 sp.kernel_size, sp.level2_window(), sp.block_size, int64_t(kvh) * d};
 
-  const StepRows rows{T, sd_.row_seq, sd_.seqs, sd_.page_table};
-  launch_append_kv(ptr<const bf16>(k), ptr<const bf16>(v), rows, geo, cache.k, cache.v, stream_);
-  launch_compress(rows, geo, cache.k, cache.c1, cache.c2, stream_);
+  const StepRows rows{T_rows, sd_.row_seq, sd_.seqs, sd_.page_table};
+  launch_append_kv<T>(ptr<const T>(k), ptr<const T>(v), rows, geo, cache.k, cache.v, stream_);
+  launch_compress<T>(rows, geo, cache.k, cache.c1, cache.c2, stream_);
   tick("sparse append+compress");
 
-  SALA_CHECK(sd_.n_sparse_seqs == 0 || (GH == 16 && infllm_head_dim_supported(d)),
+  SALA_CHECK(!kBf16 || sd_.n_sparse_seqs == 0 || (GH == 16 && infllm_head_dim_supported(d)),
              "InfLLM-v2 layers need 16 query heads per KV head and head_dim 16/32/64/128 (have {} "
              "and {})", GH, d);
   // Selection needs each row's level-2 normaliser, then scores, then top-k. Rows of
@@ -129,20 +149,25 @@ void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, con
     P.et_stride = select_et_stride_;
     P.lse_splits = one_token_calls ? kSelectSplits : 1;
     P.score_splits = one_token_calls ? kScoreSplits : 1;
-    for (int t0 = 0; t0 < sd_.n_tiles; t0 += kSelectChunkTiles)
-      launch_infllm_select(d, ptr<const bf16>(q), rows, sd_.tiles, t0,
-                           std::min(kSelectChunkTiles, sd_.n_tiles - t0), cache.c1, cache.c2, P,
-                           select_work_, sel_, sel_cnt_, stream_);
+    if constexpr (kBf16) {
+      for (int t0 = 0; t0 < sd_.n_tiles; t0 += kSelectChunkTiles)
+        launch_infllm_select(d, ptr<const bf16>(q), rows, sd_.tiles, t0,
+                             std::min(kSelectChunkTiles, sd_.n_tiles - t0), cache.c1, cache.c2, P,
+                             select_work_, sel_, sel_cnt_, stream_);
+    } else {
+      launch_f32_select(ptr<const float>(q), rows, cache.c1, cache.c2, P, max_smem_optin_, sel_,
+                        sel_cnt_, stream_);
+    }
     tick("sparse select");
     if (meta_->capture) {
       const int K = sp.total_topk();
-      std::vector<int32_t> hsel(size_t(T) * kvh * K), hcnt(size_t(T) * kvh);
+      std::vector<int32_t> hsel(size_t(T_rows) * kvh * K), hcnt(size_t(T_rows) * kvh);
       CUDA_CHECK(cudaMemcpyAsync(hsel.data(), sel_, hsel.size() * 4, cudaMemcpyDeviceToHost, stream_));
       CUDA_CHECK(cudaMemcpyAsync(hcnt.data(), sel_cnt_, hcnt.size() * 4, cudaMemcpyDeviceToHost, stream_));
       CUDA_CHECK(cudaStreamSynchronize(stream_));
       auto& selc = meta_->capture->selections;
       if (selc.size() < size_t(si) + 1) selc.resize(size_t(si) + 1);
-      selc[size_t(si)].assign(size_t(kvh), std::vector<std::vector<int32_t>>(size_t(T)));
+      selc[size_t(si)].assign(size_t(kvh), std::vector<std::vector<int32_t>>(size_t(T_rows)));
       for (const SeqSlice& s : meta_->seqs) {
         if (!(meta_->dense_as_sparse || s.total_len() >= sp.dense_len)) continue;
         for (int i = 0; i < s.num_tokens; ++i)
@@ -156,7 +181,7 @@ void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, con
   } else if (meta_->capture) {
     auto& selc = meta_->capture->selections;
     if (selc.size() < size_t(si) + 1) selc.resize(size_t(si) + 1);
-    selc[size_t(si)].assign(size_t(kvh), std::vector<std::vector<int32_t>>(size_t(T)));
+    selc[size_t(si)].assign(size_t(kvh), std::vector<std::vector<int32_t>>(size_t(T_rows)));
   }
 
   // Attention: rows of one-token calls (decode) split over 16 parts of their keys (a fixed
@@ -172,51 +197,63 @@ void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, con
     return !(e && std::string(e) == "0");
   }();
   constexpr int kFlashMin = 64;
-  const bool flash = flash_on && flash_prefill_supported(d);
-  AttnParams A{geo, GH, nh, c.attn_scale(), flash ? kFlashMin : 1 << 30};
-  if (flash) {
-    for (const SeqSlice& s : meta_->seqs) {
-      const bool sparse_rows = meta_->dense_as_sparse || s.total_len() >= sp.dense_len;
-      if (sparse_rows || s.num_tokens < kFlashMin) continue;
-      const FlashSeq fs{s.token_begin, s.num_tokens, s.page_begin, s.past_len};
-      launch_flash_prefill(ptr<const bf16>(q), fs, sd_.page_table, cache.k, cache.v, geo, GH, nh,
-                           c.attn_scale(), ptr<bf16>(out), stream_);
+  const bool flash = kBf16 && flash_on && flash_prefill_supported(d);
+  AttnParams A{geo, GH, nh, c.attn_scale(), flash ? kFlashMin : 1 << 30, sp.total_topk()};
+  if constexpr (kBf16) {
+    if (flash) {
+      for (const SeqSlice& s : meta_->seqs) {
+        const bool sparse_rows = meta_->dense_as_sparse || s.total_len() >= sp.dense_len;
+        if (sparse_rows || s.num_tokens < kFlashMin) continue;
+        const FlashSeq fs{s.token_begin, s.num_tokens, s.page_begin, s.past_len};
+        launch_flash_prefill(ptr<const bf16>(q), fs, sd_.page_table, cache.k, cache.v, geo, GH, nh,
+                             c.attn_scale(), ptr<bf16>(out), stream_);
+      }
+      tick("flash prefill attention");
     }
-    tick("flash prefill attention");
   }
-  // Dense rows not on the flash kernel go through the stage-2 kernel (every block selected)
-  // where its shapes allow and a dense row's tiles fit its list; else attention_kernel.
-  // SALA_CUDA_DENSE_MMA=0 keeps them on attention_kernel.
+  // bf16: dense rows not on the flash kernel go through the stage-2 kernel (every block
+  // selected) where its shapes allow and a dense row's tiles fit its list; else (and in fp32
+  // mode) attention_kernel. SALA_CUDA_DENSE_MMA=0 keeps them on attention_kernel.
   static const bool dense_mma_on = [] {
     const char* e = std::getenv("SALA_CUDA_DENSE_MMA");
     return !(e && std::string(e) == "0");
   }();
-  const bool dense_mma = dense_mma_on && GH == 16 && infllm_head_dim_supported(d) &&
+  const bool dense_mma = kBf16 && dense_mma_on && GH == 16 && infllm_head_dim_supported(d) &&
                          (sp.dense_len + 63) / 64 <= attn_list_cap_;
   const bool dense_rows = sd_.n_sparse_seqs < sd_.S;
+  const size_t attn_smem = attention_smem_bytes(GH, d);
   if (dense_rows && !dense_mma) {
-    const size_t smem = attention_smem_bytes(GH, d);
-    SALA_CHECK(smem <= size_t(max_smem_optin_), "attention needs {} bytes of shared memory", smem);
-    launch_attention(ptr<const bf16>(q), rows, cache.k, cache.v, A, splits, ptr<bf16>(out),
-                     attn_part_, attn_ml_, max_smem_optin_, stream_);
+    SALA_CHECK(attn_smem <= size_t(max_smem_optin_), "attention needs {} bytes of shared memory",
+               attn_smem);
+    launch_attention<T>(ptr<const T>(q), rows, cache.k, cache.v, A, splits, ptr<T>(out),
+                        attn_part_, attn_ml_, max_smem_optin_, stream_);
     tick("dense attention");
   }
   if (sd_.n_sparse_seqs > 0 || (dense_rows && dense_mma)) {
-    SparseAttnParams SA{geo,
-                        nh,
-                        c.attn_scale(),
-                        sp.total_topk(),
-                        attn_nb_words_,
-                        attn_nkt_words_,
-                        attn_list_cap_,
-                        dense_mma ? A.flash_min : 0};
-    const size_t smem = sparse_attn_smem_bytes(d, SA);
-    SALA_CHECK(smem + 4096 <= size_t(max_smem_optin_), "sparse attention needs {} bytes of shared memory", smem);
-    launch_sparse_attention(d, ptr<const bf16>(q), rows, sd_.tiles, sd_.n_tiles, cache.k, cache.v,
-                            sel_, sel_cnt_, SA, splits, ptr<bf16>(out), attn_part_, attn_ml_, stream_);
+    if constexpr (kBf16) {
+      const SparseAttnParams SA{geo,           nh, c.attn_scale(), sp.total_topk(), attn_nb_words_,
+                                attn_nkt_words_, attn_list_cap_, dense_mma ? A.flash_min : 0};
+      const size_t smem = sparse_attn_smem_bytes(d, SA);
+      SALA_CHECK(smem + 4096 <= size_t(max_smem_optin_),
+                 "sparse attention needs {} bytes of shared memory", smem);
+      launch_sparse_attention(d, ptr<const bf16>(q), rows, sd_.tiles, sd_.n_tiles, cache.k,
+                              cache.v, sel_, sel_cnt_, SA, splits, ptr<bf16>(out), attn_part_,
+                              attn_ml_, stream_);
+    } else {
+      SALA_CHECK(attn_smem <= size_t(max_smem_optin_), "attention needs {} bytes of shared memory",
+                 attn_smem);
+      launch_attention_selected_f32(ptr<const float>(q), rows, cache.k, cache.v, A, sel_, sel_cnt_,
+                                    splits, ptr<float>(out), attn_part_, attn_ml_,
+                                    max_smem_optin_, stream_);
+    }
     tick("sparse attention");
   }
-  launch_combine(sd_.seqs, sd_.S, attn_part_, attn_ml_, splits, nh, d, ptr<bf16>(out), stream_);
+  launch_combine<T>(sd_.seqs, sd_.S, attn_part_, attn_ml_, splits, nh, d, ptr<T>(out), stream_);
 }
+
+template void CudaBackend::sparse_attention_t<bf16>(int, const Tensor&, const Tensor&, const Tensor&,
+                                                    Tensor&);
+template void CudaBackend::sparse_attention_t<float>(int, const Tensor&, const Tensor&, const Tensor&,
+                                                     Tensor&);
 
 }  // namespace sala

@@ -1,6 +1,8 @@
 // Lightning layers on the GPU: simple GLA with a scalar per-head decay (SPEC §8), fp32
 // state slots [num_slots, n_lightning, nh, d, d] in device memory.
 //   S_t = λ_h S_{t-1} + k_tᵀ v_t,   o_t = scale · q_t S_t,   o rounded to bf16.
+// Every kernel is templated on the storage type T of q, k, v, o: bf16, or float in fp32 mode
+// (loads exact, o not rounded); the state and all arithmetic are fp32 either way.
 // Calls of < 64 tokens run the fused recurrent kernel (decode), longer calls the chunked
 // kernel (chunks of 64 aligned at the call's first token), as CpuBackend and HF do.
 #include <algorithm>
@@ -20,12 +22,12 @@ constexpr int kDecayStride = kGlaDecayStride;  // decay[h][n] = exp(n g), n = 0.
 
 // Recurrent form, one block per (head, sequence). Thread (rg, j) keeps rows
 // [rg*D/4, (rg+1)*D/4) of state column j in registers.     grid: (nh, n_seqs), block: 4*D
-template <int D>
+template <typename T, int D>
 __global__ void __launch_bounds__(4 * D) gla_recurrent_kernel(
-    const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
     int64_t stride, const DevSeq* __restrict__ seqs, const int32_t* __restrict__ list,
     float* __restrict__ states, int64_t slot_stride, int64_t layer_off,
-    const float* __restrict__ decay, float scale, bf16* __restrict__ out, int64_t ostride) {
+    const float* __restrict__ decay, float scale, T* __restrict__ out, int64_t ostride) {
   pdl_wait();  // launch_pdl: before any read or write
   pdl_trigger();
   constexpr int RPT = D / 4;
@@ -42,10 +44,10 @@ __global__ void __launch_bounds__(4 * D) gla_recurrent_kernel(
     const int64_t row = int64_t(s.token_begin + t);
     const int64_t off = row * stride + int64_t(h) * D;
     if (threadIdx.x < D) {
-      qs[threadIdx.x] = b2f(q[off + threadIdx.x]) * scale;
-      ks[threadIdx.x] = b2f(k[off + threadIdx.x]);
+      qs[threadIdx.x] = ld(q[off + threadIdx.x]) * scale;
+      ks[threadIdx.x] = ld(k[off + threadIdx.x]);
     }
-    const float vj = b2f(v[off + j]);
+    const float vj = ld(v[off + j]);
     __syncthreads();
     float acc = 0.f;
 #pragma unroll
@@ -58,7 +60,7 @@ __global__ void __launch_bounds__(4 * D) gla_recurrent_kernel(
     __syncthreads();
     if (threadIdx.x < D)
       out[row * ostride + int64_t(h) * D + j] =
-          f2b(((part[0][j] + part[1][j]) + part[2][j]) + part[3][j]);
+          cvt<T>(((part[0][j] + part[1][j]) + part[2][j]) + part[3][j]);
     __syncthreads();
   }
 #pragma unroll
@@ -75,12 +77,12 @@ struct ChunkSmem {
   static constexpr size_t kBytes = size_t(kFloats) * 4;
 };
 
-template <int D, int VS>
+template <typename T, int D, int VS>
 __global__ void __launch_bounds__(256) gla_chunked_kernel(
-    const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
     int64_t stride, const DevSeq* __restrict__ seqs, const int32_t* __restrict__ list,
     float* __restrict__ states, int64_t slot_stride, int64_t layer_off,
-    const float* __restrict__ decay_g, float scale, bf16* __restrict__ out, int64_t ostride) {
+    const float* __restrict__ decay_g, float scale, T* __restrict__ out, int64_t ostride) {
   using L = ChunkSmem<D, VS>;
   extern __shared__ float sm[];
   float* Qs = sm;                      // [64][D+1]
@@ -106,12 +108,12 @@ __global__ void __launch_bounds__(256) gla_chunked_kernel(
     for (int e = tid; e < kChunk * D; e += nt) {
       const int i = e / D, x = e % D;
       const int64_t off = (row0 + i) * stride + int64_t(h) * D + x;
-      Qs[i * DP + x] = i < C ? b2f(q[off]) : 0.f;
-      Ks[i * DP + x] = i < C ? b2f(k[off]) : 0.f;
+      Qs[i * DP + x] = i < C ? ld(q[off]) : 0.f;
+      Ks[i * DP + x] = i < C ? ld(k[off]) : 0.f;
     }
     for (int e = tid; e < kChunk * VS; e += nt) {
       const int i = e / VS, c = e % VS;
-      Vs[e] = i < C ? b2f(v[(row0 + i) * stride + int64_t(h) * D + v0 + c]) : 0.f;
+      Vs[e] = i < C ? ld(v[(row0 + i) * stride + int64_t(h) * D + v0 + c]) : 0.f;
     }
     __syncthreads();
     // intra-chunk scores A[i][j] = scale (q_i·k_j) λ^(i-j), j <= i
@@ -135,7 +137,7 @@ __global__ void __launch_bounds__(256) gla_chunked_kernel(
 #pragma unroll 8
       for (int x = 0; x < D; ++x) o += (Qs[i * DP + x] * f) * Ss[x * VS + c];
       for (int j = 0; j <= i; ++j) o += A[i * AP + j] * Vs[j * VS + c];
-      out[(row0 + i) * ostride + int64_t(h) * D + v0 + c] = f2b(o);
+      out[(row0 + i) * ostride + int64_t(h) * D + v0 + c] = cvt<T>(o);
     }
     __syncthreads();
     // S = λ^C S + Σ_j λ^(C-1-j) k_jᵀ v_j
@@ -175,6 +177,12 @@ struct Chunk3 {
   static constexpr int kP3Floats = 3 * kChunk * D + kChunk * kChunk + 68;
 };
 
+// 8 consecutive floats (32 bytes, 16-byte aligned) as they are (fp32 mode).
+__device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
+  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
 // 8 consecutive bf16 (16 bytes) as floats.
 __device__ __forceinline__ void load8(const bf16* p, float (&f)[8]) {
   const uint4 u = *reinterpret_cast<const uint4*>(p);
@@ -202,9 +210,9 @@ __device__ __forceinline__ void lds(const float* p, float* dst, bool vec) {
 }
 
 // Phase 1.                                                  grid: (nh, n_seqs, window), block 256
-template <int D>
+template <typename T, int D>
 __global__ void __launch_bounds__(256) gla_chunk_state_kernel(
-    const bf16* __restrict__ k, const bf16* __restrict__ v, int64_t stride,
+    const T* __restrict__ k, const T* __restrict__ v, int64_t stride,
     const DevSeq* __restrict__ seqs, const int32_t* __restrict__ list, const float* __restrict__ decay_g,
     float* __restrict__ ws, int c_begin) {
   using L = Chunk3<D>;
@@ -301,11 +309,11 @@ __global__ void __launch_bounds__(256) gla_chunk_scan_kernel(
 }
 
 // Phase 3.                                                  grid: (nh, n_seqs, window), block 256
-template <int D>
+template <typename T, int D>
 __global__ void __launch_bounds__(256) gla_chunk_out_kernel(
-    const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v, int64_t stride,
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, int64_t stride,
     const DevSeq* __restrict__ seqs, const int32_t* __restrict__ list, const float* __restrict__ decay_g,
-    const float* __restrict__ ws, int c_begin, float scale, bf16* __restrict__ out, int64_t ostride) {
+    const float* __restrict__ ws, int c_begin, float scale, T* __restrict__ out, int64_t ostride) {
   using L = Chunk3<D>;
   extern __shared__ float sm[];
   float* Qt = sm;                    // [D][64]
@@ -432,18 +440,18 @@ __global__ void __launch_bounds__(256) gla_chunk_out_kernel(
     if (i >= C) break;
 #pragma unroll
     for (int t = 0; t < L::CW; ++t)
-      out[(row0 + i) * ostride + int64_t(h) * D + L::col(tc, t)] = f2b(o[ii][t]);
+      out[(row0 + i) * ostride + int64_t(h) * D + L::col(tc, t)] = cvt<T>(o[ii][t]);
   }
 }
 
-template <int D>
-void launch_chunk3(const GlaArgs& a, const int32_t* long_list, int n_long, cudaStream_t st) {
+template <typename T, int D>
+void launch_chunk3(const GlaArgs<T>& a, const int32_t* long_list, int n_long, cudaStream_t st) {
   using L = Chunk3<D>;
   static bool attr_set = false;
   if (!attr_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(gla_chunk_state_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(gla_chunk_state_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(L::kP1Floats * 4)));
-    CUDA_CHECK(cudaFuncSetAttribute(gla_chunk_out_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(gla_chunk_out_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(L::kP3Floats * 4)));
     attr_set = true;
   }
@@ -455,25 +463,25 @@ void launch_chunk3(const GlaArgs& a, const int32_t* long_list, int n_long, cudaS
     const int32_t* list = long_list + g0;
     for (int c0 = 0; c0 < a.max_chunks; c0 += window) {
       const unsigned w = unsigned(std::min(window, a.max_chunks - c0));
-      gla_chunk_state_kernel<D><<<dim3(unsigned(a.nh), unsigned(cnt), w), 256, L::kP1Floats * 4, st>>>(
+      gla_chunk_state_kernel<T, D><<<dim3(unsigned(a.nh), unsigned(cnt), w), 256, L::kP1Floats * 4, st>>>(
           a.k, a.v, a.stride, a.seqs, list, a.decay, a.ws, c0);
       CUDA_CHECK_LAUNCH();
       gla_chunk_scan_kernel<D><<<dim3(unsigned((D * D + 255) / 256), unsigned(a.nh), unsigned(cnt)), 256, 0,
                                  st>>>(a.seqs, list, a.states, a.slot_stride, a.layer_off, a.decay, a.ws,
                                        c0, int(w));
       CUDA_CHECK_LAUNCH();
-      gla_chunk_out_kernel<D><<<dim3(unsigned(a.nh), unsigned(cnt), w), 256, L::kP3Floats * 4, st>>>(
+      gla_chunk_out_kernel<T, D><<<dim3(unsigned(a.nh), unsigned(cnt), w), 256, L::kP3Floats * 4, st>>>(
           a.q, a.k, a.v, a.stride, a.seqs, list, a.decay, a.ws, c0, a.scale, a.out, a.ostride);
       CUDA_CHECK_LAUNCH();
     }
   }
 }
 
-template <int D>
-void launch_gla_d(const GlaArgs& a, const int32_t* short_list, int n_short, const int32_t* long_list,
+template <typename T, int D>
+void launch_gla_d(const GlaArgs<T>& a, const int32_t* short_list, int n_short, const int32_t* long_list,
                 int n_long, cudaStream_t st) {
   if (n_short > 0) {
-    launch_pdl(gla_recurrent_kernel<D>, dim3(unsigned(a.nh), unsigned(n_short)), 4 * D, 0, st, a.q,
+    launch_pdl(gla_recurrent_kernel<T, D>, dim3(unsigned(a.nh), unsigned(n_short)), 4 * D, 0, st, a.q,
                a.k, a.v, a.stride, a.seqs, short_list, a.states, a.slot_stride, a.layer_off,
                a.decay, a.scale, a.out, a.ostride);
     CUDA_CHECK_LAUNCH();
@@ -481,17 +489,17 @@ void launch_gla_d(const GlaArgs& a, const int32_t* short_list, int n_short, cons
   const auto a16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
   if (n_long > 0 && a.ws && a.ws_floats >= int64_t(a.nh) * D * D && a.max_chunks > 0 && a16(a.q) &&
       a16(a.k) && a16(a.v) && a.stride % 8 == 0) {
-    launch_chunk3<D>(a, long_list, n_long, st);
+    launch_chunk3<T, D>(a, long_list, n_long, st);
   } else if (n_long > 0) {
     constexpr int VS = D >= 32 ? 32 : D;
     using L = ChunkSmem<D, VS>;
     static bool attr_set = false;
     if (!attr_set) {
-      CUDA_CHECK(cudaFuncSetAttribute(gla_chunked_kernel<D, VS>,
+      CUDA_CHECK(cudaFuncSetAttribute(gla_chunked_kernel<T, D, VS>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kBytes)));
       attr_set = true;
     }
-    gla_chunked_kernel<D, VS><<<dim3(unsigned(a.nh), unsigned(n_long), unsigned(D / VS)), 256,
+    gla_chunked_kernel<T, D, VS><<<dim3(unsigned(a.nh), unsigned(n_long), unsigned(D / VS)), 256,
                                 L::kBytes, st>>>(a.q, a.k, a.v, a.stride, a.seqs, long_list,
                                                  a.states, a.slot_stride, a.layer_off, a.decay,
                                                  a.scale, a.out, a.ostride);
@@ -501,15 +509,20 @@ void launch_gla_d(const GlaArgs& a, const int32_t* short_list, int n_short, cons
 
 }  // namespace
 
-bool launch_gla(int d, const GlaArgs& a, const int32_t* short_list, int n_short,
+template <typename T>
+bool launch_gla(int d, const GlaArgs<T>& a, const int32_t* short_list, int n_short,
                 const int32_t* long_list, int n_long, cudaStream_t st) {
   switch (d) {
-    case 16: launch_gla_d<16>(a, short_list, n_short, long_list, n_long, st); return true;
-    case 32: launch_gla_d<32>(a, short_list, n_short, long_list, n_long, st); return true;
-    case 64: launch_gla_d<64>(a, short_list, n_short, long_list, n_long, st); return true;
-    case 128: launch_gla_d<128>(a, short_list, n_short, long_list, n_long, st); return true;
+    case 16: launch_gla_d<T, 16>(a, short_list, n_short, long_list, n_long, st); return true;
+    case 32: launch_gla_d<T, 32>(a, short_list, n_short, long_list, n_long, st); return true;
+    case 64: launch_gla_d<T, 64>(a, short_list, n_short, long_list, n_long, st); return true;
+    case 128: launch_gla_d<T, 128>(a, short_list, n_short, long_list, n_long, st); return true;
     default: return false;
   }
 }
+template bool launch_gla<bf16>(int, const GlaArgs<bf16>&, const int32_t*, int, const int32_t*, int,
+                               cudaStream_t);
+template bool launch_gla<float>(int, const GlaArgs<float>&, const int32_t*, int, const int32_t*,
+                                int, cudaStream_t);
 
 }  // namespace sala::cuda

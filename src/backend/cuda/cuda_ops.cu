@@ -1,11 +1,13 @@
 // Element-wise, norm, RoPE, embedding and gather kernels of the CUDA backend. Each
 // computes in fp32 between the bf16 rounding points of the golden README §4, exactly where
-// CpuBackend (NumericMode::BF16) rounds. Each is launched with launch_pdl and starts with
+// CpuBackend (NumericMode::BF16) rounds. Each is templated on the storage type T: bf16 (the
+// bf16 contract) or float (fp32 mode: no rounding anywhere; st / rnd in cuda_common.cuh). Each is launched with launch_pdl and starts with
 // pdl_wait(); pdl_trigger() (cuda_launch.cuh): the next kernel, e.g. a skinny GEMM that
 // streams its first weights early (cuda_gemv.cu), may start while this one runs.
 #include <algorithm>
 #include <cstdlib>
 #include <string_view>
+#include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_kernels.h"
@@ -16,34 +18,35 @@ namespace {
 
 // ---- kernels ------------------------------------------------------------------------
 
-// out[t, c] = bf16(table[ids[t], c] * scale)                     grid: T, block: 256
-__global__ void embedding_kernel(const bf16* __restrict__ table, const int32_t* __restrict__ ids,
-                                 int64_t cols, float scale, bf16* __restrict__ out) {
+// out[t, c] = T(table[ids[t], c] * scale)                        grid: T, block: 256
+template <typename T>
+__global__ void embedding_kernel(const T* __restrict__ table, const int32_t* __restrict__ ids,
+                                 int64_t cols, float scale, T* __restrict__ out) {
   pdl_wait();  // launch_pdl: before any read or write
   pdl_trigger();
   const int64_t t = blockIdx.x;
-  const bf16* e = table + int64_t(ids[t]) * cols;
+  const T* e = table + int64_t(ids[t]) * cols;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    out[t * cols + c] = f2b(b2f(e[c]) * scale);
+    out[t * cols + c] = cvt<T>(ld(e[c]) * scale);
 }
 
 // RMSNorm over groups of n columns (SPEC §4.2): y = bf16(x * inv), out = bf16(y * w).
 // Optional fused residual (add_scaled_rmsnorm): h = bf16(h + bf16(a * alpha)) first,
 // written back to h. One warp per group (small n) or one block per group (large n).
-template <bool kResidual>
-__device__ __forceinline__ float load_norm_input(bf16* h, const bf16* a, float alpha, int64_t i) {
+template <typename T, bool kResidual>
+__device__ __forceinline__ float load_norm_input(T* h, const T* a, float alpha, int64_t i) {
   if constexpr (kResidual) {
-    const float hv = rb(b2f(h[i]) + rb(b2f(a[i]) * alpha));
-    h[i] = f2b(hv);
+    const float hv = rnd<T>(ld(h[i]) + rnd<T>(ld(a[i]) * alpha));
+    h[i] = cvt<T>(hv);
     return hv;
   } else {
-    return b2f(h[i]);
+    return ld(h[i]);
   }
 }
 
-template <bool kResidual>
-__global__ void rmsnorm_warp_kernel(bf16* x, const bf16* a, float alpha, const bf16* __restrict__ w,
-                                    int n, int64_t groups, float eps, bf16* out) {
+template <typename T, bool kResidual>
+__global__ void rmsnorm_warp_kernel(T* x, const T* a, float alpha, const T* __restrict__ w,
+                                    int n, int64_t groups, float eps, T* out) {
   pdl_wait();  // launch_pdl: before any read or write
   pdl_trigger();
   const int warps = blockDim.x / 32;
@@ -53,14 +56,14 @@ __global__ void rmsnorm_warp_kernel(bf16* x, const bf16* a, float alpha, const b
   const int64_t base = g * n;
   float ss = 0.f;
   for (int c = lane; c < n; c += 32) {
-    const float v = load_norm_input<kResidual>(x, a, alpha, base + c);
+    const float v = load_norm_input<T, kResidual>(x, a, alpha, base + c);
     ss += v * v;
   }
   ss = warp_sum(ss);
   const float inv = 1.0f / sqrtf(ss / float(n) + eps);
   for (int c = lane; c < n; c += 32) {
-    const float v = b2f(x[base + c]);
-    out[base + c] = f2b(rb(v * inv) * b2f(w[c]));
+    const float v = ld(x[base + c]);
+    out[base + c] = cvt<T>(rnd<T>(v * inv) * ld(w[c]));
   }
 }
 
@@ -79,28 +82,29 @@ __device__ __forceinline__ float block_inv_rms(float ss, int n, float eps, float
   return 1.0f / sqrtf(red[0] / float(n) + eps);
 }
 
-template <bool kResidual>
-__global__ void rmsnorm_block_kernel(bf16* x, const bf16* a, float alpha,
-                                     const bf16* __restrict__ w, int n, float eps, bf16* out) {
+template <typename T, bool kResidual>
+__global__ void rmsnorm_block_kernel(T* x, const T* a, float alpha, const T* __restrict__ w,
+                                     int n, float eps, T* out) {
   pdl_wait();  // launch_pdl: before any read or write
   pdl_trigger();
   __shared__ float red[32];
   const int64_t base = int64_t(blockIdx.x) * n;
   float ss = 0.f;
   for (int c = threadIdx.x; c < n; c += blockDim.x) {
-    const float v = load_norm_input<kResidual>(x, a, alpha, base + c);
+    const float v = load_norm_input<T, kResidual>(x, a, alpha, base + c);
     ss += v * v;
   }
   const float inv = block_inv_rms(ss, n, eps, red);
   for (int c = threadIdx.x; c < n; c += blockDim.x) {
-    const float v = b2f(x[base + c]);
-    out[base + c] = f2b(rb(v * inv) * b2f(w[c]));
+    const float v = ld(x[base + c]);
+    out[base + c] = cvt<T>(rnd<T>(v * inv) * ld(w[c]));
   }
 }
 
 // The same for n = 8 · blockDim.x (hidden sizes up to 8192), 16-byte aligned: thread i
 // holds columns 8i .. 8i + 7 in registers between the two passes, so h, a, w and out move
 // in 16-byte accesses, each once (the kernel above reads h twice, 2 bytes at a time).
+// bf16 only.
 template <bool kResidual>
 __global__ void rmsnorm_vec8_kernel(bf16* x, const bf16* a, float alpha, const bf16* __restrict__ w,
                                     int n, float eps, bf16* out) {
@@ -138,21 +142,25 @@ __global__ void rmsnorm_vec8_kernel(bf16* x, const bf16* a, float alpha, const b
 
 // Two-input element-wise ops, 8 bf16 per thread and step (16-byte loads) when every pointer
 // is 16-byte aligned and n % 8 == 0, else one per thread. Same rounding either way.
-struct SiluMul {  // bf16(bf16(silu(g)) * u)
-  __device__ float operator()(float gv, float uv) const { return rb(gv / (1.f + expf(-gv))) * uv; }
+// (The 8-wide path is bf16 only: vec is false for float.)
+template <typename T>
+struct SiluMul {  // T(T(silu(g)) * u)
+  __device__ float operator()(float gv, float uv) const { return rnd<T>(gv / (1.f + expf(-gv))) * uv; }
 };
-struct MulSigmoid {  // bf16(a * bf16(sigmoid(gate)))
+template <typename T>
+struct MulSigmoid {  // T(a * T(sigmoid(gate)))
   __device__ float operator()(float gate, float a) const {
-    return a * rb(1.f / (1.f + expf(-gate)));
+    return a * rnd<T>(1.f / (1.f + expf(-gate)));
   }
 };
 
-template <typename Op>
-__global__ void binary_kernel(const bf16* x, const bf16* y, bf16* out, int64_t n, bool vec, Op op) {
+template <typename T, typename Op>
+__global__ void binary_kernel(const T* x, const T* y, T* out, int64_t n, bool vec, Op op) {
   pdl_wait();  // launch_pdl: before any read or write
   pdl_trigger();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  if (vec) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (vec) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n / 8; i += stride) {
       const uint4 xv = reinterpret_cast<const uint4*>(x)[i],
                   yv = reinterpret_cast<const uint4*>(y)[i];
@@ -163,11 +171,12 @@ __global__ void binary_kernel(const bf16* x, const bf16* y, bf16* out, int64_t n
 #pragma unroll
       for (int k = 0; k < 8; ++k) oe[k] = f2b(op(b2f(xe[k]), b2f(ye[k])));
       reinterpret_cast<uint4*>(out)[i] = ov;
+      }
+      return;
     }
-    return;
   }
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += stride)
-    out[i] = f2b(op(b2f(x[i]), b2f(y[i])));
+    out[i] = cvt<T>(op(ld(x[i]), ld(y[i])));
 }
 
 bool aligned16(const void* p) {
@@ -177,12 +186,13 @@ bool vec16(const void* a, const void* b, const void* c, int64_t n) {
   return n % 8 == 0 && aligned16(a) && aligned16(b) && aligned16(c);
 }
 
-__global__ void div_scalar_kernel(bf16* x, float d, int64_t n) {
+template <typename T>
+__global__ void div_scalar_kernel(T* x, float d, int64_t n) {
   pdl_wait();  // launch_pdl: before any read or write
   pdl_trigger();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
-    x[i] = f2b(b2f(x[i]) / d);
+    x[i] = cvt<T>(ld(x[i]) / d);
 }
 
 __global__ void div_scalar_f32_kernel(float* x, float d, int64_t n) {
@@ -217,7 +227,8 @@ __device__ void rope_table(float* cs, int half, int32_t pos, const float* __rest
 
 // Rotate-half RoPE in place (SPEC §7). cos/sin of the fp32 angle evaluated in double and
 // rounded to fp32, as the CPU backend does.                 grid: T, block: 128, smem 2*half
-__global__ void rope_kernel(bf16* x, int64_t cols, int head_dim, const int32_t* __restrict__ pos,
+template <typename T>
+__global__ void rope_kernel(T* x, int64_t cols, int head_dim, const int32_t* __restrict__ pos,
                             const float* __restrict__ inv_freq) {
   pdl_wait();  // launch_pdl: before any read or write
   pdl_trigger();
@@ -225,24 +236,25 @@ __global__ void rope_kernel(bf16* x, int64_t cols, int head_dim, const int32_t* 
   const int half = head_dim / 2;
   const int64_t t = blockIdx.x;
   rope_table(cs, half, pos[t], inv_freq);
-  bf16* row = x + t * cols;
+  T* row = x + t * cols;
   const int64_t pairs = cols / head_dim * half;
   for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) {
     const int64_t h = p / half;
     const int j = int(p % half);
-    bf16* v = row + h * head_dim;
-    const float x1 = b2f(v[j]), x2 = b2f(v[j + half]);
+    T* v = row + h * head_dim;
+    const float x1 = ld(v[j]), x2 = ld(v[j + half]);
     const float c = cs[j], s = cs[half + j];
-    v[j] = f2b(x1 * c - x2 * s);
-    v[j + half] = f2b(x2 * c + x1 * s);
+    v[j] = cvt<T>(x1 * c - x2 * s);
+    v[j + half] = cvt<T>(x2 * c + x1 * s);
   }
 }
 
 // Lightning q/k: per-head RMSNorm then RoPE, in place (the numbers of rmsnorm_warp_kernel
 // followed by rope_kernel). One block per row; warps take the row's q heads, then k heads.
 //                                          grid: T, block: 256, smem: (1 + warps) * head_dim
-__global__ void qk_norm_rope_kernel(bf16* q, bf16* k, const bf16* __restrict__ qn,
-                                    const bf16* __restrict__ kn, int64_t cols, int head_dim,
+template <typename T>
+__global__ void qk_norm_rope_kernel(T* q, T* k, const T* __restrict__ qn,
+                                    const T* __restrict__ kn, int64_t cols, int head_dim,
                                     float eps, const int32_t* __restrict__ pos,
                                     const float* __restrict__ inv_freq) {
   pdl_wait();  // launch_pdl: before any read or write
@@ -256,22 +268,22 @@ __global__ void qk_norm_rope_kernel(bf16* q, bf16* k, const bf16* __restrict__ q
   rope_table(cs, half, pos[t], inv_freq);
   const int heads = int(cols / D);
   for (int hh = warp; hh < 2 * heads; hh += nwarps) {
-    bf16* v = (hh < heads ? q : k) + t * cols + int64_t(hh % heads) * D;
-    const bf16* w = hh < heads ? qn : kn;
+    T* v = (hh < heads ? q : k) + t * cols + int64_t(hh % heads) * D;
+    const T* w = hh < heads ? qn : kn;
     float ss = 0.f;
     for (int c = lane; c < D; c += 32) {
-      const float x = b2f(v[c]);
+      const float x = ld(v[c]);
       ss += x * x;
     }
     ss = warp_sum(ss);
     const float inv = 1.0f / sqrtf(ss / float(D) + eps);
-    for (int c = lane; c < D; c += 32) buf[c] = rb(rb(b2f(v[c]) * inv) * b2f(w[c]));
+    for (int c = lane; c < D; c += 32) buf[c] = rnd<T>(rnd<T>(ld(v[c]) * inv) * ld(w[c]));
     __syncwarp();
     for (int j = lane; j < half; j += 32) {
       const float x1 = buf[j], x2 = buf[j + half];
       const float c = cs[j], s = cs[half + j];
-      v[j] = f2b(x1 * c - x2 * s);
-      v[j + half] = f2b(x2 * c + x1 * s);
+      v[j] = cvt<T>(x1 * c - x2 * s);
+      v[j + half] = cvt<T>(x2 * c + x1 * s);
     }
     __syncwarp();
   }
@@ -310,65 +322,73 @@ bool pdl_launch_enabled() {
   return on;
 }
 
-void launch_embedding(const bf16* table, const int32_t* ids, int64_t T, int64_t cols, float scale,
-                      bf16* out, cudaStream_t st) {
-  if (T == 0) return;
-  launch_pdl(embedding_kernel, unsigned(T), 256, 0, st, table, ids, cols, scale, out);
+template <typename T>
+void launch_embedding(const T* table, const int32_t* ids, int64_t rows, int64_t cols, float scale,
+                      T* out, cudaStream_t st) {
+  if (rows == 0) return;
+  launch_pdl(embedding_kernel<T>, unsigned(rows), 256, 0, st, table, ids, cols, scale, out);
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_rmsnorm(bf16* x, const bf16* a, float alpha, const bf16* w, int n, int64_t groups,
-                    float eps, bf16* out, cudaStream_t st) {
+template <typename T>
+void launch_rmsnorm(T* x, const T* a, float alpha, const T* w, int n, int64_t groups, float eps,
+                    T* out, cudaStream_t st) {
   if (groups == 0) return;
+  constexpr bool kBf16 = std::is_same_v<T, bf16>;
   if (n <= 512) {
     const int warps = 8;
     const unsigned grid = unsigned((groups + warps - 1) / warps);
     if (a)
-      launch_pdl(rmsnorm_warp_kernel<true>, grid, warps * 32, 0, st, x, a, alpha, w, n, groups, eps,
-                 out);
-    else
-      launch_pdl(rmsnorm_warp_kernel<false>, grid, warps * 32, 0, st, x, a, alpha, w, n, groups,
-                 eps, out);
-  } else if (n % 256 == 0 && n <= 8192 && aligned16(x) && aligned16(out) && aligned16(w) &&
-             (!a || aligned16(a))) {
-    const unsigned threads = unsigned(n / 8);
-    if (a)
-      launch_pdl(rmsnorm_vec8_kernel<true>, unsigned(groups), threads, 0, st, x, a, alpha, w, n,
+      launch_pdl(rmsnorm_warp_kernel<T, true>, grid, warps * 32, 0, st, x, a, alpha, w, n, groups,
                  eps, out);
     else
-      launch_pdl(rmsnorm_vec8_kernel<false>, unsigned(groups), threads, 0, st, x, a, alpha, w, n,
+      launch_pdl(rmsnorm_warp_kernel<T, false>, grid, warps * 32, 0, st, x, a, alpha, w, n, groups,
                  eps, out);
+  } else if (kBf16 && n % 256 == 0 && n <= 8192 && aligned16(x) && aligned16(out) &&
+             aligned16(w) && (!a || aligned16(a))) {
+    if constexpr (kBf16) {
+      const unsigned threads = unsigned(n / 8);
+      if (a)
+        launch_pdl(rmsnorm_vec8_kernel<true>, unsigned(groups), threads, 0, st, x, a, alpha, w, n,
+                   eps, out);
+      else
+        launch_pdl(rmsnorm_vec8_kernel<false>, unsigned(groups), threads, 0, st, x, a, alpha, w,
+                   n, eps, out);
+    }
   } else {
     const int threads = n >= 4096 ? 512 : 256;
     if (a)
-      launch_pdl(rmsnorm_block_kernel<true>, unsigned(groups), threads, 0, st, x, a, alpha, w, n,
-                 eps, out);
+      launch_pdl(rmsnorm_block_kernel<T, true>, unsigned(groups), threads, 0, st, x, a, alpha, w,
+                 n, eps, out);
     else
-      launch_pdl(rmsnorm_block_kernel<false>, unsigned(groups), threads, 0, st, x, a, alpha, w, n,
-                 eps, out);
+      launch_pdl(rmsnorm_block_kernel<T, false>, unsigned(groups), threads, 0, st, x, a, alpha, w,
+                 n, eps, out);
   }
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_silu_mul(const bf16* g, const bf16* u, bf16* out, int64_t n, cudaStream_t st) {
+template <typename T>
+void launch_silu_mul(const T* g, const T* u, T* out, int64_t n, cudaStream_t st) {
   if (n == 0) return;
-  const bool vec = vec16(g, u, out, n);
-  launch_pdl(binary_kernel<SiluMul>, grid_for(vec ? n / 8 : n), 256, 0, st, g, u, out, n, vec,
-             SiluMul{});
+  const bool vec = std::is_same_v<T, bf16> && vec16(g, u, out, n);
+  launch_pdl(binary_kernel<T, SiluMul<T>>, grid_for(vec ? n / 8 : n), 256, 0, st, g, u, out, n,
+             vec, SiluMul<T>{});
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_mul_sigmoid(const bf16* a, const bf16* gate, bf16* out, int64_t n, cudaStream_t st) {
+template <typename T>
+void launch_mul_sigmoid(const T* a, const T* gate, T* out, int64_t n, cudaStream_t st) {
   if (n == 0) return;
-  const bool vec = vec16(gate, a, out, n);
-  launch_pdl(binary_kernel<MulSigmoid>, grid_for(vec ? n / 8 : n), 256, 0, st, gate, a, out, n, vec,
-             MulSigmoid{});
+  const bool vec = std::is_same_v<T, bf16> && vec16(gate, a, out, n);
+  launch_pdl(binary_kernel<T, MulSigmoid<T>>, grid_for(vec ? n / 8 : n), 256, 0, st, gate, a, out,
+             n, vec, MulSigmoid<T>{});
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_div_scalar(bf16* x, float d, int64_t n, cudaStream_t st) {
+template <typename T>
+void launch_div_scalar(T* x, float d, int64_t n, cudaStream_t st) {
   if (n == 0) return;
-  launch_pdl(div_scalar_kernel, grid_for(n), 256, 0, st, x, d, n);
+  launch_pdl(div_scalar_kernel<T>, grid_for(n), 256, 0, st, x, d, n);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -384,21 +404,23 @@ void launch_round_f32(float* x, int64_t n, cudaStream_t st) {
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_rope(bf16* x, int64_t rows, int64_t cols, int head_dim, const int32_t* pos,
+template <typename T>
+void launch_rope(T* x, int64_t rows, int64_t cols, int head_dim, const int32_t* pos,
                  const float* inv_freq, cudaStream_t st) {
   if (rows == 0) return;
-  launch_pdl(rope_kernel, unsigned(rows), 128, size_t(head_dim) * 4, st, x, cols, head_dim, pos,
+  launch_pdl(rope_kernel<T>, unsigned(rows), 128, size_t(head_dim) * 4, st, x, cols, head_dim, pos,
              inv_freq);
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_qk_norm_rope(bf16* q, bf16* k, const bf16* qn, const bf16* kn, int64_t rows,
-                         int64_t cols, int head_dim, float eps, const int32_t* pos,
-                         const float* inv_freq, cudaStream_t st) {
+template <typename T>
+void launch_qk_norm_rope(T* q, T* k, const T* qn, const T* kn, int64_t rows, int64_t cols,
+                         int head_dim, float eps, const int32_t* pos, const float* inv_freq,
+                         cudaStream_t st) {
   if (rows == 0) return;
   constexpr int kThreads = 256;
   const size_t smem = size_t(1 + kThreads / 32) * size_t(head_dim) * 4;
-  launch_pdl(qk_norm_rope_kernel, unsigned(rows), kThreads, smem, st, q, k, qn, kn, cols, head_dim,
+  launch_pdl(qk_norm_rope_kernel<T>, unsigned(rows), kThreads, smem, st, q, k, qn, kn, cols, head_dim,
              eps, pos, inv_freq);
   CUDA_CHECK_LAUNCH();
 }
@@ -414,5 +436,22 @@ void launch_gather_rows(const void* x, int64_t cols, int elem_size, const int32_
                static_cast<const uint32_t*>(x), cols, rows, static_cast<uint32_t*>(out));
   CUDA_CHECK_LAUNCH();
 }
+
+// The two storage types of the templated launchers (cuda_kernels.h).
+#define SALA_OPS_INSTANTIATE(T)                                                                   \
+  template void launch_embedding<T>(const T*, const int32_t*, int64_t, int64_t, float, T*,       \
+                                    cudaStream_t);                                                \
+  template void launch_rmsnorm<T>(T*, const T*, float, const T*, int, int64_t, float, T*,        \
+                                  cudaStream_t);                                                  \
+  template void launch_silu_mul<T>(const T*, const T*, T*, int64_t, cudaStream_t);              \
+  template void launch_mul_sigmoid<T>(const T*, const T*, T*, int64_t, cudaStream_t);           \
+  template void launch_div_scalar<T>(T*, float, int64_t, cudaStream_t);                          \
+  template void launch_rope<T>(T*, int64_t, int64_t, int, const int32_t*, const float*,          \
+                               cudaStream_t);                                                     \
+  template void launch_qk_norm_rope<T>(T*, T*, const T*, const T*, int64_t, int64_t, int, float, \
+                                       const int32_t*, const float*, cudaStream_t);
+SALA_OPS_INSTANTIATE(bf16)
+SALA_OPS_INSTANTIATE(float)
+#undef SALA_OPS_INSTANTIATE
 
 }  // namespace sala::cuda

@@ -4,6 +4,10 @@
 // flash-style online softmax in fp32, split over key blocks when the step has few rows
 // (decode). Long dense prefill calls run on the tensor cores (cuda_flash.cu); InfLLM-v2
 // rows (selection and stage 2) in cuda_infllm_select.cu / cuda_infllm_attn.cu.
+// fp32 mode: every kernel here is templated on the storage type T (bf16 or float: fp32 cache,
+// compressed keys and outputs, nothing rounded); attention_kernel<float, true> is also stage 2
+// of the InfLLM-v2 rows, over the blocks cuda_f32_select.cu selected (flash and the
+// tensor-core InfLLM-v2 kernels are bf16 only).
 #include <cmath>
 
 #include "backend/cuda/cuda_launch.cuh"
@@ -14,10 +18,10 @@ namespace sala::cuda {
 namespace {
 
 // 1. k, v rows into the paged cache.                         grid: T, block: 128
-__global__ void append_kv_kernel(const bf16* __restrict__ k, const bf16* __restrict__ v,
+template <typename T>
+__global__ void append_kv_kernel(const T* __restrict__ k, const T* __restrict__ v,
                                  const int32_t* __restrict__ row_seq, const DevSeq* __restrict__ seqs,
-                                 const int32_t* __restrict__ page_table, CacheGeom g, bf16* kc,
-                                 bf16* vc) {
+                                 const int32_t* __restrict__ page_table, CacheGeom g, T* kc, T* vc) {
   pdl_wait();  // launch_pdl: before any read or write
   pdl_trigger();
   const int64_t r = blockIdx.x;
@@ -33,9 +37,10 @@ __global__ void append_kv_kernel(const bf16* __restrict__ k, const bf16* __restr
 // 2. Compressed entries completed by the new tokens: entry j of a level (window w, stride
 // st) is emitted by the token at p = j*st + w - 1. fp32 sum in token order, / w, bf16.
 //                                                            grid: (T, 2), block: 128
+template <typename T>
 __global__ void compress_kernel(const int32_t* __restrict__ row_seq, const DevSeq* __restrict__ seqs,
                                 const int32_t* __restrict__ page_table, CacheGeom g,
-                                const bf16* __restrict__ kc, bf16* c1, bf16* c2) {
+                                const T* __restrict__ kc, T* c1, T* c2) {
   pdl_wait();  // launch_pdl: before any read or write
   pdl_trigger();
   const int64_t r = blockIdx.x;
@@ -45,11 +50,11 @@ __global__ void compress_kernel(const int32_t* __restrict__ row_seq, const DevSe
   if (p + 1 < w || (p + 1 - w) % st != 0) return;
   const int64_t j = (p + 1 - w) / st;
   const int32_t* pages = page_table + s.page_begin;
-  bf16* dst = (blockIdx.y == 0 ? c1 : c2) + entry_off(g, pages, j, st);
+  T* dst = (blockIdx.y == 0 ? c1 : c2) + entry_off(g, pages, j, st);
   for (int64_t e = threadIdx.x; e < g.row; e += blockDim.x) {
     float acc = 0.f;
-    for (int64_t x = j * st; x < j * st + w; ++x) acc += b2f(kc[token_off(g, pages, x) + e]);
-    dst[e] = f2b(acc / float(w));
+    for (int64_t x = j * st; x < j * st + w; ++x) acc += ld(kc[token_off(g, pages, x) + e]);
+    dst[e] = cvt<T>(acc / float(w));
   }
 }
 
@@ -57,20 +62,28 @@ constexpr int kKeyTile = 64;
 
 // 3. Attention of the G query heads of one kv head for one dense row over its key blocks
 //    0..qb, keys p <= t. Split z of gridDim.z takes a contiguous part of the blocks (rows
-//    of one-token calls only); with one split it writes bf16 output directly, else fp32
-//    partials (acc, m, l) per sequence for combine_kernel.
+//    of one-token calls only); with one split it writes T output directly, else fp32
+//    partials (acc, m, l) per sequence for combine_kernel. kSel (fp32 mode's InfLLM-v2 stage
+//    2): the sparse rows instead, over their selected blocks sel[r, g, 0 .. sel_cnt[r, g])
+//    (ascending), keys p <= t of each.
 //    grid: (T, kvh, splits), block: 256
+template <typename T, bool kSel>
 __global__ void __launch_bounds__(256) attention_kernel(
-    const bf16* __restrict__ q, const int32_t* __restrict__ row_seq, const DevSeq* __restrict__ seqs,
-    const int32_t* __restrict__ page_table, const bf16* __restrict__ kc, const bf16* __restrict__ vc,
-    AttnParams P, bf16* __restrict__ out, float* __restrict__ part, float* __restrict__ ml) {
+    const T* __restrict__ q, const int32_t* __restrict__ row_seq, const DevSeq* __restrict__ seqs,
+    const int32_t* __restrict__ page_table, const T* __restrict__ kc, const T* __restrict__ vc,
+    AttnParams P, const int32_t* __restrict__ sel, const int32_t* __restrict__ sel_cnt,
+    T* __restrict__ out, float* __restrict__ part, float* __restrict__ ml) {
   pdl_wait();  // launch_pdl: before any read or write
   pdl_trigger();
   const int64_t r = blockIdx.x;
   const int g = blockIdx.y;
   const int si = row_seq[r];
   const DevSeq s = seqs[si];
-  if (s.sparse || s.num_tokens >= P.flash_min) return;  // sparse_attn / flash_prefill rows
+  if constexpr (kSel) {
+    if (!s.sparse) return;  // dense rows: attention_kernel<T, false>
+  } else {
+    if (s.sparse || s.num_tokens >= P.flash_min) return;  // sparse_attn / flash_prefill rows
+  }
   // Rows of one-token calls (decode) split over grid.z, all others not: a row's numbers
   // depend only on its own call.
   const int split = blockIdx.z, nsplit = s.num_tokens == 1 ? int(gridDim.z) : 1;
@@ -80,7 +93,8 @@ __global__ void __launch_bounds__(256) attention_kernel(
   const int32_t* pages = page_table + s.page_begin;
   const long long t = s.past_len + (r - s.token_begin);
   const int qb = int(t / G.bs);
-  const int n_list = qb + 1;
+  const int32_t* blocks = kSel ? sel + (r * G.kvh + g) * int64_t(P.total_topk) : nullptr;
+  const int n_list = kSel ? sel_cnt[r * G.kvh + g] : qb + 1;
   const int per = (n_list + nsplit - 1) / nsplit;
   const int i0 = split * per, i1 = min(n_list, i0 + per);
 
@@ -97,13 +111,13 @@ __global__ void __launch_bounds__(256) attention_kernel(
   const int tid = threadIdx.x, nt = blockDim.x, lane = tid % 32, warp = tid / 32, nwarps = nt / 32;
 
   for (int e = tid; e < GH * d; e += nt) {
-    qs[e] = b2f(q[r * int64_t(P.nh) * d + int64_t(g) * GH * d + e]);
+    qs[e] = ld(q[r * int64_t(P.nh) * d + int64_t(g) * GH * d + e]);
     acc[e] = 0.f;
   }
   for (int h = tid; h < GH; h += nt) mrow[h] = -INFINITY, lrow[h] = 0.f;
 
   for (int i = i0; i < i1; ++i) {
-    const long long kb0 = 1LL * i * G.bs;
+    const long long kb0 = 1LL * (kSel ? blocks[i] : i) * G.bs;
     const long long kend = min(kb0 + G.bs, t + 1);
     for (long long p0 = kb0; p0 < kend; p0 += kKeyTile) {
       const int nk = int(kend - p0 < kKeyTile ? kend - p0 : kKeyTile);
@@ -111,8 +125,8 @@ __global__ void __launch_bounds__(256) attention_kernel(
       for (int e = tid; e < nk * d; e += nt) {
         const int j = e / d, x = e % d;
         const int64_t off = token_off(G, pages, p0 + j) + int64_t(g) * d + x;
-        ks[j * DP + x] = b2f(kc[off]);
-        vs[j * d + x] = b2f(vc[off]);
+        ks[j * DP + x] = ld(kc[off]);
+        vs[j * d + x] = ld(vc[off]);
       }
       __syncthreads();
       for (int e = tid; e < GH * nk; e += nt) {
@@ -157,7 +171,7 @@ __global__ void __launch_bounds__(256) attention_kernel(
   if (nsplit == 1) {
     for (int e = tid; e < GH * d; e += nt) {
       const int h = e / d;
-      out[r * int64_t(P.nh) * d + int64_t(g) * GH * d + e] = f2b(acc[e] / lrow[h]);
+      out[r * int64_t(P.nh) * d + int64_t(g) * GH * d + e] = cvt<T>(acc[e] / lrow[h]);
     }
   } else {
     for (int e = tid; e < GH * d; e += nt) {
@@ -175,9 +189,10 @@ __global__ void __launch_bounds__(256) attention_kernel(
 
 // Merge of the split partials of one-token calls (indexed by sequence).
 //                                                            grid: (S, nh), block: d
+template <typename T>
 __global__ void combine_kernel(const DevSeq* __restrict__ seqs, const float* __restrict__ part,
                                const float* __restrict__ ml, int nsplit, int nh, int d,
-                               bf16* __restrict__ out) {
+                               T* __restrict__ out) {
   pdl_wait();  // launch_pdl: before any read or write
   pdl_trigger();
   const DevSeq s = seqs[blockIdx.x];
@@ -196,24 +211,26 @@ __global__ void combine_kernel(const DevSeq* __restrict__ seqs, const float* __r
       l += ml[2 * (item0 + z) + 1] * c;
       o += part[(item0 + z) * d + x] * c;
     }
-    out[(r * nh + h) * d + x] = f2b(o / l);
+    out[(r * nh + h) * d + x] = cvt<T>(o / l);
   }
 }
 
 }  // namespace
 
-void launch_append_kv(const bf16* k, const bf16* v, const StepRows& s, const CacheGeom& g, bf16* kc,
-                      bf16* vc, cudaStream_t st) {
+template <typename T>
+void launch_append_kv(const T* k, const T* v, const StepRows& s, const CacheGeom& g, T* kc, T* vc,
+                      cudaStream_t st) {
   if (s.T == 0) return;
-  launch_pdl(append_kv_kernel, unsigned(s.T), 128, 0, st, k, v, s.row_seq, s.seqs, s.page_table, g,
+  launch_pdl(append_kv_kernel<T>, unsigned(s.T), 128, 0, st, k, v, s.row_seq, s.seqs, s.page_table, g,
              kc, vc);
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_compress(const StepRows& s, const CacheGeom& g, const bf16* kc, bf16* c1, bf16* c2,
+template <typename T>
+void launch_compress(const StepRows& s, const CacheGeom& g, const T* kc, T* c1, T* c2,
                      cudaStream_t st) {
   if (s.T == 0) return;
-  launch_pdl(compress_kernel, dim3(unsigned(s.T), 2), 128, 0, st, s.row_seq, s.seqs, s.page_table,
+  launch_pdl(compress_kernel<T>, dim3(unsigned(s.T), 2), 128, 0, st, s.row_seq, s.seqs, s.page_table,
              g, kc, c1, c2);
   CUDA_CHECK_LAUNCH();
 }
@@ -223,27 +240,58 @@ size_t attention_smem_bytes(int G, int d) {
           size_t(G) * kKeyTile + 3 * size_t(G)) * 4;
 }
 
-void launch_attention(const bf16* q, const StepRows& s, const bf16* kc, const bf16* vc,
-                      const AttnParams& p, int splits, bf16* out, float* part, float* ml,
-                      int max_smem, cudaStream_t st) {
+template <typename T, bool kSel>
+void attention_launch(const T* q, const StepRows& s, const T* kc, const T* vc, const AttnParams& p,
+                      const int32_t* sel, const int32_t* sel_cnt, int splits, T* out, float* part,
+                      float* ml, int max_smem, cudaStream_t st) {
   if (s.T == 0) return;
   const size_t smem = attention_smem_bytes(p.G, p.g.d);
-  static size_t smem_set = 48 * 1024;
+  static size_t smem_set = 48 * 1024;  // one per instantiation
   if (smem > smem_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<T, kSel>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
     smem_set = size_t(max_smem);
   }
-  launch_pdl(attention_kernel, dim3(unsigned(s.T), unsigned(p.g.kvh), unsigned(splits)), 256, smem,
-             st, q, s.row_seq, s.seqs, s.page_table, kc, vc, p, out, part, ml);
+  launch_pdl(attention_kernel<T, kSel>, dim3(unsigned(s.T), unsigned(p.g.kvh), unsigned(splits)),
+             256, smem, st, q, s.row_seq, s.seqs, s.page_table, kc, vc, p, sel, sel_cnt, out, part,
+             ml);
   CUDA_CHECK_LAUNCH();
 }
 
+template <typename T>
+void launch_attention(const T* q, const StepRows& s, const T* kc, const T* vc, const AttnParams& p,
+                      int splits, T* out, float* part, float* ml, int max_smem, cudaStream_t st) {
+  attention_launch<T, false>(q, s, kc, vc, p, nullptr, nullptr, splits, out, part, ml, max_smem, st);
+}
+
+void launch_attention_selected_f32(const float* q, const StepRows& s, const float* kc,
+                                   const float* vc, const AttnParams& p, const int32_t* sel,
+                                   const int32_t* sel_cnt, int splits, float* out, float* part,
+                                   float* ml, int max_smem, cudaStream_t st) {
+  attention_launch<float, true>(q, s, kc, vc, p, sel, sel_cnt, splits, out, part, ml, max_smem, st);
+}
+
+template <typename T>
 void launch_combine(const DevSeq* seqs, int S, const float* part, const float* ml, int splits,
-                    int nh, int d, bf16* out, cudaStream_t st) {
+                    int nh, int d, T* out, cudaStream_t st) {
   if (S == 0 || splits <= 1) return;
-  launch_pdl(combine_kernel, dim3(unsigned(S), unsigned(nh)), d < 256 ? d : 256, 0, st, seqs, part,
+  launch_pdl(combine_kernel<T>, dim3(unsigned(S), unsigned(nh)), d < 256 ? d : 256, 0, st, seqs, part,
              ml, splits, nh, d, out);
   CUDA_CHECK_LAUNCH();
 }
+
+#define SALA_SPARSE_INSTANTIATE(T)                                                              \
+  template void launch_append_kv<T>(const T*, const T*, const StepRows&, const CacheGeom&, T*,  \
+                                    T*, cudaStream_t);                                           \
+  template void launch_compress<T>(const StepRows&, const CacheGeom&, const T*, T*, T*,         \
+                                   cudaStream_t);                                                \
+  template void launch_attention<T>(const T*, const StepRows&, const T*, const T*,              \
+                                    const AttnParams&, int, T*, float*, float*, int,             \
+                                    cudaStream_t);                                               \
+  template void launch_combine<T>(const DevSeq*, int, const float*, const float*, int, int, int, \
+                                  T*, cudaStream_t);
+SALA_SPARSE_INSTANTIATE(bf16)
+SALA_SPARSE_INSTANTIATE(float)
+#undef SALA_SPARSE_INSTANTIATE
 
 }  // namespace sala::cuda
