@@ -199,4 +199,41 @@ std::string calls_str(const Calls& calls, const std::vector<int64_t>& past) {
   return s;
 }
 
+void run_lightning(int nh, int d, NumericMode mode) {
+  const bool f32 = mode == NumericMode::F32;
+  LayerHarness H(layer_config(16, 1, 16, nh, d, SparseConfig{}), 64, 512, 5, mode);
+  const auto slopes = H.cfg.lightning_slopes();
+  const float scale = float(H.cfg.lightning_scale);
+  const std::vector<Calls> steps = {
+      {{0, 1}, {1, 5}, {2, 63}, {3, 64}, {4, 130}},  // first calls: recurrent and chunked
+      {{0, 1}, {1, 70}, {2, 1}, {3, 64}, {4, 10}},   // continuations with carried state
+      {{0, 1}, {1, 1}, {2, 1}, {3, 1}, {4, 1}},      // decode
+      {{4, 1}, {2, 100}, {0, 2}},                    // a subset, other order
+  };
+  for (const auto& calls : steps) {
+    std::vector<int64_t> past;
+    for (auto [si, n] : calls) past.push_back(H.seqs[size_t(si)].len);
+    StepMeta m = H.step(calls);
+    H.p.begin(m);
+    const int64_t T = m.num_tokens(), C = int64_t(nh) * d;
+    auto input = [&] {
+      return f32 ? H.p.up(randn_f32(T, C, H.seed++)) : H.p.up(randn(T, C, H.seed++));
+    };
+    for (int li = 0; li < 2; ++li) {
+      auto q = input(), k = input(), v = input();
+      auto o = H.p.out(T, C);
+      H.p.cpu->lightning_attention(li, q.c, k.c, v.c, slopes, scale, o.c);
+      H.p.gpu->lightning_attention(li, q.g, k.g, v.g, slopes, scale, o.g);
+      const Stat s =
+          H.p.cmp(std::string(f32 ? "fp32 " : "") + "lightning nh" + std::to_string(nh) + " d" +
+                      std::to_string(d) + " L" + std::to_string(li) + " " + calls_str(calls, past),
+                  o);
+      if (f32)
+        expect_close(s, kF32RelL2, kF32RelMax);
+      else
+        expect_close(s, 4e-3, 1.6e-2);
+    }
+  }
+}
+
 }  // namespace sala::test

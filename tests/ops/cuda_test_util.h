@@ -75,7 +75,8 @@ struct HostMatF32 {
   std::vector<float> v;  // [rows, cols]
 };
 // [rows, cols] of N(mean, scale²) in fp32, reproducible from `seed`.
-HostMatF32 randn_f32(int64_t rows, int64_t cols, uint32_t seed, float scale = 1.f, float mean = 0.f);
+HostMatF32 randn_f32(int64_t rows, int64_t cols, uint32_t seed, float scale = 1.f,
+                     float mean = 0.f);
 
 // The same values in both backends, both in `mode` (bf16 emulation on the CPU by default).
 struct Pair {
@@ -86,23 +87,16 @@ struct Pair {
   struct T2 {
     Tensor c, g;
   };
-  T2 up(const HostMat& m) {
-    TensorView v;
-    v.name = "test";
-    v.dtype = DType::BF16;
-    v.shape = {m.rows, m.cols};
-    v.data = reinterpret_cast<const uint8_t*>(m.bits.data());
-    v.nbytes = m.bits.size() * 2;
-    return {cpu->upload_weight(v), gpu->upload_weight(v)};
-  }
+  T2 up(const HostMat& m) { return up_checkpoint(DType::BF16, m.rows, m.cols, m.bits.data()); }
   // fp32 values as an F32 "checkpoint" tensor (exact in fp32 mode).
-  T2 up(const HostMatF32& m) {
+  T2 up(const HostMatF32& m) { return up_checkpoint(DType::F32, m.rows, m.cols, m.v.data()); }
+  T2 up_checkpoint(DType dt, int64_t rows, int64_t cols, const void* data) {
     TensorView v;
     v.name = "test";
-    v.dtype = DType::F32;
-    v.shape = {m.rows, m.cols};
-    v.data = reinterpret_cast<const uint8_t*>(m.v.data());
-    v.nbytes = m.v.size() * 4;
+    v.dtype = dt;
+    v.shape = {rows, cols};
+    v.data = static_cast<const uint8_t*>(data);
+    v.nbytes = size_t(rows * cols) * dtype_size(dt);
     return {cpu->upload_weight(v), gpu->upload_weight(v)};
   }
   // GPU output in the backend's activation dtype (bf16, or fp32 in fp32 mode).
@@ -172,5 +166,11 @@ struct LayerHarness {
 
 // "past+n past+n ...": the calls of a step, for comparison names.
 std::string calls_str(const Calls& calls, const std::vector<int64_t>& past);
+
+// Two lightning layers of 5 sequences (each its state slot) over steps of first calls,
+// continuations with carried state and decode rows: q/k/v [T, nh*d] -> o [T, nh*d], GPU vs
+// CPU in `mode` (bf16: bf16 inputs, rel L2 4e-3; fp32: inputs that are not bf16 values,
+// the fp32 bounds).
+void run_lightning(int nh, int d, NumericMode mode);
 
 }  // namespace sala::test

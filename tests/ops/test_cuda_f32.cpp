@@ -24,7 +24,9 @@ namespace {
 
 constexpr NumericMode F32 = NumericMode::F32;
 
-void expect_f32(const Stat& s) { expect_close(s, kF32RelL2, kF32RelMax); }
+void expect_f32(const Stat& s) {
+  expect_close(s, kF32RelL2, kF32RelMax);
+}
 
 TEST(CudaOpsF32, Modes) {
   REQUIRE_GPU();
@@ -39,21 +41,6 @@ TEST(CudaOpsF32, Modes) {
   const std::vector<float> exact = h.f32();
   EXPECT_EQ(a, exact);
   EXPECT_EQ(b, exact);
-}
-
-TEST(CudaOpsF32, Embedding) {
-  REQUIRE_GPU();
-  Pair p(F32);
-  auto table = p.up(randn_f32(512, 256, 1, 0.05f));
-  StepMeta m;
-  std::vector<int32_t> ids = {0, 511, 7, 7, 300, 1, 2, 99, 504};
-  m.add_seq(ids.data(), int32_t(ids.size()), 0, 0, {}, false, false);
-  p.begin(m);
-  auto o = p.out(int64_t(ids.size()), 256);
-  p.cpu->embedding(table.c, 12.f, o.c);
-  p.gpu->embedding(table.g, 12.f, o.g);
-  const Stat s = p.cmp(shape("fp32 embedding x12", {9, 256}), o);
-  EXPECT_EQ(s.ndiff, 0) << s.name;
 }
 
 TEST(CudaOpsF32, RmsNorm) {
@@ -119,26 +106,6 @@ TEST(CudaOpsF32, Linear) {
   }
 }
 
-TEST(CudaOpsF32, LinearMulti) {
-  REQUIRE_GPU();
-  uint32_t seed = 250;
-  for (int64_t T : {1, 3, 16, 40}) {
-    Pair p(F32);
-    const int64_t K = 512;
-    const std::vector<int64_t> parts = {256, 32, 32, 256};
-    auto x = p.up(randn_f32(T, K, seed++, 1.f));
-    auto w = p.up(randn(576, K, seed++, 1.f / std::sqrt(float(K))));
-    std::vector<Pair::T2> ys;
-    for (int64_t n : parts) ys.push_back(p.out(T, n));
-    std::vector<Tensor*> yc, yg;
-    for (auto& y : ys) yc.push_back(&y.c), yg.push_back(&y.g);
-    p.cpu->linear_multi(x.c, w.c, yc);
-    p.gpu->linear_multi(x.g, w.g, yg);
-    for (size_t i = 0; i < parts.size(); ++i)
-      expect_f32(p.cmp(shape("fp32 linear_multi part", {T, K, int64_t(i), parts[i]}), ys[i]));
-  }
-}
-
 TEST(CudaOpsF32, Elementwise) {
   REQUIRE_GPU();
   uint32_t seed = 300;
@@ -164,76 +131,12 @@ TEST(CudaOpsF32, Elementwise) {
   }
 }
 
-TEST(CudaOpsF32, RopeQkNormGather) {
-  REQUIRE_GPU();
-  uint32_t seed = 400;
-  for (int hd : {16, 64, 128})
-    for (int64_t past : {int64_t(0), int64_t(4093), int64_t(131000), int64_t(524000)}) {
-      Pair p(F32);
-      const int64_t T = 6, C = int64_t(hd) * 4;
-      auto x = p.up(randn_f32(T, C, seed++, 1.f));
-      auto k = p.up(randn_f32(T, C, seed++, 1.f));
-      auto qn = p.up(randn_f32(1, hd, seed++, 0.2f, 1.f));
-      auto kn = p.up(randn_f32(1, hd, seed++, 0.2f, 1.f));
-      StepMeta m;
-      std::vector<int32_t> ids(8, 3);
-      m.add_seq(ids.data(), 2, past, 0, {}, false, false);
-      m.add_seq(ids.data(), 4, past + 77, 1, {}, false, false);
-      m.logit_rows = {5, 0, 3};
-      p.begin(m);
-      p.cpu->rope(x.c, hd, 10000.0);
-      p.gpu->rope(x.g, hd, 10000.0);
-      expect_f32(p.cmp(shape("fp32 rope", {T, C, hd, past}), x));
-      p.cpu->qk_norm_rope(x.c, k.c, qn.c, kn.c, 1e-6f, hd, 10000.0);
-      p.gpu->qk_norm_rope(x.g, k.g, qn.g, kn.g, 1e-6f, hd, 10000.0);
-      expect_f32(p.cmp(shape("fp32 qk_norm_rope q", {T, C, hd, past}), x));
-      expect_f32(p.cmp(shape("fp32 qk_norm_rope k", {T, C, hd, past}), k));
-      auto y = p.up(randn_f32(T, C, seed++, 1.f));
-      auto o = p.out(3, C);
-      p.cpu->gather_logit_rows(y.c, o.c);
-      p.gpu->gather_logit_rows(y.g, o.g);
-      const Stat s = p.cmp(shape("fp32 gather_logit_rows", {3, C}), o);
-      EXPECT_EQ(s.ndiff, 0) << s.name;
-    }
-}
-
-// Lightning layers (recurrent, chunked and chunk-parallel kernels for float) over the steps of
-// test_cuda_ops.cpp's run_lightning: first calls, continuations with carried state, decode.
-void run_lightning_f32(int nh, int d) {
-  LayerHarness H(layer_config(16, 1, 16, nh, d, SparseConfig{}), 64, 512, 5, F32);
-  const auto slopes = H.cfg.lightning_slopes();
-  const float scale = float(H.cfg.lightning_scale);
-  const std::vector<Calls> steps = {
-      {{0, 1}, {1, 5}, {2, 63}, {3, 64}, {4, 130}},
-      {{0, 1}, {1, 70}, {2, 1}, {3, 64}, {4, 10}},
-      {{0, 1}, {1, 1}, {2, 1}, {3, 1}, {4, 1}},
-      {{4, 1}, {2, 100}, {0, 2}},
-  };
-  for (const auto& calls : steps) {
-    std::vector<int64_t> past;
-    for (auto [si, n] : calls) past.push_back(H.seqs[size_t(si)].len);
-    StepMeta m = H.step(calls);
-    H.p.begin(m);
-    const int64_t T = m.num_tokens(), C = int64_t(nh) * d;
-    for (int li = 0; li < 2; ++li) {
-      auto q = H.p.up(randn_f32(T, C, H.seed++));
-      auto k = H.p.up(randn_f32(T, C, H.seed++));
-      auto v = H.p.up(randn_f32(T, C, H.seed++));
-      auto o = H.p.out(T, C);
-      H.p.cpu->lightning_attention(li, q.c, k.c, v.c, slopes, scale, o.c);
-      H.p.gpu->lightning_attention(li, q.g, k.g, v.g, slopes, scale, o.g);
-      expect_f32(H.p.cmp("fp32 lightning nh" + std::to_string(nh) + " d" + std::to_string(d) +
-                             " L" + std::to_string(li) + " " + calls_str(calls, past),
-                         o));
-    }
-  }
-}
-
+// Lightning layers: the recurrent, chunked and chunk-parallel kernels for float.
 TEST(CudaOpsF32, Lightning) {
   REQUIRE_GPU();
-  run_lightning_f32(4, 16);
-  run_lightning_f32(2, 64);
-  run_lightning_f32(3, 128);
+  run_lightning(4, 16, F32);
+  run_lightning(2, 64, F32);
+  run_lightning(3, 128, F32);
 }
 
 TEST(CudaOpsF32, ArgmaxRows) {

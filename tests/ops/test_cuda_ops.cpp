@@ -34,18 +34,22 @@ namespace {
 
 // ---- element-wise, norms, GEMM ------------------------------------------------------------
 
+// Bit-exact in both modes (fp32: a table that is not bf16 values).
 TEST(CudaOps, Embedding) {
   REQUIRE_GPU();
-  Pair p;
-  auto table = p.up(randn(512, 256, 1, 0.05f));
-  StepMeta m;
-  std::vector<int32_t> ids = {0, 511, 7, 7, 300, 1, 2, 99, 504};
-  m.add_seq(ids.data(), int32_t(ids.size()), 0, 0, {}, false, false);
-  p.begin(m);
-  auto o = p.out(int64_t(ids.size()), 256);
-  p.cpu->embedding(table.c, 12.f, o.c);
-  p.gpu->embedding(table.g, 12.f, o.g);
-  expect_ulp(p.cmp(shape("embedding x12", {9, 256}), o), 0, 0);
+  for (const NumericMode mode : {NumericMode::BF16, NumericMode::F32}) {
+    const bool f32 = mode == NumericMode::F32;
+    Pair p(mode);
+    auto table = f32 ? p.up(randn_f32(512, 256, 1, 0.05f)) : p.up(randn(512, 256, 1, 0.05f));
+    StepMeta m;
+    std::vector<int32_t> ids = {0, 511, 7, 7, 300, 1, 2, 99, 504};
+    m.add_seq(ids.data(), int32_t(ids.size()), 0, 0, {}, false, false);
+    p.begin(m);
+    auto o = p.out(int64_t(ids.size()), 256);
+    p.cpu->embedding(table.c, 12.f, o.c);
+    p.gpu->embedding(table.g, 12.f, o.g);
+    expect_ulp(p.cmp(shape(f32 ? "fp32 embedding x12" : "embedding x12", {9, 256}), o), 0, 0);
+  }
 }
 
 TEST(CudaOps, RmsNorm) {
@@ -116,7 +120,8 @@ TEST(CudaOps, Linear) {
     auto y = p.out(s.T, s.N, s.f32_out ? DType::F32 : DType::BF16);
     p.cpu->linear(xc, w.c, y.c);
     p.gpu->linear(xg, w.g, y.g);
-    expect_close(p.cmp(shape(s.f32_out ? "linear f32-out" : "linear", {s.T, s.K, s.N}), y), 4e-3, 1.6e-2);
+    expect_close(p.cmp(shape(s.f32_out ? "linear f32-out" : "linear", {s.T, s.K, s.N}), y), 4e-3,
+                 1.6e-2);
   }
 }
 
@@ -147,63 +152,39 @@ TEST(CudaOps, Elementwise) {
   }
 }
 
+// In both modes (fp32: inputs that are not bf16 values; fp32 bounds; gather bit-exact).
 TEST(CudaOps, RopeAndGather) {
   REQUIRE_GPU();
   uint32_t seed = 400;
-  for (int hd : {16, 128})
-    for (int64_t past : {int64_t(0), int64_t(4093), int64_t(131000), int64_t(524000)}) {
-      Pair p;
-      const int64_t T = 6, C = int64_t(hd) * 4;
-      auto x = p.up(randn(T, C, seed++, 1.f));
-      StepMeta m;
-      std::vector<int32_t> ids(8, 3);
-      m.add_seq(ids.data(), 2, past, 0, {}, false, false);
-      m.add_seq(ids.data(), 4, past + 77, 1, {}, false, false);
-      m.logit_rows = {5, 0, 3};
-      p.begin(m);
-      p.cpu->rope(x.c, hd, 10000.0);
-      p.gpu->rope(x.g, hd, 10000.0);
-      expect_ulp(p.cmp(shape("rope", {T, C, hd, past}), x), 1, 0.02);
-      auto o = p.out(3, C);
-      p.cpu->gather_logit_rows(x.c, o.c);
-      p.gpu->gather_logit_rows(x.g, o.g);
-      expect_ulp(p.cmp(shape("gather_logit_rows", {3, C}), o), 0, 0);
-    }
+  for (const NumericMode mode : {NumericMode::BF16, NumericMode::F32})
+    for (int hd : {16, 64, 128})
+      for (int64_t past : {int64_t(0), int64_t(4093), int64_t(131000), int64_t(524000)}) {
+        const bool f32 = mode == NumericMode::F32;
+        Pair p(mode);
+        const int64_t T = 6, C = int64_t(hd) * 4;
+        auto x = f32 ? p.up(randn_f32(T, C, seed++, 1.f)) : p.up(randn(T, C, seed++, 1.f));
+        StepMeta m;
+        std::vector<int32_t> ids(8, 3);
+        m.add_seq(ids.data(), 2, past, 0, {}, false, false);
+        m.add_seq(ids.data(), 4, past + 77, 1, {}, false, false);
+        m.logit_rows = {5, 0, 3};
+        p.begin(m);
+        p.cpu->rope(x.c, hd, 10000.0);
+        p.gpu->rope(x.g, hd, 10000.0);
+        const Stat sr = p.cmp(shape(f32 ? "fp32 rope" : "rope", {T, C, hd, past}), x);
+        if (f32)
+          expect_close(sr, kF32RelL2, kF32RelMax);
+        else
+          expect_ulp(sr, 1, 0.02);
+        auto o = p.out(3, C);
+        p.cpu->gather_logit_rows(x.c, o.c);
+        p.gpu->gather_logit_rows(x.g, o.g);
+        expect_ulp(p.cmp(shape(f32 ? "fp32 gather_logit_rows" : "gather_logit_rows", {3, C}), o), 0,
+                   0);
+      }
 }
 
 // ---- lightning (GLA) layers, greedy argmax ----------------------------------------------------
-
-// Two lightning layers of 5 sequences (each its state slot) over steps of first calls,
-// continuations with carried state and decode rows: q/k/v [T, nh*d] -> o [T, nh*d].
-void run_lightning(int nh, int d) {
-  LayerHarness H(layer_config(16, 1, 16, nh, d, SparseConfig{}), 64, 512, 5);
-  const auto slopes = H.cfg.lightning_slopes();
-  const float scale = float(H.cfg.lightning_scale);
-  const std::vector<Calls> steps = {
-      {{0, 1}, {1, 5}, {2, 63}, {3, 64}, {4, 130}},  // first calls: recurrent and chunked
-      {{0, 1}, {1, 70}, {2, 1}, {3, 64}, {4, 10}},   // continuations with carried state
-      {{0, 1}, {1, 1}, {2, 1}, {3, 1}, {4, 1}},      // decode
-      {{4, 1}, {2, 100}, {0, 2}},                    // a subset, other order
-  };
-  for (const auto& calls : steps) {
-    std::vector<int64_t> past;
-    for (auto [si, n] : calls) past.push_back(H.seqs[size_t(si)].len);
-    StepMeta m = H.step(calls);
-    H.p.begin(m);
-    const int64_t T = m.num_tokens(), C = int64_t(nh) * d;
-    for (int li = 0; li < 2; ++li) {
-      auto q = H.p.up(randn(T, C, H.seed++));
-      auto k = H.p.up(randn(T, C, H.seed++));
-      auto v = H.p.up(randn(T, C, H.seed++));
-      auto o = H.p.out(T, C);
-      H.p.cpu->lightning_attention(li, q.c, k.c, v.c, slopes, scale, o.c);
-      H.p.gpu->lightning_attention(li, q.g, k.g, v.g, slopes, scale, o.g);
-      expect_close(H.p.cmp("lightning nh" + std::to_string(nh) + " d" + std::to_string(d) + " L" +
-                               std::to_string(li) + " " + calls_str(calls, past), o),
-                   4e-3, 1.6e-2);
-    }
-  }
-}
 
 TEST(CudaOps, ArgmaxRows) {
   // Greedy picks on the device equal the CPU's (first maximum), on random logits from the
@@ -228,7 +209,8 @@ TEST(CudaOps, ArgmaxRows) {
       p.cpu->download_f32(logits.c, cl.data());
       for (int64_t r = 0; r < R; ++r) {
         const float* row = &gl[size_t(r * V)];
-        EXPECT_EQ(b[size_t(r)], int32_t(std::max_element(row, row + V) - row)) << "V=" << V << " r=" << r;
+        EXPECT_EQ(b[size_t(r)], int32_t(std::max_element(row, row + V) - row))
+            << "V=" << V << " r=" << r;
         const float* crow = &cl[size_t(r * V)];
         std::vector<float> sorted(crow, crow + V);
         std::nth_element(sorted.begin(), sorted.begin() + 1, sorted.end(), std::greater<float>());
@@ -246,44 +228,51 @@ TEST(CudaOps, ArgmaxRows) {
 
 TEST(CudaOps, LightningTiny) {
   REQUIRE_GPU();
-  run_lightning(4, 16);
+  run_lightning(4, 16, NumericMode::BF16);
 }
 TEST(CudaOps, LightningHead128) {
   REQUIRE_GPU();
-  run_lightning(3, 128);
+  run_lightning(3, 128, NumericMode::BF16);
 }
 TEST(CudaOps, LightningHead64) {
   REQUIRE_GPU();
-  run_lightning(2, 64);
+  run_lightning(2, 64, NumericMode::BF16);
 }
 
 // ---- fused projections, q/k norm + RoPE, GEMV speed, recorded decode steps ---------------
 
+// In both modes (fp32: inputs that are not bf16 values, cuBLASLt per part).
 TEST(CudaOps, LinearMulti) {
   REQUIRE_GPU();
   uint32_t seed = 250;
-  for (int64_t T : {1, 3, 8, 16, 17, 40}) {
-    Pair p;
-    const int64_t K = 512;
-    const std::vector<int64_t> parts = {256, 32, 32, 256};
-    auto x = p.up(randn(T, K, seed++, 1.f));
-    auto w = p.up(randn(576, K, seed++, 1.f / std::sqrt(float(K))));
-    std::vector<Pair::T2> ys;
-    for (int64_t n : parts) ys.push_back(p.out(T, n));
-    std::vector<Tensor*> yc, yg;
-    for (auto& y : ys) yc.push_back(&y.c), yg.push_back(&y.g);
-    p.cpu->linear_multi(x.c, w.c, yc);
-    p.gpu->linear_multi(x.g, w.g, yg);
-    for (size_t i = 0; i < parts.size(); ++i)
-      expect_close(p.cmp(shape("linear_multi part", {T, K, int64_t(i), parts[i]}), ys[i]), 4e-3, 1.6e-2);
-    // One part's numbers equal a plain linear() on its row slice (bit for bit on the GPU).
-    auto y1 = p.out(T, 32);
-    p.gpu->linear(x.g, w.g.slice_rows(256, 32), y1.g);
-    std::vector<float> a(size_t(T * 32)), b(size_t(T * 32));
-    p.gpu->download_f32(ys[1].g, a.data());
-    p.gpu->download_f32(y1.g, b.data());
-    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "linear_multi vs linear, T=" << T;
-  }
+  for (const NumericMode mode : {NumericMode::BF16, NumericMode::F32})
+    for (int64_t T : {1, 3, 8, 16, 17, 40}) {
+      const bool f32 = mode == NumericMode::F32;
+      Pair p(mode);
+      const int64_t K = 512;
+      const std::vector<int64_t> parts = {256, 32, 32, 256};
+      auto x = f32 ? p.up(randn_f32(T, K, seed++, 1.f)) : p.up(randn(T, K, seed++, 1.f));
+      auto w = p.up(randn(576, K, seed++, 1.f / std::sqrt(float(K))));
+      std::vector<Pair::T2> ys;
+      for (int64_t n : parts) ys.push_back(p.out(T, n));
+      std::vector<Tensor*> yc, yg;
+      for (auto& y : ys) yc.push_back(&y.c), yg.push_back(&y.g);
+      p.cpu->linear_multi(x.c, w.c, yc);
+      p.gpu->linear_multi(x.g, w.g, yg);
+      for (size_t i = 0; i < parts.size(); ++i)
+        expect_close(p.cmp(shape(f32 ? "fp32 linear_multi part" : "linear_multi part",
+                                 {T, K, int64_t(i), parts[i]}),
+                           ys[i]),
+                     f32 ? kF32RelL2 : 4e-3, f32 ? kF32RelMax : 1.6e-2);
+      // One part's numbers equal a plain linear() on its row slice (bit for bit on the GPU).
+      auto y1 = p.out(T, 32);
+      p.gpu->linear(x.g, w.g.slice_rows(256, 32), y1.g);
+      std::vector<float> a(size_t(T * 32)), b(size_t(T * 32));
+      p.gpu->download_f32(ys[1].g, a.data());
+      p.gpu->download_f32(y1.g, b.data());
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4))
+          << "linear_multi vs linear, T=" << T;
+    }
 }
 
 // A decode row's GEMV result must not depend on the other rows of the batch: row r alone
@@ -306,7 +295,8 @@ TEST(CudaOps, GemvRowInvariance) {
       alone[size_t(r)].resize(size_t(N));
       p.gpu->download_f32(y.g, alone[size_t(r)].data());
     }
-    for (int64_t M : {int64_t(2), int64_t(3), int64_t(5), int64_t(8), int64_t(9), int64_t(11), int64_t(16)}) {
+    for (int64_t M :
+         {int64_t(2), int64_t(3), int64_t(5), int64_t(8), int64_t(9), int64_t(11), int64_t(16)}) {
       auto y = p.out(M, N);
       p.gpu->linear(x.g.slice_rows(0, M), w.g, y.g);
       std::vector<float> got(size_t(M * N));
@@ -318,27 +308,42 @@ TEST(CudaOps, GemvRowInvariance) {
   }
 }
 
+// In both modes (fp32: q, k, norm weights that are not bf16 values; fp32 bounds).
 TEST(CudaOps, QkNormRope) {
   REQUIRE_GPU();
   uint32_t seed = 450;
-  for (int hd : {16, 64, 128})
-    for (int64_t past : {int64_t(0), int64_t(4093), int64_t(131000)}) {
-      Pair p;
-      const int64_t T = 5, C = int64_t(hd) * 6;
-      auto q = p.up(randn(T, C, seed++, 2.f));
-      auto k = p.up(randn(T, C, seed++, 1.f));
-      auto qn = p.up(randn(1, hd, seed++, 0.2f, 1.f));
-      auto kn = p.up(randn(1, hd, seed++, 0.2f, 1.f));
-      StepMeta m;
-      std::vector<int32_t> ids(8, 3);
-      m.add_seq(ids.data(), 2, past, 0, {}, false, false);
-      m.add_seq(ids.data(), 3, past + 9, 1, {}, false, false);
-      p.begin(m);
-      p.cpu->qk_norm_rope(q.c, k.c, qn.c, kn.c, 1e-6f, hd, 10000.0);
-      p.gpu->qk_norm_rope(q.g, k.g, qn.g, kn.g, 1e-6f, hd, 10000.0);
-      expect_ulp(p.cmp(shape("qk_norm_rope q", {T, C, hd, past}), q), 1, 0.03);
-      expect_ulp(p.cmp(shape("qk_norm_rope k", {T, C, hd, past}), k), 1, 0.03);
-    }
+  for (const NumericMode mode : {NumericMode::BF16, NumericMode::F32})
+    for (int hd : {16, 64, 128})
+      for (int64_t past : {int64_t(0), int64_t(4093), int64_t(131000), int64_t(524000)}) {
+        const bool f32 = mode == NumericMode::F32;
+        Pair p(mode);
+        auto in = [&](int64_t r, int64_t c, float scale, float mean) {
+          return f32 ? p.up(randn_f32(r, c, seed++, scale, mean))
+                     : p.up(randn(r, c, seed++, scale, mean));
+        };
+        const int64_t T = 5, C = int64_t(hd) * 6;
+        auto q = in(T, C, 2.f, 0.f);
+        auto k = in(T, C, 1.f, 0.f);
+        auto qn = in(1, hd, 0.2f, 1.f);
+        auto kn = in(1, hd, 0.2f, 1.f);
+        StepMeta m;
+        std::vector<int32_t> ids(8, 3);
+        m.add_seq(ids.data(), 2, past, 0, {}, false, false);
+        m.add_seq(ids.data(), 3, past + 9, 1, {}, false, false);
+        p.begin(m);
+        p.cpu->qk_norm_rope(q.c, k.c, qn.c, kn.c, 1e-6f, hd, 10000.0);
+        p.gpu->qk_norm_rope(q.g, k.g, qn.g, kn.g, 1e-6f, hd, 10000.0);
+        const Stat sq =
+            p.cmp(shape(f32 ? "fp32 qk_norm_rope q" : "qk_norm_rope q", {T, C, hd, past}), q);
+        const Stat sk =
+            p.cmp(shape(f32 ? "fp32 qk_norm_rope k" : "qk_norm_rope k", {T, C, hd, past}), k);
+        for (const Stat& st : {sq, sk}) {
+          if (f32)
+            expect_close(st, kF32RelL2, kF32RelMax);
+          else
+            expect_ulp(st, 1, 0.03);
+        }
+      }
 }
 
 // Bandwidth of the decode-row GEMV on the model's shapes (printed; weights rotated over
@@ -379,7 +384,9 @@ TEST(CudaOps, GemvSpeed) {
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < iters; ++i) be->linear(xm, ws[size_t(i % copies)], ym);
       be->synchronize();
-      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+      const double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+          iters;
       std::printf("[ gemv ] %8lld x %-12lld %4lld %10.2f %10.0f\n", (long long)s.N, (long long)s.K,
                   (long long)M, us, double(s.N) * double(s.K) * 2 / us / 1e3);
     }
@@ -490,9 +497,10 @@ void graph_replay_vs_eager(const std::string& case_name, int len_offset) {
     }
     live = order;
   }
-  std::printf("[ graph ] %s: %lld steps (%lld decode-only), %lld logits compared, %lld steps differ\n",
-              case_name.c_str(), (long long)steps, (long long)decode_steps, (long long)compared,
-              (long long)mismatches);
+  std::printf(
+      "[ graph ] %s: %lld steps (%lld decode-only), %lld logits compared, %lld steps differ\n",
+      case_name.c_str(), (long long)steps, (long long)decode_steps, (long long)compared,
+      (long long)mismatches);
   EXPECT_EQ(mismatches, 0);
 }
 
