@@ -3,9 +3,10 @@
 // cuda_test_util.h). Inputs are fp32 values that are not bf16 values (randn_f32), so a kernel
 // that rounds a load or a store to bf16 errs by ~1e-3 relative and fails; the bound is the
 // fp32 level (kF32RelL2 / kF32RelMax: other summation orders, expf vs std::exp, cuBLASLt vs
-// OpenBLAS), far below that. Embedding and gather move values and must be exact. The sparse
-// layers in fp32 mode are in test_cuda_sparse.cpp (CudaOpsF32.*), the recorded decode steps
-// in test_cuda_ops.cpp (GraphReplayMatchesEagerF32). Without a GPU every test GTEST_SKIPs.
+// OpenBLAS), far below that. The sparse layers in fp32 mode are in test_cuda_sparse.cpp
+// (CudaOpsF32.*); embedding, rope + gather, qk_norm_rope and linear_multi run in both modes
+// in test_cuda_ops.cpp. fp32 steps are never recorded as CUDA graphs (CudaBackend). Without
+// a GPU every test GTEST_SKIPs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
