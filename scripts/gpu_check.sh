@@ -12,6 +12,8 @@
 #                                of OP_TESTS), then `sala golden` tiny-dense, tiny-sparse and
 #                                tiny-real-sparse on the GPU in bf16 mode and in fp32 mode;
 #                                prints a table last)
+#   scripts/gpu_check.sh ncu-decode (on the GPU machine: ncu kernel times of the InfLLM-v2
+#                                decode path at a 128K context, summarised per kernel)
 #   scripts/gpu_check.sh exec CMD...  (on the GPU machine: CMD with the pack unpacked at
 #                                $SALA_GPU_DIR (bin/sala, bin/<op tests>) and its libraries on
 #                                LD_LIBRARY_PATH: profiler runs, batch_equality_check.py)
@@ -133,12 +135,30 @@ LONG_BENCH_ARGS="--decode-batches 1,8,64 --decode-output 128 --prefill-batches 1
   --long-prefill 32768,131072,524288 --long-decode-contexts 32768,131072 \
   --long-decode-batches 1,8 --long-decode-steps 64"
 
+# Kernel times of the InfLLM-v2 decode path (issue 7's 128K decode): ncu over a bench with a
+# 131072-token context, graphs off, only the sparse-layer kernels; scripts/ncu_summary.py
+# prints the mean per kernel over the last 4 decode steps (8 sparse layers × 7 kernels).
+# About 2 minutes with the model made. NCU_CONTEXT / NCU_KERNELS override the defaults.
+ncu_decode() {
+  setup
+  local m=/tmp/sala_random_9b c=${NCU_CONTEXT:-131072}
+  [ -e "$m/model.safetensors.index.json" ] || [ -e "$m/model.safetensors" ] ||
+    "$G/bin/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$m" 2>&1 | tail -1
+  SALA_DISABLE_CUDA_GRAPH=1 ncu --metrics gpu__time_duration.sum,launch__grid_size \
+    -k "regex:${NCU_KERNELS:-select|sparse_attn|combine|append_kv|compress|attention_kernel}" \
+    --csv --log-file "$out/ncu.csv" "$G/bin/sala" bench offline --model-path "$m" --device cuda \
+    --decode-batches 1 --decode-output 2 --prefill-batches 1 --prefill-input 256 \
+    --long-decode-contexts "$c" --long-decode-batches 1 --long-decode-steps 4 2>&1 | grep -E "^decode"
+  python3 "$ROOT/scripts/ncu_summary.py" "$out/ncu.csv" --last $((4 * 8 * 7))
+}
+
 case "${1:-run}" in
   pack) pack ;;
   run) run ;;
   bench) bench ;;
   long) SALA_CUDA_OPTIME=${SALA_CUDA_OPTIME:-8192} BENCH_ARGS=${BENCH_ARGS:-$LONG_BENCH_ARGS} bench ;;
   all) run; bench ;;
+  ncu-decode) ncu_decode ;;
   exec) shift; setup >&2; export SALA_GPU_DIR=$G; "$@" ;;
-  *) echo "usage: $0 pack|run|bench|long|all|exec CMD..." >&2; exit 2 ;;
+  *) echo "usage: $0 pack|run|bench|long|all|ncu-decode|exec CMD..." >&2; exit 2 ;;
 esac
