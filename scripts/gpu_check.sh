@@ -2,8 +2,8 @@
 # CUDA backend check on the GPU machine, from binaries built elsewhere.
 #
 #   scripts/gpu_check.sh pack   (here, after building build-cuda: packs the stripped sala,
-#                                test_cuda_ops and test_cuda_sparse, their non-system shared
-#                                libraries and the golden cases into .gpu/pack.tar.xz (~18 MB;
+#                                the op tests of OP_TESTS, their non-system shared
+#                                libraries and the golden cases into .gpu/pack.tar.xz (~26 MB;
 #                                .gpu/ is git-ignored and travels with `carry`; unpacked it would
 #                                exceed the 64 MiB limit)
 #   scripts/gpu_check.sh long   (on the GPU machine: `bench` with the long-context rows)

@@ -28,7 +28,7 @@ SALA=$G/bin/sala
 ops="not run"
 if [ "${CHECK_OPS:-0}" = 1 ]; then  # the pack's op tests and golden bf16 cases first
   ops="op tests pass"
-  for t in test_cuda_ops test_cuda_sparse; do  # gpu_check.sh's OP_TESTS
+  for t in test_cuda_ops test_cuda_sparse test_cuda_f32; do  # gpu_check.sh's OP_TESTS
     SALA_REQUIRE_GPU=1 "$G/bin/$t" >"$OUT/$t.log" 2>&1 || ops="op tests FAIL ($t)"
   done
   for c in tiny-dense tiny-sparse; do
