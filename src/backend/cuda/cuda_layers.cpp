@@ -231,8 +231,9 @@ void CudaBackend::sparse_attention_t(int si, const Tensor& q, const Tensor& k, c
   }
   if (sd_.n_sparse_seqs > 0 || (dense_rows && dense_mma)) {
     if constexpr (kBf16) {
-      const SparseAttnParams SA{geo,           nh, c.attn_scale(), sp.total_topk(), attn_nb_words_,
-                                attn_nkt_words_, attn_list_cap_, dense_mma ? A.flash_min : 0};
+      SparseAttnParams SA{geo, nh, c.attn_scale(), sp.total_topk(), attn_nb_words_,
+                          attn_nkt_words_, attn_list_cap_, 0};
+      SA.dense_below = dense_mma ? A.flash_min : 0;  // dense rows of shorter calls too
       const size_t smem = sparse_attn_smem_bytes(d, SA);
       SALA_CHECK(smem + 4096 <= size_t(max_smem_optin_),
                  "sparse attention needs {} bytes of shared memory", smem);
