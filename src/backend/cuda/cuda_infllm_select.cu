@@ -215,14 +215,28 @@ __global__ void __launch_bounds__(kThreads) select_score_kernel(
   const long long cmax = visible_count(t_last, n1, tr.s.num_tokens, G.k1, G.s1, tr.first);
   const int64_t lrow = int64_t(blockIdx.x) * kW + warp;
   // The row's normalisers: log2 l + m per head (rows qr and qr + 8 of the fragments).
+  // The 4 lanes of a head (lane % 4) each merge every 4th part, 8 loads issued before any
+  // merge, then combine by shuffles: a decode row's 32 parts are independent L2 loads, not a
+  // chain of 32 load-then-merge steps (warp-uniform: tr.active and has2 are the row's).
   float lnorm[2] = {0.f, 0.f};
   if (tr.active && has2) {
+    const int parts = one ? P.lse_splits : 1, t = lane % 4;
     for (int h = 0; h < 2; ++h) {
       const int head = g * 16 + lane / 4 + 8 * h;
+      const float2* src = ml + (lrow * P.nh + head) * P.lse_splits;
       float m = -INFINITY, l = 0.f;
-      for (int zz = 0; zz < (one ? P.lse_splits : 1); ++zz) {
-        const float2 p = ml[(lrow * P.nh + head) * P.lse_splits + zz];
-        merge_ml(m, l, p.x, p.y);
+      for (int base = t; base < parts; base += 32) {
+        float2 v[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          v[i] = base + 4 * i < parts ? src[base + 4 * i] : make_float2(-INFINITY, 0.f);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) merge_ml(m, l, v[i].x, v[i].y);
+      }
+#pragma unroll
+      for (int o = 1; o <= 2; o <<= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, o), l2 = __shfl_xor_sync(0xffffffffu, l, o);
+        merge_ml(m, l, m2, l2);
       }
       lnorm[h] = m + log2f(l);
     }

@@ -99,6 +99,10 @@ struct CacheGeom {
   int page_size, kvh, d, s1, s2, k1, k2, bs;
   int64_t row;  // elements per token: kvh * d
 };
+// Parts of a decode row's keys in dense and sparse attention: fixed, so a recorded decode
+// step launches the same grids at every context length (fewer only where the partials
+// workspace is short); combine_kernel merges at most this many.
+inline constexpr int kDecodeAttnSplits = 16;
 struct AttnParams {
   CacheGeom g;
   int G, nh;

@@ -187,7 +187,7 @@ void CudaBackend::sparse_attention_t(int si, const Tensor& q, const Tensor& k, c
   // Attention: rows of one-token calls (decode) split over 16 parts of their keys (a fixed
   // count: a recorded decode step launches the same grid at every length), other rows never;
   // so a row's numbers depend only on its own call, not on what shares its step.
-  int splits = one_token_calls ? 16 : 1;
+  int splits = one_token_calls ? kDecodeAttnSplits : 1;
   while (splits > 1 && int64_t(sd_.S) * nh * splits > attn_part_items_) --splits;
   // Long dense calls (prefill chunks) on the tensor cores; the rest (decode rows, short
   // calls) in attention_kernel; sparse rows in sparse_attn. SALA_CUDA_FLASH=0 turns the

@@ -200,16 +200,26 @@ __global__ void combine_kernel(const DevSeq* __restrict__ seqs, const float* __r
   const int64_t r = s.token_begin;
   const int h = blockIdx.y;
   const int64_t item0 = (int64_t(blockIdx.x) * nh + h) * nsplit;
+  // The parts' (m, l) go through shared memory, one load per thread, and each part's factor
+  // is computed once: the per-thread loops were chains of dependent global loads. Same
+  // arithmetic and order as a per-thread loop over z.
+  __shared__ float sm[kDecodeAttnSplits], sl[kDecodeAttnSplits], sc[kDecodeAttnSplits];
+  for (int z = threadIdx.x; z < nsplit; z += blockDim.x) {
+    sm[z] = ml[2 * (item0 + z)];
+    sl[z] = ml[2 * (item0 + z) + 1];
+  }
+  __syncthreads();
   float M = -INFINITY;
-  for (int z = 0; z < nsplit; ++z) M = fmaxf(M, ml[2 * (item0 + z)]);
+  for (int z = 0; z < nsplit; ++z) M = fmaxf(M, sm[z]);
+  for (int z = threadIdx.x; z < nsplit; z += blockDim.x)
+    sc[z] = sm[z] == -INFINITY ? 0.f : expf(sm[z] - M);
+  __syncthreads();
   for (int x = threadIdx.x; x < d; x += blockDim.x) {
     float l = 0.f, o = 0.f;
     for (int z = 0; z < nsplit; ++z) {
-      const float m = ml[2 * (item0 + z)];
-      if (m == -INFINITY) continue;
-      const float c = expf(m - M);
-      l += ml[2 * (item0 + z) + 1] * c;
-      o += part[(item0 + z) * d + x] * c;
+      if (sm[z] == -INFINITY) continue;
+      l += sl[z] * sc[z];
+      o += part[(item0 + z) * d + x] * sc[z];
     }
     out[(r * nh + h) * d + x] = cvt<T>(o / l);
   }
