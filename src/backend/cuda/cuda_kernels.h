@@ -93,6 +93,10 @@ struct GlaArgs {
 template <typename T>
 bool launch_gla(int d, const GlaArgs<T>& a, const int32_t* short_list, int n_short,
                 const int32_t* long_list, int n_long, cudaStream_t st);
+// The chunk-parallel form for calls of >= 64 tokens (cuda_lightning_chunk3.cu): needs a.ws
+// of >= nh·D² floats and 16-byte aligned q/k/v; launch_gla decides.
+template <typename T, int D>
+void launch_gla_chunk3(const GlaArgs<T>& a, const int32_t* long_list, int n_long, cudaStream_t st);
 
 // ---- sparse layers (cuda_sparse.cu) ----
 struct CacheGeom {
