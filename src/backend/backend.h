@@ -85,6 +85,13 @@ class Backend {
       r0 += y->cols;
     }
   }
+  // The MLP's first half: w = [W_gate; W_up] stacked at load ([2I, H]); g[T, I] =
+  // silu(x · W_gateᵀ) * (x · W_upᵀ), the numbers of linear_multi into g, u then silu_mul
+  // (the default). u [T, I] is scratch; a backend may never write it.
+  virtual void linear_silu_mul(const Tensor& x, const Tensor& w, Tensor& g, Tensor& u) {
+    linear_multi(x, w, {&g, &u});
+    silu_mul(g, u, g);
+  }
   // out = silu(g) * u
   virtual void silu_mul(const Tensor& g, const Tensor& u, Tensor& out) = 0;
   // out = a * sigmoid(gate)

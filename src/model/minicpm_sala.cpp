@@ -161,8 +161,7 @@ void Model::run_layers(int64_t T, int64_t R, ForwardTrace* trace) {
       be.linear(a, l.o_proj, mix);
     }
     be.add_scaled_rmsnorm(h, mix, alpha, l.post_attention_layernorm, eps, x);
-    be.linear_multi(x, l.gate_up, {&g, &u});       // gate_proj, up_proj
-    be.silu_mul(g, u, g);
+    be.linear_silu_mul(x, l.gate_up, g, u);        // silu(gate_proj(x)) * up_proj(x)
     be.linear(g, l.down_proj, mix);
     const Tensor& next_norm =
         i + 1 < c.num_hidden_layers ? w_.layers[size_t(i) + 1].input_layernorm : w_.norm;

@@ -272,6 +272,33 @@ TEST(CudaOps, LinearMulti) {
     }
 }
 
+// The fused gate_up GEMV + SiLU (M <= 16: one kernel) gives the bits of the two-op default
+// (linear_multi then silu_mul) on the GPU, and the CPU's numbers within GEMM round-off.
+TEST(CudaOps, LinearSiluMul) {
+  REQUIRE_GPU();
+  uint32_t seed = 270;
+  for (const NumericMode mode : {NumericMode::BF16, NumericMode::F32})
+    for (int64_t I : {256, 1056})
+      for (int64_t T : {1, 5, 8, 16, 40}) {
+        const bool f32 = mode == NumericMode::F32;
+        Pair p(mode);
+        const int64_t K = 512;
+        auto x = f32 ? p.up(randn_f32(T, K, seed++, 1.f)) : p.up(randn(T, K, seed++, 1.f));
+        auto w = p.up(randn(2 * I, K, seed++, 2.f / std::sqrt(float(K))));
+        auto g = p.out(T, I), u = p.out(T, I), g2 = p.out(T, I);
+        p.cpu->linear_silu_mul(x.c, w.c, g.c, u.c);
+        p.gpu->linear_silu_mul(x.g, w.g, g.g, u.g);
+        expect_close(p.cmp(shape(f32 ? "fp32 linear_silu_mul" : "linear_silu_mul", {T, K, I}), g),
+                     f32 ? kF32RelL2 : 4e-3, f32 ? kF32RelMax : 1.6e-2);
+        p.gpu->Backend::linear_silu_mul(x.g, w.g, g2.g, u.g);  // linear_multi, then silu_mul
+        std::vector<float> a(size_t(T * I)), b(size_t(T * I));
+        p.gpu->download_f32(g.g, a.data());
+        p.gpu->download_f32(g2.g, b.data());
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4))
+            << "fused vs two ops, T=" << T << " I=" << I << (f32 ? " fp32" : " bf16");
+      }
+}
+
 // A decode row's GEMV result must not depend on the other rows of the batch: row r alone
 // (M = 1) and inside batches of 2..16 rows, bit for bit, on narrow and wide shapes.
 TEST(CudaOps, GemvRowInvariance) {

@@ -50,6 +50,7 @@ class CudaBackend : public Backend {
   void linear_multi(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& ys) override;
   void qk_norm_rope(Tensor& q, Tensor& k, const Tensor& qn, const Tensor& kn, float eps,
                     int head_dim, double theta) override;
+  void linear_silu_mul(const Tensor& x, const Tensor& w, Tensor& g, Tensor& u) override;
   void silu_mul(const Tensor& g, const Tensor& u, Tensor& out) override;
   void mul_sigmoid(const Tensor& a, const Tensor& gate, Tensor& out) override;
   void div_scalar(Tensor& x, float d) override;

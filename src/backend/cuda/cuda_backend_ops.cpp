@@ -174,6 +174,25 @@ void CudaBackend::linear_multi(const Tensor& x, const Tensor& w, const std::vect
   tick("gemv multi");
 }
 
+// Skinny steps: one GEMV whose CTAs take a gate tile and then the up tile of the same
+// columns and store only silu(g) * u (cuda_gemv.cu, GemvOut::silu_pair): one kernel less per
+// layer and the same bits as the two-op default.
+void CudaBackend::linear_silu_mul(const Tensor& x, const Tensor& w, Tensor& g, Tensor& u) {
+  const bool fused = bf16_mode_ && is_bf16(g) && g.rows == x.rows && w.rows == 2 * g.cols &&
+                     x.cols == w.cols && is_act(x) && is_act(w) &&
+                     gemv_silu_pair_supported(w.rows) &&
+                     gemv_supported(x.data, x.cols, w.data, x.cols, x.rows);
+  if (!fused) return Backend::linear_silu_mul(x, w, g, u);
+  GemvOut o{};
+  o.y[0] = g.data;
+  o.end[0] = w.rows;
+  o.cols[0] = g.cols;
+  o.nparts = 1;
+  o.silu_pair = true;
+  launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_);
+  tick("gemv gate_up+silu");
+}
+
 void CudaBackend::silu_mul(const Tensor& g, const Tensor& u, Tensor& out) {
   SALA_CHECK(g.numel() == u.numel() && out.numel() == g.numel() && is_act(g) && is_act(u) && is_act(out));
   with_act_type(bf16_mode_, [&](auto tag) {

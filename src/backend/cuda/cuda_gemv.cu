@@ -110,12 +110,18 @@ __device__ __forceinline__ void group_mma(float (&acc)[NT][4], const uint4 (&A)[
     }
 }
 
+// What a tile's epilogue does with its rounded values (GemvOut::silu_pair: the gate tile
+// parks them in shared memory, the up tile of the same columns combines).
+enum class Epi { kStore, kKeepGate, kSiluMul };
+
 // Epilogue of a tile of ROWS = 16 R weight rows from n0: the warps' partial tiles to shared
 // memory, summed in warp order, rounded once. c0, c1 of acc[rt][nt]: (weight row rt·16 + g,
-// input rows nt·8 + 2t, + 1); c2, c3: weight row rt·16 + g + 8.
+// input rows nt·8 + 2t, + 1); c2, c3: weight row rt·16 + g + 8. kKeepGate / kSiluMul: gate
+// [ROWS][16] holds the gate tile's bf16 values; thread i keeps and reads the same (row, m).
 template <int ROWS, int R, int NT>
 __device__ __forceinline__ void finish(float (*red)[ROWS][17], const float (&acc)[R][NT][4],
-                                       int64_t n0, int64_t N, int M, const GemvOut& o) {
+                                       int64_t n0, int64_t N, int M, const GemvOut& o,
+                                       Epi epi = Epi::kStore, float* gate = nullptr) {
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
 #pragma unroll
   for (int rt = 0; rt < R; ++rt)
@@ -132,6 +138,15 @@ __device__ __forceinline__ void finish(float (*red)[ROWS][17], const float (&acc
     float v = red[0][nl][m];
 #pragma unroll
     for (int q = 1; q < kWarps; ++q) v += red[q][nl][m];
+    if (epi == Epi::kKeepGate) {
+      gate[i] = rb(v);
+      continue;
+    }
+    if (epi == Epi::kSiluMul) {  // n is an up row; its gate row is n - N / 2
+      const float gv = gate[i];
+      static_cast<bf16*>(o.y[0])[m * o.cols[0] + n - N / 2] = f2b(rb(gv / (1.f + expf(-gv))) * rb(v));
+      continue;
+    }
     int p = 0;
     while (p + 1 < o.nparts && n >= o.end[p]) ++p;
     const int64_t col = n - (p ? o.end[p - 1] : 0);
@@ -148,7 +163,8 @@ __device__ __forceinline__ void finish(float (*red)[ROWS][17], const float (&acc
 // distinct 16-byte bank groups per quarter warp, no swizzle, every row one contiguous run.
 constexpr int kRows = 32, kCps = 16, kStages = 3;
 constexpr int kHalf = kRows / 2 * kCps * 16, kStage = 2 * kHalf + 128;
-constexpr int kRingSmem = kWarps * kStages * kStage + kWarps * kRows * 17 * 4;  // 217,088 B
+constexpr int kRingSmem =
+    kWarps * kStages * kStage + kWarps * kRows * 17 * 4 + kRows * 16 * 4;  // 219,136 B
 static_assert(kRingSmem <= 227 * 1024, "the ring does not fit an sm_90 SM");
 
 __device__ __forceinline__ uint32_t row_off(int r) {
@@ -184,17 +200,24 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const uint32_t ring = uint32_t(__cvta_generic_to_shared(smem)) + warp * kStages * kStage;
   auto red = reinterpret_cast<float(*)[kRows][17]>(smem + kWarps * kStages * kStage);
+  float* gate = reinterpret_cast<float*>(smem + kWarps * kStages * kStage + kWarps * kRows * 17 * 4);
   const Slice s(K, warp);
   const int nst = s.ce > s.cb ? (s.ce - s.cb + kCps - 1) / kCps : 0;  // stages per tile
   const int bx = int(blockIdx.x), gx = int(gridDim.x);
-  const int ntc = bx < ntiles ? (ntiles - 1 - bx) / gx + 1 : 0;  // tiles bx, bx + gx, ...
+  // Tiles bx, bx + gx, ...; with silu_pair, units bx, bx + gx, ... of the ntiles / 2 gate
+  // tiles, each followed by its up tile (ntiles / 2 further), so both meet in this CTA.
+  const bool pair = o.silu_pair;
+  const int units = pair ? ntiles / 2 : ntiles;
+  const int nuc = bx < units ? (units - 1 - bx) / gx + 1 : 0;
+  const int ntc = pair ? 2 * nuc : nuc;
+  auto tile_of = [&](int ti) { return pair ? bx + (ti >> 1) * gx + (ti & 1) * units : bx + ti * gx; };
   const int U = ntc * nst;                                       // stages this warp consumes
   // Stage u (stage u % nst of tile u / nst) into slot u % kStages: one commit group per call,
   // empty from U on, so that cp.async.wait_group counts stages. 2 rows x 256 B per instruction.
   auto issue = [&](int u) {
     if (u < U) {
       const int ti = u / nst, c0 = s.cb + (u - ti * nst) * kCps, nv = min(kCps, s.ce - c0);
-      const int64_t n0 = int64_t(bx + ti * gx) * kRows;
+      const int64_t n0 = int64_t(tile_of(ti)) * kRows;
       const uint32_t dst = ring + (u % kStages) * kStage;
 #pragma unroll
       for (int j = 0; j < kRows * kCps / 32; ++j) {
@@ -234,7 +257,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         group_mma(acc[rt], A, B, X);
       }
     }
-    finish<kRows>(red, acc, int64_t(bx + ti * gx) * kRows, N, M, o);
+    const Epi epi = !pair ? Epi::kStore : (ti & 1) ? Epi::kSiluMul : Epi::kKeepGate;
+    finish<kRows>(red, acc, int64_t(tile_of(ti)) * kRows, N, M, o, epi, gate);
     __syncthreads();  // red is reused by the next tile
   }
   cp_wait<0>();  // only empty groups can remain
@@ -298,6 +322,11 @@ template <int NT>
 void launch_t(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, int M, const GemvOut& o,
               cudaStream_t st) {
   const Setup& s = setup();
+  if (o.silu_pair && (!s.ring || N % (2 * kRows) != 0)) {  // callers ask gemv_silu_pair_supported
+    std::fprintf(stderr, "%s:%d: silu_pair GEMV on N = %lld rows unsupported\n", __FILE__, __LINE__,
+                 static_cast<long long>(N));
+    std::abort();
+  }
   if (!s.ring) {
     gemv_tile_kernel<NT><<<unsigned((N + 15) / 16), kThreads, 0, st>>>(x, ldx, w, N, K, M, o);
     CUDA_CHECK_LAUNCH();
@@ -321,6 +350,10 @@ void launch_t(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, int M
 
 void gemv_init() {
   setup();
+}
+
+bool gemv_silu_pair_supported(int64_t N) {
+  return setup().ring && N % (2 * kRows) == 0;
 }
 
 bool gemv_supported(const void* x, int64_t ldx, const void* w, int64_t K, int64_t M) {

@@ -58,11 +58,17 @@ struct GemvOut {          // weight rows [end[p-1], end[p]) go to y[p] (row-majo
   int64_t cols[4];
   int nparts;
   bool f32;               // fp32 outputs holding bf16-rounded values (logits)
+  // Gate/up pair (nparts 1, cols[0] = N / 2): weight rows [0, N/2) are the gate, [N/2, N)
+  // the up projection; y[0] = bf16(bf16(silu(g)) * u) of the bf16-rounded g, u (silu_mul).
+  bool silu_pair;
 };
 // Once, before any stream capture (the backend's constructor): picks the kernel for the
 // current device and sets its shared-memory attribute (launch_gemv would do it on first use).
 void gemv_init();
 bool gemv_supported(const void* x, int64_t ldx, const void* w, int64_t K, int64_t M);
+// GemvOut::silu_pair runs on this GPU for N weight rows (the ring kernel, N / 2 a whole
+// number of its 32-row tiles).
+bool gemv_silu_pair_supported(int64_t N);
 // y[m, n] = Σ_k x[m*ldx + k] w[n*K + k] for m < M <= 16, n < N.
 void launch_gemv(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, int M,
                  const GemvOut& o, cudaStream_t st);
