@@ -45,6 +45,8 @@ CudaBackend::CudaBackend(const BackendOptions& opts) : bf16_mode_(opts.mode == N
   CUBLAS_CHECK(cublasLtCreate(&lt_));
   CUDA_CHECK(cudaMalloc(&lt_workspace_, lt_workspace_size_));
   ensure_meta_capacity(1 << 16, false);
+  gemv_arrivals_ = static_cast<unsigned*>(dev_alloc(sizeof(unsigned)));
+  CUDA_CHECK(cudaMemset(gemv_arrivals_, 0, sizeof(unsigned)));
 }
 
 CudaBackend::~CudaBackend() {

@@ -50,6 +50,8 @@ class CudaBackend : public Backend {
   void linear_multi(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& ys) override;
   void qk_norm_rope(Tensor& q, Tensor& k, const Tensor& qn, const Tensor& kn, float eps,
                     int head_dim, double theta) override;
+  void linear_add_rmsnorm(const Tensor& a, const Tensor& w, Tensor& y, Tensor& h, float alpha,
+                          const Tensor& norm_w, float eps, Tensor& out) override;
   void linear_silu_mul(const Tensor& x, const Tensor& w, Tensor& g, Tensor& u) override;
   void silu_mul(const Tensor& g, const Tensor& u, Tensor& out) override;
   void mul_sigmoid(const Tensor& a, const Tensor& gate, Tensor& out) override;
@@ -106,6 +108,7 @@ class CudaBackend : public Backend {
   void resolve_ticks();
 
   bool bf16_mode_;
+  unsigned* gemv_arrivals_ = nullptr;  // zeroed counter of GemvOut::norm (reset by each use)
   int32_t* argmax_dev_ = nullptr;   // [argmax_cap_] device ids of argmax_rows
   int32_t* argmax_host_ = nullptr;  // pinned copy
   int64_t argmax_cap_ = 0;
