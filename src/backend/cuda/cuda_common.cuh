@@ -3,6 +3,8 @@
 #pragma once
 #include <cuda_bf16.h>
 
+#include <cstdint>
+
 #include "backend/cuda/cuda_check.h"
 
 namespace sala::cuda {
@@ -46,6 +48,9 @@ __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+
+// The 16-byte alignment that vectorised kernels need (host side: picks the variant).
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

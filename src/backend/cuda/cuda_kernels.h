@@ -16,7 +16,7 @@ namespace sala::cuda {
 
 using bf16 = __nv_bfloat16;
 
-// ---- element-wise, norms, RoPE (cuda_ops.cu) ----
+// ---- element-wise, norms, RoPE (cuda_ops.cu; RMSNorm: cuda_norm.cu) ----
 // out[rows, cols] = bf16(table[ids[t]] * scale)
 template <typename T>
 void launch_embedding(const T* table, const int32_t* ids, int64_t rows, int64_t cols, float scale,
