@@ -89,6 +89,15 @@ class Backend {
   virtual void silu_mul(const Tensor& g, const Tensor& u, Tensor& out) = 0;
   // out = a * sigmoid(gate)
   virtual void mul_sigmoid(const Tensor& a, const Tensor& gate, Tensor& out) = 0;
+  // The lightning layer's o_norm and output gate (SPEC §8.1): out = RMSNorm(a) * w (groups of
+  // w.cols columns, as rmsnorm()) * sigmoid(gate), gate [T, a.cols]; the same numbers as
+  // rmsnorm(a, w, eps, out) then mul_sigmoid(out, gate, out) (the default), which a backend may
+  // compute in one pass. out may be a; gate must not alias out.
+  virtual void rmsnorm_mul_sigmoid(const Tensor& a, const Tensor& w, float eps, const Tensor& gate,
+                                   Tensor& out) {
+    rmsnorm(a, w, eps, out);
+    mul_sigmoid(out, gate, out);
+  }
   // x /= d (the logit divisor hidden/dim_model_base; SPEC §5 divides)
   virtual void div_scalar(Tensor& x, float d) = 0;
   // Rotate-half RoPE in place on [T, heads*head_dim] at the step's positions (SPEC §7).

@@ -156,8 +156,8 @@ void Model::run_layers(int64_t T, int64_t R, ForwardTrace* trace) {
       // per-head RMSNorm of q and k, then RoPE
       be.qk_norm_rope(q, k, l.q_norm, l.k_norm, eps, c.lightning_head_dim, c.rope_theta);
       be.lightning_attention(ki, q, k, v, slopes_, float(c.lightning_scale), a);
-      be.rmsnorm(a, l.o_norm, eps, a);             // one norm over all heads
-      be.mul_sigmoid(a, gate, a);                  // o * sigmoid(z_proj(x))
+      // one norm over all heads, then o * sigmoid(z_proj(x))
+      be.rmsnorm_mul_sigmoid(a, l.o_norm, eps, gate, a);
       be.linear(a, l.o_proj, mix);
     }
     be.add_scaled_rmsnorm(h, mix, alpha, l.post_attention_layernorm, eps, x);

@@ -52,6 +52,9 @@ class CudaBackend : public Backend {
                     int head_dim, double theta) override;
   void silu_mul(const Tensor& g, const Tensor& u, Tensor& out) override;
   void mul_sigmoid(const Tensor& a, const Tensor& gate, Tensor& out) override;
+  // One kernel: the rmsnorm kernel of the row width with the gate applied before the store.
+  void rmsnorm_mul_sigmoid(const Tensor& a, const Tensor& w, float eps, const Tensor& gate,
+                           Tensor& out) override;
   void div_scalar(Tensor& x, float d) override;
   void rope(Tensor& x, int head_dim, double theta) override;
   void lightning_attention(int li, const Tensor& q, const Tensor& k, const Tensor& v,

@@ -49,8 +49,10 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
-// The 16-byte alignment that vectorised kernels need (host side: picks the variant).
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+// The 16-byte alignment of vectorised loads and stores.
+__host__ __device__ inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -26,6 +26,11 @@ void launch_embedding(const T* table, const int32_t* ids, int64_t rows, int64_t 
 template <typename T>
 void launch_rmsnorm(T* x, const T* a, float alpha, const T* w, int n, int64_t groups, float eps,
                     T* out, cudaStream_t st);
+// out = bf16(RMSNorm(x) · w) · bf16(sigmoid(gate)) (rmsnorm then mul_sigmoid in one pass, the
+// same numbers): x, gate, out [groups · n]; out may be x, not gate.
+template <typename T>
+void launch_rmsnorm_mul_sigmoid(T* x, const T* w, const T* gate, int n, int64_t groups, float eps,
+                                T* out, cudaStream_t st);
 template <typename T>
 void launch_silu_mul(const T* g, const T* u, T* out, int64_t n, cudaStream_t st);
 template <typename T>

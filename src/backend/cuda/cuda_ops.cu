@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_norm.cuh"
 
 namespace sala::cuda {
 namespace {
@@ -33,16 +34,11 @@ __global__ void embedding_kernel(const T* __restrict__ table, const int32_t* __r
 
 // Two-input element-wise ops, 8 bf16 per thread and step (16-byte loads) when every pointer
 // is 16-byte aligned and n % 8 == 0, else one per thread. Same rounding either way.
-// (The 8-wide path is bf16 only: vec is false for float.)
+// (The 8-wide path is bf16 only: vec is false for float.) Ops: SiluMul; MulSigmoid (in
+// cuda_norm.cuh: the gated RMSNorm applies it too).
 template <typename T>
 struct SiluMul {  // T(T(silu(g)) * u)
   __device__ float operator()(float gv, float uv) const { return rnd<T>(gv / (1.f + expf(-gv))) * uv; }
-};
-template <typename T>
-struct MulSigmoid {  // T(a * T(sigmoid(gate)))
-  __device__ float operator()(float gate, float a) const {
-    return a * rnd<T>(1.f / (1.f + expf(-gate)));
-  }
 };
 
 template <typename T, typename Op>
