@@ -96,19 +96,6 @@ __global__ void round_f32_kernel(float* x, int64_t n) {
     x[i] = rb(x[i]);
 }
 
-// cs[0, half) = cos, cs[half, 2 half) = sin of the fp32 angle pos · inv_freq[j], evaluated
-// in double and rounded to fp32, as the CPU backend does; ends with a block barrier.
-__device__ void rope_table(float* cs, int half, int32_t pos, const float* __restrict__ inv_freq) {
-  for (int j = threadIdx.x; j < half; j += blockDim.x) {
-    const float ang = float(pos) * inv_freq[j];
-    double s, c;
-    sincos(double(ang), &s, &c);
-    cs[j] = float(c);
-    cs[half + j] = float(s);
-  }
-  __syncthreads();
-}
-
 // Rotate-half RoPE in place (SPEC §7). cos/sin of the fp32 angle evaluated in double and
 // rounded to fp32, as the CPU backend does.                 grid: T, block: 128, smem 2*half
 template <typename T>
@@ -134,7 +121,8 @@ __global__ void rope_kernel(T* x, int64_t cols, int head_dim, const int32_t* __r
 }
 
 // Lightning q/k: per-head RMSNorm then RoPE, in place (the numbers of rmsnorm_warp_kernel
-// followed by rope_kernel). One block per row; warps take the row's q heads, then k heads.
+// followed by rope_kernel). One block per row; warps take the row's q heads, then k heads
+// (head_norm_rope, which the fused lightning kernel runs too).
 //                                          grid: T, block: 256, smem: (1 + warps) * head_dim
 template <typename T>
 __global__ void qk_norm_rope_kernel(T* q, T* k, const T* __restrict__ qn,
@@ -144,32 +132,17 @@ __global__ void qk_norm_rope_kernel(T* q, T* k, const T* __restrict__ qn,
   pdl_wait();  // launch_pdl: before any read or write
   pdl_trigger();
   extern __shared__ float sm[];
-  const int D = head_dim, half = D / 2;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  const int D = head_dim;
+  const int warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
   float* cs = sm;                  // [D]: cos, sin
   float* buf = sm + D + warp * D;  // [D] this warp's normalised head
   const int64_t t = blockIdx.x;
-  rope_table(cs, half, pos[t], inv_freq);
+  rope_table(cs, D / 2, pos[t], inv_freq);
   const int heads = int(cols / D);
   for (int hh = warp; hh < 2 * heads; hh += nwarps) {
     T* v = (hh < heads ? q : k) + t * cols + int64_t(hh % heads) * D;
-    const T* w = hh < heads ? qn : kn;
-    float ss = 0.f;
-    for (int c = lane; c < D; c += 32) {
-      const float x = ld(v[c]);
-      ss += x * x;
-    }
-    ss = warp_sum(ss);
-    const float inv = 1.0f / sqrtf(ss / float(D) + eps);
-    for (int c = lane; c < D; c += 32) buf[c] = rnd<T>(rnd<T>(ld(v[c]) * inv) * ld(w[c]));
-    __syncwarp();
-    for (int j = lane; j < half; j += 32) {
-      const float x1 = buf[j], x2 = buf[j + half];
-      const float c = cs[j], s = cs[half + j];
-      v[j] = cvt<T>(x1 * c - x2 * s);
-      v[j + half] = cvt<T>(x2 * c + x1 * s);
-    }
-    __syncwarp();
+    head_norm_rope<T>(v, hh < heads ? qn : kn, D, eps, cs, buf,
+                      [&](int i, float y) { v[i] = cvt<T>(y); });
   }
 }
 
