@@ -116,6 +116,17 @@ class Backend {
   virtual void lightning_attention(int li, const Tensor& q, const Tensor& k, const Tensor& v,
                                    const std::vector<float>& slopes, float scale,
                                    Tensor& out) = 0;
+  // A lightning layer's q/k norm, RoPE and attention: qk_norm_rope(q, k, qn, kn, eps, head_dim,
+  // theta), so q and k are normalised and rotated in place as there, then
+  // lightning_attention(li, q, k, v, slopes, scale, out). The same numbers as those two calls
+  // (the default), which a backend may fuse.
+  virtual void lightning_qk_attention(int li, Tensor& q, Tensor& k, const Tensor& v,
+                                      const Tensor& qn, const Tensor& kn, float eps, int head_dim,
+                                      double theta, const std::vector<float>& slopes, float scale,
+                                      Tensor& out) {
+    qk_norm_rope(q, k, qn, kn, eps, head_dim, theta);
+    lightning_attention(li, q, k, v, slopes, scale, out);
+  }
   // Sparse layer si (index among sparse layers): appends k,v [T, kvh*d] to the paged cache,
   // updates the compressed keys, and computes dense or InfLLM-v2 attention for q
   // [T, nh*d] into out (SPEC §9).

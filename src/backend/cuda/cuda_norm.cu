@@ -158,11 +158,11 @@ void launch_rmsnorm_kernel(T* x, const T* a, float alpha, const T* w, const T* g
     const unsigned grid = unsigned((groups + warps - 1) / warps);
     launch_pdl(rmsnorm_warp_kernel<T, kResidual, kGate>, grid, warps * 32, 0, st, x, a, alpha, w,
                gate, n, groups, eps, out);
-  } else if (kBf16 && n % 256 == 0 && n <= 8192 && aligned16(x) && aligned16(out) &&
-             aligned16(w) && (!kResidual || aligned16(a))) {
+  } else if (kBf16 && n % 256 == 0 && n <= 8192 && aligned16(x) && aligned16(out) && aligned16(w) &&
+             (!kResidual || aligned16(a))) {
     if constexpr (kBf16)
-      launch_pdl(rmsnorm_vec8_kernel<kResidual, kGate>, unsigned(groups), unsigned(n / 8), 0, st,
-                 x, a, alpha, w, gate, n, eps, out);
+      launch_pdl(rmsnorm_vec8_kernel<kResidual, kGate>, unsigned(groups), unsigned(n / 8), 0, st, x,
+                 a, alpha, w, gate, n, eps, out);
   } else {
     const int threads = n >= 4096 ? 512 : 256;
     launch_pdl(rmsnorm_block_kernel<T, kResidual, kGate>, unsigned(groups), threads, 0, st, x, a,
@@ -188,10 +188,10 @@ void launch_rmsnorm_mul_sigmoid(T* x, const T* w, const T* gate, int n, int64_t 
   launch_rmsnorm_kernel<T, false, true>(x, nullptr, 0.f, w, gate, n, groups, eps, out, st);
 }
 
-#define SALA_NORM_INSTANTIATE(T)                                                                 \
-  template void launch_rmsnorm<T>(T*, const T*, float, const T*, int, int64_t, float, T*,        \
-                                  cudaStream_t);                                                  \
-  template void launch_rmsnorm_mul_sigmoid<T>(T*, const T*, const T*, int, int64_t, float, T*,   \
+#define SALA_NORM_INSTANTIATE(T)                                                               \
+  template void launch_rmsnorm<T>(T*, const T*, float, const T*, int, int64_t, float, T*,      \
+                                  cudaStream_t);                                               \
+  template void launch_rmsnorm_mul_sigmoid<T>(T*, const T*, const T*, int, int64_t, float, T*, \
                                               cudaStream_t);
 SALA_NORM_INSTANTIATE(bf16)
 SALA_NORM_INSTANTIATE(float)

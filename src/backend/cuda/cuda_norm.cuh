@@ -2,8 +2,10 @@
 // numbers of the kernels it replaces with the very same code (bit for bit, for T = bf16 and
 // T = float):
 //   MulSigmoid      the output gate: mul_sigmoid (cuda_ops.cu), rmsnorm_mul_sigmoid (cuda_norm.cu)
-//   rope_table      RoPE cos / sin of one position: rope_kernel, qk_norm_rope_kernel (cuda_ops.cu)
-//   head_norm_rope  the lightning q/k norm + RoPE of one head: qk_norm_rope_kernel
+//   rope_table      RoPE cos / sin of one position: rope_kernel, qk_norm_rope_kernel (cuda_ops.cu),
+//                   the fused lightning kernel (gla_recurrent_kernel<T, D, true>, cuda_lightning.cu)
+//   head_norm_rope  the lightning q/k norm + RoPE of one head: qk_norm_rope_kernel, the fused
+//                   lightning kernel
 #pragma once
 #include "backend/cuda/cuda_common.cuh"
 
