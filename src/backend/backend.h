@@ -104,6 +104,15 @@ class Backend {
   virtual void silu_mul(const Tensor& g, const Tensor& u, Tensor& out) = 0;
   // out = a * sigmoid(gate)
   virtual void mul_sigmoid(const Tensor& a, const Tensor& gate, Tensor& out) = 0;
+  // The lightning layer's o_norm and output gate (SPEC §8.1): out = RMSNorm(a) * w (groups of
+  // w.cols columns, as rmsnorm()) * sigmoid(gate), gate [T, a.cols]; the same numbers as
+  // rmsnorm(a, w, eps, out) then mul_sigmoid(out, gate, out) (the default), which a backend may
+  // compute in one pass. out may be a; gate must not alias out.
+  virtual void rmsnorm_mul_sigmoid(const Tensor& a, const Tensor& w, float eps, const Tensor& gate,
+                                   Tensor& out) {
+    rmsnorm(a, w, eps, out);
+    mul_sigmoid(out, gate, out);
+  }
   // x /= d (the logit divisor hidden/dim_model_base; SPEC §5 divides)
   virtual void div_scalar(Tensor& x, float d) = 0;
   // Rotate-half RoPE in place on [T, heads*head_dim] at the step's positions (SPEC §7).
@@ -122,6 +131,17 @@ class Backend {
   virtual void lightning_attention(int li, const Tensor& q, const Tensor& k, const Tensor& v,
                                    const std::vector<float>& slopes, float scale,
                                    Tensor& out) = 0;
+  // A lightning layer's q/k norm, RoPE and attention: qk_norm_rope(q, k, qn, kn, eps, head_dim,
+  // theta), so q and k are normalised and rotated in place as there, then
+  // lightning_attention(li, q, k, v, slopes, scale, out). The same numbers as those two calls
+  // (the default), which a backend may fuse.
+  virtual void lightning_qk_attention(int li, Tensor& q, Tensor& k, const Tensor& v,
+                                      const Tensor& qn, const Tensor& kn, float eps, int head_dim,
+                                      double theta, const std::vector<float>& slopes, float scale,
+                                      Tensor& out) {
+    qk_norm_rope(q, k, qn, kn, eps, head_dim, theta);
+    lightning_attention(li, q, k, v, slopes, scale, out);
+  }
   // Sparse layer si (index among sparse layers): appends k,v [T, kvh*d] to the paged cache,
   // updates the compressed keys, and computes dense or InfLLM-v2 attention for q
   // [T, nh*d] into out (SPEC §9).

@@ -155,11 +155,11 @@ void Model::run_layers(int64_t T, int64_t R, ForwardTrace* trace) {
       Tensor gate = rows(gate_, ld);
       a = rows(attn_, ld);
       be.linear_multi(x, l.qkvg, {&q, &k, &v, &gate});  // q_proj, k_proj, v_proj, z_proj
-      // per-head RMSNorm of q and k, then RoPE
-      be.qk_norm_rope(q, k, l.q_norm, l.k_norm, eps, c.lightning_head_dim, c.rope_theta);
-      be.lightning_attention(ki, q, k, v, slopes_, float(c.lightning_scale), a);
-      be.rmsnorm(a, l.o_norm, eps, a);             // one norm over all heads
-      be.mul_sigmoid(a, gate, a);                  // o * sigmoid(z_proj(x))
+      // per-head RMSNorm of q and k, then RoPE, then simple GLA
+      be.lightning_qk_attention(ki, q, k, v, l.q_norm, l.k_norm, eps, c.lightning_head_dim,
+                                c.rope_theta, slopes_, float(c.lightning_scale), a);
+      // one norm over all heads, then o * sigmoid(z_proj(x))
+      be.rmsnorm_mul_sigmoid(a, l.o_norm, eps, gate, a);
     }
     // h += o_proj(a) * alpha; x = RMSNorm(h)
     be.linear_add_rmsnorm(a, l.o_proj, mix, h, alpha, l.post_attention_layernorm, eps, x);

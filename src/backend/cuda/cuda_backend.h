@@ -55,10 +55,17 @@ class CudaBackend : public Backend {
   void linear_silu_mul(const Tensor& x, const Tensor& w, Tensor& g, Tensor& u) override;
   void silu_mul(const Tensor& g, const Tensor& u, Tensor& out) override;
   void mul_sigmoid(const Tensor& a, const Tensor& gate, Tensor& out) override;
+  // One kernel: the rmsnorm kernel of the row width with the gate applied before the store.
+  void rmsnorm_mul_sigmoid(const Tensor& a, const Tensor& w, float eps, const Tensor& gate,
+                           Tensor& out) override;
   void div_scalar(Tensor& x, float d) override;
   void rope(Tensor& x, int head_dim, double theta) override;
   void lightning_attention(int li, const Tensor& q, const Tensor& k, const Tensor& v,
                            const std::vector<float>& slopes, float scale, Tensor& out) override;
+  // One kernel in steps whose calls all have < 64 tokens (cuda_layers.cpp).
+  void lightning_qk_attention(int li, Tensor& q, Tensor& k, const Tensor& v, const Tensor& qn,
+                              const Tensor& kn, float eps, int head_dim, double theta,
+                              const std::vector<float>& slopes, float scale, Tensor& out) override;
   void sparse_attention(int si, const Tensor& q, const Tensor& k, const Tensor& v,
                         Tensor& out) override;
   void gather_logit_rows(const Tensor& x, Tensor& out) override;
@@ -94,6 +101,9 @@ class CudaBackend : public Backend {
   void ensure_row_capacity(int64_t rows, bool warn);
   void ensure_meta_capacity(size_t ints, bool warn);
   void upload_gla_tables(const std::vector<float>& slopes);
+  template <typename T>
+  cuda::GlaArgs<T> gla_args(int li, const Tensor& q, const Tensor& k, const Tensor& v,
+                            const std::vector<float>& slopes, float scale, Tensor& out);
   float* make_inv_freq(int head_dim, double theta);
   const float* inv_freq(int head_dim, double theta);
   void alloc_select_work(size_t pool_tokens);

@@ -233,6 +233,21 @@ void CudaBackend::mul_sigmoid(const Tensor& a, const Tensor& gate, Tensor& out) 
   tick("mul_sigmoid");
 }
 
+void CudaBackend::rmsnorm_mul_sigmoid(const Tensor& a, const Tensor& w, float eps,
+                                      const Tensor& gate, Tensor& out) {
+  const int64_t n = w.numel();
+  SALA_CHECK(a.cols % n == 0 && out.rows == a.rows && out.cols == a.cols &&
+             gate.numel() == a.numel());
+  SALA_CHECK(is_act(a) && is_act(w) && is_act(gate) && is_act(out));
+  SALA_CHECK(gate.data != out.data, "rmsnorm_mul_sigmoid: gate must not alias out");
+  with_act_type(bf16_mode_, [&](auto tag) {
+    using T = tag_t<decltype(tag)>;
+    launch_rmsnorm_mul_sigmoid<T>(ptr<T>(a), ptr<T>(w), ptr<T>(gate), int(n),
+                                  a.rows * (a.cols / n), eps, ptr<T>(out), stream_);
+  });
+  tick("rmsnorm_mul_sigmoid");
+}
+
 void CudaBackend::div_scalar(Tensor& x, float d) {
   if (!bf16_mode_) {  // fp32 mode: activations and logits fp32, not rounded
     SALA_CHECK(x.dtype == DType::F32);

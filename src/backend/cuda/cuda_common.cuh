@@ -3,6 +3,8 @@
 #pragma once
 #include <cuda_bf16.h>
 
+#include <cstdint>
+
 #include "backend/cuda/cuda_check.h"
 
 namespace sala::cuda {
@@ -45,6 +47,11 @@ __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+// The 16-byte alignment of vectorised loads and stores.
+__host__ __device__ inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -16,7 +16,7 @@ namespace sala::cuda {
 
 using bf16 = __nv_bfloat16;
 
-// ---- element-wise, norms, RoPE (cuda_ops.cu) ----
+// ---- element-wise, norms, RoPE (cuda_ops.cu; RMSNorm: cuda_norm.cu) ----
 // out[rows, cols] = bf16(table[ids[t]] * scale)
 template <typename T>
 void launch_embedding(const T* table, const int32_t* ids, int64_t rows, int64_t cols, float scale,
@@ -26,6 +26,11 @@ void launch_embedding(const T* table, const int32_t* ids, int64_t rows, int64_t 
 template <typename T>
 void launch_rmsnorm(T* x, const T* a, float alpha, const T* w, int n, int64_t groups, float eps,
                     T* out, cudaStream_t st);
+// out = bf16(RMSNorm(x) · w) · bf16(sigmoid(gate)) (rmsnorm then mul_sigmoid in one pass, the
+// same numbers): x, gate, out [groups · n]; out may be x, not gate.
+template <typename T>
+void launch_rmsnorm_mul_sigmoid(T* x, const T* w, const T* gate, int n, int64_t groups, float eps,
+                                T* out, cudaStream_t st);
 template <typename T>
 void launch_silu_mul(const T* g, const T* u, T* out, int64_t n, cudaStream_t st);
 template <typename T>
@@ -89,7 +94,8 @@ void launch_gemv(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, in
 inline constexpr int kGlaDecayStride = 65;  // decay[h][n] = exp(n g_h), n = 0..64
 template <typename T>  // bf16 or float (fp32 mode)
 struct GlaArgs {
-  const T *q, *k, *v;     // [T, nh*d]
+  T *q, *k;               // [T, nh*d]; written (in place) only by launch_gla_norm_rope
+  const T* v;             // [T, nh*d]
   int64_t stride;
   const DevSeq* seqs;
   float* states;          // [slots, n_lightning, nh, d, d]
@@ -111,6 +117,22 @@ struct GlaArgs {
 template <typename T>
 bool launch_gla(int d, const GlaArgs<T>& a, const int32_t* short_list, int n_short,
                 const int32_t* long_list, int n_long, cudaStream_t st);
+// The q/k norm + RoPE of launch_gla_norm_rope: weights qn, kn [d], RoPE at pos [T] (the step's
+// positions) with inverse frequencies inv_freq [d / 2].
+template <typename T>
+struct GlaNormRope {
+  const T *qn = nullptr, *kn = nullptr;
+  float eps = 0.f;
+  const int32_t* pos = nullptr;
+  const float* inv_freq = nullptr;
+};
+// lightning_qk_attention in one kernel, for steps whose calls all have < 64 tokens (list: all
+// n of the step's seqs): per token, q and k [T, nh*d] are normalised per head and rotated in
+// place (the numbers of launch_qk_norm_rope), then the recurrent step runs on them (those of
+// launch_gla). Returns false if head_dim d has no instantiation.
+template <typename T>
+bool launch_gla_norm_rope(int d, const GlaArgs<T>& a, const GlaNormRope<T>& nr,
+                          const int32_t* list, int n, cudaStream_t st);
 // The chunk-parallel form for calls of >= 64 tokens (cuda_lightning_chunk3.cu): needs a.ws
 // of >= nh·D² floats and 16-byte aligned q/k/v; launch_gla decides.
 template <typename T, int D>

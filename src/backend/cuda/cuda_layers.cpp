@@ -36,8 +36,10 @@ void CudaBackend::upload_gla_tables(const std::vector<float>& slopes) {
   gla_slopes_ = slopes;
 }
 
-void CudaBackend::lightning_attention(int li, const Tensor& q, const Tensor& k, const Tensor& v,
-                                      const std::vector<float>& slopes, float scale, Tensor& out) {
+// The kernels' arguments for lightning layer li (checks the tensors and the step's slots).
+template <typename T>
+GlaArgs<T> CudaBackend::gla_args(int li, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const std::vector<float>& slopes, float scale, Tensor& out) {
   const int nh = cfg_.lightning_nh, d = cfg_.lightning_head_dim;
   SALA_CHECK(q.cols == int64_t(nh) * d && int(slopes.size()) == nh);
   SALA_CHECK(k.cols == q.cols && v.cols == q.cols && out.cols == q.cols && q.rows == sd_.T);
@@ -46,22 +48,29 @@ void CudaBackend::lightning_attention(int li, const Tensor& q, const Tensor& k, 
   for (const SeqSlice& s : meta_->seqs)
     SALA_CHECK(s.state_slot >= 0 && s.state_slot < cache_shape_.num_slots, "state slot {}", s.state_slot);
   if (slopes != gla_slopes_) upload_gla_tables(slopes);  // tests; the model's are set at init
+  GlaArgs<T> a;
+  a.q = ptr<T>(q);
+  a.k = ptr<T>(k);
+  a.v = ptr<const T>(v);
+  a.stride = q.cols;
+  a.seqs = sd_.seqs;
+  a.states = states_;
+  a.slot_stride = int64_t(cfg_.num_lightning_layers()) * nh * d * d;
+  a.layer_off = int64_t(li) * nh * d * d;
+  a.decay = gla_decay_;
+  a.scale = scale;
+  a.out = ptr<T>(out);
+  a.ostride = out.cols;
+  a.nh = nh;
+  return a;
+}
+
+void CudaBackend::lightning_attention(int li, const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const std::vector<float>& slopes, float scale, Tensor& out) {
+  const int nh = cfg_.lightning_nh, d = cfg_.lightning_head_dim;
   with_act_type(bf16_mode_, [&](auto tag) {
     using T = tag_t<decltype(tag)>;
-    GlaArgs<T> a;
-    a.q = ptr<const T>(q);
-    a.k = ptr<const T>(k);
-    a.v = ptr<const T>(v);
-    a.stride = q.cols;
-    a.seqs = sd_.seqs;
-    a.states = states_;
-    a.slot_stride = int64_t(cfg_.num_lightning_layers()) * nh * d * d;
-    a.layer_off = int64_t(li) * nh * d * d;
-    a.decay = gla_decay_;
-    a.scale = scale;
-    a.out = ptr<T>(out);
-    a.ostride = out.cols;
-    a.nh = nh;
+    GlaArgs<T> a = gla_args<T>(li, q, k, v, slopes, scale, out);
     if (sd_.n_long > 0) {
       int64_t max_tokens = 0, n_long = 0;
       for (const SeqSlice& s : meta_->seqs)
@@ -90,6 +99,30 @@ void CudaBackend::lightning_attention(int li, const Tensor& q, const Tensor& k, 
                "lightning head_dim {} not supported by the CUDA backend", d);
   });
   tick(sd_.n_long > 0 ? "lightning chunked" : "lightning recurrent");
+}
+
+// Steps whose calls all have < 64 tokens (decode): one kernel (launch_gla_norm_rope). Steps
+// with a longer call: qk_norm_rope over all rows, then lightning_attention (the default),
+// whose chunked kernels read the normalised rows of the long calls.
+void CudaBackend::lightning_qk_attention(int li, Tensor& q, Tensor& k, const Tensor& v,
+                                         const Tensor& qn, const Tensor& kn, float eps,
+                                         int head_dim, double theta,
+                                         const std::vector<float>& slopes, float scale,
+                                         Tensor& out) {
+  const int d = cfg_.lightning_head_dim;
+  if (sd_.n_long > 0 || head_dim != d)
+    return Backend::lightning_qk_attention(li, q, k, v, qn, kn, eps, head_dim, theta, slopes,
+                                           scale, out);
+  SALA_CHECK(is_act(qn) && is_act(kn) && qn.numel() == head_dim && kn.numel() == head_dim);
+  const float* inv = inv_freq(head_dim, theta);
+  with_act_type(bf16_mode_, [&](auto tag) {
+    using T = tag_t<decltype(tag)>;
+    const GlaArgs<T> a = gla_args<T>(li, q, k, v, slopes, scale, out);
+    const GlaNormRope<T> nr{ptr<const T>(qn), ptr<const T>(kn), eps, sd_.positions, inv};
+    SALA_CHECK(launch_gla_norm_rope(d, a, nr, sd_.short_seqs, sd_.n_short, stream_),
+               "lightning head_dim {} not supported by the CUDA backend", d);
+  });
+  tick("lightning qk_norm_rope+recurrent");
 }
 
 void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, const Tensor& v,

@@ -5,14 +5,18 @@
 // (loads exact, o not rounded); the state and all arithmetic are fp32 either way.
 // Calls of < 64 tokens run the fused recurrent kernel (decode), longer calls the chunk-parallel
 // kernels of cuda_lightning_chunk3.cu, or the serial chunked kernel here where those cannot
-// run (chunks of 64 aligned at the call's first token), as CpuBackend and HF do.
+// run (chunks of 64 aligned at the call's first token), as CpuBackend and HF do. In steps of
+// calls of < 64 tokens only, the recurrent kernel can also do the q/k norm + RoPE first
+// (launch_gla_norm_rope: lightning_qk_attention in one kernel).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_norm.cuh"
 
 namespace sala::cuda {
 
@@ -23,16 +27,25 @@ constexpr int kDecayStride = kGlaDecayStride;  // decay[h][n] = exp(n g), n = 0.
 
 // Recurrent form, one block per (head, sequence). Thread (rg, j) keeps rows
 // [rg*D/4, (rg+1)*D/4) of state column j in registers.     grid: (nh, n_seqs), block: 4*D
-template <typename T, int D>
+// kNormRope (launch_gla_norm_rope): before each token's step, warp 0 normalises and rotates
+// the token's q head in place and warp 1 its k head, with qk_norm_rope_kernel's code
+// (head_norm_rope, rope_table at pos[row]), and the step takes the values stored: q, k, o and
+// the state are those of qk_norm_rope then this kernel without kNormRope.
+template <typename T, int D, bool kNormRope>
 __global__ void __launch_bounds__(4 * D) gla_recurrent_kernel(
-    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+    std::conditional_t<kNormRope, T, const T>* __restrict__ q,
+    std::conditional_t<kNormRope, T, const T>* __restrict__ k, const T* __restrict__ v,
     int64_t stride, const DevSeq* __restrict__ seqs, const int32_t* __restrict__ list,
     float* __restrict__ states, int64_t slot_stride, int64_t layer_off,
-    const float* __restrict__ decay, float scale, T* __restrict__ out, int64_t ostride) {
+    const float* __restrict__ decay, float scale, T* __restrict__ out, int64_t ostride,
+    const GlaNormRope<T> nr) {
   pdl_wait();  // launch_pdl: before any read or write
   pdl_trigger();
   constexpr int RPT = D / 4;
+  static_assert(!kNormRope || 4 * D >= 64, "kNormRope: warps 0 and 1 take q and k");
   __shared__ float qs[D], ks[D], part[4][D];
+  // kNormRope: cos / sin of the token's position; the normalised q and k heads (warps 0, 1)
+  __shared__ float cs[kNormRope ? D : 1], buf[kNormRope ? 2 : 1][D];
   const int h = blockIdx.x;
   const DevSeq s = seqs[list[blockIdx.y]];
   const int j = threadIdx.x % D, rg = threadIdx.x / D;
@@ -44,7 +57,20 @@ __global__ void __launch_bounds__(4 * D) gla_recurrent_kernel(
   for (int t = 0; t < s.num_tokens; ++t) {
     const int64_t row = int64_t(s.token_begin + t);
     const int64_t off = row * stride + int64_t(h) * D;
-    if (threadIdx.x < D) {
+    if constexpr (kNormRope) {
+      rope_table(cs, D / 2, nr.pos[row], nr.inv_freq);  // ends with a block barrier
+      const int warp = threadIdx.x / 32;
+      if (warp < 2) {
+        T* x = (warp == 0 ? q : k) + off;
+        float* xs = warp == 0 ? qs : ks;
+        head_norm_rope<T>(x, warp == 0 ? nr.qn : nr.kn, D, nr.eps, cs, buf[warp],
+                          [&](int i, float y) {
+                            const T o = cvt<T>(y);
+                            x[i] = o;
+                            xs[i] = warp == 0 ? ld(o) * scale : ld(o);  // as the loads below
+                          });
+      }
+    } else if (threadIdx.x < D) {
       qs[threadIdx.x] = ld(q[off + threadIdx.x]) * scale;
       ks[threadIdx.x] = ld(k[off + threadIdx.x]);
     }
@@ -156,15 +182,21 @@ __global__ void __launch_bounds__(256) gla_chunked_kernel(
   }
 }
 
+// The recurrent kernel over the n seqs of list (kNormRope: with the q/k norm + RoPE of nr).
+template <typename T, int D, bool kNormRope>
+void launch_recurrent(const GlaArgs<T>& a, const GlaNormRope<T>& nr, const int32_t* list, int n,
+                      cudaStream_t st) {
+  if (n == 0) return;
+  launch_pdl(gla_recurrent_kernel<T, D, kNormRope>, dim3(unsigned(a.nh), unsigned(n)), 4 * D, 0,
+             st, a.q, a.k, a.v, a.stride, a.seqs, list, a.states, a.slot_stride, a.layer_off,
+             a.decay, a.scale, a.out, a.ostride, nr);
+  CUDA_CHECK_LAUNCH();
+}
+
 template <typename T, int D>
 void launch_gla_d(const GlaArgs<T>& a, const int32_t* short_list, int n_short, const int32_t* long_list,
                 int n_long, cudaStream_t st) {
-  if (n_short > 0) {
-    launch_pdl(gla_recurrent_kernel<T, D>, dim3(unsigned(a.nh), unsigned(n_short)), 4 * D, 0, st, a.q,
-               a.k, a.v, a.stride, a.seqs, short_list, a.states, a.slot_stride, a.layer_off,
-               a.decay, a.scale, a.out, a.ostride);
-    CUDA_CHECK_LAUNCH();
-  }
+  launch_recurrent<T, D, false>(a, GlaNormRope<T>{}, short_list, n_short, st);
   const auto a16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
   if (n_long > 0 && a.ws && a.ws_floats >= int64_t(a.nh) * D * D && a.max_chunks > 0 && a16(a.q) &&
       a16(a.k) && a16(a.v) && a.stride % 8 == 0) {
@@ -199,9 +231,25 @@ bool launch_gla(int d, const GlaArgs<T>& a, const int32_t* short_list, int n_sho
     default: return false;
   }
 }
-template bool launch_gla<bf16>(int, const GlaArgs<bf16>&, const int32_t*, int, const int32_t*, int,
-                               cudaStream_t);
-template bool launch_gla<float>(int, const GlaArgs<float>&, const int32_t*, int, const int32_t*,
-                                int, cudaStream_t);
+template <typename T>
+bool launch_gla_norm_rope(int d, const GlaArgs<T>& a, const GlaNormRope<T>& nr,
+                          const int32_t* list, int n, cudaStream_t st) {
+  switch (d) {
+    case 16: launch_recurrent<T, 16, true>(a, nr, list, n, st); return true;
+    case 32: launch_recurrent<T, 32, true>(a, nr, list, n, st); return true;
+    case 64: launch_recurrent<T, 64, true>(a, nr, list, n, st); return true;
+    case 128: launch_recurrent<T, 128, true>(a, nr, list, n, st); return true;
+    default: return false;
+  }
+}
+
+#define SALA_GLA_INSTANTIATE(T)                                                                   \
+  template bool launch_gla<T>(int, const GlaArgs<T>&, const int32_t*, int, const int32_t*, int,  \
+                              cudaStream_t);                                                      \
+  template bool launch_gla_norm_rope<T>(int, const GlaArgs<T>&, const GlaNormRope<T>&,           \
+                                        const int32_t*, int, cudaStream_t);
+SALA_GLA_INSTANTIATE(bf16)
+SALA_GLA_INSTANTIATE(float)
+#undef SALA_GLA_INSTANTIATE
 
 }  // namespace sala::cuda

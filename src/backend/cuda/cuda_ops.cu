@@ -1,7 +1,8 @@
-// Element-wise, norm, RoPE, embedding and gather kernels of the CUDA backend. Each
-// computes in fp32 between the bf16 rounding points of the golden README §4, exactly where
-// CpuBackend (NumericMode::BF16) rounds. Each is templated on the storage type T: bf16 (the
-// bf16 contract) or float (fp32 mode: no rounding anywhere; st / rnd in cuda_common.cuh). Each is launched with launch_pdl and starts with
+// Element-wise, RoPE, q/k norm, embedding and gather kernels of the CUDA backend (the RMSNorm
+// kernels: cuda_norm.cu). Each computes in fp32 between the bf16 rounding points of the golden
+// README §4, exactly where CpuBackend (NumericMode::BF16) rounds. Each is templated on the
+// storage type T: bf16 (the bf16 contract) or float (fp32 mode: no rounding anywhere; cvt /
+// rnd in cuda_common.cuh). Each is launched with launch_pdl and starts with
 // pdl_wait(); pdl_trigger() (cuda_launch.cuh): the next kernel, e.g. a skinny GEMM that
 // streams its first weights early (cuda_gemv.cu), may start while this one runs.
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_norm.cuh"
 
 namespace sala::cuda {
 namespace {
@@ -30,128 +32,13 @@ __global__ void embedding_kernel(const T* __restrict__ table, const int32_t* __r
     out[t * cols + c] = cvt<T>(ld(e[c]) * scale);
 }
 
-// RMSNorm over groups of n columns (SPEC §4.2): y = bf16(x * inv), out = bf16(y * w).
-// Optional fused residual (add_scaled_rmsnorm): h = bf16(h + bf16(a * alpha)) first,
-// written back to h. One warp per group (small n) or one block per group (large n).
-template <typename T, bool kResidual>
-__device__ __forceinline__ float load_norm_input(T* h, const T* a, float alpha, int64_t i) {
-  if constexpr (kResidual) {
-    const float hv = rnd<T>(ld(h[i]) + rnd<T>(ld(a[i]) * alpha));
-    h[i] = cvt<T>(hv);
-    return hv;
-  } else {
-    return ld(h[i]);
-  }
-}
-
-template <typename T, bool kResidual>
-__global__ void rmsnorm_warp_kernel(T* x, const T* a, float alpha, const T* __restrict__ w,
-                                    int n, int64_t groups, float eps, T* out) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
-  const int warps = blockDim.x / 32;
-  const int64_t g = int64_t(blockIdx.x) * warps + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (g >= groups) return;
-  const int64_t base = g * n;
-  float ss = 0.f;
-  for (int c = lane; c < n; c += 32) {
-    const float v = load_norm_input<T, kResidual>(x, a, alpha, base + c);
-    ss += v * v;
-  }
-  ss = warp_sum(ss);
-  const float inv = 1.0f / sqrtf(ss / float(n) + eps);
-  for (int c = lane; c < n; c += 32) {
-    const float v = ld(x[base + c]);
-    out[base + c] = cvt<T>(rnd<T>(v * inv) * ld(w[c]));
-  }
-}
-
-// 1 / rms of a group from each thread's partial Σ v² (one block per group, red: 32 floats
-// of shared memory).
-__device__ __forceinline__ float block_inv_rms(float ss, int n, float eps, float* red) {
-  ss = warp_sum(ss);
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float v = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0.f;
-    v = warp_sum(v);
-    if (threadIdx.x == 0) red[0] = v;
-  }
-  __syncthreads();
-  return 1.0f / sqrtf(red[0] / float(n) + eps);
-}
-
-template <typename T, bool kResidual>
-__global__ void rmsnorm_block_kernel(T* x, const T* a, float alpha, const T* __restrict__ w,
-                                     int n, float eps, T* out) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
-  __shared__ float red[32];
-  const int64_t base = int64_t(blockIdx.x) * n;
-  float ss = 0.f;
-  for (int c = threadIdx.x; c < n; c += blockDim.x) {
-    const float v = load_norm_input<T, kResidual>(x, a, alpha, base + c);
-    ss += v * v;
-  }
-  const float inv = block_inv_rms(ss, n, eps, red);
-  for (int c = threadIdx.x; c < n; c += blockDim.x) {
-    const float v = ld(x[base + c]);
-    out[base + c] = cvt<T>(rnd<T>(v * inv) * ld(w[c]));
-  }
-}
-
-// The same for n = 8 · blockDim.x (hidden sizes up to 8192), 16-byte aligned: thread i
-// holds columns 8i .. 8i + 7 in registers between the two passes, so h, a, w and out move
-// in 16-byte accesses, each once (the kernel above reads h twice, 2 bytes at a time).
-// bf16 only.
-template <bool kResidual>
-__global__ void rmsnorm_vec8_kernel(bf16* x, const bf16* a, float alpha, const bf16* __restrict__ w,
-                                    int n, float eps, bf16* out) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
-  __shared__ float red[32];
-  const int64_t off = int64_t(blockIdx.x) * n + threadIdx.x * 8;
-  uint4 hv = *reinterpret_cast<const uint4*>(x + off);
-  bf16* h8 = reinterpret_cast<bf16*>(&hv);
-  float v[8], ss = 0.f;
-  if constexpr (kResidual) {
-    const uint4 av = *reinterpret_cast<const uint4*>(a + off);
-    const bf16* a8 = reinterpret_cast<const bf16*>(&av);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      v[e] = rb(b2f(h8[e]) + rb(b2f(a8[e]) * alpha));
-      h8[e] = f2b(v[e]);
-    }
-    *reinterpret_cast<uint4*>(x + off) = hv;
-  } else {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = b2f(h8[e]);
-  }
-#pragma unroll
-  for (int e = 0; e < 8; ++e) ss += v[e] * v[e];
-  const float inv = block_inv_rms(ss, n, eps, red);
-  const uint4 wv = *reinterpret_cast<const uint4*>(w + threadIdx.x * 8);
-  const bf16* w8 = reinterpret_cast<const bf16*>(&wv);
-  uint4 ov;
-  bf16* o8 = reinterpret_cast<bf16*>(&ov);
-#pragma unroll
-  for (int e = 0; e < 8; ++e) o8[e] = f2b(rb(v[e] * inv) * b2f(w8[e]));
-  *reinterpret_cast<uint4*>(out + off) = ov;
-}
-
 // Two-input element-wise ops, 8 bf16 per thread and step (16-byte loads) when every pointer
 // is 16-byte aligned and n % 8 == 0, else one per thread. Same rounding either way.
-// (The 8-wide path is bf16 only: vec is false for float.)
+// (The 8-wide path is bf16 only: vec is false for float.) Ops: SiluMul; MulSigmoid (in
+// cuda_norm.cuh: the gated RMSNorm applies it too).
 template <typename T>
 struct SiluMul {  // T(T(silu(g)) * u)
   __device__ float operator()(float gv, float uv) const { return rnd<T>(gv / (1.f + expf(-gv))) * uv; }
-};
-template <typename T>
-struct MulSigmoid {  // T(a * T(sigmoid(gate)))
-  __device__ float operator()(float gate, float a) const {
-    return a * rnd<T>(1.f / (1.f + expf(-gate)));
-  }
 };
 
 template <typename T, typename Op>
@@ -179,9 +66,6 @@ __global__ void binary_kernel(const T* x, const T* y, T* out, int64_t n, bool ve
     out[i] = cvt<T>(op(ld(x[i]), ld(y[i])));
 }
 
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
 bool vec16(const void* a, const void* b, const void* c, int64_t n) {
   return n % 8 == 0 && aligned16(a) && aligned16(b) && aligned16(c);
 }
@@ -212,19 +96,6 @@ __global__ void round_f32_kernel(float* x, int64_t n) {
     x[i] = rb(x[i]);
 }
 
-// cs[0, half) = cos, cs[half, 2 half) = sin of the fp32 angle pos · inv_freq[j], evaluated
-// in double and rounded to fp32, as the CPU backend does; ends with a block barrier.
-__device__ void rope_table(float* cs, int half, int32_t pos, const float* __restrict__ inv_freq) {
-  for (int j = threadIdx.x; j < half; j += blockDim.x) {
-    const float ang = float(pos) * inv_freq[j];
-    double s, c;
-    sincos(double(ang), &s, &c);
-    cs[j] = float(c);
-    cs[half + j] = float(s);
-  }
-  __syncthreads();
-}
-
 // Rotate-half RoPE in place (SPEC §7). cos/sin of the fp32 angle evaluated in double and
 // rounded to fp32, as the CPU backend does.                 grid: T, block: 128, smem 2*half
 template <typename T>
@@ -250,7 +121,8 @@ __global__ void rope_kernel(T* x, int64_t cols, int head_dim, const int32_t* __r
 }
 
 // Lightning q/k: per-head RMSNorm then RoPE, in place (the numbers of rmsnorm_warp_kernel
-// followed by rope_kernel). One block per row; warps take the row's q heads, then k heads.
+// followed by rope_kernel). One block per row; warps take the row's q heads, then k heads
+// (head_norm_rope, which the fused lightning kernel runs too).
 //                                          grid: T, block: 256, smem: (1 + warps) * head_dim
 template <typename T>
 __global__ void qk_norm_rope_kernel(T* q, T* k, const T* __restrict__ qn,
@@ -260,32 +132,17 @@ __global__ void qk_norm_rope_kernel(T* q, T* k, const T* __restrict__ qn,
   pdl_wait();  // launch_pdl: before any read or write
   pdl_trigger();
   extern __shared__ float sm[];
-  const int D = head_dim, half = D / 2;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  const int D = head_dim;
+  const int warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
   float* cs = sm;                  // [D]: cos, sin
   float* buf = sm + D + warp * D;  // [D] this warp's normalised head
   const int64_t t = blockIdx.x;
-  rope_table(cs, half, pos[t], inv_freq);
+  rope_table(cs, D / 2, pos[t], inv_freq);
   const int heads = int(cols / D);
   for (int hh = warp; hh < 2 * heads; hh += nwarps) {
     T* v = (hh < heads ? q : k) + t * cols + int64_t(hh % heads) * D;
-    const T* w = hh < heads ? qn : kn;
-    float ss = 0.f;
-    for (int c = lane; c < D; c += 32) {
-      const float x = ld(v[c]);
-      ss += x * x;
-    }
-    ss = warp_sum(ss);
-    const float inv = 1.0f / sqrtf(ss / float(D) + eps);
-    for (int c = lane; c < D; c += 32) buf[c] = rnd<T>(rnd<T>(ld(v[c]) * inv) * ld(w[c]));
-    __syncwarp();
-    for (int j = lane; j < half; j += 32) {
-      const float x1 = buf[j], x2 = buf[j + half];
-      const float c = cs[j], s = cs[half + j];
-      v[j] = cvt<T>(x1 * c - x2 * s);
-      v[j + half] = cvt<T>(x2 * c + x1 * s);
-    }
-    __syncwarp();
+    head_norm_rope<T>(v, hh < heads ? qn : kn, D, eps, cs, buf,
+                      [&](int i, float y) { v[i] = cvt<T>(y); });
   }
 }
 
@@ -327,43 +184,6 @@ void launch_embedding(const T* table, const int32_t* ids, int64_t rows, int64_t 
                       T* out, cudaStream_t st) {
   if (rows == 0) return;
   launch_pdl(embedding_kernel<T>, unsigned(rows), 256, 0, st, table, ids, cols, scale, out);
-  CUDA_CHECK_LAUNCH();
-}
-
-template <typename T>
-void launch_rmsnorm(T* x, const T* a, float alpha, const T* w, int n, int64_t groups, float eps,
-                    T* out, cudaStream_t st) {
-  if (groups == 0) return;
-  constexpr bool kBf16 = std::is_same_v<T, bf16>;
-  if (n <= 512) {
-    const int warps = 8;
-    const unsigned grid = unsigned((groups + warps - 1) / warps);
-    if (a)
-      launch_pdl(rmsnorm_warp_kernel<T, true>, grid, warps * 32, 0, st, x, a, alpha, w, n, groups,
-                 eps, out);
-    else
-      launch_pdl(rmsnorm_warp_kernel<T, false>, grid, warps * 32, 0, st, x, a, alpha, w, n, groups,
-                 eps, out);
-  } else if (kBf16 && n % 256 == 0 && n <= 8192 && aligned16(x) && aligned16(out) &&
-             aligned16(w) && (!a || aligned16(a))) {
-    if constexpr (kBf16) {
-      const unsigned threads = unsigned(n / 8);
-      if (a)
-        launch_pdl(rmsnorm_vec8_kernel<true>, unsigned(groups), threads, 0, st, x, a, alpha, w, n,
-                   eps, out);
-      else
-        launch_pdl(rmsnorm_vec8_kernel<false>, unsigned(groups), threads, 0, st, x, a, alpha, w,
-                   n, eps, out);
-    }
-  } else {
-    const int threads = n >= 4096 ? 512 : 256;
-    if (a)
-      launch_pdl(rmsnorm_block_kernel<T, true>, unsigned(groups), threads, 0, st, x, a, alpha, w,
-                 n, eps, out);
-    else
-      launch_pdl(rmsnorm_block_kernel<T, false>, unsigned(groups), threads, 0, st, x, a, alpha, w,
-                 n, eps, out);
-  }
   CUDA_CHECK_LAUNCH();
 }
 
@@ -441,8 +261,6 @@ void launch_gather_rows(const void* x, int64_t cols, int elem_size, const int32_
 #define SALA_OPS_INSTANTIATE(T)                                                                   \
   template void launch_embedding<T>(const T*, const int32_t*, int64_t, int64_t, float, T*,       \
                                     cudaStream_t);                                                \
-  template void launch_rmsnorm<T>(T*, const T*, float, const T*, int, int64_t, float, T*,        \
-                                  cudaStream_t);                                                  \
   template void launch_silu_mul<T>(const T*, const T*, T*, int64_t, cudaStream_t);              \
   template void launch_mul_sigmoid<T>(const T*, const T*, T*, int64_t, cudaStream_t);           \
   template void launch_div_scalar<T>(T*, float, int64_t, cudaStream_t);                          \

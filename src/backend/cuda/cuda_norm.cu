@@ -1,0 +1,200 @@
+// RMSNorm kernels of the CUDA backend (SPEC §4.2) over groups of n columns: rmsnorm,
+// add_scaled_rmsnorm (residual h = h + a·alpha first) and rmsnorm_mul_sigmoid (output gate
+// after the norm). Rounding points as CpuBackend; T = bf16 or float (fp32 mode), launched with
+// launch_pdl, starting with pdl_wait(); pdl_trigger() (see cuda_ops.cu).
+#include <type_traits>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_norm.cuh"
+
+namespace sala::cuda {
+namespace {
+
+// RMSNorm over groups of n columns (SPEC §4.2): y = bf16(x * inv), out = bf16(y * w).
+// Optional fused residual (add_scaled_rmsnorm): h = bf16(h + bf16(a * alpha)) first,
+// written back to h. Optional output gate (rmsnorm_mul_sigmoid, kGate): out = bf16(bf16(y * w)
+// * bf16(sigmoid(gate))), gate[groups * n] laid out as out. One warp per group (small n) or
+// one block per group (large n); the gate changes only the store, so inv and y are those of
+// the plain kernel.
+template <typename T, bool kResidual>
+__device__ __forceinline__ float load_norm_input(T* h, const T* a, float alpha, int64_t i) {
+  if constexpr (kResidual) {
+    const float hv = rnd<T>(ld(h[i]) + rnd<T>(ld(a[i]) * alpha));
+    h[i] = cvt<T>(hv);
+    return hv;
+  } else {
+    return ld(h[i]);
+  }
+}
+
+// The value stored for a normalised element y = T(x·inv)·w: y, or with the gate MulSigmoid of
+// T(y) and gate[i] (the numbers of mul_sigmoid applied to the stored T(y)).
+template <typename T, bool kGate>
+__device__ __forceinline__ float gated(float y, const T* gate, int64_t i) {
+  if constexpr (kGate)
+    return MulSigmoid<T>{}(ld(gate[i]), rnd<T>(y));
+  else
+    return y;
+}
+
+template <typename T, bool kResidual, bool kGate>
+__global__ void rmsnorm_warp_kernel(T* x, const T* a, float alpha, const T* __restrict__ w,
+                                    const T* gate, int n, int64_t groups, float eps, T* out) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
+  const int warps = blockDim.x / 32;
+  const int64_t g = int64_t(blockIdx.x) * warps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (g >= groups) return;
+  const int64_t base = g * n;
+  float ss = 0.f;
+  for (int c = lane; c < n; c += 32) {
+    const float v = load_norm_input<T, kResidual>(x, a, alpha, base + c);
+    ss += v * v;
+  }
+  ss = warp_sum(ss);
+  const float inv = 1.0f / sqrtf(ss / float(n) + eps);
+  for (int c = lane; c < n; c += 32) {
+    const float v = ld(x[base + c]);
+    out[base + c] = cvt<T>(gated<T, kGate>(rnd<T>(v * inv) * ld(w[c]), gate, base + c));
+  }
+}
+
+// 1 / rms of a group from each thread's partial Σ v² (one block per group, red: 32 floats
+// of shared memory).
+__device__ __forceinline__ float block_inv_rms(float ss, int n, float eps, float* red) {
+  ss = warp_sum(ss);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0.f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) red[0] = v;
+  }
+  __syncthreads();
+  return 1.0f / sqrtf(red[0] / float(n) + eps);
+}
+
+template <typename T, bool kResidual, bool kGate>
+__global__ void rmsnorm_block_kernel(T* x, const T* a, float alpha, const T* __restrict__ w,
+                                     const T* gate, int n, float eps, T* out) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
+  __shared__ float red[32];
+  const int64_t base = int64_t(blockIdx.x) * n;
+  float ss = 0.f;
+  for (int c = threadIdx.x; c < n; c += blockDim.x) {
+    const float v = load_norm_input<T, kResidual>(x, a, alpha, base + c);
+    ss += v * v;
+  }
+  const float inv = block_inv_rms(ss, n, eps, red);
+  for (int c = threadIdx.x; c < n; c += blockDim.x) {
+    const float v = ld(x[base + c]);
+    out[base + c] = cvt<T>(gated<T, kGate>(rnd<T>(v * inv) * ld(w[c]), gate, base + c));
+  }
+}
+
+// The same for n = 8 · blockDim.x (hidden sizes up to 8192), 16-byte aligned: thread i
+// holds columns 8i .. 8i + 7 in registers between the two passes, so h, a, w and out move
+// in 16-byte accesses, each once (the kernel above reads h twice, 2 bytes at a time).
+// bf16 only. The gate moves in 16-byte loads where it is 16-byte aligned, else 2 bytes at a
+// time (the kernel is chosen without looking at it).
+template <bool kResidual, bool kGate>
+__global__ void rmsnorm_vec8_kernel(bf16* x, const bf16* a, float alpha, const bf16* __restrict__ w,
+                                    const bf16* gate, int n, float eps, bf16* out) {
+  pdl_wait();  // launch_pdl: before any read or write
+  pdl_trigger();
+  __shared__ float red[32];
+  const int64_t off = int64_t(blockIdx.x) * n + threadIdx.x * 8;
+  uint4 hv = *reinterpret_cast<const uint4*>(x + off);
+  bf16* h8 = reinterpret_cast<bf16*>(&hv);
+  float v[8], ss = 0.f;
+  if constexpr (kResidual) {
+    const uint4 av = *reinterpret_cast<const uint4*>(a + off);
+    const bf16* a8 = reinterpret_cast<const bf16*>(&av);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      v[e] = rb(b2f(h8[e]) + rb(b2f(a8[e]) * alpha));
+      h8[e] = f2b(v[e]);
+    }
+    *reinterpret_cast<uint4*>(x + off) = hv;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = b2f(h8[e]);
+  }
+#pragma unroll
+  for (int e = 0; e < 8; ++e) ss += v[e] * v[e];
+  const float inv = block_inv_rms(ss, n, eps, red);
+  const uint4 wv = *reinterpret_cast<const uint4*>(w + threadIdx.x * 8);
+  const bf16* w8 = reinterpret_cast<const bf16*>(&wv);
+  uint4 gv{};
+  bf16* g8 = reinterpret_cast<bf16*>(&gv);
+  if constexpr (kGate) {
+    if (aligned16(gate)) {
+      gv = *reinterpret_cast<const uint4*>(gate + off);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) g8[e] = gate[off + e];
+    }
+  }
+  uint4 ov;
+  bf16* o8 = reinterpret_cast<bf16*>(&ov);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) o8[e] = f2b(gated<bf16, kGate>(rb(v[e] * inv) * b2f(w8[e]), g8, e));
+  *reinterpret_cast<uint4*>(out + off) = ov;
+}
+
+// The kernel for groups of n (the gate does not change the choice: the order in which Σ v² is
+// summed, so inv, depends on it).
+template <typename T, bool kResidual, bool kGate>
+void launch_rmsnorm_kernel(T* x, const T* a, float alpha, const T* w, const T* gate, int n,
+                           int64_t groups, float eps, T* out, cudaStream_t st) {
+  if (groups == 0) return;
+  constexpr bool kBf16 = std::is_same_v<T, bf16>;
+  if (n <= 512) {
+    const int warps = 8;
+    const unsigned grid = unsigned((groups + warps - 1) / warps);
+    launch_pdl(rmsnorm_warp_kernel<T, kResidual, kGate>, grid, warps * 32, 0, st, x, a, alpha, w,
+               gate, n, groups, eps, out);
+  } else if (kBf16 && n % 256 == 0 && n <= 8192 && aligned16(x) && aligned16(out) && aligned16(w) &&
+             (!kResidual || aligned16(a))) {
+    if constexpr (kBf16)
+      launch_pdl(rmsnorm_vec8_kernel<kResidual, kGate>, unsigned(groups), unsigned(n / 8), 0, st, x,
+                 a, alpha, w, gate, n, eps, out);
+  } else {
+    const int threads = n >= 4096 ? 512 : 256;
+    launch_pdl(rmsnorm_block_kernel<T, kResidual, kGate>, unsigned(groups), threads, 0, st, x, a,
+               alpha, w, gate, n, eps, out);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+template <typename T>
+void launch_rmsnorm(T* x, const T* a, float alpha, const T* w, int n, int64_t groups, float eps,
+                    T* out, cudaStream_t st) {
+  if (a)
+    launch_rmsnorm_kernel<T, true, false>(x, a, alpha, w, nullptr, n, groups, eps, out, st);
+  else
+    launch_rmsnorm_kernel<T, false, false>(x, a, alpha, w, nullptr, n, groups, eps, out, st);
+}
+
+template <typename T>
+void launch_rmsnorm_mul_sigmoid(T* x, const T* w, const T* gate, int n, int64_t groups, float eps,
+                                T* out, cudaStream_t st) {
+  launch_rmsnorm_kernel<T, false, true>(x, nullptr, 0.f, w, gate, n, groups, eps, out, st);
+}
+
+#define SALA_NORM_INSTANTIATE(T)                                                               \
+  template void launch_rmsnorm<T>(T*, const T*, float, const T*, int, int64_t, float, T*,      \
+                                  cudaStream_t);                                               \
+  template void launch_rmsnorm_mul_sigmoid<T>(T*, const T*, const T*, int, int64_t, float, T*, \
+                                              cudaStream_t);
+SALA_NORM_INSTANTIATE(bf16)
+SALA_NORM_INSTANTIATE(float)
+#undef SALA_NORM_INSTANTIATE
+
+}  // namespace sala::cuda

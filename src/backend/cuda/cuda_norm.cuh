@@ -1,0 +1,66 @@
+// Device code shared by kernels of more than one file, so that a fused kernel computes the
+// numbers of the kernels it replaces with the very same code (bit for bit, for T = bf16 and
+// T = float):
+//   MulSigmoid      the output gate: mul_sigmoid (cuda_ops.cu), rmsnorm_mul_sigmoid (cuda_norm.cu)
+//   rope_table      RoPE cos / sin of one position: rope_kernel, qk_norm_rope_kernel (cuda_ops.cu),
+//                   the fused lightning kernel (gla_recurrent_kernel<T, D, true>, cuda_lightning.cu)
+//   head_norm_rope  the lightning q/k norm + RoPE of one head: qk_norm_rope_kernel, the fused
+//                   lightning kernel
+#pragma once
+#include "backend/cuda/cuda_common.cuh"
+
+namespace sala::cuda {
+
+template <typename T>
+struct MulSigmoid {  // T(a * T(sigmoid(gate)))
+  __device__ float operator()(float gate, float a) const {
+    return a * rnd<T>(1.f / (1.f + expf(-gate)));
+  }
+};
+
+// cs[0, half) = cos, cs[half, 2 half) = sin of the fp32 angle pos · inv_freq[j], evaluated
+// in double and rounded to fp32, as the CPU backend does; ends with a block barrier.
+__device__ __forceinline__ void rope_table(float* cs, int half, int32_t pos,
+                                           const float* __restrict__ inv_freq) {
+  for (int j = threadIdx.x; j < half; j += blockDim.x) {
+    const float ang = float(pos) * inv_freq[j];
+    double s, c;
+    sincos(double(ang), &s, &c);
+    cs[j] = float(c);
+    cs[half + j] = float(s);
+  }
+  __syncthreads();
+}
+
+// One warp: RMSNorm of the head x[0, D) with weights w[D] (two roundings, SPEC §4.2; lanes
+// sum c = lane, lane + 32, ... then warp_sum, as rmsnorm_warp_kernel), then rotate-half RoPE
+// (SPEC §7) with the table cs of rope_table: store(i, y) gets the rotated value y of element
+// i, before its rounding to T. buf: [D] floats of this warp's shared memory. x is read only
+// before the first store, so store may write x in place.
+// eps is added with __fadd_rn: where D is a compile-time constant, ss / D becomes an exact
+// multiplication that the compiler could fuse with a plain add into one FMA (one rounding
+// where a runtime D has two).
+template <typename T, typename Store>
+__device__ __forceinline__ void head_norm_rope(const T* x, const T* __restrict__ w, int D,
+                                               float eps, const float* cs, float* buf,
+                                               Store&& store) {
+  const int lane = threadIdx.x % 32, half = D / 2;
+  float ss = 0.f;
+  for (int c = lane; c < D; c += 32) {
+    const float v = ld(x[c]);
+    ss += v * v;
+  }
+  ss = warp_sum(ss);
+  const float inv = 1.0f / sqrtf(__fadd_rn(ss / float(D), eps));
+  for (int c = lane; c < D; c += 32) buf[c] = rnd<T>(rnd<T>(ld(x[c]) * inv) * ld(w[c]));
+  __syncwarp();
+  for (int j = lane; j < half; j += 32) {
+    const float x1 = buf[j], x2 = buf[j + half];
+    const float c = cs[j], s = cs[half + j];
+    store(j, x1 * c - x2 * s);
+    store(j + half, x2 * c + x1 * s);
+  }
+  __syncwarp();
+}
+
+}  // namespace sala::cuda
