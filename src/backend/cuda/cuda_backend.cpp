@@ -33,6 +33,11 @@ CudaBackend::CudaBackend(const BackendOptions& opts) : bf16_mode_(opts.mode == N
                !(no_graph && *no_graph && std::strcmp(no_graph, "0") != 0);
   const char* optime = std::getenv("SALA_CUDA_OPTIME");
   optime_ = optime && *optime && std::strcmp(optime, "0") != 0;
+  if (const char* u = std::getenv("SALA_CUDA_UNFUSE")) {
+    const std::string list = std::string(",") + u + ",";
+    const auto has = [&](const char* n) { return list.find(std::string(",") + n + ",") != std::string::npos; };
+    unfuse_norm_ = has("norm"), unfuse_silu_ = has("silu"), unfuse_gla_ = has("gla"), unfuse_gate_ = has("gate");
+  }
   int count = 0;
   CUDA_CHECK(cudaGetDeviceCount(&count));
   SALA_CHECK(count > 0, "no CUDA device");

@@ -197,6 +197,10 @@ class CudaBackend : public Backend {
   std::map<int, GraphEntry> graphs_;
 
   bool optime_ = false, optime_step_ = false;
+  // SALA_CUDA_UNFUSE (A/B of the fused decode ops; names, comma-separated): "norm"
+  // (linear_add_rmsnorm), "silu" (linear_silu_mul), "gla" (lightning_qk_attention), "gate"
+  // (rmsnorm_mul_sigmoid) run their two-op defaults.
+  bool unfuse_norm_ = false, unfuse_silu_ = false, unfuse_gla_ = false, unfuse_gate_ = false;
   std::vector<cudaEvent_t> tick_pool_;
   std::vector<std::pair<const char*, cudaEvent_t>> ticks_;
   std::map<std::string, std::pair<double, int64_t>> op_ms_;  // name -> (ms, calls)

@@ -178,7 +178,7 @@ void CudaBackend::linear_multi(const Tensor& x, const Tensor& w, const std::vect
 // GemvOut::norm), with add_scaled_rmsnorm's bits: one kernel less per projection.
 void CudaBackend::linear_add_rmsnorm(const Tensor& a, const Tensor& w, Tensor& y, Tensor& h,
                                      float alpha, const Tensor& norm_w, float eps, Tensor& out) {
-  const bool fused = bf16_mode_ && is_bf16(y) && y.rows == a.rows && y.cols == w.rows &&
+  const bool fused = !unfuse_norm_ && bf16_mode_ && is_bf16(y) && y.rows == a.rows && y.cols == w.rows &&
                      a.cols == w.cols && is_act(a) && is_act(w) && h.rows == y.rows &&
                      h.cols == y.cols && out.rows == y.rows && out.cols == y.cols &&
                      norm_w.numel() == y.cols && is_bf16(h) && is_bf16(out) && is_bf16(norm_w) &&
@@ -199,7 +199,7 @@ void CudaBackend::linear_add_rmsnorm(const Tensor& a, const Tensor& w, Tensor& y
 // columns and store only silu(g) * u (cuda_gemv.cu, GemvOut::silu_pair): one kernel less per
 // layer and the same bits as the two-op default.
 void CudaBackend::linear_silu_mul(const Tensor& x, const Tensor& w, Tensor& g, Tensor& u) {
-  const bool fused = bf16_mode_ && is_bf16(g) && g.rows == x.rows && w.rows == 2 * g.cols &&
+  const bool fused = !unfuse_silu_ && bf16_mode_ && is_bf16(g) && g.rows == x.rows && w.rows == 2 * g.cols &&
                      x.cols == w.cols && is_act(x) && is_act(w) &&
                      gemv_silu_pair_supported(w.rows) &&
                      gemv_supported(x.data, x.cols, w.data, x.cols, x.rows);
@@ -240,6 +240,7 @@ void CudaBackend::rmsnorm_mul_sigmoid(const Tensor& a, const Tensor& w, float ep
              gate.numel() == a.numel());
   SALA_CHECK(is_act(a) && is_act(w) && is_act(gate) && is_act(out));
   SALA_CHECK(gate.data != out.data, "rmsnorm_mul_sigmoid: gate must not alias out");
+  if (unfuse_gate_) return Backend::rmsnorm_mul_sigmoid(a, w, eps, gate, out);
   with_act_type(bf16_mode_, [&](auto tag) {
     using T = tag_t<decltype(tag)>;
     launch_rmsnorm_mul_sigmoid<T>(ptr<T>(a), ptr<T>(w), ptr<T>(gate), int(n),

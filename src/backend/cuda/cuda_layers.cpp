@@ -110,7 +110,7 @@ void CudaBackend::lightning_qk_attention(int li, Tensor& q, Tensor& k, const Ten
                                          const std::vector<float>& slopes, float scale,
                                          Tensor& out) {
   const int d = cfg_.lightning_head_dim;
-  if (sd_.n_long > 0 || head_dim != d)
+  if (sd_.n_long > 0 || head_dim != d || unfuse_gla_)
     return Backend::lightning_qk_attention(li, q, k, v, qn, kn, eps, head_dim, theta, slopes,
                                            scale, out);
   SALA_CHECK(is_act(qn) && is_act(kn) && qn.numel() == head_dim && kn.numel() == head_dim);
