@@ -74,14 +74,6 @@ class Backend {
                                   float eps, Tensor& out) = 0;
   // y[T, N] = x[T, K] · W[N, K]ᵀ
   virtual void linear(const Tensor& x, const Tensor& w, Tensor& y) = 0;
-  // An output projection and the residual add + RMSNorm after it (SPEC §5.1): y = a · Wᵀ
-  // [T, H], then h = h + y * alpha, out = RMSNorm(h) * norm_w; the numbers of linear then
-  // add_scaled_rmsnorm (the default). y [T, H] is scratch; a backend may never write it.
-  virtual void linear_add_rmsnorm(const Tensor& a, const Tensor& w, Tensor& y, Tensor& h,
-                                  float alpha, const Tensor& norm_w, float eps, Tensor& out) {
-    linear(a, w, y);
-    add_scaled_rmsnorm(h, y, alpha, norm_w, eps, out);
-  }
   // Several projections of one input through one weight whose rows are the projections'
   // weights stacked (fused at load: W = [W_0; W_1; ...], W.rows = Σ ys[i].cols): ys[i] =
   // x · W_iᵀ, each ys[i] a contiguous [T, N_i] tensor. Same numbers as separate linear()

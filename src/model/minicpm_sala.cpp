@@ -142,32 +142,30 @@ void Model::run_layers(int64_t T, int64_t R, ForwardTrace* trace) {
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const LayerWeights& l = w_.layers[size_t(i)];
     const int ki = c.kind_index(i);
-    Tensor a;  // the mixer's output, input of o_proj
     if (l.type == MixerType::Sparse) {
       Tensor q = rows(q_, qd), k = rows(k_, kvd), v = rows(v_, kvd);
-      Tensor gate = rows(gate_, qd);
-      a = rows(attn_, qd);
+      Tensor gate = rows(gate_, qd), a = rows(attn_, qd);
       be.linear_multi(x, l.qkvg, {&q, &k, &v, &gate});  // q_proj, k_proj, v_proj, o_gate
       be.sparse_attention(ki, q, k, v, a);         // NoPE, no q/k norm
       be.mul_sigmoid(a, gate, a);                  // a * sigmoid(o_gate(x))
+      be.linear(a, l.o_proj, mix);
     } else {
       Tensor q = rows(q_, ld), k = rows(k_, ld), v = rows(v_, ld);
-      Tensor gate = rows(gate_, ld);
-      a = rows(attn_, ld);
+      Tensor gate = rows(gate_, ld), a = rows(attn_, ld);
       be.linear_multi(x, l.qkvg, {&q, &k, &v, &gate});  // q_proj, k_proj, v_proj, z_proj
       // per-head RMSNorm of q and k, then RoPE, then simple GLA
       be.lightning_qk_attention(ki, q, k, v, l.q_norm, l.k_norm, eps, c.lightning_head_dim,
                                 c.rope_theta, slopes_, float(c.lightning_scale), a);
       // one norm over all heads, then o * sigmoid(z_proj(x))
       be.rmsnorm_mul_sigmoid(a, l.o_norm, eps, gate, a);
+      be.linear(a, l.o_proj, mix);
     }
-    // h += o_proj(a) * alpha; x = RMSNorm(h)
-    be.linear_add_rmsnorm(a, l.o_proj, mix, h, alpha, l.post_attention_layernorm, eps, x);
+    be.add_scaled_rmsnorm(h, mix, alpha, l.post_attention_layernorm, eps, x);
     be.linear_silu_mul(x, l.gate_up, g, u);        // silu(gate_proj(x)) * up_proj(x)
+    be.linear(g, l.down_proj, mix);
     const Tensor& next_norm =
         i + 1 < c.num_hidden_layers ? w_.layers[size_t(i) + 1].input_layernorm : w_.norm;
-    // h += down_proj(g) * alpha; x = RMSNorm(h): the next layer's input
-    be.linear_add_rmsnorm(g, l.down_proj, mix, h, alpha, next_norm, eps, x);
+    be.add_scaled_rmsnorm(h, mix, alpha, next_norm, eps, x);  // x: next layer's input
     trace_rows(trace, h);
   }
   // x = RMSNorm(h; model.norm) for every row; logits only for the requested rows.

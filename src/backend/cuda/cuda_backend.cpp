@@ -36,7 +36,7 @@ CudaBackend::CudaBackend(const BackendOptions& opts) : bf16_mode_(opts.mode == N
   if (const char* u = std::getenv("SALA_CUDA_UNFUSE")) {
     const std::string list = std::string(",") + u + ",";
     const auto has = [&](const char* n) { return list.find(std::string(",") + n + ",") != std::string::npos; };
-    unfuse_norm_ = has("norm"), unfuse_silu_ = has("silu"), unfuse_gla_ = has("gla"), unfuse_gate_ = has("gate");
+    unfuse_silu_ = has("silu"), unfuse_gla_ = has("gla"), unfuse_gate_ = has("gate");
   }
   int count = 0;
   CUDA_CHECK(cudaGetDeviceCount(&count));
@@ -50,8 +50,6 @@ CudaBackend::CudaBackend(const BackendOptions& opts) : bf16_mode_(opts.mode == N
   CUBLAS_CHECK(cublasLtCreate(&lt_));
   CUDA_CHECK(cudaMalloc(&lt_workspace_, lt_workspace_size_));
   ensure_meta_capacity(1 << 16, false);
-  gemv_arrivals_ = static_cast<unsigned*>(dev_alloc(sizeof(unsigned)));
-  CUDA_CHECK(cudaMemset(gemv_arrivals_, 0, sizeof(unsigned)));
 }
 
 CudaBackend::~CudaBackend() {

@@ -50,8 +50,6 @@ class CudaBackend : public Backend {
   void linear_multi(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& ys) override;
   void qk_norm_rope(Tensor& q, Tensor& k, const Tensor& qn, const Tensor& kn, float eps,
                     int head_dim, double theta) override;
-  void linear_add_rmsnorm(const Tensor& a, const Tensor& w, Tensor& y, Tensor& h, float alpha,
-                          const Tensor& norm_w, float eps, Tensor& out) override;
   void linear_silu_mul(const Tensor& x, const Tensor& w, Tensor& g, Tensor& u) override;
   void silu_mul(const Tensor& g, const Tensor& u, Tensor& out) override;
   void mul_sigmoid(const Tensor& a, const Tensor& gate, Tensor& out) override;
@@ -118,7 +116,6 @@ class CudaBackend : public Backend {
   void resolve_ticks();
 
   bool bf16_mode_;
-  unsigned* gemv_arrivals_ = nullptr;  // zeroed counter of GemvOut::norm (reset by each use)
   int32_t* argmax_dev_ = nullptr;   // [argmax_cap_] device ids of argmax_rows
   int32_t* argmax_host_ = nullptr;  // pinned copy
   int64_t argmax_cap_ = 0;
@@ -197,10 +194,10 @@ class CudaBackend : public Backend {
   std::map<int, GraphEntry> graphs_;
 
   bool optime_ = false, optime_step_ = false;
-  // SALA_CUDA_UNFUSE (A/B of the fused decode ops; names, comma-separated): "norm"
-  // (linear_add_rmsnorm), "silu" (linear_silu_mul), "gla" (lightning_qk_attention), "gate"
-  // (rmsnorm_mul_sigmoid) run their two-op defaults.
-  bool unfuse_norm_ = false, unfuse_silu_ = false, unfuse_gla_ = false, unfuse_gate_ = false;
+  // SALA_CUDA_UNFUSE (A/B of the fused ops; names, comma-separated): "silu"
+  // (linear_silu_mul), "gla" (lightning_qk_attention), "gate" (rmsnorm_mul_sigmoid) run
+  // their two-op defaults.
+  bool unfuse_silu_ = false, unfuse_gla_ = false, unfuse_gate_ = false;
   std::vector<cudaEvent_t> tick_pool_;
   std::vector<std::pair<const char*, cudaEvent_t>> ticks_;
   std::map<std::string, std::pair<double, int64_t>> op_ms_;  // name -> (ms, calls)

@@ -174,27 +174,6 @@ void CudaBackend::linear_multi(const Tensor& x, const Tensor& w, const std::vect
   tick("gemv multi");
 }
 
-// Skinny steps: the GEMV's last CTA does the residual add + RMSNorm (cuda_gemv.cu,
-// GemvOut::norm), with add_scaled_rmsnorm's bits: one kernel less per projection.
-void CudaBackend::linear_add_rmsnorm(const Tensor& a, const Tensor& w, Tensor& y, Tensor& h,
-                                     float alpha, const Tensor& norm_w, float eps, Tensor& out) {
-  const bool fused = !unfuse_norm_ && bf16_mode_ && is_bf16(y) && y.rows == a.rows && y.cols == w.rows &&
-                     a.cols == w.cols && is_act(a) && is_act(w) && h.rows == y.rows &&
-                     h.cols == y.cols && out.rows == y.rows && out.cols == y.cols &&
-                     norm_w.numel() == y.cols && is_bf16(h) && is_bf16(out) && is_bf16(norm_w) &&
-                     out.data != h.data && gemv_norm_supported(y.cols) &&
-                     gemv_supported(a.data, a.cols, w.data, a.cols, a.rows);
-  if (!fused) return Backend::linear_add_rmsnorm(a, w, y, h, alpha, norm_w, eps, out);
-  GemvOut o{};
-  o.y[0] = y.data;
-  o.end[0] = w.rows;
-  o.cols[0] = y.cols;
-  o.nparts = 1;
-  o.norm = {ptr<bf16>(h), ptr<bf16>(norm_w), ptr<bf16>(out), gemv_arrivals_, alpha, eps};
-  launch_gemv(ptr<bf16>(a), a.cols, ptr<bf16>(w), w.rows, int(a.cols), int(a.rows), o, stream_);
-  tick("gemv + add_scaled_rmsnorm");
-}
-
 // Skinny steps: one GEMV whose CTAs take a gate tile and then the up tile of the same
 // columns and store only silu(g) * u (cuda_gemv.cu, GemvOut::silu_pair): one kernel less per
 // layer and the same bits as the two-op default.

@@ -157,69 +157,6 @@ __device__ __forceinline__ void finish(float (*red)[ROWS][17], const float (&acc
   }
 }
 
-// GemvOut::norm after the last tile. The last CTA to arrive (counter; every CTA's y stores
-// are then visible in L2) takes the M rows, warp j rows j, j + 8: lane l holds columns
-// 8(l + 32 i) .. + 7, i < N / 256, i.e. what thread l + 32 i of the 512-thread
-// rmsnorm_vec8_kernel (cuda_ops.cu) holds, and reduces with the same butterflies in the same
-// order (warp sums per i, then lane i's sum across lanes), so the result has its bits.
-constexpr int kNormGroups = 16;  // N <= 4096
-__device__ __noinline__ void norm_epilogue(const GemvOut& o, int64_t N, int M) {
-  __shared__ bool last;
-  __syncthreads();  // this CTA's y stores are issued
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(o.norm.arrivals, 1u) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, groups = int(N / 256);
-  const float alpha = o.norm.alpha;
-  for (int m = warp; m < M; m += kWarps) {
-    const int64_t row = int64_t(m) * N + lane * 8;
-    // Every load first, in one round: a load after a store to out or h would wait for it
-    // (the compiler cannot tell the pointers apart), one L2 round trip per group.
-    uint4 hv[kNormGroups], av[kNormGroups], wv[kNormGroups];
-#pragma unroll
-    for (int i = 0; i < kNormGroups; ++i)
-      if (i < groups) {
-        hv[i] = *reinterpret_cast<const uint4*>(o.norm.h + row + i * 256);
-        av[i] = __ldcg(reinterpret_cast<const uint4*>(static_cast<const bf16*>(o.y[0]) + row + i * 256));
-        wv[i] = *reinterpret_cast<const uint4*>(o.norm.w + lane * 8 + i * 256);
-      }
-    float mine = 0.f;  // lane i: the sum of group i
-#pragma unroll
-    for (int i = 0; i < kNormGroups; ++i)
-      if (i < groups) {
-        bf16* h8 = reinterpret_cast<bf16*>(&hv[i]);
-        const bf16* a8 = reinterpret_cast<const bf16*>(&av[i]);
-        float ss = 0.f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const float v = rb(b2f(h8[e]) + rb(b2f(a8[e]) * alpha));
-          h8[e] = f2b(v);
-          ss += v * v;
-        }
-        *reinterpret_cast<uint4*>(o.norm.h + row + i * 256) = hv[i];
-        ss = warp_sum(ss);
-        if (lane == i) mine = ss;
-      }
-    const float inv = 1.0f / sqrtf(warp_sum(mine) / float(N) + o.norm.eps);
-#pragma unroll
-    for (int i = 0; i < kNormGroups; ++i)
-      if (i < groups) {
-        const bf16* h8 = reinterpret_cast<const bf16*>(&hv[i]);
-        const bf16* w8 = reinterpret_cast<const bf16*>(&wv[i]);
-        uint4 ov;
-        bf16* o8 = reinterpret_cast<bf16*>(&ov);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) o8[e] = f2b(rb(b2f(h8[e]) * inv) * b2f(w8[e]));
-        *reinterpret_cast<uint4*>(o.norm.out + row + i * 256) = ov;
-      }
-  }
-  if (threadIdx.x == 0) *o.norm.arrivals = 0;  // for the next launch (it waits for this grid)
-}
-
 // ---- ring kernel ----
 // A warp's stage: kRows weight rows x kCps chunks (256 B) of its slice. Even rows, then odd
 // rows 64 B further (at 64 mod 128): lane (g, t) reading chunk 4v + t of row g hits 8
@@ -325,7 +262,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // red is reused by the next tile
   }
   cp_wait<0>();  // only empty groups can remain
-  if (o.norm.arrivals) norm_epilogue(o, N, M);
 }
 
 // ---- tile kernel (fallback) ----
@@ -386,10 +322,8 @@ template <int NT>
 void launch_t(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, int M, const GemvOut& o,
               cudaStream_t st) {
   const Setup& s = setup();
-  // Callers ask gemv_silu_pair_supported / gemv_norm_supported first.
-  if ((o.silu_pair && (!s.ring || N % (2 * kRows) != 0)) ||
-      (o.norm.arrivals && (!s.ring || N % 256 != 0 || N > 256 * kNormGroups))) {
-    std::fprintf(stderr, "%s:%d: GEMV epilogue unsupported for N = %lld\n", __FILE__, __LINE__,
+  if (o.silu_pair && (!s.ring || N % (2 * kRows) != 0)) {  // callers ask gemv_silu_pair_supported
+    std::fprintf(stderr, "%s:%d: silu_pair GEMV on N = %lld rows unsupported\n", __FILE__, __LINE__,
                  static_cast<long long>(N));
     std::abort();
   }
@@ -420,10 +354,6 @@ void gemv_init() {
 
 bool gemv_silu_pair_supported(int64_t N) {
   return setup().ring && N % (2 * kRows) == 0;
-}
-
-bool gemv_norm_supported(int64_t N) {
-  return setup().ring && N % 256 == 0 && N <= 256 * kNormGroups;
 }
 
 bool gemv_supported(const void* x, int64_t ldx, const void* w, int64_t K, int64_t M) {

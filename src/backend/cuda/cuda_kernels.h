@@ -66,16 +66,6 @@ struct GemvOut {          // weight rows [end[p-1], end[p]) go to y[p] (row-majo
   // Gate/up pair (nparts 1, cols[0] = N / 2): weight rows [0, N/2) are the gate, [N/2, N)
   // the up projection; y[0] = bf16(bf16(silu(g)) * u) of the bf16-rounded g, u (silu_mul).
   bool silu_pair;
-  // Residual add + RMSNorm of the output (nparts 1, bf16, N <= 4096, N % 256 == 0; when
-  // arrivals != nullptr): h = bf16(h + bf16(y * alpha)); out = RMSNorm(h) * w with
-  // add_scaled_rmsnorm's numbers. h, out: [M, N]; arrivals: a zeroed counter of this stream.
-  struct {
-    bf16* h;
-    const bf16* w;
-    bf16* out;
-    unsigned* arrivals;
-    float alpha, eps;
-  } norm;
 };
 // Once, before any stream capture (the backend's constructor): picks the kernel for the
 // current device and sets its shared-memory attribute (launch_gemv would do it on first use).
@@ -84,8 +74,6 @@ bool gemv_supported(const void* x, int64_t ldx, const void* w, int64_t K, int64_
 // GemvOut::silu_pair runs on this GPU for N weight rows (the ring kernel, N / 2 a whole
 // number of its 32-row tiles).
 bool gemv_silu_pair_supported(int64_t N);
-// GemvOut::norm runs on this GPU for outputs of N columns.
-bool gemv_norm_supported(int64_t N);
 // y[m, n] = Σ_k x[m*ldx + k] w[n*K + k] for m < M <= 16, n < N.
 void launch_gemv(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, int M,
                  const GemvOut& o, cudaStream_t st);
