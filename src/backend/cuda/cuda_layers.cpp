@@ -101,16 +101,22 @@ void CudaBackend::lightning_attention(int li, const Tensor& q, const Tensor& k, 
   tick(sd_.n_long > 0 ? "lightning chunked" : "lightning recurrent");
 }
 
-// Steps whose calls all have < 64 tokens (decode): one kernel (launch_gla_norm_rope). Steps
-// with a longer call: qk_norm_rope over all rows, then lightning_attention (the default),
-// whose chunked kernels read the normalised rows of the long calls.
+// Steps whose calls all have < 64 tokens (decode) and at most kFusedGlaMaxSeqs sequences: one
+// kernel (launch_gla_norm_rope). Other steps: qk_norm_rope over all rows, then
+// lightning_attention (the default; the chunked kernels read the normalised rows). The fused
+// kernel normalises and rotates each (head, sequence) block's q and k before its recurrence,
+// which lengthens every block: a gain while the blocks fit in one wave, a loss with many
+// (H200, full-size decode step, unfused -> fused: B=1 5.46 -> 5.24 ms, B=64 8.75 -> 8.89 ms;
+// B=8 7.34 -> 6.93 ms on the tree with the dropped GEMV norm epilogue).
+constexpr int kFusedGlaMaxSeqs = 16;
+
 void CudaBackend::lightning_qk_attention(int li, Tensor& q, Tensor& k, const Tensor& v,
                                          const Tensor& qn, const Tensor& kn, float eps,
                                          int head_dim, double theta,
                                          const std::vector<float>& slopes, float scale,
                                          Tensor& out) {
   const int d = cfg_.lightning_head_dim;
-  if (sd_.n_long > 0 || head_dim != d || unfuse_gla_)
+  if (sd_.n_long > 0 || sd_.n_short > kFusedGlaMaxSeqs || head_dim != d || unfuse_gla_)
     return Backend::lightning_qk_attention(li, q, k, v, qn, kn, eps, head_dim, theta, slopes,
                                            scale, out);
   SALA_CHECK(is_act(qn) && is_act(kn) && qn.numel() == head_dim && kn.numel() == head_dim);
