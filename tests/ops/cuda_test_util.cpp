@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -56,6 +57,25 @@ Stat compare(const std::string& name, const std::vector<float>& e, const std::ve
   s.rel_l2 = std::sqrt(num / std::max(den, 1e-300));
   stats().push_back(s);
   return s;
+}
+
+Tensor upload_checkpoint(Backend& be, DType dt, int64_t rows, int64_t cols, const void* data) {
+  TensorView v;
+  v.name = "test";
+  v.dtype = dt;
+  v.shape = {rows, cols};
+  v.data = static_cast<const uint8_t*>(data);
+  v.nbytes = size_t(rows * cols) * dtype_size(dt);
+  return be.upload_weight(v);
+}
+
+void expect_same_bits(Backend& ba, const Tensor& a, Backend& bb, const Tensor& b,
+                      const std::string& what) {
+  ASSERT_EQ(a.numel(), b.numel()) << what;
+  std::vector<float> x(size_t(a.numel())), y(size_t(b.numel()));
+  ba.download_f32(a, x.data());
+  bb.download_f32(b, y.data());
+  EXPECT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * 4)) << what << ": bits differ";
 }
 
 void expect_ulp(const Stat& s, double ulps, double frac) {

@@ -78,6 +78,14 @@ struct HostMatF32 {
 HostMatF32 randn_f32(int64_t rows, int64_t cols, uint32_t seed, float scale = 1.f,
                      float mean = 0.f);
 
+// rows x cols values of dtype dt uploaded to `be` as a checkpoint tensor (upload_weight).
+Tensor upload_checkpoint(Backend& be, DType dt, int64_t rows, int64_t cols, const void* data);
+
+// a (on backend ba, e.g. a fused op's result) and b (on bb, e.g. the composed ops') hold the
+// same bits.
+void expect_same_bits(Backend& ba, const Tensor& a, Backend& bb, const Tensor& b,
+                      const std::string& what);
+
 // The same values in both backends, both in `mode` (bf16 emulation on the CPU by default).
 struct Pair {
   explicit Pair(NumericMode m = NumericMode::BF16)
@@ -91,13 +99,7 @@ struct Pair {
   // fp32 values as an F32 "checkpoint" tensor (exact in fp32 mode).
   T2 up(const HostMatF32& m) { return up_checkpoint(DType::F32, m.rows, m.cols, m.v.data()); }
   T2 up_checkpoint(DType dt, int64_t rows, int64_t cols, const void* data) {
-    TensorView v;
-    v.name = "test";
-    v.dtype = dt;
-    v.shape = {rows, cols};
-    v.data = static_cast<const uint8_t*>(data);
-    v.nbytes = size_t(rows * cols) * dtype_size(dt);
-    return {cpu->upload_weight(v), gpu->upload_weight(v)};
+    return {upload_checkpoint(*cpu, dt, rows, cols, data), upload_checkpoint(*gpu, dt, rows, cols, data)};
   }
   // GPU output in the backend's activation dtype (bf16, or fp32 in fp32 mode).
   T2 out(int64_t rows, int64_t cols) { return out(rows, cols, gpu->act_dtype()); }

@@ -22,27 +22,6 @@ namespace {
 
 constexpr NumericMode kModes[] = {NumericMode::BF16, NumericMode::F32};
 
-// a (on backend ba: the fused op's result) and b (on bb: the unfused one's) hold the same bits.
-void expect_same_bits(Backend& ba, const Tensor& a, Backend& bb, const Tensor& b,
-                      const std::string& what) {
-  ASSERT_EQ(a.numel(), b.numel()) << what;
-  std::vector<float> x(size_t(a.numel())), y(size_t(b.numel()));
-  ba.download_f32(a, x.data());
-  bb.download_f32(b, y.data());
-  EXPECT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * 4)) << what << ": fused != unfused";
-}
-
-// A checkpoint-style upload of rows x cols values of dtype dt (the second CUDA backend's copy).
-Tensor upload(Backend& be, DType dt, int64_t rows, int64_t cols, const void* data) {
-  TensorView v;
-  v.name = "test";
-  v.dtype = dt;
-  v.shape = {rows, cols};
-  v.data = static_cast<const uint8_t*>(data);
-  v.nbytes = size_t(rows * cols) * dtype_size(dt);
-  return be.upload_weight(v);
-}
-
 // rows x cols starting `off` elements into t (a pointer that is not 16-byte aligned for off 1).
 Tensor view(const Tensor& t, int64_t off, int64_t rows, int64_t cols) {
   return {static_cast<char*>(t.data) + size_t(off) * dtype_size(t.dtype), t.dtype, rows, cols};
@@ -142,10 +121,10 @@ void run_lightning_qk(int nh, int d, NumericMode mode) {
     const uint32_t s = seed++;
     if (f32) {
       const HostMatF32 h = randn_f32(r, c, s, sc, mean);
-      return std::make_pair(p.up(h), upload(*g2, DType::F32, r, c, h.v.data()));
+      return std::make_pair(p.up(h), upload_checkpoint(*g2, DType::F32, r, c, h.v.data()));
     }
     const HostMat h = randn(r, c, s, sc, mean);
-    return std::make_pair(p.up(h), upload(*g2, DType::BF16, r, c, h.bits.data()));
+    return std::make_pair(p.up(h), upload_checkpoint(*g2, DType::BF16, r, c, h.bits.data()));
   };
   for (const Calls& calls : steps) {
     StepMeta m;
