@@ -7,6 +7,8 @@
 #                                .gpu/ is git-ignored and travels with `carry`; unpacked it would
 #                                exceed the 64 MiB limit)
 #   scripts/gpu_check.sh long   (on the GPU machine: `bench` with the long-context rows)
+#   scripts/gpu_check.sh decode4k (on the GPU machine: `bench` with decode rows at a 4K context,
+#                                issue 5's wording: 4096-token prompts, 128 steps, B = 1 / 8 / 64)
 #   scripts/gpu_check.sh run    (on the GPU machine, repository root: op tests against the
 #                                CPU backend in bf16 emulation and in fp32 mode (every binary
 #                                of OP_TESTS), then `sala golden` tiny-dense, tiny-sparse and
@@ -158,7 +160,9 @@ case "${1:-run}" in
   bench) bench ;;
   long) SALA_CUDA_OPTIME=${SALA_CUDA_OPTIME:-8192} BENCH_ARGS=${BENCH_ARGS:-$LONG_BENCH_ARGS} bench ;;
   all) run; bench ;;
+  decode4k) BENCH_ARGS=${BENCH_ARGS:-"--decode-batches 1,8,64 --decode-input 4096 --decode-output 128 \
+    --prefill-batches 1 --prefill-input 4096"} bench ;;
   ncu-decode) ncu_decode ;;
   exec) shift; setup >&2; export SALA_GPU_DIR=$G; "$@" ;;
-  *) echo "usage: $0 pack|run|bench|long|all|ncu-decode|exec CMD..." >&2; exit 2 ;;
+  *) echo "usage: $0 pack|run|bench|long|decode4k|all|ncu-decode|exec CMD..." >&2; exit 2 ;;
 esac
