@@ -16,7 +16,7 @@
 // Streaming (ring kernel). Loading a group of W into registers, then multiplying, keeps at
 // most 4 KB per warp in flight, ~0 between groups, while HBM needs ~35-65 KB per SM in flight
 // all the time (latency x bandwidth / SMs): such a kernel stops at 2.5-3.5 TB/s of the H200's
-// 4.2. Here persistent CTAs (grid = min(tiles, SMs), one per SM, 212 KB of shared memory) walk
+// 4.2. Here persistent CTAs (grid = min(tiles, SMs), one per SM, 214 KB of shared memory) walk
 // tiles of 32 weight rows; each warp streams its K slice through a private 3-stage cp.async
 // ring (stage: 32 rows x 256 B), refilled as soon as a stage is consumed, across tile
 // boundaries: ~128 KB per SM stay in flight and there is no ramp per CTA. One stage's x
