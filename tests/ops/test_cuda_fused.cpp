@@ -90,8 +90,7 @@ TEST(CudaFused, RmsNormMulSigmoid) {
 // the oracle), CUDA (fused: one kernel in steps of calls of < 64 tokens) and a second CUDA
 // backend running the default (qk_norm_rope, then lightning_attention). The fused q, k (rotated
 // in place) and o equal the unfused ones bit for bit at every step, so do the states (later
-// steps read them); all three are compared with the CPU within qk_norm_rope's and lightning's
-// bounds. Steps: first calls at position 0 and at 131000 / 524000 (past_len > 0 on a zero
+// steps read them); q, k and o are compared with the CPU at the lightning tests' rel L2 bound. Steps: first calls at position 0 and at 131000 / 524000 (past_len > 0 on a zero
 // state), decode rows, a subset in another order, a step with a 64-token call (the default
 // path on the fused backend too) and decode after it. A lightning-only model (no KV pool),
 // one page of 2^20 tokens per sequence.
