@@ -139,6 +139,14 @@ class Backend {
   // [T, nh*d] into out (SPEC §9).
   virtual void sparse_attention(int si, const Tensor& q, const Tensor& k, const Tensor& v,
                                 Tensor& out) = 0;
+  // A sparse layer's attention and output gate: sparse_attention(si, q, k, v, out), then
+  // mul_sigmoid(out, gate, out). The same numbers as those two calls (the default), which a
+  // backend may fuse.
+  virtual void sparse_attention_mul_sigmoid(int si, const Tensor& q, const Tensor& k,
+                                            const Tensor& v, const Tensor& gate, Tensor& out) {
+    sparse_attention(si, q, k, v, out);
+    mul_sigmoid(out, gate, out);
+  }
   // out[R, C] = x[logit_rows]
   virtual void gather_logit_rows(const Tensor& x, Tensor& out) = 0;
   // Greedy decoding without moving logits to the host: out[r] = argmax of fp32 row r of

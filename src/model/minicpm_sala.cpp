@@ -146,8 +146,8 @@ void Model::run_layers(int64_t T, int64_t R, ForwardTrace* trace) {
       Tensor q = rows(q_, qd), k = rows(k_, kvd), v = rows(v_, kvd);
       Tensor gate = rows(gate_, qd), a = rows(attn_, qd);
       be.linear_multi(x, l.qkvg, {&q, &k, &v, &gate});  // q_proj, k_proj, v_proj, o_gate
-      be.sparse_attention(ki, q, k, v, a);         // NoPE, no q/k norm
-      be.mul_sigmoid(a, gate, a);                  // a * sigmoid(o_gate(x))
+      // NoPE, no q/k norm; then a * sigmoid(o_gate(x))
+      be.sparse_attention_mul_sigmoid(ki, q, k, v, gate, a);
       be.linear(a, l.o_proj, mix);
     } else {
       Tensor q = rows(q_, ld), k = rows(k_, ld), v = rows(v_, ld);

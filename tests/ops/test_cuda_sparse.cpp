@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -40,6 +41,7 @@ struct SparseCase {
   int layers = 2;  // sparse layers run per step, each with its own cache (1 halves the CPU cost)
   bool dense_as_sparse = false;
   NumericMode mode = NumericMode::BF16;
+  bool gated = false;  // sparse_attention_mul_sigmoid with a random gate (the model's call)
 };
 
 struct SparseTally {
@@ -65,7 +67,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // Runs every step through both backends (both must see every call, so that their caches
 // stay equal) with fresh random q, k, v per layer, and compares outputs and selections.
-SparseTally run_sparse(const SparseCase& c) {
+// gpu_outs: gets the GPU output of every (step, layer), before any masking.
+SparseTally run_sparse(const SparseCase& c, std::vector<std::vector<float>>* gpu_outs = nullptr) {
   const int nh = c.nh, kvh = c.kvh, d = c.d, G = nh / kvh;
   // Pages for the longest sequence of the steps.
   std::map<int, int64_t> final_len;
@@ -96,24 +99,32 @@ SparseTally run_sparse(const SparseCase& c) {
       auto q = rnd(int64_t(nh) * d);
       auto k = rnd(int64_t(kvh) * d);
       auto v = rnd(int64_t(kvh) * d);
+      auto gate = rnd(c.gated ? int64_t(nh) * d : 1);
       auto o = H.p.out(T, int64_t(nh) * d);
       BlockCapture cc, cg;
       cc.want_scores = f32;
       auto t0 = std::chrono::steady_clock::now();
       m.capture = &cc;
       H.p.cpu->begin_step(m);
-      H.p.cpu->sparse_attention(si, q.c, k.c, v.c, o.c);
+      if (c.gated)
+        H.p.cpu->sparse_attention_mul_sigmoid(si, q.c, k.c, v.c, gate.c, o.c);
+      else
+        H.p.cpu->sparse_attention(si, q.c, k.c, v.c, o.c);
       cpu_s += seconds_since(t0);
       t0 = std::chrono::steady_clock::now();
       m.capture = &cg;
       H.p.gpu->begin_step(m);
-      H.p.gpu->sparse_attention(si, q.g, k.g, v.g, o.g);
+      if (c.gated)
+        H.p.gpu->sparse_attention_mul_sigmoid(si, q.g, k.g, v.g, gate.g, o.g);
+      else
+        H.p.gpu->sparse_attention(si, q.g, k.g, v.g, o.g);
       H.p.gpu->synchronize();
       gpu_s += seconds_since(t0);
       // Selections: [kv head][row] = ascending blocks; empty for dense rows.
       const auto& a = cc.selections.at(size_t(si));
       const auto& b = cg.selections.at(size_t(si));
       auto [oc, og] = H.p.download(o);
+      if (gpu_outs) gpu_outs->push_back(og);
       int64_t masked = 0;
       for (int g = 0; g < kvh; ++g)
         for (int64_t r = 0; r < T; ++r) {
@@ -207,6 +218,63 @@ TEST(CudaOps, SparseLayerDenseAsSparse) {
   const std::vector<Calls> steps = {
       {{0, 100}, {1, 7}, {2, 130}}, {{0, 1}, {1, 40}, {2, 1}}, {{0, 1}, {1, 1}, {2, 1}}};
   run_sparse({"tiny", 16, 1, 16, tiny_sparse(), 32, steps, 2, true});
+}
+
+// The GPU outputs of every (step, layer) of case c, run with the environment variable
+// `name` set to `value` (nullptr: unset), which the backend reads when it is made or called.
+std::vector<std::vector<float>> gpu_outputs_with(const SparseCase& c, const char* name,
+                                                 const char* value) {
+  struct EnvGuard {
+    const char* n;
+    ~EnvGuard() { unsetenv(n); }
+  } guard{name};
+  if (value)
+    setenv(name, value, 1);
+  else
+    unsetenv(name);
+  std::vector<std::vector<float>> outs;
+  run_sparse(c, &outs);
+  return outs;
+}
+
+void expect_same_outputs(const std::vector<std::vector<float>>& a,
+                         const std::vector<std::vector<float>>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  int64_t differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
+  EXPECT_EQ(differ, 0) << what << ": " << differ << " of " << a.size()
+                       << " (step, layer) outputs differ";
+}
+
+const SparseCase kPartsCases[] = {{"released", 32, 2, 128, SparseConfig{}, 128, kDenseSteps},
+                                  {"tiny", 16, 1, 16, tiny_sparse(), 32, kTinySteps},
+                                  {"tiny", 32, 2, 128, tiny_sparse(), 16, kTinySteps}};
+
+// The stage-2 kernel computes a decode row's parts one per block, or up to 8 per block (one
+// per consumer warp, SparseAttnParams::spb) when the step has rows enough to fill the GPU;
+// SALA_ATTN_MIN_BLOCKS=1 forces 8 here. The parts are the same, so every output must be too.
+TEST(CudaOps, SparseDecodePartsPerBlockBitExact) {
+  REQUIRE_GPU();
+  for (const SparseCase& c : kPartsCases)
+    expect_same_outputs(gpu_outputs_with(c, "SALA_ATTN_MIN_BLOCKS", nullptr),
+                        gpu_outputs_with(c, "SALA_ATTN_MIN_BLOCKS", "1"),
+                        c.label + " d" + std::to_string(c.d) + ", 1 vs 8 parts per block");
+}
+
+// sparse_attention_mul_sigmoid: in decode-only steps the CUDA backend applies the gate in the
+// combine kernel; the result must be the two-op default's (SALA_CUDA_UNFUSE=attngate) bit for
+// bit, in both modes, and the CPU's within the attention bound (run_sparse).
+TEST(CudaFused, SparseAttentionMulSigmoid) {
+  REQUIRE_GPU();
+  for (SparseCase c : kPartsCases)
+    for (const NumericMode mode : {NumericMode::BF16, NumericMode::F32}) {
+      c.gated = true;
+      c.mode = mode;
+      expect_same_outputs(gpu_outputs_with(c, "SALA_CUDA_UNFUSE", nullptr),
+                          gpu_outputs_with(c, "SALA_CUDA_UNFUSE", "attngate"),
+                          c.label + " d" + std::to_string(c.d) +
+                              (mode == NumericMode::F32 ? " fp32" : " bf16") + ", fused vs unfused");
+    }
 }
 
 // ---- long lengths (issue 7): the kernels' shapes, head_dim 128, 16 query heads per kv head ----

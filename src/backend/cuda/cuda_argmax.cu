@@ -29,8 +29,7 @@ __device__ __forceinline__ Best better(Best a, Best b) {
 // One block per row: logits [rows, cols] fp32 → out[rows].
 __global__ void argmax_rows_kernel(const float* __restrict__ logits, int64_t cols,
                                    int32_t* __restrict__ out) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+  pdl_begin();  // launch_pdl: before any read or write
   const float* row = logits + int64_t(blockIdx.x) * cols;
   Best b{-FLT_MAX, INT32_MAX};
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) b = better(b, Best{row[j], int32_t(j)});

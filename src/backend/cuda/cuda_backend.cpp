@@ -37,6 +37,7 @@ CudaBackend::CudaBackend(const BackendOptions& opts) : bf16_mode_(opts.mode == N
     const std::string list = std::string(",") + u + ",";
     const auto has = [&](const char* n) { return list.find(std::string(",") + n + ",") != std::string::npos; };
     unfuse_silu_ = has("silu"), unfuse_gla_ = has("gla"), unfuse_gate_ = has("gate");
+    unfuse_attngate_ = has("attngate");
   }
   int count = 0;
   CUDA_CHECK(cudaGetDeviceCount(&count));

@@ -66,6 +66,9 @@ class CudaBackend : public Backend {
                               const std::vector<float>& slopes, float scale, Tensor& out) override;
   void sparse_attention(int si, const Tensor& q, const Tensor& k, const Tensor& v,
                         Tensor& out) override;
+  // Decode-only steps: the gate inside the combine kernel (cuda_layers.cpp).
+  void sparse_attention_mul_sigmoid(int si, const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& gate, Tensor& out) override;
   void gather_logit_rows(const Tensor& x, Tensor& out) override;
   void argmax_rows(const Tensor& logits, int32_t* out) override;
   void synchronize() override;
@@ -106,9 +109,12 @@ class CudaBackend : public Backend {
   const float* inv_freq(int head_dim, double theta);
   void alloc_select_work(size_t pool_tokens);
   bool is_act(const Tensor& t) const { return t.dtype == act_dtype(); }
-  // sparse_attention for the activation type T (bf16, or float in fp32 mode).
+  int decode_attn_splits() const;  // parts of a decode row's attention in this step
+  // sparse_attention for the activation type T (bf16, or float in fp32 mode); gate: multiplied
+  // in by the combine kernel (only when every row of the step is split).
   template <typename T>
-  void sparse_attention_t(int si, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out);
+  void sparse_attention_t(int si, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                          const Tensor* gate = nullptr);
   void drop_graphs();  // recordings hold device pointers: dropped when a buffer moves
   // Per-op GPU time (SALA_CUDA_OPTIME=1): an event after every op; the time since the
   // previous event is the op's. Printed at exit, summed by op name.
@@ -197,7 +203,7 @@ class CudaBackend : public Backend {
   // SALA_CUDA_UNFUSE (A/B of the fused ops; names, comma-separated): "silu"
   // (linear_silu_mul), "gla" (lightning_qk_attention), "gate" (rmsnorm_mul_sigmoid) run
   // their two-op defaults.
-  bool unfuse_silu_ = false, unfuse_gla_ = false, unfuse_gate_ = false;
+  bool unfuse_silu_ = false, unfuse_gla_ = false, unfuse_gate_ = false, unfuse_attngate_ = false;
   std::vector<cudaEvent_t> tick_pool_;
   std::vector<std::pair<const char*, cudaEvent_t>> ticks_;
   std::map<std::string, std::pair<double, int64_t>> op_ms_;  // name -> (ms, calls)

@@ -49,6 +49,23 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// First statement of every kernel launched by launch_pdl. Trigger first (default): the next
+// kernel may launch while this one still waits for its predecessor, so a chain of small
+// kernels launches back to back and the skinny GEMM after it (cuda_gemv.cu) streams weights
+// during the whole chain, not only during the last kernel. Safe because every such kernel
+// waits before it touches memory, and its predecessor's completion implies that of every
+// earlier kernel (each waited on its own predecessor). SALA_PDL_TRIGGER_AFTER_WAIT (a
+// compile definition, for A/B): wait first, so at most one kernel runs ahead.
+__device__ __forceinline__ void pdl_begin() {
+#ifdef SALA_PDL_TRIGGER_AFTER_WAIT
+  pdl_wait();
+  pdl_trigger();
+#else
+  pdl_trigger();
+  pdl_wait();
+#endif
+}
+
 // The 16-byte alignment of vectorised loads and stores.
 __host__ __device__ inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;

@@ -62,8 +62,7 @@ __global__ void __launch_bounds__(kThreads) f32_select_kernel(
     const float* __restrict__ q, StepRows R, const float* __restrict__ c1,
     const float* __restrict__ c2, SelectParams P, int n1_cap, int32_t* __restrict__ sel,
     int32_t* __restrict__ sel_cnt) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+  pdl_begin();  // launch_pdl: before any read or write
   const int64_t r = blockIdx.x;
   const int g = blockIdx.y;
   const DevSeq s = R.seqs[R.row_seq[r]];

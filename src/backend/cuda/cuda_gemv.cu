@@ -25,11 +25,13 @@
 //
 // PDL (sm_90+). The ring kernel is launched with programmatic stream serialization: it may
 // start while the kernel before it still runs, once every CTA of that kernel has executed
-// pdl_trigger() (every kernel of a decode step calls it right after its own pdl_wait();
-// this one calls it first). Each CTA issues its first two
+// pdl_trigger() (every kernel of a decode step calls it first, in pdl_begin(), so the GEMV
+// can launch while the chain of small kernels before it runs). Each CTA issues its first two
 // weight stages, then waits (griddepcontrol.wait: the preceding grid has completed and its
 // writes are visible); x is read and y written only after that. Weights are never written by
 // kernels, so this is safe whatever kernel precedes it (one without a trigger: no overlap).
+// An L2 prefetch (cp.async.bulk.prefetch) of each CTA's first 64-256 KB of weight before the
+// wait measured equal or slower (docs/PERF.md, session 6).
 // H200, M = 1, back-to-back calls, us (the first version's kernel -> this one): 4096x4096
 // 13.1 -> 10.5, 12288x4096 33.1 -> 26.5, 32768x4096 80.6 -> 68.9, 73448x4096 170 -> 151.
 //

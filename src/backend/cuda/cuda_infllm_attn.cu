@@ -13,8 +13,13 @@
 // A warp computes only on the tiles its own row selected, masking keys of unselected blocks
 // (blocks smaller than 64 keys) and keys after the row. fp32 scores and online softmax in
 // log2 units; P·V with P split in two bf16 terms (hi + lo) as the dense prefill kernel, so
-// the probabilities are not rounded to bf16 (golden README §4). With splits (decode) the
-// union is divided among grid.z blocks and the partials (acc, m, l) merge in combine_kernel.
+// the probabilities are not rounded to bf16 (golden README §4). Decode rows (one-token
+// calls) divide the union into P.splits parts of consecutive tiles, whose partials (acc, m,
+// l) merge in combine_kernel; a block computes P.spb of them, one per consumer warp, with the
+// parts' tiles interleaved in the ring (entry u: tile u / spb of part u % spb), so its warps
+// compute at once. The parts, and so the numbers, do not depend on spb: the launcher picks
+// it from the step's row count only to fill the GPU (a decode row with one warp per block and
+// one block per SM left most SMs waiting on memory latency at batch 64).
 // Dense rows of short calls (decode below dense_len) run here too, as rows that selected
 // every block up to their own (SparseAttnParams::dense_below): the scalar attention_kernel
 // took ≈ 50 µs per layer for a 128-token context (ncu / SALA_CUDA_OPTIME, 2026-11-30).
@@ -75,8 +80,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                        const int32_t* __restrict__ sel, const int32_t* __restrict__ sel_cnt,
                        SparseAttnParams P, bf16* __restrict__ out, float* __restrict__ part,
                        float* __restrict__ ml) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+  pdl_begin();  // launch_pdl: before any read or write
   constexpr int kBuf = kKT * D;  // elements of one K (or V) tile
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* Ks = reinterpret_cast<bf16*>(smem_raw);                     // [kSlots][kKT][D]
@@ -95,14 +99,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   const DevSeq s = R.seqs[si];
   const bool dense = !s.sparse;  // a dense row: every block up to its own (SPEC §9.1)
   if (dense && s.num_tokens >= P.dense_below) return;
-  // Only one-token calls (decode) split over grid.z (see launch_attention).
-  const int g = blockIdx.y, split = blockIdx.z, nsplit = s.num_tokens == 1 ? int(gridDim.z) : 1;
-  if (split >= nsplit) return;
+  // Only one-token calls (decode) split (see launch_attention): parts split0 .. split0 +
+  // ncons - 1 here, one per consumer warp; other calls: one part, consumer warp = row.
+  const bool decode = s.num_tokens == 1;
+  const int g = blockIdx.y, nsplit = decode ? P.splits : 1;
+  const int split0 = decode ? int(blockIdx.z) * P.spb : int(blockIdx.z);
+  if (split0 >= nsplit) return;
+  const int ncons = decode ? min(P.spb, nsplit - split0) : tile.y;  // consumer warps
   const CacheGeom& G = P.g;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int qr = lane / 4, qc = (lane % 4) * 2;
-  const bool active = warp < tile.y;  // a consumer warp with a row
-  const int64_t row = tile.x + (active ? warp : 0);
+  const bool active = warp < ncons;  // a consumer warp with a row (decode: with a part)
+  const int64_t row = tile.x + (active && !decode ? warp : 0);
   const long long t = s.past_len + (row - s.token_begin), L = s.past_len + s.num_tokens;
   const int32_t* pages = R.page_table + s.page_begin;
   uint32_t* mybits = wbits + (warp < kW ? warp : 0) * P.nb_words;
@@ -115,7 +123,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = tid; i < words; i += kThreads) ubits[i] = 0;
   if (tid < kSlots) {
     mbar_init(&full[tid], kProducers * 32);  // one cp.async arrival per producer thread
-    mbar_init(&empty[tid], tile.y);          // one arrival per consumer warp
+    mbar_init(&empty[tid], ncons);           // one arrival per consumer warp
   }
   __syncthreads();
   if (active && dense) {
@@ -145,10 +153,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tid == 0) n_list = total;
   }
   __syncthreads();
+  // Ring entries: decode: entry u is tile u / ncons of part split0 + u % ncons (a part: per
+  // consecutive tiles of the list); other calls: entry u is tile u. Entries past the list
+  // take no slot; q counts those that do.
   const int per = (n_list + nsplit - 1) / nsplit;
-  const int i0 = min(n_list, split * per), i1 = min(n_list, i0 + per);
+  const int n_entries = decode ? ncons * per : n_list;
+  auto entry = [&](int u) {  // the entry's list index, or -1
+    const int i = decode ? (split0 + u % ncons) * per + u / ncons : u;
+    return i < n_list ? i : -1;
+  };
 
-  // 2a. Producers: tile i of the list goes to slot (i − i0) mod kSlots once every consumer
+  // 2a. Producers: the q-th entry with a tile goes to slot q mod kSlots once every consumer
   // has released the tile that held the slot before. Producer warp p copies half p / 2 of
   // the tile's 64 key rows of K (p even) or V (p odd); lane l always copies 16-byte chunk
   // l mod D/8 of its rows, so a row is one contiguous run per warp instruction and the
@@ -160,9 +175,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bf16* src = (pw & 1) ? vc : kc;
     bf16* dst0 = (pw & 1) ? Vs : Ks;
     const bool one_page = G.page_size % kKT == 0;  // a tile's keys are consecutive rows of one page
-    for (int i = i0; i < i1; ++i) {
-      const int u = i - i0, slot = u % kSlots;
-      if (u >= kSlots) mbar_wait(&empty[slot], uint32_t(u / kSlots - 1) & 1u);
+    for (int u = 0, q = 0; u < n_entries; ++u) {
+      const int i = entry(u);
+      if (i < 0) continue;
+      const int slot = q % kSlots;
+      if (q >= kSlots) mbar_wait(&empty[slot], uint32_t(q / kSlots - 1) & 1u);
       bf16* dst = dst0 + slot * kBuf;
       const long long p0 = 1LL * list[i] * kKT;  // < L: the union holds only tiles with keys ≤ t
       const bf16* s0 = src + token_off(G, pages, p0) + int64_t(g) * D + c * 8;
@@ -176,6 +193,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         cp_async16(dst + swz<D>(j, c * 8), sp, ok ? 16 : 0);
       }
       mbar_arrive_cp_async(&full[slot]);
+      ++q;
     }
     cp_async_wait_all();
     return;
@@ -203,12 +221,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float sc = P.tau * kLog2e;
   const int mi = lane / 8, ri = lane % 8;
 
-  for (int i = i0; i < i1; ++i) {
-    const int u = i - i0, slot = u % kSlots;
-    const uint64_t keys = tile_keys(mybits, list[i], G.bs, int(t));
+  for (int u = 0, q = 0; u < n_entries; ++u) {
+    const int i = entry(u);
+    if (i < 0) continue;
+    const int slot = q % kSlots;
+    const uint64_t keys =
+        !decode || u % ncons == warp ? tile_keys(mybits, list[i], G.bs, int(t)) : 0ull;
     // Every consumer waits for the tile, needed or not, so that its release of this slot
     // can never count towards the slot's previous use.
-    mbar_wait(&full[slot], uint32_t(u / kSlots) & 1u);
+    mbar_wait(&full[slot], uint32_t(q / kSlots) & 1u);
     if (keys) {
       const bf16* Kb = Ks + slot * kBuf;
       const bf16* Vb = Vs + slot * kBuf;
@@ -297,6 +318,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(&empty[slot]);
+    ++q;
   }
 
   // 3. Output rows qr and qr + 8 (heads 16 g + qr, + 8).
@@ -312,6 +334,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     return;
   }
+  const int split = split0 + warp;
   const int64_t it0 = (int64_t(si) * P.nh + h0) * nsplit + split;
   const int64_t it1 = (int64_t(si) * P.nh + h1) * nsplit + split;
 #pragma unroll
@@ -328,7 +351,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int D>
 void launch_d(const bf16* q, const StepRows& s, const int2* tiles, int n_tiles, const bf16* kc,
               const bf16* vc, const int32_t* sel, const int32_t* sel_cnt, const SparseAttnParams& p,
-              int splits, bf16* out, float* part, float* ml, cudaStream_t st) {
+              bf16* out, float* part, float* ml, cudaStream_t st) {
   const size_t smem = sparse_attn_smem_bytes(D, p);
   // The kernel's static shared memory counts against the opt-in limit too: ask for what
   // this launch needs, not the device maximum.
@@ -338,7 +361,8 @@ void launch_d(const bf16* q, const StepRows& s, const int2* tiles, int n_tiles, 
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     smem_set = smem;
   }
-  launch_pdl(sparse_attn_kernel<D>, dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(splits)),
+  const unsigned gz = unsigned((p.splits + p.spb - 1) / p.spb);
+  launch_pdl(sparse_attn_kernel<D>, dim3(unsigned(n_tiles), unsigned(p.g.kvh), gz),
              kThreads, smem, st, q, s, tiles, kc, vc, sel, sel_cnt, p, out, part, ml);
   CUDA_CHECK_LAUNCH();
 }
@@ -352,15 +376,15 @@ size_t sparse_attn_smem_bytes(int d, const SparseAttnParams& p) {
 
 void launch_sparse_attention(int d, const bf16* q, const StepRows& s, const int2* tiles,
                              int n_tiles, const bf16* kc, const bf16* vc, const int32_t* sel,
-                             const int32_t* sel_cnt, const SparseAttnParams& p, int splits,
-                             bf16* out, float* part, float* ml, cudaStream_t st) {
+                             const int32_t* sel_cnt, const SparseAttnParams& p, bf16* out,
+                             float* part, float* ml, cudaStream_t st) {
   const auto launch = d == 16    ? launch_d<16>
                       : d == 32  ? launch_d<32>
                       : d == 64  ? launch_d<64>
                       : d == 128 ? launch_d<128>
                                  : nullptr;  // infllm_head_dim_supported() is checked at start
   if (n_tiles > 0 && launch)
-    launch(q, s, tiles, n_tiles, kc, vc, sel, sel_cnt, p, splits, out, part, ml, st);
+    launch(q, s, tiles, n_tiles, kc, vc, sel, sel_cnt, p, out, part, ml, st);
 }
 
 }  // namespace sala::cuda

@@ -115,8 +115,7 @@ template <int D>
 __global__ void __launch_bounds__(kThreads) select_lse_kernel(
     const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles, int tile_begin,
     const bf16* __restrict__ c2, SelectParams P, float2* __restrict__ ml) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+  pdl_begin();  // launch_pdl: before any read or write
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* buf = reinterpret_cast<bf16*>(smem_raw);  // [2][kET][D + 8]
   constexpr int kBuf = kET * (D + 8);
@@ -193,8 +192,7 @@ __global__ void __launch_bounds__(kThreads) select_score_kernel(
     const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles, int tile_begin,
     const bf16* __restrict__ c1, SelectParams P, const float2* __restrict__ ml,
     bf16* __restrict__ bscore, float* __restrict__ edge) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+  pdl_begin();  // launch_pdl: before any read or write
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int kBuf = kET * (D + 8);
   bf16* buf = reinterpret_cast<bf16*>(smem_raw);                  // [2][kET][D + 8]
@@ -350,8 +348,7 @@ __global__ void __launch_bounds__(NT) select_topk_kernel(
     StepRows R, const int2* __restrict__ tiles, int tile_begin, SelectParams P,
     const bf16* __restrict__ bscore, const float* __restrict__ edge, int32_t* __restrict__ sel,
     int32_t* __restrict__ sel_cnt) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+  pdl_begin();  // launch_pdl: before any read or write
   extern __shared__ uint16_t keys[];  // [nb_stride]
   __shared__ int hist[256];
   __shared__ int sh_bin, sh_above;

@@ -163,10 +163,11 @@ template <typename T>
 void launch_attention(const T* q, const StepRows& s, const T* kc, const T* vc, const AttnParams& p,
                       int splits, T* out, float* part, float* ml, int max_smem, cudaStream_t st);
 // out[r, h] = merge of the splits' partials for the row r of every one-token call (after
-// launch_attention and launch_sparse_attention wrote the partials of their rows).
+// launch_attention and launch_sparse_attention wrote the partials of their rows); with a
+// gate [T, nh*d]: times sigmoid(gate), as launch_mul_sigmoid would.
 template <typename T>
 void launch_combine(const DevSeq* seqs, int S, const float* part, const float* ml, int splits,
-                    int nh, int d, T* out, cudaStream_t st);
+                    int nh, int d, const T* gate, T* out, cudaStream_t st);
 
 // ---- InfLLM-v2 rows on the tensor cores (cuda_infllm_select.cu, cuda_infllm_attn.cu) ----
 // Rows of sparse sequences are processed in tiles of up to kSparseTileRows consecutive
@@ -211,14 +212,18 @@ struct SparseAttnParams {
   // Dense rows of calls of fewer tokens than this (decode rows) are computed here too, as
   // rows that selected every block up to their own; 0: sparse rows only.
   int dense_below;
+  // Decode rows: their tiles split into `splits` parts (the partials launch_combine merges;
+  // 1: no split), spb (1..kSparseTileRows) parts per block: grid.z = ceil(splits / spb).
+  // spb changes only which block computes a part, never a number.
+  int splits = 1, spb = 1;
 };
 size_t sparse_attn_smem_bytes(int d, const SparseAttnParams& p);
-// Stage 2 of every sparse row of the step: out[T, nh*d] (splits == 1) or partials as
+// Stage 2 of every sparse row of the step: out[T, nh*d] (p.splits == 1) or partials as
 // launch_attention's.
 void launch_sparse_attention(int d, const bf16* q, const StepRows& s, const int2* tiles,
                              int n_tiles, const bf16* kc, const bf16* vc, const int32_t* sel,
-                             const int32_t* sel_cnt, const SparseAttnParams& p, int splits,
-                             bf16* out, float* part, float* ml, cudaStream_t st);
+                             const int32_t* sel_cnt, const SparseAttnParams& p, bf16* out,
+                             float* part, float* ml, cudaStream_t st);
 
 // Dense causal attention of one long call (cuda_flash.cu, head_dim 128, tensor cores):
 // rows token_begin .. token_begin + num_tokens of q/out, keys 0 .. past_len + row.

@@ -18,6 +18,32 @@ using namespace sala::cuda;
 
 using namespace sala::cuda_host;
 
+namespace {
+// Decode parts per stage-2 block (SparseAttnParams::spb): the largest power of two ≤
+// kSparseTileRows that still launches ≥ SMs / 2 blocks (SALA_ATTN_MIN_BLOCKS overrides; read
+// at each call so that tests can force 8 parts per block), from the step's (row tile, KV
+// head) count only, so a recorded step keeps its grid. The stage-2 block needs most of an
+// SM's shared memory: at batch 64 one part per block made 2048 blocks of one computing warp,
+// one block per SM at a time. H200, 4K context, B = 8 / 64: 5.918 / 10.080 ms per step with
+// one part per block, 5.912 / 9.253 at ≥ 2 SMs' worth of blocks, 5.849 / 9.153 at SMs / 2,
+// 6.239 / 9.152 with 8 parts always (docs/PERF.md).
+int decode_parts_per_block(int row_blocks, int splits) {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  const char* e = std::getenv("SALA_ATTN_MIN_BLOCKS");
+  const int target = e ? std::max(1, std::atoi(e)) : std::max(1, sms / 2);
+  int spb = 1;
+  while (2 * spb <= kSparseTileRows &&
+         int64_t(row_blocks) * ((splits + 2 * spb - 1) / (2 * spb)) >= target)
+    spb *= 2;
+  return spb;
+}
+}  // namespace
+
 void CudaBackend::upload_gla_tables(const std::vector<float>& slopes) {
   const int nh = int(slopes.size());
   std::vector<float> tab(size_t(nh) * kGlaDecayStride);
@@ -140,12 +166,38 @@ void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, con
     sparse_attention_t<float>(si, q, k, v, out);
 }
 
+// Parts of a decode row's attention (kDecodeAttnSplits, a fixed count so that a recorded
+// decode step launches the same grids at every length), fewer only where the step's
+// partials would not fit attn_part_ (sized for the engine's largest decode step).
+int CudaBackend::decode_attn_splits() const {
+  int splits = kDecodeAttnSplits;
+  while (splits > 1 && int64_t(sd_.S) * cfg_.num_attention_heads * splits > attn_part_items_) --splits;
+  return splits;
+}
+
+// Steps of one-token calls only (decode) whose attention is split: every row's output is
+// written by the combine kernel, which then applies the gate as mul_sigmoid would (same
+// roundings: the attention value rounded to T, times T(sigmoid(gate))); one kernel less per
+// sparse layer. Other steps: the two-op default.
+void CudaBackend::sparse_attention_mul_sigmoid(int si, const Tensor& q, const Tensor& k,
+                                               const Tensor& v, const Tensor& gate, Tensor& out) {
+  const bool fused = !unfuse_attngate_ && sd_.n_one_token == sd_.S && sd_.S > 0 &&
+                     decode_attn_splits() > 1 && is_act(gate) && gate.rows == out.rows &&
+                     gate.cols == out.cols;
+  if (!fused) return Backend::sparse_attention_mul_sigmoid(si, q, k, v, gate, out);
+  SALA_CHECK(is_act(q) && is_act(k) && is_act(v) && is_act(out));
+  if (bf16_mode_)
+    sparse_attention_t<bf16>(si, q, k, v, out, &gate);
+  else
+    sparse_attention_t<float>(si, q, k, v, out, &gate);
+}
+
 // T = bf16: the tensor-core InfLLM-v2 and flash kernels. T = float (fp32 mode): the same
 // append / compress / dense attention kernels for float, cuda_f32_select.cu's selection and
 // attention_kernel<float, true> over the selected blocks; no flash.
 template <typename T>
 void CudaBackend::sparse_attention_t(int si, const Tensor& q, const Tensor& k, const Tensor& v,
-                                     Tensor& out) {
+                                     Tensor& out, const Tensor* gate) {
   constexpr bool kBf16 = std::is_same_v<T, bf16>;
   const ModelConfig& c = cfg_;
   const auto& sp = c.sparse;
@@ -226,8 +278,7 @@ void CudaBackend::sparse_attention_t(int si, const Tensor& q, const Tensor& k, c
   // Attention: rows of one-token calls (decode) split over 16 parts of their keys (a fixed
   // count: a recorded decode step launches the same grid at every length), other rows never;
   // so a row's numbers depend only on its own call, not on what shares its step.
-  int splits = one_token_calls ? kDecodeAttnSplits : 1;
-  while (splits > 1 && int64_t(sd_.S) * nh * splits > attn_part_items_) --splits;
+  const int splits = one_token_calls ? decode_attn_splits() : 1;
   // Long dense calls (prefill chunks) on the tensor cores; the rest (decode rows, short
   // calls) in attention_kernel; sparse rows in sparse_attn. SALA_CUDA_FLASH=0 turns the
   // first off.
@@ -273,11 +324,13 @@ void CudaBackend::sparse_attention_t(int si, const Tensor& q, const Tensor& k, c
       SparseAttnParams SA{geo, nh, c.attn_scale(), sp.total_topk(), attn_nb_words_,
                           attn_nkt_words_, attn_list_cap_, 0};
       SA.dense_below = dense_mma ? A.flash_min : 0;  // dense rows of shorter calls too
+      SA.splits = splits;
+      SA.spb = decode_parts_per_block(sd_.n_tiles * kvh, splits);
       const size_t smem = sparse_attn_smem_bytes(d, SA);
       SALA_CHECK(smem + 4096 <= size_t(max_smem_optin_),
                  "sparse attention needs {} bytes of shared memory", smem);
       launch_sparse_attention(d, ptr<const bf16>(q), rows, sd_.tiles, sd_.n_tiles, cache.k,
-                              cache.v, sel_, sel_cnt_, SA, splits, ptr<bf16>(out), attn_part_,
+                              cache.v, sel_, sel_cnt_, SA, ptr<bf16>(out), attn_part_,
                               attn_ml_, stream_);
     } else {
       SALA_CHECK(attn_smem <= size_t(max_smem_optin_), "attention needs {} bytes of shared memory",
@@ -288,12 +341,14 @@ void CudaBackend::sparse_attention_t(int si, const Tensor& q, const Tensor& k, c
     }
     tick("sparse attention");
   }
-  launch_combine<T>(sd_.seqs, sd_.S, attn_part_, attn_ml_, splits, nh, d, ptr<T>(out), stream_);
+  SALA_CHECK(!gate || splits > 1, "gate for a step whose attention is not split");
+  launch_combine<T>(sd_.seqs, sd_.S, attn_part_, attn_ml_, splits, nh, d,
+                    gate ? ptr<const T>(*gate) : nullptr, ptr<T>(out), stream_);
 }
 
 template void CudaBackend::sparse_attention_t<bf16>(int, const Tensor&, const Tensor&, const Tensor&,
-                                                    Tensor&);
+                                                    Tensor&, const Tensor*);
 template void CudaBackend::sparse_attention_t<float>(int, const Tensor&, const Tensor&, const Tensor&,
-                                                     Tensor&);
+                                                     Tensor&, const Tensor*);
 
 }  // namespace sala

@@ -39,8 +39,7 @@ __global__ void __launch_bounds__(4 * D) gla_recurrent_kernel(
     float* __restrict__ states, int64_t slot_stride, int64_t layer_off,
     const float* __restrict__ decay, float scale, T* __restrict__ out, int64_t ostride,
     const GlaNormRope<T> nr) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+  pdl_begin();  // launch_pdl: before any read or write
   constexpr int RPT = D / 4;
   static_assert(!kNormRope || 4 * D >= 64, "kNormRope: warps 0 and 1 take q and k");
   __shared__ float qs[D], ks[D], part[4][D];

@@ -1,7 +1,7 @@
 // RMSNorm kernels of the CUDA backend (SPEC §4.2) over groups of n columns: rmsnorm,
 // add_scaled_rmsnorm (residual h = h + a·alpha first) and rmsnorm_mul_sigmoid (output gate
 // after the norm). Rounding points as CpuBackend; T = bf16 or float (fp32 mode), launched with
-// launch_pdl, starting with pdl_wait(); pdl_trigger() (see cuda_ops.cu).
+// launch_pdl, starting with pdl_begin() (see cuda_ops.cu).
 #include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -42,8 +42,7 @@ __device__ __forceinline__ float gated(float y, const T* gate, int64_t i) {
 template <typename T, bool kResidual, bool kGate>
 __global__ void rmsnorm_warp_kernel(T* x, const T* a, float alpha, const T* __restrict__ w,
                                     const T* gate, int n, int64_t groups, float eps, T* out) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+  pdl_begin();  // launch_pdl: before any read or write
   const int warps = blockDim.x / 32;
   const int64_t g = int64_t(blockIdx.x) * warps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -80,8 +79,7 @@ __device__ __forceinline__ float block_inv_rms(float ss, int n, float eps, float
 template <typename T, bool kResidual, bool kGate>
 __global__ void rmsnorm_block_kernel(T* x, const T* a, float alpha, const T* __restrict__ w,
                                      const T* gate, int n, float eps, T* out) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+  pdl_begin();  // launch_pdl: before any read or write
   __shared__ float red[32];
   const int64_t base = int64_t(blockIdx.x) * n;
   float ss = 0.f;
@@ -104,8 +102,7 @@ __global__ void rmsnorm_block_kernel(T* x, const T* a, float alpha, const T* __r
 template <bool kResidual, bool kGate>
 __global__ void rmsnorm_vec8_kernel(bf16* x, const bf16* a, float alpha, const bf16* __restrict__ w,
                                     const bf16* gate, int n, float eps, bf16* out) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+  pdl_begin();  // launch_pdl: before any read or write
   __shared__ float red[32];
   const int64_t off = int64_t(blockIdx.x) * n + threadIdx.x * 8;
   uint4 hv = *reinterpret_cast<const uint4*>(x + off);

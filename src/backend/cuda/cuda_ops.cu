@@ -2,9 +2,9 @@
 // kernels: cuda_norm.cu). Each computes in fp32 between the bf16 rounding points of the golden
 // README §4, exactly where CpuBackend (NumericMode::BF16) rounds. Each is templated on the
 // storage type T: bf16 (the bf16 contract) or float (fp32 mode: no rounding anywhere; cvt /
-// rnd in cuda_common.cuh). Each is launched with launch_pdl and starts with
-// pdl_wait(); pdl_trigger() (cuda_launch.cuh): the next kernel, e.g. a skinny GEMM that
-// streams its first weights early (cuda_gemv.cu), may start while this one runs.
+// rnd in cuda_common.cuh). Each is launched with launch_pdl and starts with pdl_begin()
+// (cuda_common.cuh): the next kernels, e.g. a skinny GEMM that streams its first weights
+// early (cuda_gemv.cu), may start while this one runs.
 #include <algorithm>
 #include <cstdlib>
 #include <string_view>
@@ -24,8 +24,7 @@ namespace {
 template <typename T>
 __global__ void embedding_kernel(const T* __restrict__ table, const int32_t* __restrict__ ids,
                                  int64_t cols, float scale, T* __restrict__ out) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+  pdl_begin();  // launch_pdl: before any read or write
   const int64_t t = blockIdx.x;
   const T* e = table + int64_t(ids[t]) * cols;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
@@ -43,8 +42,7 @@ struct SiluMul {  // T(T(silu(g)) * u)
 
 template <typename T, typename Op>
 __global__ void binary_kernel(const T* x, const T* y, T* out, int64_t n, bool vec, Op op) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+  pdl_begin();  // launch_pdl: before any read or write
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   if constexpr (std::is_same_v<T, bf16>) {
     if (vec) {
@@ -72,16 +70,14 @@ bool vec16(const void* a, const void* b, const void* c, int64_t n) {
 
 template <typename T>
 __global__ void div_scalar_kernel(T* x, float d, int64_t n) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+  pdl_begin();  // launch_pdl: before any read or write
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     x[i] = cvt<T>(ld(x[i]) / d);
 }
 
 __global__ void div_scalar_f32_kernel(float* x, float d, int64_t n) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+  pdl_begin();  // launch_pdl: before any read or write
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     x[i] = rb(x[i] / d);
@@ -89,8 +85,7 @@ __global__ void div_scalar_f32_kernel(float* x, float d, int64_t n) {
 
 // Logits: fp32 GEMM output rounded to bf16 values (SPEC §4.7), kept as fp32.
 __global__ void round_f32_kernel(float* x, int64_t n) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+  pdl_begin();  // launch_pdl: before any read or write
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     x[i] = rb(x[i]);
@@ -101,8 +96,7 @@ __global__ void round_f32_kernel(float* x, int64_t n) {
 template <typename T>
 __global__ void rope_kernel(T* x, int64_t cols, int head_dim, const int32_t* __restrict__ pos,
                             const float* __restrict__ inv_freq) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+  pdl_begin();  // launch_pdl: before any read or write
   extern __shared__ float cs[];
   const int half = head_dim / 2;
   const int64_t t = blockIdx.x;
@@ -129,8 +123,7 @@ __global__ void qk_norm_rope_kernel(T* q, T* k, const T* __restrict__ qn,
                                     const T* __restrict__ kn, int64_t cols, int head_dim,
                                     float eps, const int32_t* __restrict__ pos,
                                     const float* __restrict__ inv_freq) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+  pdl_begin();  // launch_pdl: before any read or write
   extern __shared__ float sm[];
   const int D = head_dim;
   const int warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
@@ -148,8 +141,7 @@ __global__ void qk_norm_rope_kernel(T* q, T* k, const T* __restrict__ qn,
 
 template <typename T>
 __global__ void gather_rows_kernel(const T* x, int64_t cols, const int32_t* rows, T* out) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+  pdl_begin();  // launch_pdl: before any read or write
   const int64_t r = blockIdx.x;
   const T* src = x + int64_t(rows[r]) * cols;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[r * cols + c] = src[c];

@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/cuda_norm.cuh"
 
 namespace sala::cuda {
 
@@ -22,8 +23,7 @@ template <typename T>
 __global__ void append_kv_kernel(const T* __restrict__ k, const T* __restrict__ v,
                                  const int32_t* __restrict__ row_seq, const DevSeq* __restrict__ seqs,
                                  const int32_t* __restrict__ page_table, CacheGeom g, T* kc, T* vc) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+  pdl_begin();  // launch_pdl: before any read or write
   const int64_t r = blockIdx.x;
   const DevSeq s = seqs[row_seq[r]];
   const int64_t p = s.past_len + (r - s.token_begin);
@@ -41,8 +41,7 @@ template <typename T>
 __global__ void compress_kernel(const int32_t* __restrict__ row_seq, const DevSeq* __restrict__ seqs,
                                 const int32_t* __restrict__ page_table, CacheGeom g,
                                 const T* __restrict__ kc, T* c1, T* c2) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+  pdl_begin();  // launch_pdl: before any read or write
   const int64_t r = blockIdx.x;
   const DevSeq s = seqs[row_seq[r]];
   const int64_t p = s.past_len + (r - s.token_begin);
@@ -73,8 +72,7 @@ __global__ void __launch_bounds__(256) attention_kernel(
     const int32_t* __restrict__ page_table, const T* __restrict__ kc, const T* __restrict__ vc,
     AttnParams P, const int32_t* __restrict__ sel, const int32_t* __restrict__ sel_cnt,
     T* __restrict__ out, float* __restrict__ part, float* __restrict__ ml) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+  pdl_begin();  // launch_pdl: before any read or write
   const int64_t r = blockIdx.x;
   const int g = blockIdx.y;
   const int si = row_seq[r];
@@ -192,9 +190,8 @@ __global__ void __launch_bounds__(256) attention_kernel(
 template <typename T>
 __global__ void combine_kernel(const DevSeq* __restrict__ seqs, const float* __restrict__ part,
                                const float* __restrict__ ml, int nsplit, int nh, int d,
-                               T* __restrict__ out) {
-  pdl_wait();  // launch_pdl: before any read or write
-  pdl_trigger();
+                               const T* __restrict__ gate, T* __restrict__ out) {
+  pdl_begin();  // launch_pdl: before any read or write
   const DevSeq s = seqs[blockIdx.x];
   if (s.num_tokens != 1) return;
   const int64_t r = s.token_begin;
@@ -221,7 +218,9 @@ __global__ void combine_kernel(const DevSeq* __restrict__ seqs, const float* __r
       l += sl[z] * sc[z];
       o += part[(item0 + z) * d + x] * sc[z];
     }
-    out[(r * nh + h) * d + x] = cvt<T>(o / l);
+    const int64_t i = (r * nh + h) * d + x;
+    // gate (sparse_attention_mul_sigmoid): mul_sigmoid's arithmetic on the rounded value
+    out[i] = gate ? cvt<T>(MulSigmoid<T>{}(ld(gate[i]), rnd<T>(o / l))) : cvt<T>(o / l);
   }
 }
 
@@ -283,10 +282,10 @@ void launch_attention_selected_f32(const float* q, const StepRows& s, const floa
 
 template <typename T>
 void launch_combine(const DevSeq* seqs, int S, const float* part, const float* ml, int splits,
-                    int nh, int d, T* out, cudaStream_t st) {
+                    int nh, int d, const T* gate, T* out, cudaStream_t st) {
   if (S == 0 || splits <= 1) return;
   launch_pdl(combine_kernel<T>, dim3(unsigned(S), unsigned(nh)), d < 256 ? d : 256, 0, st, seqs, part,
-             ml, splits, nh, d, out);
+             ml, splits, nh, d, gate, out);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -299,7 +298,7 @@ void launch_combine(const DevSeq* seqs, int S, const float* part, const float* m
                                     const AttnParams&, int, T*, float*, float*, int,             \
                                     cudaStream_t);                                               \
   template void launch_combine<T>(const DevSeq*, int, const float*, const float*, int, int, int, \
-                                  T*, cudaStream_t);
+                                  const T*, T*, cudaStream_t);
 SALA_SPARSE_INSTANTIATE(bf16)
 SALA_SPARSE_INSTANTIATE(float)
 #undef SALA_SPARSE_INSTANTIATE
