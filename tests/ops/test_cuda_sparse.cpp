@@ -270,10 +270,10 @@ TEST(CudaFused, SparseAttentionMulSigmoid) {
     for (const NumericMode mode : {NumericMode::BF16, NumericMode::F32}) {
       c.gated = true;
       c.mode = mode;
+      const std::string what = c.label + " d" + std::to_string(c.d) +
+                               (mode == NumericMode::F32 ? " fp32" : " bf16") + ", fused vs unfused";
       expect_same_outputs(gpu_outputs_with(c, "SALA_CUDA_UNFUSE", nullptr),
-                          gpu_outputs_with(c, "SALA_CUDA_UNFUSE", "attngate"),
-                          c.label + " d" + std::to_string(c.d) +
-                              (mode == NumericMode::F32 ? " fp32" : " bf16") + ", fused vs unfused");
+                          gpu_outputs_with(c, "SALA_CUDA_UNFUSE", "attngate"), what);
     }
 }
 

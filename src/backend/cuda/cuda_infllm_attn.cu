@@ -16,7 +16,7 @@
 // the probabilities are not rounded to bf16 (golden README §4). Decode rows (one-token
 // calls) divide the union into P.splits parts of consecutive tiles, whose partials (acc, m,
 // l) merge in combine_kernel; a block computes P.spb of them, one per consumer warp, with the
-// parts' tiles interleaved in the ring (entry u: tile u / spb of part u % spb), so its warps
+// parts' tiles interleaved in the ring (tile j of each of its parts, then tile j + 1), so its warps
 // compute at once. The parts, and so the numbers, do not depend on spb: the launcher picks
 // it from the step's row count only to fill the GPU (a decode row with one warp per block and
 // one block per SM left most SMs waiting on memory latency at batch 64).
@@ -153,15 +153,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tid == 0) n_list = total;
   }
   __syncthreads();
-  // Ring entries: decode: entry u is tile u / ncons of part split0 + u % ncons (a part: per
-  // consecutive tiles of the list); other calls: entry u is tile u. Entries past the list
-  // take no slot; q counts those that do.
-  const int per = (n_list + nsplit - 1) / nsplit;
-  const int n_entries = decode ? ncons * per : n_list;
-  auto entry = [&](int u) {  // the entry's list index, or -1
-    const int i = decode ? (split0 + u % ncons) * per + u / ncons : u;
-    return i < n_list ? i : -1;
-  };
+  // Ring entries (j, w) in the order j = 0, 1, ..., w = 0 .. nw − 1 within each j: tile j of
+  // part split0 + w, list index first + w·per + j (decode: parts of per consecutive tiles;
+  // other calls: one part, the whole list). Entries past the list take no slot; q counts
+  // those that do. No division per entry: stage 2 of long prefills is sensitive to it.
+  const int per = decode ? (n_list + nsplit - 1) / nsplit : n_list;
+  const int nw = decode ? ncons : 1, first = decode ? split0 * per : 0;
 
   // 2a. Producers: the q-th entry with a tile goes to slot q mod kSlots once every consumer
   // has released the tile that held the slot before. Producer warp p copies half p / 2 of
@@ -175,9 +172,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bf16* src = (pw & 1) ? vc : kc;
     bf16* dst0 = (pw & 1) ? Vs : Ks;
     const bool one_page = G.page_size % kKT == 0;  // a tile's keys are consecutive rows of one page
-    for (int u = 0, q = 0; u < n_entries; ++u) {
-      const int i = entry(u);
-      if (i < 0) continue;
+    for (int j = 0, w = 0, q = 0; j < per; w + 1 < nw ? ++w : (w = 0, ++j)) {
+      const int i = first + w * per + j;
+      if (i >= n_list) continue;
       const int slot = q % kSlots;
       if (q >= kSlots) mbar_wait(&empty[slot], uint32_t(q / kSlots - 1) & 1u);
       bf16* dst = dst0 + slot * kBuf;
@@ -221,12 +218,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float sc = P.tau * kLog2e;
   const int mi = lane / 8, ri = lane % 8;
 
-  for (int u = 0, q = 0; u < n_entries; ++u) {
-    const int i = entry(u);
-    if (i < 0) continue;
+  for (int j = 0, w = 0, q = 0; j < per; w + 1 < nw ? ++w : (w = 0, ++j)) {
+    const int i = first + w * per + j;
+    if (i >= n_list) continue;
     const int slot = q % kSlots;
-    const uint64_t keys =
-        !decode || u % ncons == warp ? tile_keys(mybits, list[i], G.bs, int(t)) : 0ull;
+    const uint64_t keys = !decode || w == warp ? tile_keys(mybits, list[i], G.bs, int(t)) : 0ull;
     // Every consumer waits for the tile, needed or not, so that its release of this slot
     // can never count towards the slot's previous use.
     mbar_wait(&full[slot], uint32_t(q / kSlots) & 1u);

@@ -171,7 +171,8 @@ void CudaBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, con
 // partials would not fit attn_part_ (sized for the engine's largest decode step).
 int CudaBackend::decode_attn_splits() const {
   int splits = kDecodeAttnSplits;
-  while (splits > 1 && int64_t(sd_.S) * cfg_.num_attention_heads * splits > attn_part_items_) --splits;
+  const int64_t per_split = int64_t(sd_.S) * cfg_.num_attention_heads;
+  while (splits > 1 && per_split * splits > attn_part_items_) --splits;
   return splits;
 }
 
