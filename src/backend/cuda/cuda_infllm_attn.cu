@@ -16,8 +16,8 @@
 // the probabilities are not rounded to bf16 (golden README §4). Decode rows (one-token
 // calls) divide the union into P.splits parts of consecutive tiles, whose partials (acc, m,
 // l) merge in combine_kernel; a block computes P.spb of them, one per consumer warp, with the
-// parts' tiles interleaved in the ring (tile j of each of its parts, then tile j + 1), so its warps
-// compute at once. The parts, and so the numbers, do not depend on spb: the launcher picks
+// parts' tiles interleaved in the ring (tile j of each of its parts, then tile j + 1), so its
+// warps compute at once. The parts, and so the numbers, do not depend on spb: the launcher picks
 // it from the step's row count only to fill the GPU (a decode row with one warp per block and
 // one block per SM left most SMs waiting on memory latency at batch 64).
 // Dense rows of short calls (decode below dense_len) run here too, as rows that selected
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Ring entries (j, w) in the order j = 0, 1, ..., w = 0 .. nw − 1 within each j: tile j of
   // part split0 + w, list index first + w·per + j (decode: parts of per consecutive tiles;
   // other calls: one part, the whole list). Entries past the list take no slot; q counts
-  // those that do. No division per entry: stage 2 of long prefills is sensitive to it.
+  // those that do. (j, w) advance without a division: the loop runs once per tile.
   const int per = decode ? (n_list + nsplit - 1) / nsplit : n_list;
   const int nw = decode ? ncons : 1, first = decode ? split0 * per : 0;
 
