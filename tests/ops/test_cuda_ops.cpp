@@ -296,6 +296,58 @@ TEST(CudaOps, LinearSiluMul) {
       }
 }
 
+// Decode-only steps of 17..64 rows: a stacked weight's outputs come from one cuBLASLt GEMM
+// into a workspace, then a split (linear_multi) or the SiLU product of its halves
+// (linear_silu_mul). Every part equals the same columns of linear() on the whole stacked
+// weight, bit for bit (the same GEMM); linear_silu_mul equals its two-op default; both are
+// close to the CPU.
+TEST(CudaOps, StackedGemmDecodeSteps) {
+  REQUIRE_GPU();
+  uint32_t seed = 290;
+  for (int64_t T : {17, 40, 64}) {
+    Pair p;
+    StepMeta m;
+    const int32_t id = 5;
+    for (int64_t i = 0; i < T; ++i) m.add_seq(&id, 1, 0, int32_t(i), {}, false, true);
+    p.begin(m);
+    const int64_t K = 512;
+    const std::vector<int64_t> parts = {256, 32, 32, 256};
+    auto x = p.up(randn(T, K, seed++, 1.f));
+    auto w = p.up(randn(576, K, seed++, 1.f / std::sqrt(float(K))));
+    std::vector<Pair::T2> ys;
+    for (int64_t n : parts) ys.push_back(p.out(T, n));
+    std::vector<Tensor*> yc, yg;
+    for (auto& y : ys) yc.push_back(&y.c), yg.push_back(&y.g);
+    p.cpu->linear_multi(x.c, w.c, yc);
+    p.gpu->linear_multi(x.g, w.g, yg);
+    auto full = p.out(T, 576);
+    p.gpu->linear(x.g, w.g, full.g);
+    std::vector<float> whole(size_t(T * 576));
+    p.gpu->download_f32(full.g, whole.data());
+    int64_t c0 = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      expect_close(p.cmp(shape("stacked linear_multi part", {T, K, int64_t(i), parts[i]}), ys[i]),
+                   4e-3, 1.6e-2);
+      std::vector<float> part(size_t(T * parts[i]));
+      p.gpu->download_f32(ys[i].g, part.data());
+      int64_t differ = 0;
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t c = 0; c < parts[i]; ++c)
+          differ += part[size_t(t * parts[i] + c)] != whole[size_t(t * 576 + c0 + c)];
+      EXPECT_EQ(differ, 0) << "part " << i << " vs linear() on the stacked weight, T=" << T;
+      c0 += parts[i];
+    }
+    const int64_t I = 1056;
+    auto w2 = p.up(randn(2 * I, K, seed++, 2.f / std::sqrt(float(K))));
+    auto g = p.out(T, I), u = p.out(T, I), g2 = p.out(T, I);
+    p.cpu->linear_silu_mul(x.c, w2.c, g.c, u.c);
+    p.gpu->linear_silu_mul(x.g, w2.g, g.g, u.g);
+    expect_close(p.cmp(shape("stacked linear_silu_mul", {T, K, I}), g), 4e-3, 1.6e-2);
+    p.gpu->Backend::linear_silu_mul(x.g, w2.g, g2.g, u.g);  // linear_multi, then silu_mul
+    expect_same_bits(*p.gpu, g.g, *p.gpu, g2.g, shape("stacked fused vs two ops", {T, K, I}));
+  }
+}
+
 // A decode row's GEMV result must not depend on the other rows of the batch: row r alone
 // (M = 1) and inside batches of 2..16 rows, bit for bit, on narrow and wide shapes.
 TEST(CudaOps, GemvRowInvariance) {

@@ -38,6 +38,7 @@ CudaBackend::CudaBackend(const BackendOptions& opts) : bf16_mode_(opts.mode == N
     const auto has = [&](const char* n) { return list.find(std::string(",") + n + ",") != std::string::npos; };
     unfuse_silu_ = has("silu"), unfuse_gla_ = has("gla"), unfuse_gate_ = has("gate");
     unfuse_attngate_ = has("attngate");
+    unfuse_stack_ = has("stack");
   }
   int count = 0;
   CUDA_CHECK(cudaGetDeviceCount(&count));
@@ -168,6 +169,13 @@ void CudaBackend::init_caches(const ModelConfig& cfg, const CacheShape& shape) {
       size_t(shape.num_slots) * cfg.num_lightning_layers() * cfg.lightning_nh * d * d;
   states_ = static_cast<float*>(dev_alloc(state_floats * 4));
   CUDA_CHECK(cudaMemsetAsync(states_, 0, std::max<size_t>(state_floats * 4, 1), stream_));
+  // The stacked GEMM's output for the widest stacked weight at kStackMaxRows rows: gate_up
+  // [2 I, H], or q/k/v/gate (≤ 4 H columns for the released shapes; wider ones fall back).
+  if (!stack_ws_) {
+    stack_ws_elems_ =
+        kStackMaxRows * std::max<int64_t>(2 * int64_t(cfg.intermediate_size), 4 * int64_t(cfg.hidden_size));
+    stack_ws_ = dev_alloc(size_t(stack_ws_elems_) * 2);
+  }
   caches_ready_ = true;
   rows_cap_ = 0;  // re-size the per-row workspaces for this config
   ensure_row_capacity(256, false);

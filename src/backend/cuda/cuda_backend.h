@@ -201,9 +201,16 @@ class CudaBackend : public Backend {
 
   bool optime_ = false, optime_step_ = false;
   // SALA_CUDA_UNFUSE (A/B of the fused ops; names, comma-separated): "silu"
-  // (linear_silu_mul), "gla" (lightning_qk_attention), "gate" (rmsnorm_mul_sigmoid) run
-  // their two-op defaults.
+  // (linear_silu_mul), "gla" (lightning_qk_attention), "gate" (rmsnorm_mul_sigmoid),
+  // "attngate" (sparse_attention_mul_sigmoid) run their two-op defaults.
   bool unfuse_silu_ = false, unfuse_gla_ = false, unfuse_gate_ = false, unfuse_attngate_ = false;
+  bool unfuse_stack_ = false;  // "stack": one cuBLASLt GEMM per output of a stacked weight
+  // Decode steps of 17..kStackMaxRows rows: a stacked weight's outputs from one cuBLASLt GEMM
+  // into this [rows, N] bf16 buffer, then split (linear_multi) or combined (linear_silu_mul).
+  static constexpr int64_t kStackMaxRows = 64;
+  void* stack_ws_ = nullptr;
+  int64_t stack_ws_elems_ = 0;
+  bool stacked_gemm(const Tensor& x, const Tensor& w);  // grows stack_ws_ outside recordings
   std::vector<cudaEvent_t> tick_pool_;
   std::vector<std::pair<const char*, cudaEvent_t>> ticks_;
   std::map<std::string, std::pair<double, int64_t>> op_ms_;  // name -> (ms, calls)

@@ -150,6 +150,30 @@ void CudaBackend::linear_rows(const Tensor& x, const Tensor& w, Tensor& y) {
   tick(y.dtype == DType::F32 ? "gemm lm_head" : "gemm");
 }
 
+// Decode-only steps of 17..kStackMaxRows rows (bf16): a stacked weight's outputs come from one
+// cuBLASLt GEMM instead of one per output (cuBLAS kernels take no part in PDL, so every call
+// costs a launch gap; the k / v GEMMs of a sparse layer are 2 MB each). Not in steps that
+// prefill: there each sequence's rows are multiplied as they would be alone (linear).
+bool CudaBackend::stacked_gemm(const Tensor& x, const Tensor& w) {
+  if (!(bf16_mode_ && !unfuse_stack_ && meta_ && sd_.S > 0 && sd_.n_one_token == sd_.S &&
+        x.rows > kGemvMaxRows && x.rows <= kStackMaxRows && is_act(x) && is_act(w) &&
+        x.cols == w.cols))
+    return false;
+  if (x.rows * w.rows <= stack_ws_elems_) return true;
+  // Wider than init_caches planned (not the released shapes): grow, outside recordings only
+  // (a recorded step's shapes ran eagerly first, so it never lands here).
+  if (capturing_) return false;
+  drop_graphs();
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (stack_ws_) {
+    CUDA_CHECK(cudaFree(stack_ws_));
+    allocations_.erase(std::remove(allocations_.begin(), allocations_.end(), stack_ws_), allocations_.end());
+  }
+  stack_ws_elems_ = kStackMaxRows * w.rows;
+  stack_ws_ = dev_alloc(size_t(stack_ws_elems_) * 2);
+  return true;
+}
+
 void CudaBackend::linear_multi(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& ys) {
   int64_t n = 0;
   // fp32 mode: one cuBLASLt GEMM per part (the skinny GEMM is bf16 only).
@@ -160,6 +184,21 @@ void CudaBackend::linear_multi(const Tensor& x, const Tensor& w, const std::vect
   }
   SALA_CHECK(n == w.rows && x.cols == w.cols && is_act(x) && is_act(w),
              "linear_multi: weight [{},{}] for {} output columns", w.rows, w.cols, n);
+  if (!ok && stacked_gemm(x, w) && ys.size() <= 4) {
+    Tensor ws{stack_ws_, DType::BF16, x.rows, w.rows};
+    linear_rows(x, w, ws);
+    SplitCols sc{};
+    int64_t end = 0;
+    for (size_t i = 0; i < ys.size(); ++i) {
+      end += ys[i]->cols;
+      sc.y[i] = ys[i]->data;
+      sc.end[i] = end;
+    }
+    sc.nparts = int(ys.size());
+    launch_split_cols(ptr<bf16>(ws), x.rows, w.rows, sc, stream_);
+    tick("split stacked gemm");
+    return;
+  }
   if (!ok) return Backend::linear_multi(x, w, ys);  // one GEMM per row slice
   GemvOut o{};
   int64_t end = 0;
@@ -182,6 +221,14 @@ void CudaBackend::linear_silu_mul(const Tensor& x, const Tensor& w, Tensor& g, T
                      x.cols == w.cols && is_act(x) && is_act(w) &&
                      gemv_silu_pair_supported(w.rows) &&
                      gemv_supported(x.data, x.cols, w.data, x.cols, x.rows);
+  if (!fused && !unfuse_silu_ && stacked_gemm(x, w) && is_bf16(g) && g.rows == x.rows &&
+      w.rows == 2 * g.cols) {
+    Tensor ws{stack_ws_, DType::BF16, x.rows, w.rows};
+    linear_rows(x, w, ws);
+    launch_silu_mul_halves(ptr<bf16>(ws), x.rows, g.cols, ptr<bf16>(g), stream_);
+    tick("silu_mul halves");
+    return;
+  }
   if (!fused) return Backend::linear_silu_mul(x, w, g, u);
   GemvOut o{};
   o.y[0] = g.data;
