@@ -238,6 +238,24 @@ TEST(CudaOps, LightningHead64) {
 
 // ---- fused projections, q/k norm + RoPE, GEMV speed, recorded decode steps ---------------
 
+// linear_multi of x [T, 512] by a [576, 512] weight into parts of 256 / 32 / 32 / 256 columns
+// on both backends of p (x: bf16 values, or fp32 values in fp32 mode).
+struct MultiRun {
+  static constexpr int64_t kK = 512;
+  const std::vector<int64_t> parts{256, 32, 32, 256};
+  Pair::T2 x, w;
+  std::vector<Pair::T2> ys;
+  MultiRun(Pair& p, int64_t T, uint32_t& seed, bool f32)
+      : x(f32 ? p.up(randn_f32(T, kK, seed++, 1.f)) : p.up(randn(T, kK, seed++, 1.f))),
+        w(p.up(randn(576, kK, seed++, 1.f / std::sqrt(float(kK))))) {
+    for (int64_t n : parts) ys.push_back(p.out(T, n));
+    std::vector<Tensor*> yc, yg;
+    for (auto& y : ys) yc.push_back(&y.c), yg.push_back(&y.g);
+    p.cpu->linear_multi(x.c, w.c, yc);
+    p.gpu->linear_multi(x.g, w.g, yg);
+  }
+};
+
 // In both modes (fp32: inputs that are not bf16 values, cuBLASLt per part).
 TEST(CudaOps, LinearMulti) {
   REQUIRE_GPU();
@@ -246,16 +264,10 @@ TEST(CudaOps, LinearMulti) {
     for (int64_t T : {1, 3, 8, 16, 17, 40}) {
       const bool f32 = mode == NumericMode::F32;
       Pair p(mode);
-      const int64_t K = 512;
-      const std::vector<int64_t> parts = {256, 32, 32, 256};
-      auto x = f32 ? p.up(randn_f32(T, K, seed++, 1.f)) : p.up(randn(T, K, seed++, 1.f));
-      auto w = p.up(randn(576, K, seed++, 1.f / std::sqrt(float(K))));
-      std::vector<Pair::T2> ys;
-      for (int64_t n : parts) ys.push_back(p.out(T, n));
-      std::vector<Tensor*> yc, yg;
-      for (auto& y : ys) yc.push_back(&y.c), yg.push_back(&y.g);
-      p.cpu->linear_multi(x.c, w.c, yc);
-      p.gpu->linear_multi(x.g, w.g, yg);
+      const int64_t K = MultiRun::kK;
+      const MultiRun r(p, T, seed, f32);
+      const auto& parts = r.parts;
+      const auto& ys = r.ys;
       for (size_t i = 0; i < parts.size(); ++i)
         expect_close(p.cmp(shape(f32 ? "fp32 linear_multi part" : "linear_multi part",
                                  {T, K, int64_t(i), parts[i]}),
@@ -263,7 +275,7 @@ TEST(CudaOps, LinearMulti) {
                      f32 ? kF32RelL2 : 4e-3, f32 ? kF32RelMax : 1.6e-2);
       // One part's numbers equal a plain linear() on its row slice (bit for bit on the GPU).
       auto y1 = p.out(T, 32);
-      p.gpu->linear(x.g, w.g.slice_rows(256, 32), y1.g);
+      p.gpu->linear(r.x.g, r.w.g.slice_rows(256, 32), y1.g);
       std::vector<float> a(size_t(T * 32)), b(size_t(T * 32));
       p.gpu->download_f32(ys[1].g, a.data());
       p.gpu->download_f32(y1.g, b.data());
@@ -310,18 +322,13 @@ TEST(CudaOps, StackedGemmDecodeSteps) {
     const int32_t id = 5;
     for (int64_t i = 0; i < T; ++i) m.add_seq(&id, 1, 0, int32_t(i), {}, false, true);
     p.begin(m);
-    const int64_t K = 512;
-    const std::vector<int64_t> parts = {256, 32, 32, 256};
-    auto x = p.up(randn(T, K, seed++, 1.f));
-    auto w = p.up(randn(576, K, seed++, 1.f / std::sqrt(float(K))));
-    std::vector<Pair::T2> ys;
-    for (int64_t n : parts) ys.push_back(p.out(T, n));
-    std::vector<Tensor*> yc, yg;
-    for (auto& y : ys) yc.push_back(&y.c), yg.push_back(&y.g);
-    p.cpu->linear_multi(x.c, w.c, yc);
-    p.gpu->linear_multi(x.g, w.g, yg);
+    const int64_t K = MultiRun::kK;
+    const MultiRun r(p, T, seed, false);
+    const auto& parts = r.parts;
+    const auto& ys = r.ys;
+    const auto& x = r.x;
     auto full = p.out(T, 576);
-    p.gpu->linear(x.g, w.g, full.g);
+    p.gpu->linear(x.g, r.w.g, full.g);
     std::vector<float> whole(size_t(T * 576));
     p.gpu->download_f32(full.g, whole.data());
     int64_t c0 = 0;

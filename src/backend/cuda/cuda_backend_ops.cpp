@@ -177,29 +177,16 @@ bool CudaBackend::stacked_gemm(const Tensor& x, const Tensor& w) {
 void CudaBackend::linear_multi(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& ys) {
   int64_t n = 0;
   // fp32 mode: one cuBLASLt GEMM per part (the skinny GEMM is bf16 only).
-  bool ok = bf16_mode_ && ys.size() <= 4 && gemv_supported(x.data, x.cols, w.data, x.cols, x.rows);
+  bool parts_ok = bf16_mode_ && ys.size() <= 4;  // bf16 parts GemvOut can hold
   for (Tensor* y : ys) {
     n += y->cols;
-    ok = ok && is_bf16(*y) && y->rows == x.rows;
+    parts_ok = parts_ok && is_bf16(*y) && y->rows == x.rows;
   }
   SALA_CHECK(n == w.rows && x.cols == w.cols && is_act(x) && is_act(w),
              "linear_multi: weight [{},{}] for {} output columns", w.rows, w.cols, n);
-  if (!ok && stacked_gemm(x, w) && ys.size() <= 4) {
-    Tensor ws{stack_ws_, DType::BF16, x.rows, w.rows};
-    linear_rows(x, w, ws);
-    SplitCols sc{};
-    int64_t end = 0;
-    for (size_t i = 0; i < ys.size(); ++i) {
-      end += ys[i]->cols;
-      sc.y[i] = ys[i]->data;
-      sc.end[i] = end;
-    }
-    sc.nparts = int(ys.size());
-    launch_split_cols(ptr<bf16>(ws), x.rows, w.rows, sc, stream_);
-    tick("split stacked gemm");
-    return;
-  }
-  if (!ok) return Backend::linear_multi(x, w, ys);  // one GEMM per row slice
+  const bool ok = parts_ok && gemv_supported(x.data, x.cols, w.data, x.cols, x.rows);
+  const bool stacked = !ok && parts_ok && stacked_gemm(x, w);
+  if (!ok && !stacked) return Backend::linear_multi(x, w, ys);  // one GEMM per row slice
   GemvOut o{};
   int64_t end = 0;
   for (size_t i = 0; i < ys.size(); ++i) {
@@ -209,6 +196,13 @@ void CudaBackend::linear_multi(const Tensor& x, const Tensor& w, const std::vect
     o.cols[i] = ys[i]->cols;
   }
   o.nparts = int(ys.size());
+  if (stacked) {
+    Tensor ws{stack_ws_, DType::BF16, x.rows, w.rows};
+    linear_rows(x, w, ws);
+    launch_split_cols(ptr<bf16>(ws), x.rows, w.rows, o, stream_);
+    tick("split stacked gemm");
+    return;
+  }
   launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_);
   tick("gemv multi");
 }

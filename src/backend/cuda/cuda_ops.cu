@@ -66,7 +66,7 @@ __global__ void binary_kernel(const T* x, const T* y, T* out, int64_t n, bool ve
 
 // One block per row t of x[T, N]: 16-byte chunks (vec: every part's width a multiple of 8)
 // or single elements, each copied to its part.
-__global__ void split_cols_kernel(const bf16* x, int64_t N, SplitCols s, bool vec) {
+__global__ void split_cols_kernel(const bf16* x, int64_t N, GemvOut s, bool vec) {
   pdl_begin();  // launch_pdl: before any read or write
   const int64_t t = blockIdx.x, step = vec ? 8 : 1;
   for (int64_t c = threadIdx.x * step; c < N; c += int64_t(blockDim.x) * step) {
@@ -227,7 +227,7 @@ void launch_silu_mul(const T* g, const T* u, T* out, int64_t n, cudaStream_t st)
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_split_cols(const bf16* x, int64_t T, int64_t N, const SplitCols& s, cudaStream_t st) {
+void launch_split_cols(const bf16* x, int64_t T, int64_t N, const GemvOut& s, cudaStream_t st) {
   if (T == 0) return;
   bool vec = N % 8 == 0 && aligned16(x);
   for (int p = 0; p < s.nparts; ++p) vec = vec && s.end[p] % 8 == 0 && aligned16(s.y[p]);
