@@ -271,7 +271,7 @@ TEST(CudaFused, SparseAttentionMulSigmoid) {
       c.gated = true;
       c.mode = mode;
       const std::string what = c.label + " d" + std::to_string(c.d) +
-                               (mode == NumericMode::F32 ? " fp32" : " bf16") + ", fused vs unfused";
+                               (mode == NumericMode::F32 ? " fp32" : " bf16") + ", fused vs two ops";
       expect_same_outputs(gpu_outputs_with(c, "SALA_CUDA_UNFUSE", nullptr),
                           gpu_outputs_with(c, "SALA_CUDA_UNFUSE", "attngate"), what);
     }

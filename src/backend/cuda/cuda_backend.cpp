@@ -170,10 +170,12 @@ void CudaBackend::init_caches(const ModelConfig& cfg, const CacheShape& shape) {
   states_ = static_cast<float*>(dev_alloc(state_floats * 4));
   CUDA_CHECK(cudaMemsetAsync(states_, 0, std::max<size_t>(state_floats * 4, 1), stream_));
   // The stacked GEMM's output for the widest stacked weight at kStackMaxRows rows: gate_up
-  // [2 I, H], or q/k/v/gate (≤ 4 H columns for the released shapes; wider ones fall back).
+  // [2 I, H], or q/k/v/gate (≤ 4 H columns for the released shapes; a wider weight grows it
+  // on first use, outside recordings: stacked_gemm).
   if (!stack_ws_) {
-    stack_ws_elems_ =
-        kStackMaxRows * std::max<int64_t>(2 * int64_t(cfg.intermediate_size), 4 * int64_t(cfg.hidden_size));
+    const int64_t widest =
+        std::max<int64_t>(2 * int64_t(cfg.intermediate_size), 4 * int64_t(cfg.hidden_size));
+    stack_ws_elems_ = kStackMaxRows * widest;
     stack_ws_ = dev_alloc(size_t(stack_ws_elems_) * 2);
   }
   caches_ready_ = true;

@@ -167,7 +167,8 @@ bool CudaBackend::stacked_gemm(const Tensor& x, const Tensor& w) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (stack_ws_) {
     CUDA_CHECK(cudaFree(stack_ws_));
-    allocations_.erase(std::remove(allocations_.begin(), allocations_.end(), stack_ws_), allocations_.end());
+    auto& a = allocations_;
+    a.erase(std::remove(a.begin(), a.end(), stack_ws_), a.end());
   }
   stack_ws_elems_ = kStackMaxRows * w.rows;
   stack_ws_ = dev_alloc(size_t(stack_ws_elems_) * 2);

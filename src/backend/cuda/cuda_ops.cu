@@ -89,7 +89,8 @@ __global__ void silu_mul_halves_kernel(const bf16* x, int64_t I, bf16* out, bool
   const SiluMul<bf16> op;
   for (int64_t c = threadIdx.x * step; c < I; c += int64_t(blockDim.x) * step) {
     if (vec) {
-      const uint4 gv = *reinterpret_cast<const uint4*>(g + c), uv = *reinterpret_cast<const uint4*>(g + I + c);
+      const uint4 gv = *reinterpret_cast<const uint4*>(g + c);
+      const uint4 uv = *reinterpret_cast<const uint4*>(g + I + c);
       const bf16* ge = reinterpret_cast<const bf16*>(&gv);
       const bf16* ue = reinterpret_cast<const bf16*>(&uv);
       uint4 ov;
