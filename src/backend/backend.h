@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "backend/weight.h"
 #include "core/dtype.h"
 #include "model/step.h"
 
@@ -31,7 +32,19 @@ struct Tensor {
   Tensor slice_rows(int64_t r0, int64_t n) const {
     return {static_cast<char*>(data) + size_t(r0 * cols) * dtype_size(dtype), dtype, n, cols};
   }
+  // A bf16 / fp32 matrix [out, in] is a dense weight of that format.
+  operator Weight() const {
+    SALA_CHECK(dtype == DType::BF16 || dtype == DType::F32, "a {} tensor is no weight format",
+               dtype_name(dtype));
+    return {data, dtype == DType::BF16 ? WeightFormat::BF16 : WeightFormat::F32, rows, cols};
+  }
 };
+
+// The plain matrix of a dense weight (the GEMMs of the dense formats read it as a tensor).
+inline Tensor dense_view(const Weight& w) {
+  SALA_CHECK(w.dense(), "a {} weight with scales has no dense view", weight_format_name(w.format));
+  return {w.data, dense_dtype(w.format), w.rows, w.cols};
+}
 
 // Sizes of the two cache pools, fixed at start.
 struct CacheShape {
@@ -50,8 +63,14 @@ class Backend {
 
   // ---- memory (all at start; nothing in the step loop) ----
   virtual Tensor alloc(int64_t rows, int64_t cols, DType dtype) = 0;
-  // A weight from the checkpoint, converted to the backend's weight format.
+  // A checkpoint tensor (norm, embedding table, or a test's data) converted to the backend's
+  // storage type: fp32 on the CPU, act_dtype() on the GPU.
   virtual Tensor upload_weight(const TensorView& src) = 0;
+  // The format linear weights are stored in, and a linear layer's weight [out, in] in it.
+  virtual WeightFormat weight_format() const {
+    return act_dtype() == DType::BF16 ? WeightFormat::BF16 : WeightFormat::F32;
+  }
+  virtual Weight upload_linear(const TensorView& src) { return upload_weight(src); }
   // Allocates the paged KV pool and compressed-key pages of the sparse layers and the
   // lightning state slots.
   virtual void init_caches(const ModelConfig& cfg, const CacheShape& shape) = 0;
@@ -73,12 +92,12 @@ class Backend {
   virtual void add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, const Tensor& w,
                                   float eps, Tensor& out) = 0;
   // y[T, N] = x[T, K] · W[N, K]ᵀ
-  virtual void linear(const Tensor& x, const Tensor& w, Tensor& y) = 0;
+  virtual void linear(const Tensor& x, const Weight& w, Tensor& y) = 0;
   // Several projections of one input through one weight whose rows are the projections'
   // weights stacked (fused at load: W = [W_0; W_1; ...], W.rows = Σ ys[i].cols): ys[i] =
   // x · W_iᵀ, each ys[i] a contiguous [T, N_i] tensor. Same numbers as separate linear()
   // calls on the row slices (the default); a backend may do it in one kernel.
-  virtual void linear_multi(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& ys) {
+  virtual void linear_multi(const Tensor& x, const Weight& w, const std::vector<Tensor*>& ys) {
     int64_t r0 = 0;
     for (Tensor* y : ys) {
       linear(x, w.slice_rows(r0, y->cols), *y);
@@ -88,7 +107,7 @@ class Backend {
   // The MLP's first half: w = [W_gate; W_up] stacked at load ([2I, H]); g[T, I] =
   // silu(x · W_gateᵀ) * (x · W_upᵀ), the numbers of linear_multi into g, u then silu_mul
   // (the default). u [T, I] is scratch; a backend may never write it.
-  virtual void linear_silu_mul(const Tensor& x, const Tensor& w, Tensor& g, Tensor& u) {
+  virtual void linear_silu_mul(const Tensor& x, const Weight& w, Tensor& g, Tensor& u) {
     linear_multi(x, w, {&g, &u});
     silu_mul(g, u, g);
   }

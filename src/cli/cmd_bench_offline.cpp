@@ -1,7 +1,7 @@
 // sala bench offline --model-path DIR [--device cpu|cuda]: model-level throughput without
 // the server: decode steps at batch 1/8/64 (128-token prompts, greedy, 512 new tokens) and
 // prefill (4K-token prompts, batch 1 and 8), each as a ratio to the floors of
-// ../shared/PERF.md (bytes of bf16 weights / 4.30 TB/s for decode; 2·params FLOPs / 790
+// ../shared/PERF.md (bytes of the weights as stored / 4.30 TB/s for decode; 2·params FLOPs / 790
 // TFLOP/s for prefill). Decode steps include the greedy pick (argmax_rows on the backend,
 // as the engine's greedy steps do).
 // Long contexts (issue 7), only when asked for:
@@ -133,6 +133,7 @@ struct Bench {
   double linear_params = 0;     // every 2-D weight but the embedding (lm_head included)
   double head_params = 0;       // lm_head (vocab × hidden)
   double body_params = 0;       // linear_params without lm_head: what every prefill token needs
+  double linear_bytes = 0;      // bytes of the linear weights as stored: what a decode step reads
   nlohmann::json results = nlohmann::json::array();
   std::vector<std::string> table;
 
@@ -219,7 +220,7 @@ void bench_long_decode(Bench& b) {
       fmt::print(stderr, "\n");
       std::sort(step_ms.begin(), step_ms.end());
       const double med = step_ms[step_ms.size() / 2];
-      const double floor_ms = (b.linear_params * 2 + B * seq_bytes) / kPeakBytes * 1e3;
+      const double floor_ms = (b.linear_bytes + B * seq_bytes) / kPeakBytes * 1e3;
       b.add({{"kind", "long_decode"}, {"batch", B}, {"context", C}, {"steps", steps},
              {"ms_per_step", med}, {"tok_s", B * 1e3 / med}, {"floor_ms", floor_ms},
              {"floor_seq_bytes", seq_bytes}, {"fraction_of_floor", floor_ms / med}},
@@ -299,12 +300,14 @@ int run(const Args& a) {
   fmt::print("loaded in {:.1f} s\n", since(t_load));
 
   Bench bench(a, cfg, model);
-  // Floors (../shared/PERF.md): bytes read per decode step = every linear weight + lm_head.
+  // Floors (../shared/PERF.md): bytes read per decode step = every linear weight + lm_head, in
+  // the format the backend stores them (the weights say); FLOPs count parameters.
   for (auto& [name, t] : ckpt.all())
     if (name != "model.embed_tokens.weight" && t->shape.size() == 2)
       bench.linear_params += double(t->numel());
   const double linear_params = bench.linear_params;
-  const double decode_floor_ms = linear_params * 2 / kPeakBytes * 1e3;
+  bench.linear_bytes = double(model.weights().linear_bytes());
+  const double decode_floor_ms = bench.linear_bytes / kPeakBytes * 1e3;
   const double prefill_ceiling_tok_s = kPeakFlops / (2 * linear_params);
   const int64_t V = cfg.vocab_size;
   // A prefill needs lm_head for its one logit row only; every token goes through the rest.
@@ -367,7 +370,9 @@ int run(const Args& a) {
   }
   bench_long_prefill(bench);
   bench_long_decode(bench);
-  fmt::print("\n{} ({}; {:.3f} B linear params)\n", a.model, model.backend().name(), linear_params / 1e9);
+  fmt::print("\n{} ({}; {:.3f} B linear params, {:.3f} GB as {})\n", a.model, model.backend().name(),
+             linear_params / 1e9, bench.linear_bytes / 1e9,
+             sala::weight_format_name(model.backend().weight_format()));
   for (auto& l : bench.table) fmt::print("{}\n", l);
   if (!a.out_json.empty()) std::ofstream(a.out_json) << bench.results.dump(2) << "\n";
   return 0;

@@ -36,6 +36,7 @@ class Model {
   const ModelConfig& config() const { return cfg_; }
   const ModelLimits& limits() const { return limits_; }
   Backend& backend() { return *backend_; }
+  const ModelWeights& weights() const { return w_; }
   const std::vector<std::string>& unused_tensors() const { return unused_; }
 
  private:

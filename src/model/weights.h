@@ -16,15 +16,15 @@ namespace sala {
 // tensors below are row-slice views of those (rows of an [N, K] weight are contiguous).
 struct LayerWeights {
   MixerType type;
-  Tensor qkvg;     // [nh*d + 2*kv*d + nh*d, H]: q_proj, k_proj, v_proj, gate
-  Tensor gate_up;  // [2I, H]: gate_proj, up_proj
+  Weight qkvg;     // [nh*d + 2*kv*d + nh*d, H]: q_proj, k_proj, v_proj, gate
+  Weight gate_up;  // [2I, H]: gate_proj, up_proj
   Tensor input_layernorm, post_attention_layernorm;  // [H]
-  Tensor gate_proj, up_proj;                         // [I, H]
-  Tensor down_proj;                                  // [H, I]
-  Tensor q_proj;                                     // [nh*d, H]
-  Tensor k_proj, v_proj;      // sparse: [kvh*d, H]; lightning: [nh*d, H]
-  Tensor o_proj;              // [H, nh*d]
-  Tensor gate;                // sparse: o_gate [nh*d, H]; lightning: z_proj [nh*d, H]
+  Weight gate_proj, up_proj;                         // [I, H]
+  Weight down_proj;                                  // [H, I]
+  Weight q_proj;                                     // [nh*d, H]
+  Weight k_proj, v_proj;      // sparse: [kvh*d, H]; lightning: [nh*d, H]
+  Weight o_proj;              // [H, nh*d]
+  Weight gate;                // sparse: o_gate [nh*d, H]; lightning: z_proj [nh*d, H]
   Tensor q_norm, k_norm;      // lightning only: [d]
   Tensor o_norm;              // lightning only: [nh*d]
 };
@@ -32,8 +32,13 @@ struct LayerWeights {
 struct ModelWeights {
   Tensor embed_tokens;  // [V, H]
   Tensor norm;          // [H]
-  Tensor lm_head;       // [V, H]
+  Weight lm_head;       // [V, H]; with tied embeddings, embed_tokens as a weight
   std::vector<LayerWeights> layers;
+  // Bytes of the weights every decode step streams: the GEMM weights, lm_head included.
+  size_t linear_bytes() const;
+  // ... of the weights a prompt token goes through (all but lm_head, which a prefill reads
+  // for its logit rows only).
+  size_t body_linear_bytes() const;
 };
 
 // Names and shapes of every tensor the model needs, in load order.
@@ -41,6 +46,10 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const
 
 // Validates the checkpoint against the config (sala::Error naming the tensor and file on
 // any mismatch) and uploads the weights. Unused tensors are returned in `unused`.
+// Bytes load_weights will allocate for the checkpoint of `c` on a backend that stores linear
+// weights in format `f` and the other tensors (embedding, norms) densely in that format's type.
+size_t planned_weight_bytes(const ModelConfig& c, WeightFormat f);
+
 ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend& backend,
                           std::vector<std::string>* unused);
 

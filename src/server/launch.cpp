@@ -56,8 +56,7 @@ Loaded launch(const LaunchOptions& o) {
     backend = make_cuda_backend(bo);
     // SGLang's --mem-fraction-static: weights + KV pool + state slots take this fraction of
     // the GPU; activations, cuBLASLt workspace and graphs get a fixed reserve of the rest.
-    size_t weight_bytes = 0;
-    for (auto& [name, t] : ckpt.all()) weight_bytes += size_t(t->numel()) * 2;
+    const size_t weight_bytes = planned_weight_bytes(L.cfg, backend->weight_format());
     const size_t total = backend->device_memory_total();
     const size_t reserve = size_t(6) << 30;
     const double usable = o.mem_fraction_static * double(total);

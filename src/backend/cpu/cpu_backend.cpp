@@ -111,7 +111,10 @@ void CpuBackend::add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, con
   rmsnorm(h, w, eps, out);
 }
 
-void CpuBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
+void CpuBackend::linear(const Tensor& x, const Weight& wt, Tensor& y) {
+  SALA_CHECK(wt.format == WeightFormat::F32, "the CPU backend has no {} GEMM",
+             weight_format_name(wt.format));
+  const Tensor w = dense_view(wt);  // [N, K] fp32
   SALA_CHECK(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows,
              "linear shapes x[{},{}] w[{},{}] y[{},{}]", x.rows, x.cols, w.rows, w.cols, y.rows,
              y.cols);

@@ -26,7 +26,7 @@ class CpuBackend : public Backend {
   void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   void add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, const Tensor& w, float eps,
                           Tensor& out) override;
-  void linear(const Tensor& x, const Tensor& w, Tensor& y) override;
+  void linear(const Tensor& x, const Weight& w, Tensor& y) override;
   void silu_mul(const Tensor& g, const Tensor& u, Tensor& out) override;
   void mul_sigmoid(const Tensor& a, const Tensor& gate, Tensor& out) override;
   void div_scalar(Tensor& x, float d) override;

@@ -44,13 +44,13 @@ class CudaBackend : public Backend {
   void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   void add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, const Tensor& w, float eps,
                           Tensor& out) override;
-  void linear(const Tensor& x, const Tensor& w, Tensor& y) override;
+  void linear(const Tensor& x, const Weight& w, Tensor& y) override;
   // One GEMM over all rows of x (skinny GEMM for ≤ 16 rows, cuBLASLt above).
   void linear_rows(const Tensor& x, const Tensor& w, Tensor& y);
-  void linear_multi(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& ys) override;
+  void linear_multi(const Tensor& x, const Weight& w, const std::vector<Tensor*>& ys) override;
   void qk_norm_rope(Tensor& q, Tensor& k, const Tensor& qn, const Tensor& kn, float eps,
                     int head_dim, double theta) override;
-  void linear_silu_mul(const Tensor& x, const Tensor& w, Tensor& g, Tensor& u) override;
+  void linear_silu_mul(const Tensor& x, const Weight& w, Tensor& g, Tensor& u) override;
   void silu_mul(const Tensor& g, const Tensor& u, Tensor& out) override;
   void mul_sigmoid(const Tensor& a, const Tensor& gate, Tensor& out) override;
   // One kernel: the rmsnorm kernel of the row width with the gate applied before the store.

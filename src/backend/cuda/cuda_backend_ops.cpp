@@ -55,7 +55,8 @@ void CudaBackend::add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, co
   tick("add_scaled_rmsnorm");
 }
 
-void CudaBackend::linear(const Tensor& x, const Tensor& w, Tensor& y) {
+void CudaBackend::linear(const Tensor& x, const Weight& wt, Tensor& y) {
+  const Tensor w = dense_view(wt);  // bf16 / fp32 [N, K]
   // Batch invariance: cuBLASLt picks its kernel (and so its rounding) from the row count, so
   // in a step that prefills, each sequence's rows are multiplied as they would be alone —
   // rows of sequences longer than kSkinnyRows by one GEMM per sequence, shorter ones
@@ -175,7 +176,8 @@ bool CudaBackend::stacked_gemm(const Tensor& x, const Tensor& w) {
   return true;
 }
 
-void CudaBackend::linear_multi(const Tensor& x, const Tensor& w, const std::vector<Tensor*>& ys) {
+void CudaBackend::linear_multi(const Tensor& x, const Weight& wt, const std::vector<Tensor*>& ys) {
+  const Tensor w = dense_view(wt);  // bf16 / fp32 [N, K]
   int64_t n = 0;
   // fp32 mode: one cuBLASLt GEMM per part (the skinny GEMM is bf16 only).
   bool parts_ok = bf16_mode_ && ys.size() <= 4;  // bf16 parts GemvOut can hold
@@ -211,7 +213,8 @@ void CudaBackend::linear_multi(const Tensor& x, const Tensor& w, const std::vect
 // Skinny steps: one GEMV whose CTAs take a gate tile and then the up tile of the same
 // columns and store only silu(g) * u (cuda_gemv.cu, GemvOut::silu_pair): one kernel less per
 // layer and the same bits as the two-op default.
-void CudaBackend::linear_silu_mul(const Tensor& x, const Tensor& w, Tensor& g, Tensor& u) {
+void CudaBackend::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g, Tensor& u) {
+  const Tensor w = dense_view(wt);  // bf16 / fp32 [N, K]
   const bool fused = !unfuse_silu_ && bf16_mode_ && is_bf16(g) && g.rows == x.rows && w.rows == 2 * g.cols &&
                      x.cols == w.cols && is_act(x) && is_act(w) &&
                      gemv_silu_pair_supported(w.rows) &&

@@ -1,0 +1,84 @@
+// The Weight abstraction: byte accounting (what memory planning and the benchmarks' floors
+// read), row slices of stacked weights, and that load_weights allocates what
+// planned_weight_bytes promised.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "backend/backend.h"
+#include "core/safetensors.h"
+#include "model/weights.h"
+
+namespace sala {
+namespace {
+
+const std::string kTinyChat = std::string(SALA_SOURCE_DIR) + "/models/sala-tiny-chat";
+
+TEST(Weight, StorageBytesCountDataAndScales) {
+  EXPECT_EQ(Weight::storage_bytes(WeightFormat::BF16, 6, 10), 6u * 10 * 2);
+  EXPECT_EQ(Weight::storage_bytes(WeightFormat::F32, 6, 10), 6u * 10 * 4);
+  // One fp32 scale per started group of 4 columns: 3 per row.
+  EXPECT_EQ(Weight::storage_bytes(WeightFormat::BF16, 6, 10, 4), 6u * 10 * 2 + 6u * 3 * 4);
+}
+
+TEST(Weight, SliceRowsPointsAtTheRowsAndTheirScales) {
+  std::vector<uint16_t> data(6 * 10);
+  std::vector<float> scales(6 * 3);
+  Weight w{data.data(), WeightFormat::BF16, 6, 10, scales.data(), 4};
+  const Weight s = w.slice_rows(2, 3);
+  EXPECT_EQ(s.data, static_cast<void*>(data.data() + 2 * 10));
+  EXPECT_EQ(s.scales, scales.data() + 2 * 3);
+  EXPECT_EQ(s.rows, 3);
+  EXPECT_EQ(s.cols, 10);
+  EXPECT_EQ(s.nbytes(), Weight::storage_bytes(WeightFormat::BF16, 3, 10, 4));
+  EXPECT_FALSE(s.dense());
+}
+
+TEST(Weight, DenseTensorIsAWeightOfItsType) {
+  std::vector<float> data(12);
+  const Tensor t{data.data(), DType::F32, 3, 4};
+  const Weight w = t;
+  EXPECT_EQ(w.format, WeightFormat::F32);
+  EXPECT_TRUE(w.dense());
+  const Tensor back = dense_view(w);
+  EXPECT_EQ(back.data, t.data);
+  EXPECT_EQ(back.rows, 3);
+  EXPECT_EQ(back.cols, 4);
+  const Tensor ids{data.data(), DType::I32, 3, 4};
+  EXPECT_DEATH((void)Weight(ids), "no weight format");
+}
+
+// The CPU backend stores every tensor as fp32: planning must predict exactly the bytes of
+// all tensors load_weights uploads, and the linear weights' bytes are 4 per GEMM parameter.
+TEST(Weight, PlannedBytesMatchTheLoadedModel) {
+  const ModelConfig cfg = load_model_config(kTinyChat);
+  Checkpoint ckpt(kTinyChat);
+  auto be = make_cpu_backend({});
+  ASSERT_EQ(be->weight_format(), WeightFormat::F32);
+  const ModelWeights w = load_weights(cfg, ckpt, *be, nullptr);
+
+  size_t all_params = 0, linear_params = 0, head_params = 0;
+  for (auto& [name, shape] : expected_tensors(cfg)) {
+    size_t n = 1;
+    for (int64_t s : shape) n *= size_t(s);
+    all_params += n;
+    if (shape.size() == 2 && name != "model.embed_tokens.weight") linear_params += n;
+    if (name == "lm_head.weight") head_params += n;
+  }
+  if (cfg.tie_word_embeddings) {  // lm_head is the embedding table, read by every decode step
+    head_params = size_t(cfg.vocab_size) * size_t(cfg.hidden_size);
+    linear_params += head_params;
+  }
+  EXPECT_EQ(planned_weight_bytes(cfg, WeightFormat::F32), all_params * 4);
+  EXPECT_EQ(planned_weight_bytes(cfg, WeightFormat::BF16), all_params * 2);
+  EXPECT_EQ(w.linear_bytes(), linear_params * 4);
+  EXPECT_EQ(w.body_linear_bytes(), (linear_params - head_params) * 4);
+  // The stacked projections' parts are views into their stacked weight.
+  const LayerWeights& l = w.layers[0];
+  EXPECT_EQ(l.q_proj.data, l.qkvg.data);
+  EXPECT_EQ(l.q_proj.rows + l.k_proj.rows + l.v_proj.rows + l.gate.rows, l.qkvg.rows);
+  EXPECT_EQ(l.gate_proj.rows + l.up_proj.rows, l.gate_up.rows);
+}
+
+}  // namespace
+}  // namespace sala
