@@ -7,8 +7,8 @@
 #   scripts/gpu_check.sh pack         build, then pack the stripped binaries and their
 #                                     non-system shared libraries into .gpu/pack.tar.xz (~26 MB;
 #                                     .gpu/ is git-ignored and travels with `carry`), with the
-#                                     commit they were built from. The GPU machine has no C++
-#                                     packages and cannot fetch any: build here, run there.
+#                                     commit they were built from. Nothing can be fetched on
+#                                     the GPU machine, so build where the C++ packages are.
 #   scripts/gpu_check.sh correctness  (GPU machine) every check below; exit 1 if any
 #                                     fails:
 #       op tests     every binary of OP_TESTS, --gtest_output=json (CUDA vs CPU, both modes)
