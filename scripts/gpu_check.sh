@@ -1,141 +1,245 @@
 #!/usr/bin/env bash
-# CUDA backend check on the GPU machine, from binaries built elsewhere.
+# The GPU check: one command per mode, a machine-readable summary and a short table last.
 #
-#   scripts/gpu_check.sh pack   (here, after building build-cuda: packs the stripped sala,
-#                                the op tests of OP_TESTS, their non-system shared
-#                                libraries and the golden cases into .gpu/pack.tar.xz (~26 MB;
-#                                .gpu/ is git-ignored and travels with `carry`; unpacked it would
-#                                exceed the 64 MiB limit)
-#   scripts/gpu_check.sh long   (on the GPU machine: `bench` with the long-context rows)
-#   scripts/gpu_check.sh decode4k (on the GPU machine: `bench` with decode rows at a 4K context,
-#                                issue 5's wording: 4096-token prompts, 128 steps, B = 1 / 8 / 64)
-#   scripts/gpu_check.sh run    (on the GPU machine, repository root: op tests against the
-#                                CPU backend in bf16 emulation and in fp32 mode (every binary
-#                                of OP_TESTS), then `sala golden` tiny-dense, tiny-sparse and
-#                                tiny-real-sparse on the GPU in bf16 mode and in fp32 mode;
-#                                prints a table last)
-#   scripts/gpu_check.sh ncu-decode (on the GPU machine: ncu kernel times of the InfLLM-v2
-#                                decode path at a 128K context, summarised per kernel)
-#   scripts/gpu_check.sh exec CMD...  (on the GPU machine: CMD with the pack unpacked at
-#                                $SALA_GPU_DIR (bin/sala, bin/<op tests>) and its libraries on
-#                                LD_LIBRARY_PATH: profiler runs, batch_equality_check.py)
+#   scripts/gpu_check.sh build        configure + build $BUILD (CUDA on, Ninja; sm_90a + sm_80
+#                                     code from src/backend/cuda/CMakeLists.txt): sala and the
+#                                     op tests of OP_TESTS. Where the C++ packages are (here).
+#   scripts/gpu_check.sh pack         build, then pack the stripped binaries and their
+#                                     non-system shared libraries into .gpu/pack.tar.xz (~26 MB;
+#                                     .gpu/ is git-ignored and travels with `carry`), with the
+#                                     commit they were built from. Nothing can be fetched on
+#                                     the GPU machine, so build where the C++ packages are.
+#   scripts/gpu_check.sh correctness  (GPU machine) every check below; exit 1 if any
+#                                     fails:
+#       op tests     every binary of OP_TESTS, --gtest_output=json (CUDA vs CPU, both modes)
+#       graph==eager the GraphReplayMatchesEager* tests of test_cuda_ops (their gtest JSON)
+#       golden       `sala golden CASE --device cuda --mode bf16|fp32` for every CASE under
+#                    $GOLDEN_ROOT holding a cases.json
+#       batch==alone scripts/batch_equality_check.py on models/sala-tiny-chat, $DEVICE
+#       sanitizer    compute-sanitizer memcheck and racecheck over the small-shape op tests
+#                    (SAN_FILTER_OPS / SAN_FILTER_SPARSE; each run cut at SAN_TIMEOUT s)
+#   scripts/gpu_check.sh bench        (GPU machine) `sala bench offline --json` on a full-size
+#                                     random checkpoint (`sala make-random`, 18 GB, made once in
+#                                     $MODEL_DIR): decode B=1/8/64 with 128-token prompts,
+#                                     prefill 4K at B=1/4
+#   scripts/gpu_check.sh long         bench with the long-context rows (32K/128K/512K prefill,
+#                                     decode at 32K/128K) and the short ones (~4 min)
+#   scripts/gpu_check.sh decode4k     bench: decode B=1/8/64 at a 4K context, prefill 4K
+#   scripts/gpu_check.sh ncu-decode   ncu kernel times of the InfLLM-v2 decode path at 128K
+#   scripts/gpu_check.sh exec CMD...  CMD with the binaries' directory in $SALA_GPU_DIR and
+#                                     their libraries on LD_LIBRARY_PATH (profiler runs)
+#   scripts/gpu_check.sh table [FILE] print the table of a summary written before
+#   scripts/gpu_check.sh markdown [FILE]  its bench rows as docs/PERF.md table rows
+#
+# Every mode but build/pack/exec/table/markdown writes $OUT/summary.json (OUT defaults to
+# /tmp/gpu_check_out; SUMMARY overrides the path): {mode, commit, date, machine, passed,
+# checks: [{name, kind, passed, rc, seconds, details}]} (scripts/gpu_summary.py), logs beside it.
+# Binaries: the unpacked .gpu/pack.tar.xz when present, else $BUILD's. DEVICE=cpu runs the
+# golden, batch==alone and bench checks on the CPU backend (a dry run of the script on a
+# machine without a GPU; the op tests and the sanitizer then fail as not built / not found).
+# Each mode fits the device tool's 10 minutes per command on an H200; run them separately.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-G=$ROOT/.gpu
 BUILD=${BUILD:-$ROOT/build-cuda}
-GOLDEN=${GOLDEN:-$ROOT/../shared/golden}
-# The CUDA op test binaries (tests/ops): all of them are packed and run.
+GOLDEN_ROOT=${GOLDEN_ROOT:-$ROOT/tests/fixtures/golden}
+DEVICE=${DEVICE:-cuda}
+OUT=${OUT:-/tmp/gpu_check_out}
+SUMMARY=${SUMMARY:-$OUT/summary.json}
+MODEL_DIR=${MODEL_DIR:-/tmp/sala_random_9b}
 OP_TESTS=${OP_TESTS:-"test_cuda_ops test_cuda_sparse test_cuda_f32"}
+# Small shapes only: the sanitizers run kernels 10-100x slower. Not the *Long, speed, graph or
+# head-128 lightning tests (the same kernels at larger shapes).
+SAN_FILTER_OPS=${SAN_FILTER_OPS:-"CudaOps.Embedding:CudaOps.RmsNorm:CudaOps.AddScaledRmsNorm:\
+CudaOps.Elementwise:CudaOps.RopeAndGather:CudaOps.LightningTiny:CudaOps.LinearMulti:\
+CudaOps.LinearSiluMul:CudaOps.StackedGemmDecodeSteps:CudaOps.QkNormRope:\
+CudaFused.RmsNormMulSigmoid:CudaFused.LightningQkAttentionHead16"}
+SAN_FILTER_SPARSE=${SAN_FILTER_SPARSE:-"CudaOps.SparseLayerInfLLMv2:CudaOps.SparseLayerDenseAsSparse"}
+SAN_TIMEOUT=${SAN_TIMEOUT:-45}
+SUM="python3 $ROOT/scripts/gpu_summary.py"
+BIN=""     # directory of sala and the op tests
+PACK=$ROOT/.gpu/pack.tar.xz
+
+build() {
+  set -e
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DSALA_CUDA=ON
+  # shellcheck disable=SC2086  # OP_TESTS is a list
+  ninja -C "$BUILD" sala $OP_TESTS
+  set +e
+}
 
 pack() {
+  build
   set -e
-  rm -rf "$G" && mkdir -p "$G/bin" "$G/lib" "$G/golden"
-  cp "$BUILD/src/cli/sala" "$G/bin/"
-  for t in $OP_TESTS; do cp "$BUILD/tests/ops/$t" "$G/bin/"; done
+  local g=$ROOT/.gpu
+  rm -rf "$g" && mkdir -p "$g/bin" "$g/lib"
+  cp "$BUILD/src/cli/sala" "$g/bin/"
+  for t in $OP_TESTS; do cp "$BUILD/tests/ops/$t" "$g/bin/"; done
   # Every shared library the binaries need except glibc's own and the CUDA driver/toolkit
   # ones (the GPU machine has CUDA 13 and its driver).
-  for b in "$G"/bin/*; do
+  for b in "$g"/bin/*; do
     ldd "$b" | awk '/=> \// {print $3}'
   done | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libstdc++*|libgcc_s*|libcuda.so*|libcudart.so*|libcublas*) ;;
-      *) cp -L "$lib" "$G/lib/" ;;
+      *) cp -L "$lib" "$g/lib/" ;;
     esac
   done
-  for c in tiny-dense tiny-sparse tiny-real-sparse; do cp -r "$GOLDEN/$c" "$G/golden/"; done
-  strip "$G"/bin/*
-  tar -C "$G" -cJf "$ROOT/.gpu.pack.tar.xz" bin lib golden
-  rm -rf "$G" && mkdir -p "$G" && mv "$ROOT/.gpu.pack.tar.xz" "$G/pack.tar.xz"
-  du -sh "$G"
+  strip "$g"/bin/*
+  commit_stamp >"$g/commit"
+  tar -C "$g" -cJf "$ROOT/.gpu.pack.tar.xz" bin lib commit
+  rm -rf "$g" && mkdir -p "$g" && mv "$ROOT/.gpu.pack.tar.xz" "$PACK"
+  du -sh "$g"
+  set +e
+}
+
+# The commit the binaries come from: git where the tree is a checkout, else the pack's stamp.
+commit_stamp() {
+  if [ -n "${COMMIT:-}" ]; then
+    echo "$COMMIT"
+  elif git -C "$ROOT" rev-parse --short HEAD >/dev/null 2>&1; then
+    local c
+    c=$(git -C "$ROOT" rev-parse --short HEAD)
+    git -C "$ROOT" diff --quiet HEAD -- src tests CMakeLists.txt 2>/dev/null || c="$c+dirty"
+    echo "$c"
+  elif [ -n "$BIN" ] && [ -e "$BIN/../commit" ]; then
+    cat "$BIN/../commit"
+  else
+    echo unknown
+  fi
+}
+
+machine() {
+  local m
+  m=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+  echo "${m:-$(uname -n) (no nvidia-smi), device $DEVICE}"
 }
 
 setup() {
-  out=${OUT:-/tmp/gpu_check_out}
-  mkdir -p "$out"
-  if [ -e "$G/pack.tar.xz" ]; then
-    mkdir -p /tmp/sala_gpu && tar -C /tmp/sala_gpu -xJf "$G/pack.tar.xz" && G=/tmp/sala_gpu
+  mkdir -p "$OUT"
+  : >"$OUT/checks.jsonl"
+  if [ -e "$PACK" ]; then
+    rm -rf /tmp/sala_gpu && mkdir -p /tmp/sala_gpu && tar -C /tmp/sala_gpu -xJf "$PACK"
+    BIN=/tmp/sala_gpu/bin
+    LIBS=/tmp/sala_gpu/lib
+  else
+    # Not packed: $BUILD's binaries, side by side in one directory of links.
+    BIN=$OUT/bin
+    LIBS=""
+    mkdir -p "$BIN"
+    ln -sf "$BUILD/src/cli/sala" "$BIN/sala"
+    for t in $OP_TESTS; do ln -sf "$BUILD/tests/ops/$t" "$BIN/$t"; done
   fi
   # cuBLASLt / cudart of the machine's CUDA 13 (toolkit or the pip wheels PyTorch uses).
-  local cuda_libs=""
+  local cuda_libs="" d f
   for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
     [ -e "$d/libcublasLt.so.13" ] && cuda_libs="$cuda_libs:$d"
   done
-  if [ -z "$cuda_libs" ]; then
-    local f
+  if [ -z "$cuda_libs" ] && [ "$DEVICE" = cuda ]; then
     f=$(find / -xdev -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
     [ -n "$f" ] && cuda_libs=":$(dirname "$f")"
     f=$(find / -xdev -name 'libcudart.so.13*' 2>/dev/null | head -1)
     [ -n "$f" ] && cuda_libs="$cuda_libs:$(dirname "$f")"
   fi
-  export LD_LIBRARY_PATH="$G/lib$cuda_libs:${LD_LIBRARY_PATH:-}"
-  export SALA_REQUIRE_GPU=1
-  export SALA_GOLDEN_DIR="$G/golden"  # tiny-dense for the graph-vs-eager test
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-  ldd "$G/bin/sala" | grep -i "not found" && echo "MISSING LIBRARIES"
+  export LD_LIBRARY_PATH="$LIBS$cuda_libs:${LD_LIBRARY_PATH:-}"
+  [ "$DEVICE" = cuda ] && export SALA_REQUIRE_GPU=1
+  export SALA_GOLDEN_DIR=$GOLDEN_ROOT  # tiny-dense / tiny-sparse for graph == eager
+  echo "machine: $(machine); commit: $(commit_stamp); binaries: $BIN"
+  if ldd "$BIN/sala" 2>&1 | grep -i "not found"; then echo "MISSING LIBRARIES"; fi
 }
 
-run() {
+finish() {
+  $SUM finish "$OUT/checks.jsonl" "$SUMMARY" --mode "$1" --commit "$(commit_stamp)" \
+    --machine "$(machine)"
+}
+
+# run_logged LOG CMD...: CMD's output to the terminal and LOG; sets RC and SECS.
+run_logged() {
+  local log=$1 t0=$SECONDS
+  shift
+  "$@" >"$log" 2>&1
+  RC=$?
+  SECS=$((SECONDS - t0))
+  tail -n 4 "$log"
+}
+
+correctness() {
   setup
-  local t0 ops_ok=1
-  declare -A orc os grc gs
+  local t c mode tool filter
   for t in $OP_TESTS; do
-    t0=$SECONDS
-    "$G/bin/$t" 2>&1 | tee "$out/$t.log"
-    orc[$t]=${PIPESTATUS[0]}
-    os[$t]=$((SECONDS - t0))
-    [ "${orc[$t]}" = 0 ] || ops_ok=0
+    echo "== $t"
+    run_logged "$OUT/$t.log" "$BIN/$t" --gtest_output="json:$OUT/$t.json"
+    $SUM gtest "$OUT/checks.jsonl" "op tests $t" "$OUT/$t.json" "$RC" "$SECS"
+    if [ "$t" = test_cuda_ops ]; then
+      $SUM gtest "$OUT/checks.jsonl" "graph == eager" "$OUT/$t.json" "$RC" 0 \
+        --only 'CudaOps.GraphReplayMatchesEager*'
+    fi
   done
-  local golden_ok=1
+  local cases=()
+  for c in "$GOLDEN_ROOT"/*/cases.json; do [ -e "$c" ] && cases+=("$(dirname "$c")"); done
+  if [ ${#cases[@]} = 0 ]; then
+    echo "no golden case (*/cases.json) under GOLDEN_ROOT=$GOLDEN_ROOT" >"$OUT/golden.log"
+    $SUM lines "$OUT/checks.jsonl" "golden (no cases)" "$OUT/golden.log" 1 0 "golden"
+  fi
   for mode in bf16 fp32; do
-    for c in tiny-dense tiny-sparse tiny-real-sparse; do
-      t0=$SECONDS
-      "$G/bin/sala" golden "$G/golden/$c" --device cuda --mode $mode 2>&1 |
-        tee "$out/golden_${c}_$mode.log"
-      grc[$c.$mode]=${PIPESTATUS[0]}
-      gs[$c.$mode]=$((SECONDS - t0))
-      [ "${grc[$c.$mode]}" = 0 ] || golden_ok=0
+    for c in "${cases[@]}"; do
+      echo "== golden $(basename "$c") $mode"
+      run_logged "$OUT/golden_$(basename "$c")_$mode.log" \
+        "$BIN/sala" golden "$c" --device "$DEVICE" --mode "$mode"
+      $SUM golden "$OUT/checks.jsonl" "golden $(basename "$c") $mode" \
+        "$OUT/golden_$(basename "$c")_$mode.log" "$RC" "$SECS"
     done
   done
-
-  echo
-  echo "================ CUDA backend check ================"
-  printf "%-34s %-6s %s\n" "check" "rc" "result"
-  for t in $OP_TESTS; do
-    printf "%-34s %-6s %s\n" "$t (${os[$t]}s)" "${orc[$t]}" \
-      "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$t.log" | tr '\n' ' ')"
-  done
-  for mode in bf16 fp32; do
-    for c in tiny-dense tiny-sparse tiny-real-sparse; do
-      printf "%-34s %-6s %s\n" "golden $c $mode cuda (${gs[$c.$mode]}s)" "${grc[$c.$mode]}" \
-        "$(grep -E '^[0-9]+ scenarios' "$out/golden_${c}_$mode.log")"
+  echo "== batch == alone"
+  run_logged "$OUT/batch_equality.log" \
+    python3 "$ROOT/scripts/batch_equality_check.py" "$BIN/sala" "$ROOT/models/sala-tiny-chat" "$DEVICE"
+  $SUM lines "$OUT/checks.jsonl" "batch == alone" "$OUT/batch_equality.log" "$RC" "$SECS" \
+    "outputs equal to alone|differs"
+  for tool in memcheck racecheck; do
+    for t in test_cuda_ops test_cuda_sparse; do
+      filter=$SAN_FILTER_OPS
+      [ "$t" = test_cuda_sparse ] && filter=$SAN_FILTER_SPARSE
+      echo "== compute-sanitizer $tool $t"
+      # shellcheck disable=SC2086  # SAN_ARGS: extra options, split on purpose
+      run_logged "$OUT/san_${tool}_$t.log" timeout "$SAN_TIMEOUT" \
+        compute-sanitizer --tool "$tool" --error-exitcode 1 ${SAN_ARGS:-} \
+        "$BIN/$t" --gtest_filter="$filter"
+      [ "$RC" = 124 ] && echo "timed out after $SAN_TIMEOUT s" >>"$OUT/san_${tool}_$t.log"
+      $SUM lines "$OUT/checks.jsonl" "$tool $t" "$OUT/san_${tool}_$t.log" "$RC" "$SECS" \
+        "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard|timed out|PASSED|FAILED|not found|No such file|failed to run"
     done
   done
-  for t in $OP_TESTS; do grep -E "^\[ (sparse|graph) \]" "$out/$t.log"; done
-  [ "$ops_ok" = 1 ] && [ "$golden_ok" = 1 ]
+  finish correctness
 }
 
-# Full-size random model (configs/minicpm-sala-9b.json, 18 GB written on the GPU machine):
-# decode and prefill speed through `sala bench offline` (issue 5's targets).
+# `sala bench offline` on the full-size random checkpoint; BENCH_ARGS picks the rows.
 bench() {
   setup
-  local m=/tmp/sala_random_9b t0=$SECONDS
-  [ -e "$m/model.safetensors.index.json" ] || [ -e "$m/model.safetensors" ] ||
-    "$G/bin/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$m" 2>&1 | tail -3
+  local t0=$SECONDS
+  if [ ! -e "$MODEL_DIR/model.safetensors.index.json" ] && [ ! -e "$MODEL_DIR/model.safetensors" ]; then
+    "$BIN/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$MODEL_DIR" \
+      2>&1 | tail -3
+  fi
   echo "make-random: $((SECONDS - t0)) s"
-  # SALA_CUDA_OPTIME=1024: GPU time per op of the steps of >= 1024 rows (the prefills),
+  # SALA_CUDA_OPTIME=N: GPU time per op of the eager steps of >= N rows (the prefills),
   # printed at exit; decode steps run as CUDA graphs and are not timed per op.
-  SALA_CUDA_OPTIME=${SALA_CUDA_OPTIME:-1024} "$G/bin/sala" bench offline --model-path "$m" --device cuda \
-    ${BENCH_ARGS:---decode-batches 1 8 64 --decode-input 128 --decode-output 128 --prefill-batches 1 4 \
-    --prefill-input 4096} --json "$out/bench.json" 2>&1 | tee "$out/bench.log"
+  # shellcheck disable=SC2086  # BENCH_ARGS is a list of options
+  SALA_CUDA_OPTIME=${SALA_CUDA_OPTIME:-1024} run_logged "$OUT/bench.log" \
+    "$BIN/sala" bench offline --model-path "$MODEL_DIR" --device "$DEVICE" $BENCH_ARGS \
+    --json "$OUT/bench.json"
+  $SUM bench "$OUT/checks.jsonl" "bench $1" "$OUT/bench.json" "$RC" "$SECS"
+  finish "$1"
 }
 
-# The long-context rows of issue 7 (docs/PERF.md "Long context"): chunked prefill of 32K /
-# 128K / 512K prompts and decode at 32K / 128K contexts, plus the short decode/prefill rows.
-# About 4 minutes of device time with the model already made.
+SHORT_BENCH_ARGS="--decode-batches 1,8,64 --decode-input 128 --decode-output 128 \
+  --prefill-batches 1,4 --prefill-input 4096"
+# Issue 7's rows: chunked prefill of 32K / 128K / 512K prompts and decode at 32K / 128K
+# contexts, plus the short decode/prefill rows. About 4 minutes with the model made.
 LONG_BENCH_ARGS="--decode-batches 1,8,64 --decode-output 128 --prefill-batches 1,4 \
   --long-prefill 32768,131072,524288 --long-decode-contexts 32768,131072 \
   --long-decode-batches 1,8 --long-decode-steps 64"
+# Issue 5's wording: decode at a 4K context (4096-token prompts, 128 steps).
+DECODE4K_BENCH_ARGS="--decode-batches 1,8,64 --decode-input 4096 --decode-output 128 \
+  --prefill-batches 1 --prefill-input 4096"
 
 # Kernel times of the InfLLM-v2 decode path (issue 7's 128K decode): ncu over a bench with a
 # 131072-token context, graphs off, only the sparse-layer kernels; scripts/ncu_summary.py
@@ -143,26 +247,27 @@ LONG_BENCH_ARGS="--decode-batches 1,8,64 --decode-output 128 --prefill-batches 1
 # About 2 minutes with the model made. NCU_CONTEXT / NCU_KERNELS override the defaults.
 ncu_decode() {
   setup
-  local m=/tmp/sala_random_9b c=${NCU_CONTEXT:-131072}
-  [ -e "$m/model.safetensors.index.json" ] || [ -e "$m/model.safetensors" ] ||
-    "$G/bin/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$m" 2>&1 | tail -1
+  local c=${NCU_CONTEXT:-131072}
+  [ -e "$MODEL_DIR/model.safetensors.index.json" ] || [ -e "$MODEL_DIR/model.safetensors" ] ||
+    "$BIN/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$MODEL_DIR" 2>&1 | tail -1
   SALA_DISABLE_CUDA_GRAPH=1 ncu --metrics gpu__time_duration.sum,launch__grid_size \
     -k "regex:${NCU_KERNELS:-select|sparse_attn|combine|append_kv|compress|attention_kernel}" \
-    --csv --log-file "$out/ncu.csv" "$G/bin/sala" bench offline --model-path "$m" --device cuda \
+    --csv --log-file "$OUT/ncu.csv" "$BIN/sala" bench offline --model-path "$MODEL_DIR" --device cuda \
     --decode-batches 1 --decode-output 2 --prefill-batches 1 --prefill-input 256 \
     --long-decode-contexts "$c" --long-decode-batches 1 --long-decode-steps 4 2>&1 | grep -E "^decode"
-  python3 "$ROOT/scripts/ncu_summary.py" "$out/ncu.csv" --last $((4 * 8 * 7))
+  python3 "$ROOT/scripts/ncu_summary.py" "$OUT/ncu.csv" --last $((4 * 8 * 7))
 }
 
-case "${1:-run}" in
+case "${1:-}" in
+  build) build ;;
   pack) pack ;;
-  run) run ;;
-  bench) bench ;;
-  long) SALA_CUDA_OPTIME=${SALA_CUDA_OPTIME:-8192} BENCH_ARGS=${BENCH_ARGS:-$LONG_BENCH_ARGS} bench ;;
-  all) run; bench ;;
-  decode4k) BENCH_ARGS=${BENCH_ARGS:-"--decode-batches 1,8,64 --decode-input 4096 --decode-output 128 \
-    --prefill-batches 1 --prefill-input 4096"} bench ;;
+  correctness) correctness ;;
+  bench) BENCH_ARGS=${BENCH_ARGS:-$SHORT_BENCH_ARGS} bench bench ;;
+  long) SALA_CUDA_OPTIME=${SALA_CUDA_OPTIME:-8192} BENCH_ARGS=${BENCH_ARGS:-$LONG_BENCH_ARGS} bench long ;;
+  decode4k) BENCH_ARGS=${BENCH_ARGS:-$DECODE4K_BENCH_ARGS} bench decode4k ;;
   ncu-decode) ncu_decode ;;
-  exec) shift; setup >&2; export SALA_GPU_DIR=$G; "$@" ;;
-  *) echo "usage: $0 pack|run|bench|long|decode4k|all|ncu-decode|exec CMD..." >&2; exit 2 ;;
+  exec) shift; setup >&2; export SALA_GPU_DIR=$BIN; "$@" ;;
+  table|markdown) $SUM "$1" "${2:-$SUMMARY}" ;;
+  *) echo "usage: $0 build|pack|correctness|bench|long|decode4k|ncu-decode|exec CMD...|table|markdown [FILE]" >&2
+     exit 2 ;;
 esac

@@ -26,13 +26,14 @@ export LD_LIBRARY_PATH="$G/lib$cuda_libs:${LD_LIBRARY_PATH:-}"
 ldd "$G/bin/sala" | grep "not found" && echo "MISSING LIBRARIES"
 SALA=$G/bin/sala
 ops="not run"
-if [ "${CHECK_OPS:-0}" = 1 ]; then  # the pack's op tests and golden bf16 cases first
+if [ "${CHECK_OPS:-0}" = 1 ]; then  # the pack's op tests and golden bf16 cases (GOLDEN_ROOT) first
   ops="op tests pass"
   for t in test_cuda_ops test_cuda_sparse test_cuda_f32; do  # gpu_check.sh's OP_TESTS
     SALA_REQUIRE_GPU=1 "$G/bin/$t" >"$OUT/$t.log" 2>&1 || ops="op tests FAIL ($t)"
   done
   for c in tiny-dense tiny-sparse; do
-    "$SALA" golden "$G/golden/$c" --device cuda --mode bf16 >"$OUT/golden_$c.log" 2>&1
+    "$SALA" golden "${GOLDEN_ROOT:-$ROOT/tests/fixtures/golden}/$c" --device cuda --mode bf16 \
+      >"$OUT/golden_$c.log" 2>&1
     ops="$ops; golden $c: $(tail -1 "$OUT/golden_$c.log")"
   done
 fi
@@ -65,8 +66,8 @@ t0=$SECONDS
 "$SALA" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out $M >"$OUT/make_random.log" 2>&1
 python3 "$ROOT/scripts/make_full_vocab_tokenizer.py" $M >>"$OUT/make_random.log" 2>&1
 echo "make-random: $((SECONDS - t0)) s"
-"$SALA" make-speed-set --out "$OUT/speed.jsonl" --n ${SPEED_N:-16} --seed 1 --scale ${SPEED_SCALE:-0.03} \
-  --output-scale ${SPEED_OUTPUT_SCALE:-0.1} --max-prompt-tokens ${SPEED_MAX_PROMPT:-12000} | tail -3
+"$SALA" make-speed-set --out "$OUT/speed.jsonl" --n "${SPEED_N:-16}" --seed 1 --scale "${SPEED_SCALE:-0.03}" \
+  --output-scale "${SPEED_OUTPUT_SCALE:-0.1}" --max-prompt-tokens "${SPEED_MAX_PROMPT:-12000}" | tail -3
 "$SALA" serve --device cuda --port 30002 --model-path $M >"$OUT/serve_9b.log" 2>&1 &
 pid=$!
 t0=$SECONDS

@@ -10,6 +10,8 @@
 //   --long-decode-contexts C1,..: B sequences (--long-decode-batches) prefilled to C tokens,
 //     then --long-decode-steps greedy steps of all B, vs (weights + per-sequence KV, compressed
 //     keys and lightning state bytes) / 4.30 TB/s.
+// --json FILE: every row of the table also as a JSON array (kind-specific keys plus the
+// common name / batch / context / unit / value / floor / ratio, see Bench::add_common_keys).
 // requires: sala_model
 #include <fmt/core.h>
 
@@ -19,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "core/check.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "model/minicpm_sala.h"
@@ -139,9 +142,46 @@ struct Bench {
 
   // The JSON is rewritten after each result: a run stopped by a later, longer case keeps these.
   void add(nlohmann::json row, std::string line) {
+    add_common_keys(row);
     results.push_back(std::move(row));
     table.push_back(std::move(line));
     if (!a.out_json.empty()) std::ofstream(a.out_json) << results.dump(2) << "\n";
+  }
+
+  // Keys every row carries, whatever its kind (docs/PERF.md's tables and
+  // scripts/gpu_check.sh's summary read these): name (the table line's label), batch,
+  // context (tokens before the timed steps, or the prompt length of a prefill), the measured
+  // value with its unit, the floor in the same unit and ratio (share of the floor reached:
+  // floor / time, or throughput / ceiling).
+  void add_common_keys(nlohmann::json& row) const {
+    const std::string kind = row.at("kind");
+    const int batch = row.at("batch");
+    auto set = [&](int64_t context, const std::string& label, const char* unit, double value,
+                   double floor, double ratio) {
+      row["name"] = fmt::format("{} B={} {}", kind, batch, label);
+      row["context"] = context;
+      row["unit"] = unit;
+      row["value"] = value;
+      row["floor"] = floor;
+      row["ratio"] = ratio;
+    };
+    if (kind == "decode") {
+      set(a.decode_in, fmt::format("C={}", a.decode_in), "ms_per_step", row["ms_per_step"],
+          row["floor_ms"], row["fraction_of_floor"]);
+    } else if (kind == "prefill") {
+      const int64_t L = row["input_len"];
+      const double tok_s = row["tok_s"], ceiling = row["ceiling_tok_s"];
+      set(L, fmt::format("L={}", L), "tok_s", tok_s, ceiling, tok_s / ceiling);
+    } else if (kind == "long_prefill") {
+      const int64_t L = row["input_len"];
+      set(L, fmt::format("L={}", L), "seconds", row["seconds"], row["floor_seconds"],
+          row["fraction_of_floor"]);
+    } else {
+      SALA_CHECK(kind == "long_decode");
+      const int64_t C = row["context"];
+      set(C, fmt::format("C={}", C), "ms_per_step", row["ms_per_step"], row["floor_ms"],
+          row["fraction_of_floor"]);
+    }
   }
 };
 
@@ -402,7 +442,7 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
                  "timed decode steps per long decode run")->capture_default_str();
   app.add_option("--threads", a->threads, "CPU threads (0 = all)");
   app.add_flag("--bf16", a->bf16, "CPU: emulate bf16 rounding");
-  app.add_option("--json,--out-json", a->out_json, "write results as JSON");
+  app.add_option("--json,--out-json", a->out_json, "also write every table row to FILE as JSON");
   return [a] { return run(*a); };
 });
 

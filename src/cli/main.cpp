@@ -19,9 +19,9 @@ std::vector<Command>& registry() {
 
 int main(int argc, char** argv) {
   // OpenMP threads that spin-wait between parallel regions starve the HTTP threads and
-  // anything else on a small machine (measured: a tiny-model decode step 4.7 ms passive vs
-  // 530 ms spinning under load). libgomp reads the policy before main, so set it and re-exec
-  // once; an explicit OMP_WAIT_POLICY from the user is kept.
+  // anything else on a small machine (docs/PERF_LOG.md has the measurement). libgomp reads
+  // the policy before main, so set it and re-exec once; an explicit OMP_WAIT_POLICY from the
+  // user is kept.
   if (!std::getenv("OMP_WAIT_POLICY")) {
     setenv("OMP_WAIT_POLICY", "passive", 1);
     execv("/proc/self/exe", argv);  // returns only on failure: then run as is

@@ -94,6 +94,13 @@ for r in decode:
 # B sequences add B times the per-sequence bytes to the same weights.
 assert close((decode[1]["floor_ms"] - decode[0]["floor_ms"]) * 1e-3 * 4.30e12, decode[0]["floor_seq_bytes"])
 
+# The common keys of every row (bench_offline_json.py checks the short rows').
+assert (p["name"], p["context"], p["unit"]) == ("long_prefill B=1 L=700", 700, "seconds"), p
+assert (p["value"], p["floor"], p["ratio"]) == (p["seconds"], p["floor_seconds"], p["fraction_of_floor"]), p
+for r in decode:
+    assert (r["name"], r["unit"]) == (f"long_decode B={r['batch']} C=400", "ms_per_step"), r
+    assert (r["value"], r["floor"], r["ratio"]) == (r["ms_per_step"], r["floor_ms"], r["fraction_of_floor"]), r
+
 table = [l for l in run.stdout.splitlines() if "of floor" in l]
 assert sum("L=700" in l for l in table) == 1, table
 assert sum("C=400" in l for l in table) == 2, table

@@ -14,7 +14,7 @@ namespace sala {
 
 CpuBackend::CpuBackend(const BackendOptions& opts) : bf16_(opts.mode == NumericMode::BF16) {
   // One thread pool: OpenMP. OpenBLAS runs single-threaded inside OpenMP work items; two
-  // pools that both spin-wait starve each other (measured: 25x slower decode on 2 cores).
+  // pools that both spin-wait starve each other (decode many times slower on 2 cores).
   openblas_set_num_threads(1);
   if (opts.threads > 0) omp_set_num_threads(opts.threads);
 }

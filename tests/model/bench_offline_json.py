@@ -1,0 +1,68 @@
+"""`sala bench offline --json` on the bundled tiny model, CPU: one JSON row per table line.
+
+Usage: bench_offline_json.py SALA_BIN MODEL_DIR OUT_DIR
+
+Runs decode at batch 1 and 2 (16-token prompts, 4 steps) and prefill at batch 1 (64-token
+prompt), then checks that the JSON is an array of exactly those three rows, each with the
+common keys (name, batch, context, unit, value, floor, ratio) consistent with its
+kind-specific keys, and that every row's name and value appear on one printed table line.
+scripts/gpu_check.sh and docs/PERF.md read these keys.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+
+sala, model_dir, out_dir = sys.argv[1:4]
+os.makedirs(out_dir, exist_ok=True)
+out_json = os.path.join(out_dir, "bench.json")
+if os.path.exists(out_json):
+    os.remove(out_json)
+cmd = [sala, "bench", "offline", "--model-path", model_dir, "--decode-batches", "1,2",
+       "--decode-input", "16", "--decode-output", "4", "--prefill-batches", "1",
+       "--prefill-input", "64", "--json", out_json]
+print(" ".join(cmd), flush=True)
+run = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=300)
+print(run.stdout)
+assert run.returncode == 0, f"exit status {run.returncode}"
+rows = json.load(open(out_json))
+assert isinstance(rows, list), type(rows)
+
+
+def positive(row, key):
+    v = row[key]
+    assert isinstance(v, (int, float)) and math.isfinite(v) and v > 0, f"{row['name']}: {key} = {v}"
+
+
+def close(a, b):
+    return math.isclose(a, b, rel_tol=1e-9)
+
+
+expected = [("decode B=1 C=16", "decode", 1, 16, "ms_per_step"),
+            ("decode B=2 C=16", "decode", 2, 16, "ms_per_step"),
+            ("prefill B=1 L=64", "prefill", 1, 64, "tok_s")]
+assert [r.get("name") for r in rows] == [e[0] for e in expected], [r.get("name") for r in rows]
+for row, (name, kind, batch, context, unit) in zip(rows, expected):
+    assert (row["kind"], row["batch"], row["context"], row["unit"]) == (kind, batch, context, unit), row
+    for key in ("value", "floor", "ratio", "tok_s"):
+        positive(row, key)
+    if kind == "decode":
+        assert row["value"] == row["ms_per_step"] and row["floor"] == row["floor_ms"], row
+        assert close(row["ratio"], row["floor"] / row["value"]), row
+        assert close(row["tok_s"], batch * 1e3 / row["value"]), row
+    else:
+        assert row["value"] == row["tok_s"] and row["floor"] == row["ceiling_tok_s"], row
+        assert close(row["ratio"], row["value"] / row["floor"]), row
+# Both decode rows read the same weights: the same floor.
+assert rows[0]["floor"] == rows[1]["floor"], rows
+
+# The table printed last: one line per row, with the row's label and value as printed.
+lines = run.stdout.splitlines()
+for row in rows:
+    kind = row["kind"]
+    label = f"{kind:<7} B={row['batch']:<3}"
+    shown = f"{row['value']:.3f} ms/step" if kind == "decode" else f"{row['value']:.1f} tok/s"
+    hits = [l for l in lines if l.startswith(label) and shown in " ".join(l.split())]
+    assert len(hits) == 1, (row["name"], shown, lines)
+print("OK")
