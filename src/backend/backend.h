@@ -16,7 +16,7 @@
 #include "core/config.h"
 #include "backend/weight.h"
 #include "core/dtype.h"
-#include "model/step.h"
+#include "backend/step.h"
 
 namespace sala {
 
@@ -206,6 +206,13 @@ struct BackendOptions {
   bool cuda_graphs = true;
 };
 
+// The backend of a device name ("cpu", "cuda"; backend/factory.cpp): the one factory every
+// caller uses. sala::Error for an unknown name, or for "cuda" in a build without CUDA.
+std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOptions& opts);
+// The device names this build can make, e.g. {"cpu", "cuda"}.
+std::vector<std::string> backend_devices();
+
+// The concrete backends behind make_backend (tests that compare the two call them directly).
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& opts);
 #ifdef SALA_HAVE_CUDA
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts);

@@ -12,7 +12,7 @@
 //     keys and lightning state bytes) / 4.30 TB/s.
 // --json FILE: every row of the table also as a JSON array (kind-specific keys plus the
 // common name / batch / context / unit / value / floor / ratio, see Bench::add_common_keys).
-// requires: sala_model
+// requires: sala_model sala_engine
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -21,9 +21,12 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "backend/cache_layout.h"
 #include "core/check.h"
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "engine/engine.h"  // kv_bytes_per_page
+#include "engine/request_check.h"
 #include "model/minicpm_sala.h"
 
 namespace {
@@ -55,7 +58,7 @@ T max_of(const std::vector<T>& v) {
 }
 
 int32_t pages_for(int64_t tokens, int32_t page_size) {
-  return int32_t((tokens + page_size - 1) / page_size);
+  return int32_t(sala::cache_layout::pages_for(tokens, page_size));
 }
 
 // Pages [b·n, (b+1)·n) of the pool: sequence b of a benchmark that gives each sequence n pages.
@@ -70,11 +73,6 @@ int64_t short_context(const Args& a) {
   return std::max(a.decode_in + a.decode_out, a.prefill_in) + 1;
 }
 
-// Compressed-key entries of a sequence of `len` tokens, windows fully inside it (SPEC §9.3).
-int64_t compressed_entries(int64_t len, int window, int stride) {
-  return len >= window ? (len - window) / stride + 1 : 0;
-}
-
 // Attention FLOPs of prefilling L tokens in chunks of `chunk`, all layers. Sparse layers
 // (SPEC §9.2-9.6): a chunk is dense or sparse by the sequence's length after it; per query
 // token at position t, dense: q·k and p·v over t+1 keys; sparse: stage 1 over the level-1
@@ -87,14 +85,14 @@ double prefill_attention_flops(const sala::ModelConfig& c, int64_t L, int64_t ch
   double sparse_layer = 0;
   for (int64_t off = 0; off < L; off += chunk) {
     const int64_t end = std::min(L, off + chunk);
-    const bool sparse = end >= sp.dense_len;
+    const bool sparse = sp.sparse_call(end, false);
     for (int64_t t = off; t < end; ++t) {
       if (!sparse) {
         sparse_layer += 4 * qk * double(t + 1);
         continue;
       }
-      const int64_t n1 = compressed_entries(t + 1, sp.kernel_size, sp.kernel_stride);
-      const int64_t n2 = compressed_entries(t + 1, sp.level2_window(), sp.level2_stride());
+      const int64_t n1 = sala::cache_layout::num_entries(t + 1, sp.kernel_size, sp.kernel_stride);
+      const int64_t n2 = sala::cache_layout::num_entries(t + 1, sp.level2_window(), sp.level2_stride());
       sparse_layer += 2 * qk * double(n1 + n2) + 4 * qk * double(std::min(t + 1, selected));
     }
   }
@@ -112,9 +110,9 @@ double decode_seq_bytes(const sala::ModelConfig& c, int64_t C) {
   const int64_t L = C + 1;
   const double row = double(c.num_key_value_heads) * c.head_dim * 2;  // one token's K, bf16
   double kv = 2 * row * double(L);
-  if (L >= sp.dense_len) {
-    const int64_t n1 = compressed_entries(L, sp.kernel_size, sp.kernel_stride);
-    const int64_t n2 = compressed_entries(L, sp.level2_window(), sp.level2_stride());
+  if (sp.sparse_call(L, false)) {
+    const int64_t n1 = sala::cache_layout::num_entries(L, sp.kernel_size, sp.kernel_stride);
+    const int64_t n2 = sala::cache_layout::num_entries(L, sp.level2_window(), sp.level2_stride());
     const int64_t selected = int64_t(sp.total_topk()) * sp.block_size;
     kv = row * double(n1 + n2) + 2 * row * double(std::min(L, selected));
   }
@@ -306,27 +304,16 @@ int run(const Args& a) {
     if (b <= 0) sala::fail("--long-decode-batches: batch {} is not positive", b);
   const int64_t long_decode_len = long_decode ? max_of(a.long_decode_contexts) + a.long_decode_steps : 0;
   const int64_t max_long_ctx = std::max(max_of(a.long_prefill), long_decode_len);
-  if (max_long_ctx > cfg.max_position_embeddings)
-    sala::fail("long-context runs need {} positions; the model has {}", max_long_ctx,
-               cfg.max_position_embeddings);
+  sala::check_model_context(cfg, max_long_ctx, "the long-context runs' length");
 
   const sala::ModelLimits lim = plan_limits(a, cfg);
   // The GPU path is bf16 by contract; the CPU reference is fp32 unless --bf16 asks for emulation.
   const bool bf16 = a.bf16 || a.device == "cuda";
   sala::BackendOptions bo{bf16 ? sala::NumericMode::BF16 : sala::NumericMode::F32, a.threads};
-  std::unique_ptr<sala::Backend> be;
-  if (a.device == "cpu") be = sala::make_cpu_backend(bo);
-#ifdef SALA_HAVE_CUDA
-  else if (a.device == "cuda") be = sala::make_cuda_backend(bo);
-#endif
-  else sala::fail("device '{}' is not available in this build", a.device);
+  std::unique_ptr<sala::Backend> be = sala::make_backend(a.device, bo);
   {  // what the caches take, as init_caches allocates them: K, V and both compressed levels
-    const auto& sp = cfg.sparse;
-    const double tokens = double(lim.caches.num_pages) * lim.caches.page_size;
-    const double row =
-        double(cfg.num_key_value_heads) * cfg.head_dim * double(be->kv_element_bytes());
-    const double kv = tokens * row * (2 + 1.0 / sp.kernel_stride + 1.0 / sp.level2_stride()) *
-                      cfg.num_sparse_layers();
+    const double kv = double(lim.caches.num_pages) *
+                      double(sala::kv_bytes_per_page(cfg, lim.caches.page_size, be->kv_element_bytes()));
     const double ld = cfg.lightning_head_dim;
     const double states =
         double(lim.caches.num_slots) * cfg.num_lightning_layers() * cfg.lightning_nh * ld * ld * 4;

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "cli/command.h"
+#include "backend/cache_layout.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "model/minicpm_sala.h"
@@ -59,16 +60,10 @@ std::unique_ptr<sala::Model> load(const Spec& s, const std::string& dir, int32_t
   sala::ModelLimits lim;
   lim.max_step_tokens = max_tokens;
   lim.max_logit_rows = max_tokens;
-  lim.caches = {(max_tokens + cfg.sparse.block_size - 1) / cfg.sparse.block_size + 1,
+  lim.caches = {int32_t(sala::cache_layout::pages_for(max_tokens, cfg.sparse.block_size)) + 1,
                 cfg.sparse.block_size, 1};
   sala::BackendOptions bo{s.mode, 0};
-  std::unique_ptr<sala::Backend> be;
-  if (s.device == "cpu") be = sala::make_cpu_backend(bo);
-#ifdef SALA_HAVE_CUDA
-  else if (s.device == "cuda") be = sala::make_cuda_backend(bo);
-#endif
-  else sala::fail("device '{}' is not available in this build", s.device);
-  return std::make_unique<sala::Model>(cfg, std::move(be), ck, lim);
+  return std::make_unique<sala::Model>(cfg, sala::make_backend(s.device, bo), ck, lim);
 }
 
 // Logits of every position of `ids` (one prefill), [n, V].

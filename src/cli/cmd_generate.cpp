@@ -70,10 +70,7 @@ int run_generate(const GenOpts& o) {
   } else {
     ids = L.tok->encode(o.prompt, true);
   }
-  if (ids.empty()) sala::fail("the prompt is empty");
-  for (int32_t id : ids)
-    if (id >= L.vocab_size) sala::fail("token id {} >= vocabulary size {}", id, L.vocab_size);
-
+  // Engine::submit checks the prompt (engine/request_check.h) and the sampling bounds.
   sala::GenerationRequest req;
   req.prompt = ids;
   req.sampling.temperature = o.temperature;

@@ -4,6 +4,7 @@
 // with sala::Error naming the key.
 #pragma once
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,16 @@ struct SparseConfig {
   int level2_stride() const { return 4 * kernel_stride; }
   int local_blocks() const { return window_size / block_size; }
   int total_topk() const { return topk + local_blocks(); }
+
+  // The dense/sparse rule (docs/ARCHITECTURE.md "Invariants"): a call of a sparse layer takes
+  // the InfLLM-v2 path iff the sequence's total length after the call reaches dense_len, or
+  // always with --dense-as-sparse (StepMeta::dense_as_sparse). Every row of the call follows it.
+  bool sparse_call(int64_t total_len, bool dense_as_sparse) const {
+    return dense_as_sparse || total_len >= dense_len;
+  }
+  // The smallest total length (>= 1) whose call is sparse: where the scheduler must end a
+  // chunk so that the choice depends on the sequence alone.
+  int first_sparse_len(bool dense_as_sparse) const { return dense_as_sparse ? 1 : dense_len; }
 };
 
 struct ModelConfig {

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/cache_layout.h"
+
 namespace sala {
 
 class BlockPool {
@@ -17,7 +19,7 @@ class BlockPool {
   int32_t used() const { return total() - free_count(); }
   // Pages needed to hold `tokens` positions.
   int32_t pages_for(int64_t tokens) const {
-    return int32_t((tokens + page_size_ - 1) / page_size_);
+    return int32_t(cache_layout::pages_for(tokens, page_size_));
   }
   // Extra pages `pages` needs to cover `tokens` positions (0 if it already does).
   int32_t missing(const std::vector<int32_t>& pages, int64_t tokens) const {

@@ -12,10 +12,12 @@
 #include <thread>
 #include <unordered_map>
 
+#include "backend/cache_layout.h"
 #include "core/check.h"
 #include "core/error.h"
 #include "engine/block_pool.h"
 #include "engine/engine.h"
+#include "engine/request_check.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/state_pool.h"
@@ -137,7 +139,7 @@ class EngineImpl final : public Engine {
     states_ = std::make_unique<StatePool>(lim.caches.num_slots);
     scheduler_ = std::make_unique<Scheduler>(
         SchedulerOptions{o.max_running_requests, o.chunked_prefill_size, o.max_step_tokens,
-                         o.dense_as_sparse ? 0 : cfg.sparse.dense_len},
+                         cfg.sparse.first_sparse_len(o.dense_as_sparse)},
         *blocks_, *states_);
     stats_.kv_pages_total = lim.caches.num_pages;
     stats_.state_slots_total = lim.caches.num_slots;
@@ -151,23 +153,17 @@ class EngineImpl final : public Engine {
   std::shared_ptr<RequestHandle> submit(GenerationRequest req) override {
     const SamplingParams& sp = req.sampling;
     const int64_t n = int64_t(req.prompt.size());
-    if (n == 0) fail("the prompt is empty");
+    check_prompt_length(n, info_.max_context_len);
     for (int32_t t : req.prompt)
       if (t < 0 || t >= info_.vocab_size)
-        fail("prompt token id {} is out of range (vocabulary size {})", t, info_.vocab_size);
-    if (n >= info_.max_context_len)
-      fail("the prompt has {} tokens; the context limit is {} tokens (prompt + output)", n,
-           info_.max_context_len);
+        throw InvalidRequest("prompt", fmt::format("prompt token id {} is out of range "
+                                                   "(vocabulary size {})", t, info_.vocab_size));
     if (blocks_->pages_for(n) > blocks_->total())
       fail("the prompt has {} tokens; the KV cache holds at most {} tokens", n,
            info_.max_total_tokens);
-    if (sp.max_new_tokens <= 0) fail("max_new_tokens must be positive (got {})", sp.max_new_tokens);
-    if (!(sp.temperature >= 0)) fail("temperature must be >= 0 (got {})", sp.temperature);
-    if (!(sp.top_p > 0 && sp.top_p <= 1)) fail("top_p must be in (0, 1] (got {})", sp.top_p);
-    if (!(sp.min_p >= 0 && sp.min_p <= 1)) fail("min_p must be in [0, 1] (got {})", sp.min_p);
-    if (!(sp.repetition_penalty > 0))
-      fail("repetition_penalty must be > 0 (got {})", sp.repetition_penalty);
-    if (sp.top_k < -1) fail("top_k must be -1, 0 (off) or positive (got {})", sp.top_k);
+    // No context limit on the budget here: generation ends at the context (finish "length").
+    check_new_tokens(sp.max_new_tokens, n, /*max_context_len=*/0);
+    check_sampling(sp);
 
     auto r = std::make_unique<Request>();
     r->id = next_id_.fetch_add(1) + 1;
@@ -424,11 +420,10 @@ std::unique_ptr<Engine> make_engine(std::unique_ptr<Model> model, const EngineOp
 }
 
 size_t kv_bytes_per_page(const ModelConfig& c, int32_t page_size, size_t element_bytes) {
-  const size_t row = size_t(c.num_key_value_heads) * size_t(c.head_dim) * element_bytes;
-  const size_t ps = size_t(page_size);
-  const size_t per_layer = ps * row * 2 + ps / size_t(c.sparse.kernel_stride) * row +
-                           ps / size_t(c.sparse.level2_stride()) * row;
-  return per_layer * size_t(c.num_sparse_layers());
+  const int64_t row = int64_t(c.num_key_value_heads) * c.head_dim;
+  const int64_t per_layer = cache_layout::page_elements(page_size, row, c.sparse.kernel_stride,
+                                                        c.sparse.level2_stride());
+  return size_t(per_layer) * element_bytes * size_t(c.num_sparse_layers());
 }
 
 size_t state_bytes_per_slot(const ModelConfig& c) {
@@ -449,10 +444,10 @@ ModelLimits plan_limits(const ModelConfig& cfg, const EngineOptions& opts,
   const int64_t ps = lim.caches.page_size;
   const int64_t ctx = opts.max_context_len > 0 ? opts.max_context_len
                                                : cfg.max_position_embeddings;
-  const int64_t min_pages = (ctx + ps - 1) / ps;
+  const int64_t min_pages = cache_layout::pages_for(ctx, int(ps));
   int64_t pages;
   if (max_total_tokens > 0) {
-    pages = (max_total_tokens + ps - 1) / ps;
+    pages = cache_layout::pages_for(max_total_tokens, int(ps));
   } else {
     const size_t states = size_t(lim.caches.num_slots) * state_bytes_per_slot(cfg);
     const size_t left = memory_budget_bytes > states ? memory_budget_bytes - states : 0;

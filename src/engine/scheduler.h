@@ -51,7 +51,9 @@ struct SchedulerOptions {
   int32_t max_running_requests = 64;
   int32_t chunked_prefill_size = 8192;  // per sequence per step
   int32_t max_step_tokens = 8192;       // all rows of a step
-  int32_t dense_len = 0;                // model's sparse_config.dense_len; 0: no boundary
+  // First total length whose call is sparse (SparseConfig::first_sparse_len: dense_len, or
+  // 1 with --dense-as-sparse); 0 or 1: no boundary.
+  int32_t dense_len = 0;
 };
 
 struct ScheduledSeq {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "backend/cache_layout.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "model/minicpm_sala.h"
@@ -34,15 +35,6 @@ std::vector<int32_t> read_i32(const SafetensorsFile& f, const std::string& name)
 const TensorView* find(const SafetensorsFile& f, const std::string& name) {
   auto it = f.tensors().find(name);
   return it == f.tensors().end() ? nullptr : &it->second;
-}
-
-std::unique_ptr<Backend> make_backend(const GoldenOptions& o) {
-  BackendOptions bo{o.mode, o.threads};
-  if (o.device == "cpu") return make_cpu_backend(bo);
-#ifdef SALA_HAVE_CUDA
-  if (o.device == "cuda") return make_cuda_backend(bo);
-#endif
-  fail("device '{}' is not available in this build", o.device);
 }
 
 struct Compare {
@@ -74,9 +66,9 @@ std::vector<ScenarioResult> run_golden(const std::string& case_dir, const Golden
   lim.max_step_tokens = int32_t(max_call);
   lim.max_logit_rows = int32_t(max_call);
   lim.caches.page_size = cfg.sparse.block_size;
-  lim.caches.num_pages = int32_t((max_total + lim.caches.page_size - 1) / lim.caches.page_size);
+  lim.caches.num_pages = int32_t(cache_layout::pages_for(max_total, lim.caches.page_size));
   lim.caches.num_slots = 1;
-  Model model(cfg, make_backend(opts), ckpt, lim);
+  Model model(cfg, make_backend(opts.device, {opts.mode, opts.threads}), ckpt, lim);
   std::vector<int32_t> pages(size_t(lim.caches.num_pages));
   for (size_t i = 0; i < pages.size(); ++i) pages[i] = int32_t(i);
   const std::string mode = opts.mode == NumericMode::F32 ? "fp32" : "bf16";

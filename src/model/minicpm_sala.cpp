@@ -4,24 +4,6 @@
 
 namespace sala {
 
-void StepMeta::add_seq(const int32_t* ids, int32_t n, int64_t past_len, int32_t state_slot,
-                       const std::vector<int32_t>& pages, bool all_logits, bool last_logit) {
-  SeqSlice s;
-  s.token_begin = num_tokens();
-  s.num_tokens = n;
-  s.past_len = past_len;
-  s.state_slot = state_slot;
-  s.page_begin = int32_t(page_table.size());
-  s.num_pages = int32_t(pages.size());
-  page_table.insert(page_table.end(), pages.begin(), pages.end());
-  for (int32_t i = 0; i < n; ++i) {
-    token_ids.push_back(ids[i]);
-    positions.push_back(int32_t(past_len + i));
-    if (all_logits || (last_logit && i == n - 1)) logit_rows.push_back(s.token_begin + i);
-  }
-  seqs.push_back(s);
-}
-
 Model::Model(ModelConfig cfg, std::unique_ptr<Backend> backend, const Checkpoint& ckpt,
              const ModelLimits& limits)
     : cfg_(std::move(cfg)), limits_(limits), backend_(std::move(backend)) {
@@ -72,7 +54,7 @@ int Model::graph_bucket(const StepMeta& meta, ForwardTrace* trace) const {
     const SeqSlice& s = meta.seqs[size_t(i)];
     // Decode rows only, every row's logits in order.
     if (s.num_tokens != 1 || meta.logit_rows[size_t(i)] != i) return 0;
-    any_sparse |= s.total_len() >= cfg_.sparse.dense_len;
+    any_sparse |= cfg_.sparse.sparse_call(s.total_len(), meta.dense_as_sparse);
   }
   // Steps with an InfLLM-v2 row launch the selection kernels too: their own recordings.
   for (int b : kGraphBuckets)

@@ -54,19 +54,15 @@ struct HttpServer::Impl {
     for (size_t pi = 0; pi < prompts.size(); ++pi) {
       const auto& ids = prompts[pi];
       const std::string param = prompts.size() > 1 ? fmt::format("prompt[{}]", pi) : "prompt";
-      if (ids.empty()) bad_request(param, "the prompt is empty (no tokens)");
       const int64_t plen = int64_t(ids.size());
-      if (lim.max_context_len > 0 && plen >= lim.max_context_len)
-        throw ApiError(400, fmt::format("The prompt has {} tokens, which does not fit the model's context "
-                                        "length of {} tokens", plen, lim.max_context_len),
-                       param, "invalid_request_error", "context_length_exceeded");
       SamplingParams p = sp.params;
       if (p.max_new_tokens < 0) p.max_new_tokens = int32_t(std::min<int64_t>(lim.max_context_len - plen, INT32_MAX));
-      if (lim.max_context_len > 0 && plen + p.max_new_tokens > lim.max_context_len)
-        throw ApiError(400, fmt::format("The prompt ({} tokens) plus the requested {} new tokens exceeds the "
-                                        "model's context length of {} tokens", plen, p.max_new_tokens,
-                                        lim.max_context_len),
-                       "max_tokens", "invalid_request_error", "context_length_exceeded");
+      try {
+        check_prompt_length(plen, lim.max_context_len, param);
+        check_new_tokens(p.max_new_tokens, plen, lim.max_context_len, "max_tokens");
+      } catch (const InvalidRequest& e) {
+        throw bad_request(e);
+      }
       for (int j = 0; j < n; ++j) {
         Seq s;
         s.r.index = int32_t(pi * size_t(n) + size_t(j));
@@ -366,6 +362,8 @@ struct HttpServer::Impl {
         send_error(res, e);
       } catch (const QueueFull& e) {
         send_error(res, ApiError(429, "The server is busy: the request queue is full; retry later"));
+      } catch (const InvalidRequest& e) {  // the engine's request rules (engine/request_check.h)
+        send_error(res, bad_request(e));
       } catch (const sala::Error& e) {  // engine refused the request (e.g. too long for the KV pool)
         send_error(res, ApiError(400, e.what()));
       } catch (const std::exception& e) {

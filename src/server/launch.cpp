@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "engine/request_check.h"
 #include "model/minicpm_sala.h"
 
 namespace sala::server {
@@ -25,12 +26,9 @@ Loaded launch(const LaunchOptions& o) {
   if (!fs::is_directory(o.model_path)) fail("model path '{}' is not a directory", o.model_path);
   Loaded L;
   L.cfg = load_model_config(o.model_path);
-  // Positions past the trained range are not the model's (and the GPU's InfLLM-v2
-  // workspaces are sized for it): refused, as SGLang does without its override variable.
-  if (o.engine.max_context_len > 0 && L.cfg.max_position_embeddings > 0 &&
-      o.engine.max_context_len > L.cfg.max_position_embeddings)
-    fail("--context-length {} exceeds the model's max_position_embeddings {} ({}/config.json)",
-         o.engine.max_context_len, L.cfg.max_position_embeddings, o.model_path);
+  // Refused at start, as SGLang does without its override variable (never a server that
+  // later fails on a long request).
+  check_model_context(L.cfg, o.engine.max_context_len, "--context-length");
   L.tok = Tokenizer::load(o.model_path);
   try {
     L.tmpl = ChatTemplate::load(o.model_path, *L.tok);
@@ -44,16 +42,14 @@ Loaded launch(const LaunchOptions& o) {
   if (o.dtype == "auto" || o.dtype == "float32" || o.dtype == "fp32") bo.mode = NumericMode::F32;
   else if (o.dtype == "bfloat16" || o.dtype == "bf16") bo.mode = NumericMode::BF16;
   else fail("--dtype '{}' is not supported (auto, float32, bfloat16)", o.dtype);
-  std::unique_ptr<Backend> backend;
   Checkpoint ckpt(o.model_path);
-  size_t cache_budget = o.kv_memory_bytes;
-  if (o.device == "cpu") {
-    backend = make_cpu_backend(bo);
-#ifdef SALA_HAVE_CUDA
-  } else if (o.device == "cuda") {
+  if (o.device == "cuda") {
     bo.mode = NumericMode::BF16;  // the GPU path is bf16 by contract
     bo.cuda_graphs = o.cuda_graphs;
-    backend = make_cuda_backend(bo);
+  }
+  std::unique_ptr<Backend> backend = make_backend(o.device, bo);
+  size_t cache_budget = o.kv_memory_bytes;
+  if (o.device == "cuda") {
     // SGLang's --mem-fraction-static: weights + KV pool + state slots take this fraction of
     // the GPU; activations, cuBLASLt workspace and graphs get a fixed reserve of the rest.
     const size_t weight_bytes = planned_weight_bytes(L.cfg, backend->weight_format());
@@ -65,15 +61,6 @@ Loaded launch(const LaunchOptions& o) {
            "of weights", o.mem_fraction_static, double(total) / (1 << 30),
            double(weight_bytes) / (1 << 30));
     cache_budget = size_t(usable) - weight_bytes - reserve;
-#endif
-  } else {
-    fail("--device '{}' is not available in this build (cpu{})", o.device,
-#ifdef SALA_HAVE_CUDA
-         ", cuda"
-#else
-         ""
-#endif
-    );
   }
 
   ModelLimits lim = plan_limits(L.cfg, o.engine, cache_budget, o.max_total_tokens,

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -40,6 +41,10 @@ json error_body(int status, const std::string& message, const std::string& param
 
 void bad_request(const std::string& param, const std::string& message) {
   throw ApiError(400, message, param);
+}
+
+ApiError bad_request(const InvalidRequest& e) {
+  return ApiError(400, e.what(), e.param(), "invalid_request_error", e.code());
 }
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -149,46 +154,27 @@ void refuse_if_present(const json& o, const char* k, const char* what) {
 void parse_sampling(const json& o, const std::vector<const char*>& max_keys, const char* seed_key,
                     const ProtocolLimits& lim, Sampling& s) {
   SamplingParams& p = s.params;
-  if (auto t = get_number(o, "temperature")) {
-    if (*t < 0) bad_request("temperature", fmt::format("'temperature' must be >= 0, got {}", *t));
-    p.temperature = float(*t);
-  }
-  if (auto v = get_number(o, "top_p")) {
-    if (!(*v > 0 && *v <= 1)) bad_request("top_p", fmt::format("'top_p' must be in (0, 1], got {}", *v));
-    p.top_p = float(*v);
-  }
-  if (auto v = get_int(o, "top_k")) {
-    if (*v < -1) bad_request("top_k", fmt::format("'top_k' must be -1 (off) or >= 0, got {}", *v));
-    p.top_k = int32_t(std::min<int64_t>(*v, std::numeric_limits<int32_t>::max()));
-  }
-  if (auto v = get_number(o, "min_p")) {
-    if (!(*v >= 0 && *v <= 1)) bad_request("min_p", fmt::format("'min_p' must be in [0, 1], got {}", *v));
-    p.min_p = float(*v);
-  }
-  if (auto v = get_number(o, "frequency_penalty")) {
-    if (!(*v >= -2 && *v <= 2))
-      bad_request("frequency_penalty", fmt::format("'frequency_penalty' must be in [-2, 2], got {}", *v));
-    p.frequency_penalty = float(*v);
-  }
-  if (auto v = get_number(o, "presence_penalty")) {
-    if (!(*v >= -2 && *v <= 2))
-      bad_request("presence_penalty", fmt::format("'presence_penalty' must be in [-2, 2], got {}", *v));
-    p.presence_penalty = float(*v);
-  }
-  if (auto v = get_number(o, "repetition_penalty")) {
-    if (!(*v > 0 && *v <= 10))
-      bad_request("repetition_penalty", fmt::format("'repetition_penalty' must be in (0, 10], got {}", *v));
-    p.repetition_penalty = float(*v);
-  }
-  for (const char* k : max_keys) {
-    if (auto v = get_int(o, k)) {
-      if (*v <= 0) bad_request(k, fmt::format("'{}' must be at least 1, got {}", k, *v));
-      if (lim.max_context_len > 0 && *v > lim.max_context_len)
-        bad_request(k, fmt::format("'{}' = {} exceeds the model's context length of {} tokens", k, *v,
-                                   lim.max_context_len));
-      p.max_new_tokens = int32_t(*v);
-      break;
+  // Types here; the bounds are the engine's (check_sampling below, check_new_tokens).
+  if (auto v = get_number(o, "temperature")) p.temperature = float(*v);
+  if (auto v = get_number(o, "top_p")) p.top_p = float(*v);
+  if (auto v = get_int(o, "top_k"))
+    p.top_k = int32_t(std::clamp<int64_t>(*v, std::numeric_limits<int32_t>::min(),
+                                          std::numeric_limits<int32_t>::max()));
+  if (auto v = get_number(o, "min_p")) p.min_p = float(*v);
+  if (auto v = get_number(o, "frequency_penalty")) p.frequency_penalty = float(*v);
+  if (auto v = get_number(o, "presence_penalty")) p.presence_penalty = float(*v);
+  if (auto v = get_number(o, "repetition_penalty")) p.repetition_penalty = float(*v);
+  try {
+    check_sampling(p);
+    for (const char* k : max_keys) {
+      if (auto v = get_int(o, k)) {
+        check_new_tokens(*v, 0, lim.max_context_len, k);  // before the prompt is known
+        p.max_new_tokens = int32_t(std::min<int64_t>(*v, std::numeric_limits<int32_t>::max()));
+        break;
+      }
     }
+  } catch (const InvalidRequest& e) {
+    throw bad_request(e);
   }
   if (seed_key) {
     if (auto v = get_int(o, seed_key)) p.seed = uint64_t(*v);

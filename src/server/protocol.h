@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/request_check.h"
 #include "tokenizer/chat_template.h"
 
 namespace sala::server {
@@ -34,6 +35,9 @@ class ApiError : public std::runtime_error {
 
 // Shorthand for a 400 naming the offending field.
 [[noreturn]] void bad_request(const std::string& param, const std::string& message);
+// The 400 of a request the engine's rules refuse (engine/request_check.h): the same message,
+// its parameter and code.
+ApiError bad_request(const InvalidRequest& e);
 
 json error_body(int status, const std::string& message, const std::string& param = "",
                 const std::string& type = "", const std::string& code = "");

@@ -35,7 +35,7 @@ std::unique_ptr<Model> load_model(int32_t pages, int32_t slots, int32_t step_tok
   lim.caches.page_size = tiny_config().sparse.block_size;
   lim.caches.num_pages = pages;
   lim.caches.num_slots = slots;
-  return std::make_unique<Model>(tiny_config(), make_cpu_backend({NumericMode::F32, 0}), ckpt,
+  return std::make_unique<Model>(tiny_config(), make_backend("cpu", {NumericMode::F32, 0}), ckpt,
                                  lim);
 }
 

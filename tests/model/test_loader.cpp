@@ -102,7 +102,7 @@ TEST_F(Loader, MissingAndMisshapenTensors) {
            t2.end());
   write_safetensors((m.dir / "model.safetensors").string(), t2);
   ModelConfig cfg = load_model_config(m.str());
-  auto be = make_cpu_backend({});
+  auto be = make_backend("cpu", {});
   std::string e = error_of([&] {
     Checkpoint c(m.str());
     load_weights(cfg, c, *be, nullptr);
@@ -129,7 +129,7 @@ TEST_F(Loader, ExtraTensorsAreReportedRopeBuffersIgnored) {
   t.push_back({"model.some_adapter.weight", DType::F32, {2}, std::vector<uint8_t>(8)});
   write_safetensors((m.dir / "model.safetensors").string(), t);
   ModelConfig cfg = load_model_config(m.str());
-  auto be = make_cpu_backend({});
+  auto be = make_backend("cpu", {});
   Checkpoint c(m.str());
   std::vector<std::string> unused;
   load_weights(cfg, c, *be, &unused);

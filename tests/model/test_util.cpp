@@ -15,7 +15,7 @@ std::unique_ptr<Model> load_tiny(const std::string& dir, int32_t max_tokens, int
   lim.max_step_tokens = max_tokens;
   lim.max_logit_rows = max_tokens;
   lim.caches = {pages, cfg.sparse.block_size, slots};
-  return std::make_unique<Model>(cfg, make_cpu_backend({mode, 0}), ckpt, lim);
+  return std::make_unique<Model>(cfg, make_backend("cpu", {mode, 0}), ckpt, lim);
 }
 
 std::vector<int32_t> page_range(int32_t first, int32_t n) {

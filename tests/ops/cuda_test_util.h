@@ -21,7 +21,7 @@
 #include "backend/backend.h"
 #include "core/config.h"
 #include "core/safetensors.h"
-#include "model/step.h"
+#include "backend/step.h"
 
 namespace sala::test {
 

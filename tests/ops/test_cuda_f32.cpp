@@ -18,7 +18,7 @@
 #include "backend/backend.h"
 #include "core/config.h"
 #include "cuda_test_util.h"
-#include "model/step.h"
+#include "backend/step.h"
 
 namespace sala::test {
 namespace {

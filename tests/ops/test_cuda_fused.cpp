@@ -15,7 +15,7 @@
 #include "core/config.h"
 #include "core/safetensors.h"
 #include "cuda_test_util.h"
-#include "model/step.h"
+#include "backend/step.h"
 
 namespace sala::test {
 namespace {

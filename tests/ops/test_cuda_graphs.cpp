@@ -17,7 +17,7 @@
 #include "core/safetensors.h"
 #include "cuda_test_util.h"
 #include "model/minicpm_sala.h"
-#include "model/step.h"
+#include "backend/step.h"
 
 namespace sala::test {
 namespace {

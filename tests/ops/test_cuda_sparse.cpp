@@ -26,7 +26,7 @@
 
 #include "core/config.h"
 #include "cuda_test_util.h"
-#include "model/step.h"
+#include "backend/step.h"
 
 namespace sala::test {
 namespace {

@@ -103,6 +103,27 @@ TEST(Protocol, ChatValidation) {
   EXPECT_EQ(param, "top_p");
 }
 
+// The bounds are the engine's (engine/request_check.h), applied while parsing: a 400 naming
+// the field, on every route.
+TEST(Protocol, EngineBoundsNameTheField) {
+  std::string param;
+  for (const char* field : {"repetition_penalty\": 11", "frequency_penalty\": -2.5", "presence_penalty\": 3",
+                            "top_k\": -5", "min_p\": 1.5", "temperature\": -1"}) {
+    const std::string name = std::string(field).substr(0, std::string(field).find('"'));
+    const std::string chat = std::string(R"({"messages": [{"role": "user", "content": "x"}], ")") + field + "}";
+    EXPECT_EQ(status_of([&] { parse_chat(json::parse(chat), lim()); }, &param), 400) << chat;
+    EXPECT_EQ(param, name);
+    const std::string gen = std::string(R"({"text": "x", "sampling_params": {")") + field + "}}";
+    EXPECT_EQ(status_of([&] { parse_generate(json::parse(gen), lim()); }, &param), 400) << gen;
+    EXPECT_EQ(param, name);
+  }
+  EXPECT_EQ(status_of([&] {
+              parse_chat(json::parse(R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 1001})"), lim());
+            }, &param), 400);
+  EXPECT_EQ(param, "max_completion_tokens");
+  EXPECT_EQ(status_of([&] { parse_chat(json::parse(R"({"messages": [{"role": "user", "content": "x"}], "repetition_penalty": 10})"), lim()); }), 200);
+}
+
 TEST(Protocol, CompletionPrompts) {
   auto r = parse_completion(json::parse(R"({"prompt": [1, 2, 3], "logprobs": null, "echo": false})"), lim());
   ASSERT_EQ(r.prompts.size(), 1u);

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cache_layout.h"
 #include "core/check.h"
 #include "core/safetensors.h"
 
@@ -56,13 +57,15 @@ void CpuBackend::init_caches(const ModelConfig& cfg, const CacheShape& shape) {
   SALA_CHECK(shape.page_size % sp.block_size == 0, "page size {} not a multiple of block {}",
              shape.page_size, sp.block_size);
   const size_t row = size_t(cfg.num_key_value_heads) * cfg.head_dim;
-  const size_t tokens = size_t(shape.num_pages) * shape.page_size;
+  const size_t pages = size_t(shape.num_pages), ps = size_t(shape.page_size);
+  const size_t per_page1 = size_t(cache_layout::entries_per_page(shape.page_size, sp.kernel_stride));
+  const size_t per_page2 = size_t(cache_layout::entries_per_page(shape.page_size, sp.level2_stride()));
   sparse_.assign(size_t(cfg.num_sparse_layers()), {});
-  for (auto& c : sparse_) {
-    c.k.assign(tokens * row, 0.f);
-    c.v.assign(tokens * row, 0.f);
-    c.c1.assign(tokens / size_t(sp.kernel_stride) * row, 0.f);
-    c.c2.assign(tokens / size_t(sp.level2_stride()) * row, 0.f);
+  for (auto& c : sparse_) {  // shapes: backend/cache_layout.h
+    c.k.assign(pages * ps * row, 0.f);
+    c.v.assign(pages * ps * row, 0.f);
+    c.c1.assign(pages * per_page1 * row, 0.f);
+    c.c2.assign(pages * per_page2 * row, 0.f);
   }
   const size_t d = size_t(cfg.lightning_head_dim);
   states_.assign(size_t(shape.num_slots) * cfg.num_lightning_layers() * cfg.lightning_nh * d * d,

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "backend/cache_layout.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/infllm_rules.h"
 #include "core/check.h"
@@ -20,17 +21,14 @@ struct SeqCache {
   int s1, s2;   // compressed-entry strides
 
   size_t token_off(int64_t p) const {
-    const int64_t pg = p / page_size;
-    SALA_CHECK(pg < num_pages, "position {} beyond the sequence's {} pages", p, num_pages);
-    return (size_t(pages[pg]) * page_size + size_t(p % page_size)) * size_t(row);
+    SALA_CHECK(cache_layout::page_index(p, page_size) < num_pages,
+               "position {} beyond the sequence's {} pages", p, num_pages);
+    return size_t(cache_layout::token_offset(pages, p, page_size, row));
   }
   // Compressed entry j of a level with stride s lives in the page of its first token.
   size_t entry_off(int64_t j, int s) const {
-    const int64_t p = j * s;
-    const int64_t pg = p / page_size;
-    SALA_CHECK(pg < num_pages);
-    const int per_page = page_size / s;
-    return (size_t(pages[pg]) * per_page + size_t((p % page_size) / s)) * size_t(row);
+    SALA_CHECK(cache_layout::page_index(j * s, page_size) < num_pages);
+    return size_t(cache_layout::entry_offset(pages, j, s, page_size, row));
   }
 };
 
@@ -72,8 +70,8 @@ void CpuBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, cons
     }
     auto compress = [&](int w, int st, std::vector<float>& dst) {
       for (int64_t p = s.past_len; p < s.total_len(); ++p) {
-        if (p + 1 < w || (p + 1 - w) % st != 0) continue;
-        const int64_t j = (p + 1 - w) / st;
+        const int64_t j = cache_layout::entry_completed_at(p, w, st);
+        if (j < 0) continue;
         std::vector<float> acc(size_t(row), 0.f);  // fp32 accumulation of the window
         for (int64_t x = j * st; x < j * st + w; ++x) {
           const float* kx = &cache.k[sc.token_off(x)];
@@ -117,7 +115,7 @@ void CpuBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, cons
       const int64_t t = s.past_len + i;  // absolute position of the query
       const int64_t L = s.total_len();
       const int64_t trow = s.token_begin + i;
-      const bool sparse = m.dense_as_sparse || L >= sp.dense_len;
+      const bool sparse = sp.sparse_call(L, m.dense_as_sparse);
 
       keys.clear();
       if (!sparse) {
@@ -126,7 +124,8 @@ void CpuBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, cons
         // Stage 1: level-1 scores normalised by the level-2 log-sum-exp, summed over the
         // group's query heads.
         const bool first = s.past_len == 0;
-        const int64_t n1 = infllm::num_entries(L, k1, s1), n2 = infllm::num_entries(L, k2, s2);
+        const int64_t n1 = cache_layout::num_entries(L, k1, s1),
+                      n2 = cache_layout::num_entries(L, k2, s2);
         const int64_t T = s.num_tokens;
         const int64_t cnt1 = infllm::visible_count(t, n1, T, k1, s1, first);
         const int64_t cnt2 = infllm::visible_count(t, n2, T, k2, s2, first);

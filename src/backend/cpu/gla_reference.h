@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace sala {
+#include "backend/gla.h"  // kGlaChunk
 
-inline constexpr int kGlaChunk = 64;
+namespace sala {
 
 void gla_recurrent(const float* q, const float* k, const float* v, int64_t T, int64_t stride,
                    int d, float g, float scale, float* S, float* o, int64_t o_stride);

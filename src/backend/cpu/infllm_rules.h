@@ -1,5 +1,6 @@
 // The InfLLM-v2 selection rules of SPEC §9 / golden README §6, as plain functions shared by
-// the CPU backend and the tests (the CUDA kernels implement the same rules).
+// the CPU backend and the tests (the CUDA kernels implement the same rules). The entry
+// counts n1 / n2 of a level come from backend/cache_layout.h (num_entries).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -8,9 +9,6 @@
 #include <vector>
 
 namespace sala::infllm {
-
-// Number of compressed entries of a level (window w, stride s) over L keys.
-inline int64_t num_entries(int64_t L, int w, int s) { return L >= w ? (L - w) / s + 1 : 0; }
 
 // How many entries (a prefix 0..count-1) query position t sees at a level with n entries.
 // first_call: the call started on an empty sequence (one-shot prefill or first chunk) of

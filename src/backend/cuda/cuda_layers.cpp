@@ -8,9 +8,9 @@
 #include <string>
 #include <type_traits>
 
-#include "backend/cpu/gla_reference.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_host_util.h"
+#include "backend/gla.h"
 #include "core/check.h"
 
 namespace sala {

@@ -1,5 +1,6 @@
 // One forward step over a batch of sequences: the flat per-step plan the model runner
-// builds once and every layer reads. Rows of every activation tensor are the step's
+// builds once and every backend op reads (the backend's input, so it lives in the backend
+// layer; the model and the engine fill it). Rows of every activation tensor are the step's
 // tokens in this order: sequence 0's tokens, then sequence 1's, ...
 #pragma once
 #include <cstdint>

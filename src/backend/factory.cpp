@@ -1,0 +1,32 @@
+// The one place that turns a device name into a backend (every command, the server, the
+// golden runner and the tests that do not need a specific backend go through it).
+
+#include "backend/backend.h"
+#include "core/error.h"
+
+namespace sala {
+
+std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOptions& opts) {
+  if (device == "cpu") return make_cpu_backend(opts);
+  if (device == "cuda") {
+#ifdef SALA_HAVE_CUDA
+    return make_cuda_backend(opts);
+#else
+    fail("device 'cuda' is not available: this build has no CUDA backend (configure with "
+         "-DSALA_CUDA=ON where nvcc is installed)");
+#endif
+  }
+  std::string known;
+  for (const std::string& d : backend_devices()) known += (known.empty() ? "" : ", ") + d;
+  fail("device '{}' is unknown (devices: {})", device, known);
+}
+
+std::vector<std::string> backend_devices() {
+#ifdef SALA_HAVE_CUDA
+  return {"cpu", "cuda"};
+#else
+  return {"cpu"};
+#endif
+}
+
+}  // namespace sala
