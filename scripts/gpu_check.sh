@@ -123,9 +123,9 @@ bench() {
   [ -e "$m/model.safetensors.index.json" ] || [ -e "$m/model.safetensors" ] ||
     "$G/bin/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$m" 2>&1 | tail -3
   echo "make-random: $((SECONDS - t0)) s"
-  # SALA_CUDA_OPTIME=1024: GPU time per op of the steps of >= 1024 rows (the prefills),
+  # --profile-ops 1024: GPU time per op of the steps of >= 1024 rows (the prefills),
   # printed at exit; decode steps run as CUDA graphs and are not timed per op.
-  SALA_CUDA_OPTIME=${SALA_CUDA_OPTIME:-1024} "$G/bin/sala" bench offline --model-path "$m" --device cuda \
+  "$G/bin/sala" bench offline --model-path "$m" --device cuda --profile-ops "${PROFILE_OPS:-1024}" \
     ${BENCH_ARGS:---decode-batches 1 8 64 --decode-input 128 --decode-output 128 --prefill-batches 1 4 \
     --prefill-input 4096} --json "$out/bench.json" 2>&1 | tee "$out/bench.log"
 }
@@ -146,9 +146,9 @@ ncu_decode() {
   local m=/tmp/sala_random_9b c=${NCU_CONTEXT:-131072}
   [ -e "$m/model.safetensors.index.json" ] || [ -e "$m/model.safetensors" ] ||
     "$G/bin/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$m" 2>&1 | tail -1
-  SALA_DISABLE_CUDA_GRAPH=1 ncu --metrics gpu__time_duration.sum,launch__grid_size \
+  ncu --metrics gpu__time_duration.sum,launch__grid_size \
     -k "regex:${NCU_KERNELS:-select|sparse_attn|combine|append_kv|compress|attention_kernel}" \
-    --csv --log-file "$out/ncu.csv" "$G/bin/sala" bench offline --model-path "$m" --device cuda \
+    --csv --log-file "$out/ncu.csv" "$G/bin/sala" bench offline --model-path "$m" --device cuda --disable-cuda-graph \
     --decode-batches 1 --decode-output 2 --prefill-batches 1 --prefill-input 256 \
     --long-decode-contexts "$c" --long-decode-batches 1 --long-decode-steps 4 2>&1 | grep -E "^decode"
   python3 "$ROOT/scripts/ncu_summary.py" "$out/ncu.csv" --last $((4 * 8 * 7))
@@ -158,7 +158,7 @@ case "${1:-run}" in
   pack) pack ;;
   run) run ;;
   bench) bench ;;
-  long) SALA_CUDA_OPTIME=${SALA_CUDA_OPTIME:-8192} BENCH_ARGS=${BENCH_ARGS:-$LONG_BENCH_ARGS} bench ;;
+  long) PROFILE_OPS=${PROFILE_OPS:-8192} BENCH_ARGS=${BENCH_ARGS:-$LONG_BENCH_ARGS} bench ;;
   all) run; bench ;;
   decode4k) BENCH_ARGS=${BENCH_ARGS:-"--decode-batches 1,8,64 --decode-input 4096 --decode-output 128 \
     --prefill-batches 1 --prefill-input 4096"} bench ;;

@@ -8,8 +8,7 @@
 // empty: every consumer is done with it), not by block-wide barriers: with the rows'
 // selections unrelated, a row needs only ≈ 1 in 4 tiles of the union, and each consumer runs
 // through the tiles it skips while slower ones still compute, up to kSlots tiles apart
-// (before: one __syncthreads per tile made every tile cost what its slowest row spent on it;
-// ncu: 36 % of cycles at the barrier, plus register spills at the 2-blocks-per-SM cap).
+// (one __syncthreads per tile would make every tile cost what its slowest row spends on it).
 // A warp computes only on the tiles its own row selected, masking keys of unselected blocks
 // (blocks smaller than 64 keys) and keys after the row. fp32 scores and online softmax in
 // log2 units; P·V with P split in two bf16 terms (hi + lo) as the dense prefill kernel, so
@@ -21,8 +20,8 @@
 // it from the step's row count only to fill the GPU (a decode row with one warp per block and
 // one block per SM left most SMs waiting on memory latency at batch 64).
 // Dense rows of short calls (decode below dense_len) run here too, as rows that selected
-// every block up to their own (SparseAttnParams::dense_below): the scalar attention_kernel
-// took ≈ 50 µs per layer for a 128-token context (ncu / SALA_CUDA_OPTIME, 2026-11-30).
+// every block up to their own (SparseAttnParams::dense_below), on the tensor cores rather
+// than the scalar attention_kernel.
 #include <cub/block/block_scan.cuh>
 
 #include "backend/cuda/cuda_launch.cuh"
