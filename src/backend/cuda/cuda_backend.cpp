@@ -127,8 +127,8 @@ void CudaBackend::synchronize() { stream_.sync(); }
 
 void CudaBackend::begin_step(const StepMeta& meta) {
   sparse_.ensure_rows(meta.num_tokens(), true);
-  sparse_.check_step(meta);
   plan_.begin(meta, sparse_.dense_len());
+  sparse_.check_step();
   timer_.begin_step(meta.num_tokens());
 }
 

@@ -126,11 +126,13 @@ void SparseRunner::ensure_rows(int64_t rows, bool warn) {
   attn_ml_ = static_cast<float*>(arena_.device(size_t(attn_part_items_) * 2 * 4));
 }
 
-void SparseRunner::check_step(const StepMeta& meta) const {
+void SparseRunner::check_step() const {
   if (!ready_) return;
-  for (const SeqSlice& s : meta.seqs) {
-    const bool sparse = meta.dense_as_sparse || s.total_len() >= cfg_.sparse.dense_len;
-    SALA_CHECK(!sparse || cfg_.num_sparse_layers() == 0 || s.total_len() <= select_max_len_,
+  const StepMeta& meta = *plan_.meta();
+  for (int i = 0; i < int(meta.seqs.size()); ++i) {
+    const SeqSlice& s = meta.seqs[size_t(i)];
+    SALA_CHECK(!plan_.seq_sparse(i) || cfg_.num_sparse_layers() == 0 ||
+                   s.total_len() <= select_max_len_,
                "sequence of {} tokens is longer than the selection workspaces ({} tokens)",
                s.total_len(), select_max_len_);
     SALA_CHECK(s.total_len() <= int64_t(s.num_pages) * shape_.page_size,

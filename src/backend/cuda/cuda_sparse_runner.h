@@ -38,8 +38,9 @@ class SparseRunner {
   // Per-row workspaces for `rows` (no-op before start_rows or when they are large enough;
   // growing drops the graphs, with a warning when `warn`).
   void ensure_rows(int64_t rows, bool warn);
-  // A step's sequences fit the selection workspaces and their pages (after start_rows).
-  void check_step(const StepMeta& meta) const;
+  // The planned step's sequences fit the selection workspaces and their pages (after
+  // start_rows; StepPlan::begin ran).
+  void check_step() const;
   int64_t dense_len() const { return cfg_.sparse.dense_len; }
 
   void attention(int si, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out);

@@ -51,6 +51,11 @@ class StepPlan {
   void begin(const StepMeta& meta, int64_t dense_len);
   const StepMeta* meta() const { return meta_; }  // null before the first step
   const StepDev& dev() const { return sd_; }
+  // Whether sequence i of the step runs InfLLM-v2 in the sparse layers (DevSeq::sparse, read
+  // from the pinned blob).
+  bool seq_sparse(int i) const {
+    return reinterpret_cast<const cuda::DevSeq*>(host_)[i].sparse != 0;
+  }
 
  private:
   void ensure_capacity(size_t ints, bool warn);
