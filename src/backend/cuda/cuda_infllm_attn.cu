@@ -163,8 +163,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // has released the tile that held the slot before. Producer warp p copies half p / 2 of
   // the tile's 64 key rows of K (p even) or V (p odd); lane l always copies 16-byte chunk
   // l mod D/8 of its rows, so a row is one contiguous run per warp instruction and the
-  // loop is a fixed, unrolled count (ncu: the first, per-element version of this loop was
-  // a third of the kernel's instructions, and the consumers waited on it).
+  // loop is a fixed, unrolled count (a per-element copy costs many instructions per tile,
+  // and the consumers wait on it).
   if (warp >= kW) {
     constexpr int CH = D / 8, kStep = 32 / CH, kHalf = kKT / 2;
     const int pw = warp - kW, j0 = (pw >> 1) * kHalf + lane / CH, c = lane % CH;
