@@ -220,12 +220,12 @@ bench() {
       2>&1 | tail -3
   fi
   echo "make-random: $((SECONDS - t0)) s"
-  # SALA_CUDA_OPTIME=N: GPU time per op of the eager steps of >= N rows (the prefills),
-  # printed at exit; decode steps run as CUDA graphs and are not timed per op.
+  # --profile-ops N: GPU time per op of the eager steps of >= N rows (the prefills), printed
+  # at exit; decode steps run as CUDA graphs and are not timed per op.
   # shellcheck disable=SC2086  # BENCH_ARGS is a list of options
-  SALA_CUDA_OPTIME=${SALA_CUDA_OPTIME:-1024} run_logged "$OUT/bench.log" \
+  run_logged "$OUT/bench.log" \
     "$BIN/sala" bench offline --model-path "$MODEL_DIR" --device "$DEVICE" $BENCH_ARGS \
-    --json "$OUT/bench.json"
+    --profile-ops "${PROFILE_OPS:-1024}" --json "$OUT/bench.json"
   $SUM bench "$OUT/checks.jsonl" "bench $1" "$OUT/bench.json" "$RC" "$SECS"
   finish "$1"
 }
@@ -250,9 +250,9 @@ ncu_decode() {
   local c=${NCU_CONTEXT:-131072}
   [ -e "$MODEL_DIR/model.safetensors.index.json" ] || [ -e "$MODEL_DIR/model.safetensors" ] ||
     "$BIN/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$MODEL_DIR" 2>&1 | tail -1
-  SALA_DISABLE_CUDA_GRAPH=1 ncu --metrics gpu__time_duration.sum,launch__grid_size \
+  ncu --metrics gpu__time_duration.sum,launch__grid_size \
     -k "regex:${NCU_KERNELS:-select|sparse_attn|combine|append_kv|compress|attention_kernel}" \
-    --csv --log-file "$OUT/ncu.csv" "$BIN/sala" bench offline --model-path "$MODEL_DIR" --device cuda \
+    --csv --log-file "$OUT/ncu.csv" "$BIN/sala" bench offline --model-path "$MODEL_DIR" --device cuda --disable-cuda-graph \
     --decode-batches 1 --decode-output 2 --prefill-batches 1 --prefill-input 256 \
     --long-decode-contexts "$c" --long-decode-batches 1 --long-decode-steps 4 2>&1 | grep -E "^decode"
   python3 "$ROOT/scripts/ncu_summary.py" "$OUT/ncu.csv" --last $((4 * 8 * 7))
@@ -263,7 +263,7 @@ case "${1:-}" in
   pack) pack ;;
   correctness) correctness ;;
   bench) BENCH_ARGS=${BENCH_ARGS:-$SHORT_BENCH_ARGS} bench bench ;;
-  long) SALA_CUDA_OPTIME=${SALA_CUDA_OPTIME:-8192} BENCH_ARGS=${BENCH_ARGS:-$LONG_BENCH_ARGS} bench long ;;
+  long) PROFILE_OPS=${PROFILE_OPS:-8192} BENCH_ARGS=${BENCH_ARGS:-$LONG_BENCH_ARGS} bench long ;;
   decode4k) BENCH_ARGS=${BENCH_ARGS:-$DECODE4K_BENCH_ARGS} bench decode4k ;;
   ncu-decode) ncu_decode ;;
   exec) shift; setup >&2; export SALA_GPU_DIR=$BIN; "$@" ;;

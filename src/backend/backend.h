@@ -199,11 +199,23 @@ class Backend {
   virtual void graph_capture_end(int /*key*/) {}
 };
 
+// Every setting of a backend, in one place; filled from the command line (sala serve,
+// sala bench offline) and by tests. Nothing in src/backend reads the environment.
 struct BackendOptions {
   NumericMode mode = NumericMode::F32;
-  int threads = 0;  // 0: all cores
-  // CUDA: record decode steps as CUDA graphs (SALA_DISABLE_CUDA_GRAPH=1 also turns them off).
+  int threads = 0;  // CPU: worker threads; 0: all cores
+  // CUDA, bf16 mode: record all-decode steps as CUDA graphs, one per batch bucket (fp32 mode
+  // always runs eagerly). `--disable-cuda-graph` turns it off.
   bool cuda_graphs = true;
+  // CUDA: GPU time per op, printed to stderr when the backend is destroyed (OpTimer). 0: off;
+  // N > 0: the steps of at least N rows (1: every step); N < 0: the steps of at most -N rows.
+  // Recorded steps are never timed (use with cuda_graphs = false for decode steps).
+  // `sala bench offline --profile-ops N`.
+  int64_t profile_ops = 0;
+  // CUDA: the stage-2 attention of decode rows computes up to 8 parts per block while the
+  // step still launches at least this many blocks; 0: half the SMs. The parts, and so the
+  // results, are the same for any value; tests set 1 to force 8 parts per block.
+  int attn_min_blocks = 0;
 };
 
 // The backend of a device name ("cpu", "cuda"; backend/factory.cpp): the one factory every

@@ -36,6 +36,8 @@ struct Args {
   std::vector<int> decode_batches{1, 8, 64}, prefill_batches{1, 8};
   int decode_in = 128, decode_out = 512, prefill_in = 4096, threads = 0;
   bool bf16 = false;
+  bool disable_cuda_graph = false;
+  int64_t profile_ops = 0;  // BackendOptions::profile_ops
   std::vector<int64_t> long_prefill, long_decode_contexts;  // empty: not run
   std::vector<int> long_decode_batches{1, 8};
   int chunk = 8192;  // the server's --chunked-prefill-size
@@ -310,6 +312,8 @@ int run(const Args& a) {
   // The GPU path is bf16 by contract; the CPU reference is fp32 unless --bf16 asks for emulation.
   const bool bf16 = a.bf16 || a.device == "cuda";
   sala::BackendOptions bo{bf16 ? sala::NumericMode::BF16 : sala::NumericMode::F32, a.threads};
+  bo.cuda_graphs = !a.disable_cuda_graph;
+  bo.profile_ops = a.profile_ops;
   std::unique_ptr<sala::Backend> be = sala::make_backend(a.device, bo);
   {  // what the caches take, as init_caches allocates them: K, V and both compressed levels
     const double kv = double(lim.caches.num_pages) *
@@ -429,6 +433,10 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
                  "timed decode steps per long decode run")->capture_default_str();
   app.add_option("--threads", a->threads, "CPU threads (0 = all)");
   app.add_flag("--bf16", a->bf16, "CPU: emulate bf16 rounding");
+  app.add_flag("--disable-cuda-graph", a->disable_cuda_graph, "CUDA: run decode steps without CUDA graphs");
+  app.add_option("--profile-ops", a->profile_ops,
+                 "CUDA: GPU time per op at exit, over the steps of >= N rows (N < 0: <= -N rows; "
+                 "steps recorded as graphs are not timed)");
   app.add_option("--json,--out-json", a->out_json, "also write every table row to FILE as JSON");
   return [a] { return run(*a); };
 });

@@ -176,8 +176,8 @@ SparseConfig tiny_sparse() {
 }
 
 LayerHarness::LayerHarness(const ModelConfig& c, int page_size, int64_t max_len_, int nseq,
-                           NumericMode mode)
-    : p(mode), cfg(c), max_len(max_len_) {
+                           NumericMode mode, const BackendOptions& gpu_opts)
+    : p(mode, gpu_opts), cfg(c), max_len(max_len_) {
   const int pages_per_seq = int((max_len + page_size - 1) / page_size);
   shape.page_size = page_size;
   shape.num_pages = pages_per_seq * nseq;

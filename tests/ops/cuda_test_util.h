@@ -86,10 +86,15 @@ Tensor upload_checkpoint(Backend& be, DType dt, int64_t rows, int64_t cols, cons
 void expect_same_bits(Backend& ba, const Tensor& a, Backend& bb, const Tensor& b,
                       const std::string& what);
 
-// The same values in both backends, both in `mode` (bf16 emulation on the CPU by default).
+// The same values in both backends, both in `mode` (bf16 emulation on the CPU by default);
+// gpu_opts: the CUDA backend's other options (its mode is set to m).
 struct Pair {
-  explicit Pair(NumericMode m = NumericMode::BF16)
-      : mode(m), cpu(make_cpu_backend({m, 0})), gpu(make_cuda_backend({m, 0})) {}
+  explicit Pair(NumericMode m = NumericMode::BF16, BackendOptions gpu_opts = {})
+      : mode(m), cpu(make_cpu_backend({m, 0})), gpu(make_cuda_backend(in_mode(gpu_opts, m))) {}
+  static BackendOptions in_mode(BackendOptions o, NumericMode m) {
+    o.mode = m;
+    return o;
+  }
   NumericMode mode;
   std::unique_ptr<Backend> cpu, gpu;
   struct T2 {
@@ -161,7 +166,7 @@ struct LayerHarness {
   int64_t max_len;
   uint32_t seed = 1000;
   LayerHarness(const ModelConfig& c, int page_size, int64_t max_len, int nseq,
-               NumericMode mode = NumericMode::BF16);
+               NumericMode mode = NumericMode::BF16, const BackendOptions& gpu_opts = {});
   // One step: the calls in row order; advances the sequences' lengths.
   StepMeta step(const Calls& calls, bool dense_as_sparse = false);
 };

@@ -42,6 +42,8 @@ struct SparseCase {
   bool dense_as_sparse = false;
   NumericMode mode = NumericMode::BF16;
   bool gated = false;  // sparse_attention_mul_sigmoid with a random gate (the model's call)
+  bool gpu_two_op = false;  // gated: the GPU runs Backend's default (attention, then the gate)
+  int attn_min_blocks = 0;  // the GPU backend's BackendOptions::attn_min_blocks
 };
 
 struct SparseTally {
@@ -77,8 +79,10 @@ SparseTally run_sparse(const SparseCase& c, std::vector<std::vector<float>>* gpu
   int64_t max_len = 1;
   for (auto [si, len] : final_len) max_len = std::max(max_len, len);
   const bool f32 = c.mode == NumericMode::F32;
+  BackendOptions gpu_opts;
+  gpu_opts.attn_min_blocks = c.attn_min_blocks;
   LayerHarness H(layer_config(nh, kvh, d, 4, 16, c.sp), c.page_size, max_len,
-                 final_len.rbegin()->first + 1, c.mode);
+                 final_len.rbegin()->first + 1, c.mode, gpu_opts);
   const std::string tag = std::string(f32 ? "fp32 " : "") + c.label + " nh" + std::to_string(nh) +
                           " kvh" + std::to_string(kvh) + " d" + std::to_string(d) +
                           (c.dense_as_sparse ? " das" : "");
@@ -114,7 +118,9 @@ SparseTally run_sparse(const SparseCase& c, std::vector<std::vector<float>>* gpu
       t0 = std::chrono::steady_clock::now();
       m.capture = &cg;
       H.p.gpu->begin_step(m);
-      if (c.gated)
+      if (c.gated && c.gpu_two_op)
+        H.p.gpu->Backend::sparse_attention_mul_sigmoid(si, q.g, k.g, v.g, gate.g, o.g);
+      else if (c.gated)
         H.p.gpu->sparse_attention_mul_sigmoid(si, q.g, k.g, v.g, gate.g, o.g);
       else
         H.p.gpu->sparse_attention(si, q.g, k.g, v.g, o.g);
@@ -220,18 +226,8 @@ TEST(CudaOps, SparseLayerDenseAsSparse) {
   run_sparse({"tiny", 16, 1, 16, tiny_sparse(), 32, steps, 2, true});
 }
 
-// The GPU outputs of every (step, layer) of case c, run with the environment variable
-// `name` set to `value` (nullptr: unset), which the backend reads when it is made or called.
-std::vector<std::vector<float>> gpu_outputs_with(const SparseCase& c, const char* name,
-                                                 const char* value) {
-  struct EnvGuard {
-    const char* n;
-    ~EnvGuard() { unsetenv(n); }
-  } guard{name};
-  if (value)
-    setenv(name, value, 1);
-  else
-    unsetenv(name);
+// The GPU outputs of every (step, layer) of case c.
+std::vector<std::vector<float>> gpu_outputs(const SparseCase& c) {
   std::vector<std::vector<float>> outs;
   run_sparse(c, &outs);
   return outs;
@@ -252,18 +248,22 @@ const SparseCase kPartsCases[] = {{"released", 32, 2, 128, SparseConfig{}, 128, 
 
 // The stage-2 kernel computes a decode row's parts one per block, or up to 8 per block (one
 // per consumer warp, SparseAttnParams::spb) when the step has rows enough to fill the GPU;
-// SALA_ATTN_MIN_BLOCKS=1 forces 8 here. The parts are the same, so every output must be too.
+// BackendOptions::attn_min_blocks = 1 forces 8 here. The parts are the same, so every output
+// must be too.
 TEST(CudaOps, SparseDecodePartsPerBlockBitExact) {
   REQUIRE_GPU();
-  for (const SparseCase& c : kPartsCases)
-    expect_same_outputs(gpu_outputs_with(c, "SALA_ATTN_MIN_BLOCKS", nullptr),
-                        gpu_outputs_with(c, "SALA_ATTN_MIN_BLOCKS", "1"),
+  for (const SparseCase& c : kPartsCases) {
+    SparseCase forced = c;
+    forced.attn_min_blocks = 1;
+    expect_same_outputs(gpu_outputs(c), gpu_outputs(forced),
                         c.label + " d" + std::to_string(c.d) + ", 1 vs 8 parts per block");
+  }
 }
 
 // sparse_attention_mul_sigmoid: in decode-only steps the CUDA backend applies the gate in the
-// combine kernel; the result must be the two-op default's (SALA_CUDA_UNFUSE=attngate) bit for
-// bit, in both modes, and the CPU's within the attention bound (run_sparse).
+// combine kernel; the result must be the two-op default's (Backend::sparse_attention_mul_sigmoid
+// on the same CUDA backend) bit for bit, in both modes, and the CPU's within the attention
+// bound (run_sparse).
 TEST(CudaFused, SparseAttentionMulSigmoid) {
   REQUIRE_GPU();
   for (SparseCase c : kPartsCases)
@@ -272,8 +272,9 @@ TEST(CudaFused, SparseAttentionMulSigmoid) {
       c.mode = mode;
       const std::string what = c.label + " d" + std::to_string(c.d) +
                                (mode == NumericMode::F32 ? " fp32" : " bf16") + ", fused vs two ops";
-      expect_same_outputs(gpu_outputs_with(c, "SALA_CUDA_UNFUSE", nullptr),
-                          gpu_outputs_with(c, "SALA_CUDA_UNFUSE", "attngate"), what);
+      SparseCase two_op = c;
+      two_op.gpu_two_op = true;
+      expect_same_outputs(gpu_outputs(c), gpu_outputs(two_op), what);
     }
 }
 

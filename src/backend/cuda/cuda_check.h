@@ -39,7 +39,7 @@ namespace sala::cuda {
 
 inline int ceil_div(long long a, long long b) { return int((a + b - 1) / b); }
 
-// Per-sequence slice of a step as the kernels see it (model/step.h SeqSlice).
+// Per-sequence slice of a step as the kernels see it (backend/step.h SeqSlice).
 struct DevSeq {
   int32_t token_begin;
   int32_t num_tokens;

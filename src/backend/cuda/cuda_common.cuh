@@ -54,16 +54,10 @@ __device__ __forceinline__ void pdl_wait() {
 // kernels launches back to back and the skinny GEMM after it (cuda_gemv.cu) streams weights
 // during the whole chain, not only during the last kernel. Safe because every such kernel
 // waits before it touches memory, and its predecessor's completion implies that of every
-// earlier kernel (each waited on its own predecessor). SALA_PDL_TRIGGER_AFTER_WAIT (a
-// compile definition, for A/B): wait first, so at most one kernel runs ahead.
+// earlier kernel (each waited on its own predecessor).
 __device__ __forceinline__ void pdl_begin() {
-#ifdef SALA_PDL_TRIGGER_AFTER_WAIT
-  pdl_wait();
-  pdl_trigger();
-#else
   pdl_trigger();
   pdl_wait();
-#endif
 }
 
 // The 16-byte alignment of vectorised loads and stores.

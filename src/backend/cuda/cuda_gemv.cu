@@ -15,13 +15,13 @@
 //
 // Streaming (ring kernel). Loading a group of W into registers, then multiplying, keeps at
 // most 4 KB per warp in flight, ~0 between groups, while HBM needs ~35-65 KB per SM in flight
-// all the time (latency x bandwidth / SMs): such a kernel stops at 2.5-3.5 TB/s of the H200's
-// 4.2. Here persistent CTAs (grid = min(tiles, SMs), one per SM, 214 KB of shared memory) walk
-// tiles of 32 weight rows; each warp streams its K slice through a private 3-stage cp.async
-// ring (stage: 32 rows x 256 B), refilled as soon as a stage is consumed, across tile
-// boundaries: ~128 KB per SM stay in flight and there is no ramp per CTA. One stage's x
-// fragments feed both 16-row halves of a tile (half the x re-reads). The numerics are the
-// same as above: same slices, same mma sequence, same reduction order.
+// all the time (latency x bandwidth / SMs): such a kernel stops well short of the HBM
+// bandwidth. Here persistent CTAs (grid = min(tiles, SMs), one per SM, 214 KB of shared
+// memory) walk tiles of 32 weight rows; each warp streams its K slice through a private
+// 3-stage cp.async ring (stage: 32 rows x 256 B), refilled as soon as a stage is consumed,
+// across tile boundaries: ~128 KB per SM stay in flight and there is no ramp per CTA. One
+// stage's x fragments feed both 16-row halves of a tile (half the x re-reads). The numerics
+// are the same as above: same slices, same mma sequence, same reduction order.
 //
 // PDL (sm_90+). The ring kernel is launched with programmatic stream serialization: it may
 // start while the kernel before it still runs, once every CTA of that kernel has executed
@@ -30,10 +30,6 @@
 // weight stages, then waits (griddepcontrol.wait: the preceding grid has completed and its
 // writes are visible); x is read and y written only after that. Weights are never written by
 // kernels, so this is safe whatever kernel precedes it (one without a trigger: no overlap).
-// An L2 prefetch (cp.async.bulk.prefetch) of each CTA's first 64-256 KB of weight before the
-// wait measured equal or slower (docs/PERF.md, session 6).
-// H200, M = 1, back-to-back calls, us (the first version's kernel -> this one): 4096x4096
-// 13.1 -> 10.5, 12288x4096 33.1 -> 26.5, 32768x4096 80.6 -> 68.9, 73448x4096 170 -> 151.
 //
 // Fallback: a GPU whose per-block shared memory opt-in is below the ring's (A100: 163 KB)
 // runs the tile kernel: one CTA per 16 weight rows, W loaded straight into registers, no PDL.

@@ -8,8 +8,7 @@
 // empty: every consumer is done with it), not by block-wide barriers: with the rows'
 // selections unrelated, a row needs only ≈ 1 in 4 tiles of the union, and each consumer runs
 // through the tiles it skips while slower ones still compute, up to kSlots tiles apart
-// (before: one __syncthreads per tile made every tile cost what its slowest row spent on it;
-// ncu: 36 % of cycles at the barrier, plus register spills at the 2-blocks-per-SM cap).
+// (one __syncthreads per tile would make every tile cost what its slowest row spends on it).
 // A warp computes only on the tiles its own row selected, masking keys of unselected blocks
 // (blocks smaller than 64 keys) and keys after the row. fp32 scores and online softmax in
 // log2 units; P·V with P split in two bf16 terms (hi + lo) as the dense prefill kernel, so
@@ -21,8 +20,8 @@
 // it from the step's row count only to fill the GPU (a decode row with one warp per block and
 // one block per SM left most SMs waiting on memory latency at batch 64).
 // Dense rows of short calls (decode below dense_len) run here too, as rows that selected
-// every block up to their own (SparseAttnParams::dense_below): the scalar attention_kernel
-// took ≈ 50 µs per layer for a 128-token context (ncu / SALA_CUDA_OPTIME, 2026-11-30).
+// every block up to their own (SparseAttnParams::dense_below), on the tensor cores rather
+// than the scalar attention_kernel.
 #include <cub/block/block_scan.cuh>
 
 #include "backend/cuda/cuda_launch.cuh"
@@ -164,8 +163,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // has released the tile that held the slot before. Producer warp p copies half p / 2 of
   // the tile's 64 key rows of K (p even) or V (p odd); lane l always copies 16-byte chunk
   // l mod D/8 of its rows, so a row is one contiguous run per warp instruction and the
-  // loop is a fixed, unrolled count (ncu: the first, per-element version of this loop was
-  // a third of the kernel's instructions, and the consumers waited on it).
+  // loop is a fixed, unrolled count (a per-element copy costs many instructions per tile,
+  // and the consumers wait on it).
   if (warp >= kW) {
     constexpr int CH = D / 8, kStep = 32 / CH, kHalf = kKT / 2;
     const int pw = warp - kW, j0 = (pw >> 1) * kHalf + lane / CH, c = lane % CH;

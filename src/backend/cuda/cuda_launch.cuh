@@ -14,8 +14,8 @@
 namespace sala::cuda {
 
 // True when the device is sm_90+, this build's kernels were compiled for it (so their
-// griddepcontrol.wait exists: code JIT-compiled from the sm_80 PTX has none) and
-// SALA_CUDA_PDL is not "0". Decided once, for the current device.
+// griddepcontrol.wait exists: code JIT-compiled from the sm_80 PTX has none). Decided once,
+// for the current device.
 bool pdl_launch_enabled();
 
 template <typename... P, typename... A>

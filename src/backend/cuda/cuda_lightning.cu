@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/gla.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_norm.cuh"
@@ -22,7 +23,7 @@ namespace sala::cuda {
 
 namespace {
 
-constexpr int kChunk = 64;  // the HF / CpuBackend chunk (kGlaChunk)
+constexpr int kChunk = kGlaChunk;  // the HF / CpuBackend chunk
 constexpr int kDecayStride = kGlaDecayStride;  // decay[h][n] = exp(n g), n = 0..64
 
 // Recurrent form, one block per (head, sequence). Thread (rg, j) keeps rows

@@ -5,13 +5,14 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/gla.h"
 #include "backend/cuda/cuda_kernels.h"
 
 namespace sala::cuda {
 
 namespace {
 
-constexpr int kChunk = 64;  // the HF / CpuBackend chunk (kGlaChunk)
+constexpr int kChunk = kGlaChunk;  // the HF / CpuBackend chunk
 constexpr int kDecayStride = kGlaDecayStride;  // decay[h][n] = exp(n g), n = 0..64
 
 // ---- chunk-parallel form (3 phases), used for every long call ------------------------------

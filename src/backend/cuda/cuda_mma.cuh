@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 
+#include "backend/cache_layout.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_kernels.h"
 
@@ -94,18 +95,16 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 
 // Element offset of token p's row in a paged cache (pages of g.page_size tokens).
 __device__ __forceinline__ int64_t token_off(const CacheGeom& g, const int32_t* pages, int64_t p) {
-  return (int64_t(pages[p / g.page_size]) * g.page_size + p % g.page_size) * g.row;
+  return cache_layout::token_offset(pages, p, g.page_size, g.row);
 }
 // Element offset of compressed entry j (stride s) in its paged cache (page_size / s per page).
 __device__ __forceinline__ int64_t entry_off(const CacheGeom& g, const int32_t* pages, int64_t j, int s) {
-  const int64_t p = j * s;
-  const int per_page = g.page_size / s;
-  return (int64_t(pages[p / g.page_size]) * per_page + (p % g.page_size) / s) * g.row;
+  return cache_layout::entry_offset(pages, j, s, g.page_size, g.row);
 }
 
 // SPEC §9.3 / §9.4 (the CPU twin is backend/cpu/infllm_rules.h).
 __device__ __forceinline__ long long num_entries(long long L, int w, int s) {
-  return L >= w ? (L - w) / s + 1 : 0;
+  return cache_layout::num_entries(L, w, s);
 }
 __device__ __forceinline__ long long visible_count(long long t, long long n, long long T, int w,
                                                    int s, bool first) {

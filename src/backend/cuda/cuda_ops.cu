@@ -6,8 +6,6 @@
 // (cuda_common.cuh): the next kernels, e.g. a skinny GEMM that streams its first weights
 // early (cuda_gemv.cu), may start while this one runs.
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 #include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -199,8 +197,6 @@ __global__ void pdl_probe_kernel() {}
 
 bool pdl_launch_enabled() {
   static const bool on = [] {
-    const char* e = std::getenv("SALA_CUDA_PDL");
-    if (e && std::string_view(e) == "0") return false;
     int dev = 0, major = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));

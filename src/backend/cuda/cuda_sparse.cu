@@ -46,8 +46,8 @@ __global__ void compress_kernel(const int32_t* __restrict__ row_seq, const DevSe
   const DevSeq s = seqs[row_seq[r]];
   const int64_t p = s.past_len + (r - s.token_begin);
   const int w = blockIdx.y == 0 ? g.k1 : g.k2, st = blockIdx.y == 0 ? g.s1 : g.s2;
-  if (p + 1 < w || (p + 1 - w) % st != 0) return;
-  const int64_t j = (p + 1 - w) / st;
+  const int64_t j = cache_layout::entry_completed_at(p, w, st);
+  if (j < 0) return;
   const int32_t* pages = page_table + s.page_begin;
   T* dst = (blockIdx.y == 0 ? c1 : c2) + entry_off(g, pages, j, st);
   for (int64_t e = threadIdx.x; e < g.row; e += blockDim.x) {

@@ -1,0 +1,226 @@
+#include "backend/cuda/cuda_gemm.h"
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_host_util.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "core/check.h"
+
+namespace sala::cuda_host {
+using namespace sala::cuda;
+
+GemmDispatch::GemmDispatch(bool bf16_mode, cudaStream_t stream, DeviceArena& arena,
+                           const StepPlan& plan, GraphCache& graphs, OpTimer& timer)
+    : bf16_(bf16_mode), stream_(stream), arena_(arena), plan_(plan), graphs_(graphs),
+      timer_(timer) {
+  gemv_init();  // kernel attributes now, not inside a recorded step
+  CUBLAS_CHECK(cublasLtCreate(&lt_));
+  lt_workspace_ = arena_.device(lt_workspace_size_);
+}
+
+GemmDispatch::~GemmDispatch() {
+  for (auto& [key, e] : algos_) {
+    cublasLtMatrixLayoutDestroy(e.a);
+    cublasLtMatrixLayoutDestroy(e.b);
+    cublasLtMatrixLayoutDestroy(e.d);
+    cublasLtMatmulDescDestroy(e.op);
+  }
+  if (lt_) cublasLtDestroy(lt_);
+}
+
+void GemmDispatch::plan_stack_workspace(const ModelConfig& cfg) {
+  // The stacked GEMM's output for the widest stacked weight at kStackMaxRows rows: gate_up
+  // [2 I, H], or q/k/v/gate (≤ 4 H columns for the released shapes; a wider weight grows it
+  // on first use, outside recordings: stacked_gemm).
+  if (stack_ws_) return;
+  const int64_t widest =
+      std::max<int64_t>(2 * int64_t(cfg.intermediate_size), 4 * int64_t(cfg.hidden_size));
+  stack_ws_elems_ = kStackMaxRows * widest;
+  stack_ws_ = arena_.device(size_t(stack_ws_elems_) * 2);
+}
+
+void GemmDispatch::linear(const Tensor& x, const Weight& wt, Tensor& y) {
+  const Tensor w = dense_view(wt);  // bf16 / fp32 [N, K]
+  // Batch invariance: cuBLASLt picks its kernel (and so its rounding) from the row count, so
+  // in a step that prefills, each sequence's rows are multiplied as they would be alone —
+  // rows of sequences longer than kSkinnyRows by one GEMM per sequence, shorter ones
+  // (decode rows, short prompts) in groups of ≤ kSkinnyRows through the skinny GEMM, whose
+  // rows do not depend on the group. All-decode steps keep one GEMM.
+  constexpr int64_t kSkinnyRows = 16;
+  const StepMeta* meta = plan_.meta();
+  const bool prefill_step =
+      meta && x.rows > kSkinnyRows && x.rows == meta->num_tokens() && meta->seqs.size() > 1 &&
+      std::any_of(meta->seqs.begin(), meta->seqs.end(),
+                  [](const SeqSlice& s) { return s.num_tokens > 1; });
+  if (!prefill_step) return linear_rows(x, w, y);
+  int64_t run_begin = 0, run_rows = 0;
+  auto flush = [&] {
+    if (run_rows == 0) return;
+    Tensor ys = y.slice_rows(run_begin, run_rows);
+    linear_rows(x.slice_rows(run_begin, run_rows), w, ys);
+    run_rows = 0;
+  };
+  for (const SeqSlice& s : meta->seqs) {
+    if (s.num_tokens > kSkinnyRows) {
+      flush();
+      Tensor ys = y.slice_rows(s.token_begin, s.num_tokens);
+      linear_rows(x.slice_rows(s.token_begin, s.num_tokens), w, ys);
+      continue;
+    }
+    if (run_rows > 0 && (run_begin + run_rows != s.token_begin || run_rows + s.num_tokens > kSkinnyRows))
+      flush();
+    if (run_rows == 0) run_begin = s.token_begin;
+    run_rows += s.num_tokens;
+  }
+  flush();
+}
+
+void GemmDispatch::linear_rows(const Tensor& x, const Tensor& w, Tensor& y) {
+  SALA_CHECK(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows,
+             "linear shapes x[{},{}] w[{},{}] y[{},{}]", x.rows, x.cols, w.rows, w.cols, y.rows,
+             y.cols);
+  SALA_CHECK(is_act(x) && is_act(w) && (is_act(y) || y.dtype == DType::F32));
+  if (x.rows == 0) return;
+  if (bf16_ && gemv_supported(x.data, x.cols, w.data, x.cols, x.rows)) {
+    GemvOut o{};
+    o.y[0] = y.data;
+    o.end[0] = w.rows;
+    o.cols[0] = y.cols;
+    o.nparts = 1;
+    o.f32 = y.dtype == DType::F32;
+    launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_);
+    timer_.tick(y.dtype == DType::F32 ? "gemv lm_head" : "gemv");
+    return;
+  }
+  // Row-major y[T,N] = x[T,K] W[N,K]^T. Column-major: A = W stored K x N (ld K), used
+  // transposed; B = x stored K x T (ld K); D = y stored N x T (ld N).
+  const int N = int(w.rows), T = int(x.rows), K = int(x.cols);
+  // fp32 mode: fp32 A, B, D and CUBLAS_COMPUTE_32F, which is full fp32 arithmetic (TF32 only
+  // with CUBLAS_COMPUTE_32F_FAST_TF32, never requested).
+  const cudaDataType_t dt = y.dtype == DType::F32 ? CUDA_R_32F : CUDA_R_16BF;
+  const cudaDataType_t in_t = bf16_ ? CUDA_R_16BF : CUDA_R_32F;
+  const int align = std::min({ptr_alignment(x.data), ptr_alignment(w.data), ptr_alignment(y.data)});
+  const auto key = std::make_tuple(N, T, K, (int(in_t) * 64 + int(dt)) * 1024 + align);
+  auto it = algos_.find(key);
+  if (it == algos_.end()) {
+    AlgoEntry e;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&e.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&e.a, in_t, K, N, K));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&e.b, in_t, K, T, K));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&e.d, dt, N, T, N));
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_workspace_size_, sizeof(lt_workspace_size_)));
+    const uint32_t al = uint32_t(align);
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof(al)));
+    cublasLtMatmulHeuristicResult_t res{};
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, e.op, e.a, e.b, e.d, e.d, pref, 1, &res, &found));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    SALA_CHECK(found > 0, "cuBLASLt has no algorithm for N={} T={} K={} align {}", N, T, K, align);
+    e.algo = res.algo;
+    it = algos_.emplace(key, e).first;
+  }
+  const float one = 1.f, zero = 0.f;
+  const AlgoEntry& e = it->second;
+  CUBLAS_CHECK(cublasLtMatmul(lt_, e.op, &one, w.data, e.a, x.data, e.b, &zero, y.data, e.d, y.data,
+                              e.d, &e.algo, lt_workspace_, lt_workspace_size_, stream_));
+  // fp32 output (logits): the bf16 contract rounds the GEMM output to bf16 (SPEC §4.7).
+  if (bf16_ && y.dtype == DType::F32) launch_round_f32(ptr<float>(y), y.numel(), stream_);
+  timer_.tick(y.dtype == DType::F32 ? "gemm lm_head" : "gemm");
+}
+
+// Decode-only steps of 17..kStackMaxRows rows (bf16): a stacked weight's outputs come from one
+// cuBLASLt GEMM instead of one per output (cuBLAS kernels take no part in PDL, so every call
+// costs a launch gap). Not in steps that prefill: there each sequence's rows are multiplied as
+// they would be alone (linear).
+bool GemmDispatch::stacked_gemm(const Tensor& x, const Tensor& w) {
+  const StepDev& sd = plan_.dev();
+  if (!(bf16_ && plan_.meta() && sd.S > 0 && sd.n_one_token == sd.S &&
+        x.rows > kGemvMaxRows && x.rows <= kStackMaxRows && is_act(x) && is_act(w) &&
+        x.cols == w.cols))
+    return false;
+  if (x.rows * w.rows <= stack_ws_elems_) return true;
+  // Wider than plan_stack_workspace planned (not the released shapes): grow, outside
+  // recordings only (a recorded step's shapes ran eagerly first, so it never lands here).
+  if (graphs_.capturing()) return false;
+  graphs_.drop();
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  arena_.release(stack_ws_);
+  stack_ws_elems_ = kStackMaxRows * w.rows;
+  stack_ws_ = arena_.device(size_t(stack_ws_elems_) * 2);
+  return true;
+}
+
+bool GemmDispatch::linear_multi(const Tensor& x, const Weight& wt, const std::vector<Tensor*>& ys) {
+  const Tensor w = dense_view(wt);  // bf16 / fp32 [N, K]
+  int64_t n = 0;
+  // fp32 mode: one cuBLASLt GEMM per part (the skinny GEMM is bf16 only).
+  bool parts_ok = bf16_ && ys.size() <= 4;  // bf16 parts GemvOut can hold
+  for (Tensor* y : ys) {
+    n += y->cols;
+    parts_ok = parts_ok && is_bf16(*y) && y->rows == x.rows;
+  }
+  SALA_CHECK(n == w.rows && x.cols == w.cols && is_act(x) && is_act(w),
+             "linear_multi: weight [{},{}] for {} output columns", w.rows, w.cols, n);
+  const bool ok = parts_ok && gemv_supported(x.data, x.cols, w.data, x.cols, x.rows);
+  const bool stacked = !ok && parts_ok && stacked_gemm(x, w);
+  if (!ok && !stacked) return false;  // one GEMM per row slice
+  GemvOut o{};
+  int64_t end = 0;
+  for (size_t i = 0; i < ys.size(); ++i) {
+    end += ys[i]->cols;
+    o.y[i] = ys[i]->data;
+    o.end[i] = end;
+    o.cols[i] = ys[i]->cols;
+  }
+  o.nparts = int(ys.size());
+  if (stacked) {
+    Tensor ws{stack_ws_, DType::BF16, x.rows, w.rows};
+    linear_rows(x, w, ws);
+    launch_split_cols(ptr<bf16>(ws), x.rows, w.rows, o, stream_);
+    timer_.tick("split stacked gemm");
+    return true;
+  }
+  launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_);
+  timer_.tick("gemv multi");
+  return true;
+}
+
+// Skinny steps: one GEMV whose CTAs take a gate tile and then the up tile of the same
+// columns and store only silu(g) * u (cuda_gemv.cu, GemvOut::silu_pair): one kernel less per
+// layer and the same bits as the two-op default. Stacked steps: the SiLU product of the
+// stacked GEMM's halves.
+bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g, Tensor& /*u*/) {
+  const Tensor w = dense_view(wt);  // bf16 / fp32 [N, K]
+  const bool fused = bf16_ && is_bf16(g) && g.rows == x.rows && w.rows == 2 * g.cols &&
+                     x.cols == w.cols && is_act(x) && is_act(w) &&
+                     gemv_silu_pair_supported(w.rows) &&
+                     gemv_supported(x.data, x.cols, w.data, x.cols, x.rows);
+  if (!fused && stacked_gemm(x, w) && is_bf16(g) && g.rows == x.rows && w.rows == 2 * g.cols) {
+    Tensor ws{stack_ws_, DType::BF16, x.rows, w.rows};
+    linear_rows(x, w, ws);
+    launch_silu_mul_halves(ptr<bf16>(ws), x.rows, g.cols, ptr<bf16>(g), stream_);
+    timer_.tick("silu_mul halves");
+    return true;
+  }
+  if (!fused) return false;
+  GemvOut o{};
+  o.y[0] = g.data;
+  o.end[0] = w.rows;
+  o.cols[0] = g.cols;
+  o.nparts = 1;
+  o.silu_pair = true;
+  launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_);
+  timer_.tick("gemv gate_up+silu");
+  return true;
+}
+
+}  // namespace sala::cuda_host

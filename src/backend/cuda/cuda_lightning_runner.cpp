@@ -1,0 +1,143 @@
+#include "backend/cuda/cuda_lightning_runner.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/gla.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_host_util.h"
+#include "core/check.h"
+
+namespace sala::cuda_host {
+using namespace sala::cuda;
+
+LightningRunner::LightningRunner(bool bf16_mode, cudaStream_t stream, DeviceArena& arena,
+                                 const StepPlan& plan, const GraphCache& graphs, OpTimer& timer,
+                                 RopeTables& rope)
+    : bf16_(bf16_mode), stream_(stream), arena_(arena), plan_(plan), graphs_(graphs),
+      timer_(timer), rope_(rope) {}
+
+void LightningRunner::init_states(const ModelConfig& cfg, const CacheShape& shape) {
+  cfg_ = cfg;
+  num_slots_ = shape.num_slots;
+  const size_t d = size_t(cfg.lightning_head_dim);
+  const size_t state_floats =
+      size_t(shape.num_slots) * cfg.num_lightning_layers() * cfg.lightning_nh * d * d;
+  states_ = static_cast<float*>(arena_.device(state_floats * 4));
+  CUDA_CHECK(cudaMemsetAsync(states_, 0, std::max<size_t>(state_floats * 4, 1), stream_));
+}
+
+void LightningRunner::init_tables() {
+  if (cfg_.lightning_nh > 0) upload_tables(cfg_.lightning_slopes());
+}
+
+void LightningRunner::upload_tables(const std::vector<float>& slopes) {
+  const int nh = int(slopes.size());
+  std::vector<float> tab(size_t(nh) * kGlaDecayStride);
+  for (int h = 0; h < nh; ++h) {
+    const double g = -double(slopes[size_t(h)]);
+    // As CpuBackend: λ = float(exp(double g)), decay[n] = float(exp(double(g) * n)).
+    for (int n = 0; n <= kGlaChunk; ++n) tab[size_t(h) * kGlaDecayStride + size_t(n)] = float(std::exp(g * n));
+  }
+  if (nh > decay_cap_) {
+    arena_.release(decay_);
+    decay_ = static_cast<float*>(arena_.device(tab.size() * 4));
+    decay_cap_ = nh;
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaMemcpy(decay_, tab.data(), tab.size() * 4, cudaMemcpyHostToDevice));
+  slopes_ = slopes;
+}
+
+// The kernels' arguments for lightning layer li (checks the tensors and the step's slots).
+template <typename T>
+GlaArgs<T> LightningRunner::args(int li, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const std::vector<float>& slopes, float scale, Tensor& out) {
+  const int nh = cfg_.lightning_nh, d = cfg_.lightning_head_dim;
+  const StepDev& sd = plan_.dev();
+  SALA_CHECK(q.cols == int64_t(nh) * d && int(slopes.size()) == nh);
+  SALA_CHECK(k.cols == q.cols && v.cols == q.cols && out.cols == q.cols && q.rows == sd.T);
+  SALA_CHECK(is_act(q) && is_act(k) && is_act(v) && is_act(out));
+  SALA_CHECK(li >= 0 && li < cfg_.num_lightning_layers());
+  for (const SeqSlice& s : plan_.meta()->seqs)
+    SALA_CHECK(s.state_slot >= 0 && s.state_slot < num_slots_, "state slot {}", s.state_slot);
+  if (slopes != slopes_) upload_tables(slopes);  // tests; the model's are set at init
+  GlaArgs<T> a;
+  a.q = ptr<T>(q);
+  a.k = ptr<T>(k);
+  a.v = ptr<const T>(v);
+  a.stride = q.cols;
+  a.seqs = sd.seqs;
+  a.states = states_;
+  a.slot_stride = int64_t(cfg_.num_lightning_layers()) * nh * d * d;
+  a.layer_off = int64_t(li) * nh * d * d;
+  a.decay = decay_;
+  a.scale = scale;
+  a.out = ptr<T>(out);
+  a.ostride = out.cols;
+  a.nh = nh;
+  return a;
+}
+
+void LightningRunner::attention(int li, const Tensor& q, const Tensor& k, const Tensor& v,
+                                const std::vector<float>& slopes, float scale, Tensor& out) {
+  const int nh = cfg_.lightning_nh, d = cfg_.lightning_head_dim;
+  const StepDev& sd = plan_.dev();
+  with_act_type(bf16_, [&](auto tag) {
+    using T = tag_t<decltype(tag)>;
+    GlaArgs<T> a = args<T>(li, q, k, v, slopes, scale, out);
+    if (sd.n_long > 0) {
+      int64_t max_tokens = 0, n_long = 0;
+      for (const SeqSlice& s : plan_.meta()->seqs)
+        if (s.num_tokens >= 64) max_tokens = std::max<int64_t>(max_tokens, s.num_tokens), ++n_long;
+      a.max_chunks = int((max_tokens + 63) / 64);
+      const int64_t per_state = int64_t(nh) * d * d;
+      const int64_t want = std::max(per_state, std::min<int64_t>(int64_t(32) << 20, per_state * n_long * a.max_chunks));
+      if (want > ws_floats_ && !graphs_.capturing()) {
+        if (ws_) {
+          CUDA_CHECK(cudaStreamSynchronize(stream_));
+          arena_.release(ws_);
+          ws_ = nullptr;
+          ws_floats_ = 0;
+        }
+        // Out of memory: the serial chunked kernel runs instead.
+        ws_ = static_cast<float*>(arena_.try_device(size_t(want) * 4));
+        if (ws_) ws_floats_ = want;
+      }
+      a.ws = ws_;
+      a.ws_floats = ws_floats_;
+    }
+    SALA_CHECK(launch_gla(d, a, sd.short_seqs, sd.n_short, sd.long_seqs, sd.n_long, stream_),
+               "lightning head_dim {} not supported by the CUDA backend", d);
+  });
+  timer_.tick(sd.n_long > 0 ? "lightning chunked" : "lightning recurrent");
+}
+
+// Steps whose calls all have < 64 tokens (decode) and at most kFusedGlaMaxSeqs sequences: one
+// kernel (launch_gla_norm_rope). Other steps: qk_norm_rope over all rows, then attention (the
+// default; the chunked kernels read the normalised rows). The fused kernel normalises and
+// rotates each (head, sequence) block's q and k before its recurrence, which lengthens every
+// block: a gain while the blocks fit in one wave, a loss with many (docs/PERF.md).
+constexpr int kFusedGlaMaxSeqs = 16;
+
+bool LightningRunner::qk_attention(int li, Tensor& q, Tensor& k, const Tensor& v,
+                                   const Tensor& qn, const Tensor& kn, float eps, int head_dim,
+                                   double theta, const std::vector<float>& slopes, float scale,
+                                   Tensor& out) {
+  const int d = cfg_.lightning_head_dim;
+  const StepDev& sd = plan_.dev();
+  if (sd.n_long > 0 || sd.n_short > kFusedGlaMaxSeqs || head_dim != d) return false;
+  SALA_CHECK(is_act(qn) && is_act(kn) && qn.numel() == head_dim && kn.numel() == head_dim);
+  const float* inv = rope_.get(head_dim, theta);
+  with_act_type(bf16_, [&](auto tag) {
+    using T = tag_t<decltype(tag)>;
+    const GlaArgs<T> a = args<T>(li, q, k, v, slopes, scale, out);
+    const GlaNormRope<T> nr{ptr<const T>(qn), ptr<const T>(kn), eps, sd.positions, inv};
+    SALA_CHECK(launch_gla_norm_rope(d, a, nr, sd.short_seqs, sd.n_short, stream_),
+               "lightning head_dim {} not supported by the CUDA backend", d);
+  });
+  timer_.tick("lightning qk_norm_rope+recurrent");
+  return true;
+}
+
+}  // namespace sala::cuda_host

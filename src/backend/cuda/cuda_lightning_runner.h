@@ -1,0 +1,63 @@
+// LightningRunner: the lightning layers (simple GLA, SPEC §8) on the GPU. It owns the state
+// slots ([num_slots, n_lightning, nh, d, d] fp32, zeroed at init_caches), the per-head decay
+// tables ([nh][kGlaChunk + 1] = exp(n g), float of double as CpuBackend) and the workspace of
+// the chunk-parallel prefill (per-chunk states, up to 128 MB, grown on the first long call;
+// without room the serial chunked kernel runs). Steps whose calls all have < 64 tokens run
+// the recurrent kernel, others the chunked ones (cuda_lightning*.cu).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_arena.h"
+#include "backend/cuda/cuda_graph_cache.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_op_timer.h"
+#include "backend/cuda/cuda_rope_tables.h"
+#include "backend/cuda/cuda_step_plan.h"
+
+namespace sala::cuda_host {
+
+class LightningRunner {
+ public:
+  LightningRunner(bool bf16_mode, cudaStream_t stream, DeviceArena& arena, const StepPlan& plan,
+                  const GraphCache& graphs, OpTimer& timer, RopeTables& rope);
+  LightningRunner(const LightningRunner&) = delete;
+  LightningRunner& operator=(const LightningRunner&) = delete;
+
+  void init_states(const ModelConfig& cfg, const CacheShape& shape);  // the state slots
+  void init_tables();  // the model's decay tables (after init_states)
+  void attention(int li, const Tensor& q, const Tensor& k, const Tensor& v,
+                 const std::vector<float>& slopes, float scale, Tensor& out);
+  // The q/k norm + RoPE + recurrence in one kernel; false (nothing done) outside the steps
+  // it serves: the caller runs Backend's default (qk_norm_rope, then attention).
+  bool qk_attention(int li, Tensor& q, Tensor& k, const Tensor& v, const Tensor& qn,
+                    const Tensor& kn, float eps, int head_dim, double theta,
+                    const std::vector<float>& slopes, float scale, Tensor& out);
+
+ private:
+  bool is_act(const Tensor& t) const { return t.dtype == (bf16_ ? DType::BF16 : DType::F32); }
+  void upload_tables(const std::vector<float>& slopes);
+  template <typename T>
+  cuda::GlaArgs<T> args(int li, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const std::vector<float>& slopes, float scale, Tensor& out);
+
+  bool bf16_;
+  cudaStream_t stream_;
+  DeviceArena& arena_;
+  const StepPlan& plan_;
+  const GraphCache& graphs_;
+  OpTimer& timer_;
+  RopeTables& rope_;
+  ModelConfig cfg_;
+  int num_slots_ = 0;
+  float* states_ = nullptr;  // [num_slots, n_lightning, nh, d, d] fp32
+  std::vector<float> slopes_;  // the slopes the decay tables hold
+  float* decay_ = nullptr;     // [nh][kGlaDecayStride]
+  int decay_cap_ = 0;          // heads decay_ has room for
+  float* ws_ = nullptr;        // chunk-parallel prefill: per-chunk states
+  int64_t ws_floats_ = 0;
+};
+
+}  // namespace sala::cuda_host

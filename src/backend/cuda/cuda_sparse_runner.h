@@ -1,0 +1,102 @@
+// SparseRunner: the sparse layers (dense attention below dense_len, InfLLM-v2 above, SPEC §9)
+// on the GPU. It owns the paged KV cache and the two compressed-key levels of every sparse
+// layer (elements of kv_element_bytes: bf16, or fp32 in fp32 mode), the block-selection
+// workspaces (sized at init_caches for the longest sequence the KV pool holds, capped at
+// max_position_embeddings) and the per-row workspaces (selected blocks, split-K partials;
+// sized for the model's max_step_tokens when it allocates its activations), and launches
+// append / compress, stage 1 (selection), flash prefill, stage 2 and the combine kernel.
+//
+// Rows of one-token calls (decode) split their attention and selection over fixed part
+// counts, so a recorded decode step launches the same grids at every context length and a
+// row's numbers depend only on its own call.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_arena.h"
+#include "backend/cuda/cuda_graph_cache.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_op_timer.h"
+#include "backend/cuda/cuda_step_plan.h"
+
+namespace sala::cuda_host {
+
+class SparseRunner {
+ public:
+  // attn_min_blocks: BackendOptions::attn_min_blocks (0: SMs / 2).
+  SparseRunner(bool bf16_mode, int max_smem_optin, int attn_min_blocks, cudaStream_t stream,
+               DeviceArena& arena, const StepPlan& plan, GraphCache& graphs, OpTimer& timer);
+  SparseRunner(const SparseRunner&) = delete;
+  SparseRunner& operator=(const SparseRunner&) = delete;
+
+  // The caches and selection workspaces of cfg's sparse layers (init_caches).
+  void init(const ModelConfig& cfg, const CacheShape& shape, size_t kv_element_bytes);
+  // After init: the per-row workspaces for 256 rows; from now on ensure_rows sizes them.
+  void start_rows();
+  // Per-row workspaces for `rows` (no-op before start_rows or when they are large enough;
+  // growing drops the graphs, with a warning when `warn`).
+  void ensure_rows(int64_t rows, bool warn);
+  // The planned step's sequences fit the selection workspaces and their pages (after
+  // start_rows; StepPlan::begin ran).
+  void check_step() const;
+  const SparseConfig& sparse_config() const { return cfg_.sparse; }
+
+  void attention(int si, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out);
+  // Decode-only steps whose attention is split: the gate applied by the combine kernel.
+  // false (nothing done) in other steps: the caller runs Backend's two-op default.
+  bool attention_mul_sigmoid(int si, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& gate, Tensor& out);
+
+ private:
+  bool is_act(const Tensor& t) const { return t.dtype == (bf16_ ? DType::BF16 : DType::F32); }
+  void alloc_select_work(size_t pool_tokens);
+  int decode_attn_splits() const;  // parts of a decode row's attention in this step
+  int decode_parts_per_block(int row_blocks, int splits) const;
+  // attention for the activation type T (bf16, or float in fp32 mode); gate: multiplied in by
+  // the combine kernel (only when every row of the step is split).
+  template <typename T>
+  void attention_t(int si, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                   const Tensor* gate = nullptr);
+  void capture_selections(int si) const;  // StepMeta::capture: the step's selected blocks
+
+  bool bf16_;
+  int max_smem_optin_;
+  int min_blocks_;  // stage-2 decode grid target (decode_parts_per_block)
+  cudaStream_t stream_;
+  DeviceArena& arena_;
+  const StepPlan& plan_;
+  GraphCache& graphs_;
+  OpTimer& timer_;
+
+  ModelConfig cfg_;
+  CacheShape shape_;
+  bool ready_ = false;  // start_rows ran
+  struct LayerCache {  // elements of kv_element_bytes(): bf16, or fp32 in fp32 mode
+    void* k;   // [num_pages, page_size, kvh, d]
+    void* v;
+    void* c1;  // [num_pages, page_size / s1, kvh, d]
+    void* c2;  // [num_pages, page_size / s2, kvh, d]
+  };
+  std::vector<LayerCache> caches_;
+
+  // Per-row workspaces (capacity rows_cap_).
+  int64_t rows_cap_ = 0;
+  int32_t* sel_ = nullptr;      // [rows, kvh, total_topk] selected blocks
+  int32_t* sel_cnt_ = nullptr;  // [rows, kvh]
+  float* attn_part_ = nullptr;  // split-K partials [attn_part_items_, d] + (m, l)
+  float* attn_ml_ = nullptr;
+  int64_t attn_part_items_ = 0;  // capacity in (row, head, split) items
+
+  // InfLLM-v2 selection workspaces, for kSelectChunkTiles tiles per launch.
+  static constexpr int kSelectChunkTiles = 512;
+  static constexpr int kSelectSplits = 32;  // level-2 entry splits of one-token (decode) rows
+  static constexpr int kScoreSplits = 64;   // level-1 entry splits of one-token rows
+  cuda::SelectWork select_work_{};
+  int select_nb_stride_ = 0, select_et_stride_ = 0;
+  int64_t select_max_len_ = 0;  // longest sequence the workspaces hold
+  int attn_nb_words_ = 0, attn_nkt_words_ = 0, attn_list_cap_ = 0;  // stage 2 shared memory
+};
+
+}  // namespace sala::cuda_host
