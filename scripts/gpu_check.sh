@@ -23,7 +23,7 @@ set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 G=$ROOT/.gpu
 BUILD=${BUILD:-$ROOT/build-cuda}
-GOLDEN=${GOLDEN:-$ROOT/../shared/golden}
+GOLDEN=${GOLDEN:-$ROOT/tests/fixtures/golden}
 # The CUDA op test binaries (tests/ops): all of them are packed and run.
 OP_TESTS=${OP_TESTS:-"test_cuda_ops test_cuda_sparse test_cuda_f32"}
 
