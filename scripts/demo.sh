@@ -6,7 +6,8 @@
 #
 # Environment: PORT (30000), SALA_CUDA (OFF; ON/AUTO also build the CUDA backend), DEVICE
 # (cpu; cuda needs SALA_CUDA=ON and a GPU), HEALTH_TIMEOUT (seconds to wait for /health, 120),
-# SALA_NO_INSTALL=1 (check the prerequisites, install nothing).
+# SALA_NO_INSTALL=1 (check the prerequisites, install nothing), JOBS (parallel compile jobs;
+# Ninja's default otherwise).
 # Whatever way the script ends (an error, Ctrl-C, --once), it stops the server it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,7 @@ once=0
 case "${1:-}" in
   "") ;;
   --once) once=1 ;;
-  -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
   *) echo "demo.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 esac
 PORT=${PORT:-30000}
@@ -30,7 +31,8 @@ if [ "${SALA_NO_INSTALL:-0}" != 1 ]; then
   bash scripts/install_deps.sh || fail "the dependencies could not be installed (see above)"
 fi
 # command -> the Debian package that provides it (the libraries are checked by CMake)
-for pair in cmake:cmake ninja:ninja-build g++:g++ pkg-config:pkg-config curl:curl python3:python3; do
+for pair in cmake:cmake ninja:ninja-build g++:g++ pkg-config:pkg-config curl:curl \
+            python3:python3; do
   command -v "${pair%%:*}" >/dev/null 2>&1 ||
     fail "'${pair%%:*}' not found: install the Debian package ${pair#*:} (scripts/install_deps.sh)"
 done
@@ -41,7 +43,7 @@ fi
 
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSALA_TESTS=OFF \
       -DSALA_CUDA="$SALA_CUDA" >/dev/null || fail "CMake configuration failed (see above)"
-ninja -C "$BUILD" sala || fail "the build failed (see above)"
+ninja -C "$BUILD" ${JOBS:+-j "$JOBS"} sala || fail "the build failed (see above)"
 
 server=""
 stop_server() {
@@ -66,7 +68,8 @@ until curl -sf --max-time 2 "http://127.0.0.1:$PORT/health" >/dev/null; do
   fi
   if [ "$(date +%s)" -ge "$deadline" ]; then
     tail -n 20 "$LOG" >&2
-    fail "no answer from http://127.0.0.1:$PORT/health within $HEALTH_TIMEOUT s (HEALTH_TIMEOUT=...)"
+    fail "no answer from http://127.0.0.1:$PORT/health within $HEALTH_TIMEOUT s" \
+         "(a slow machine: HEALTH_TIMEOUT=...)"
   fi
   sleep 0.2
 done
@@ -77,8 +80,9 @@ body=$(curl -sf --max-time 300 "http://127.0.0.1:$PORT/v1/chat/completions" \
          -H 'Content-Type: application/json' \
          -d "{\"messages\":[{\"role\":\"user\",\"content\":\"$question\"}],\"temperature\":0}") ||
   fail "the chat request failed (server log: $LOG)"
-answer=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["message"]["content"])' \
-           <<<"$body") || fail "unexpected reply: $body"
+read_answer='import json,sys; print(json.load(sys.stdin)["choices"][0]["message"]["content"])'
+answer=$(python3 -c "$read_answer" \
+           <<<"$body" 2>/dev/null) || fail "unexpected reply: $body"
 echo "A: $answer"
 [ "$once" = 1 ] && exit 0
 echo "serving on http://127.0.0.1:$PORT (Ctrl-C to stop; log: $LOG)"

@@ -45,7 +45,8 @@ fi
 
 missing=""
 for p in $pkgs; do
-  [ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" = installed ] || missing="$missing $p"
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [ "$status" = installed ] || missing="$missing $p"
 done
 missing=${missing# }
 
@@ -62,8 +63,8 @@ if [ -n "$missing" ]; then
     exit 1
   fi
   echo "install_deps.sh: installing $missing"
-  if ! "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq ||
-     ! "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null; then
+  apt=("${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get)
+  if ! "${apt[@]}" update -qq || ! "${apt[@]}" install -y -qq $missing >/dev/null; then
     echo "install_deps.sh: apt-get failed; the packages needed are: $missing" >&2
     exit 1
   fi

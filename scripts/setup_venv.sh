@@ -10,8 +10,11 @@ if [ -x .venv/bin/python ] && [ "$(cat .venv/.sala-requirements 2>/dev/null)" = 
   exit 0
 fi
 if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv || { echo "setup_venv.sh: 'python3 -m venv' failed; install the Debian" \
-                                   "package python3-venv (scripts/install_deps.sh --tests)" >&2; exit 1; }
+  if ! python3 -m venv .venv; then
+    echo "setup_venv.sh: 'python3 -m venv' failed; install the Debian package python3-venv" \
+         "(scripts/install_deps.sh --tests)" >&2
+    exit 1
+  fi
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -r tests/requirements.txt
