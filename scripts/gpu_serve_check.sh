@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Serving checks on the GPU machine (after `scripts/gpu_check.sh pack` here, with
-# ../shared/eval copied into $PACK_DIR/eval; PACK_DIR defaults to .gpu): the server on
+# Serving checks on the GPU machine (after `scripts/gpu_check.sh pack` here; PACK_DIR defaults
+# to .gpu; the eval set is the repository's tests/fixtures/eval): the server on
 # --device cuda, driven by our own clients, as users run it.
 #   1. sala-tiny-chat, bf16 on the GPU: `sala eval` on tiny-chat.jsonl through
 #      /v1/chat/completions; agreement with the fp32 reference answers and accuracy.
@@ -11,6 +11,7 @@ set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-/tmp/gpu_serve_out}
 PACK_DIR=${PACK_DIR:-$ROOT/.gpu}
+EVAL_DIR=${EVAL_DIR:-$ROOT/tests/fixtures/eval}
 mkdir -p "$OUT" /tmp/sala_gpu
 tar -C /tmp/sala_gpu -xJf "$PACK_DIR/pack.tar.xz"
 G=/tmp/sala_gpu
@@ -46,10 +47,10 @@ wait_health() {
 "$SALA" serve --device cuda --port 30001 --model-path "$ROOT/models/sala-tiny-chat" >"$OUT/serve_tiny.log" 2>&1 &
 pid=$!
 wait_health http://127.0.0.1:30001 || { echo "tiny server did not start"; tail "$OUT/serve_tiny.log"; }
-"$SALA" eval --url http://127.0.0.1:30001 --data "$PACK_DIR/eval/tiny-chat.jsonl" --quiet \
+"$SALA" eval --url http://127.0.0.1:30001 --data "$EVAL_DIR/tiny-chat.jsonl" --quiet \
   --out "$OUT/tiny_gpu_preds.jsonl" --summary "$OUT/tiny_gpu_summary.json" --concurrency 16 | tail -6
 kill $pid; wait $pid 2>/dev/null
-tiny=$(python3 - "$OUT/tiny_gpu_preds.jsonl" "$PACK_DIR/eval/tiny-chat.reference.jsonl" "$OUT/tiny_gpu_summary.json" <<'PY'
+tiny=$(python3 - "$OUT/tiny_gpu_preds.jsonl" "$EVAL_DIR/tiny-chat.reference.jsonl" "$OUT/tiny_gpu_summary.json" <<'PY'
 import json, sys
 preds = sorted((json.loads(l) for l in open(sys.argv[1])), key=lambda p: p["index"])
 refs = [json.loads(l) for l in open(sys.argv[2])]

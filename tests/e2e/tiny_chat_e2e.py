@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """End to end on the bundled sala-tiny-chat model, the way users check it (issue 8):
-serve it on the CPU with `sala serve`, run `sala eval` on ../shared/eval/tiny-chat.jsonl
+serve it on the CPU with `sala serve`, run `sala eval` on tests/fixtures/eval/tiny-chat.jsonl
 (through /v1/chat/completions, as the SOAR toolkit does), and require
   * every greedy answer == the reference output_text, row by row (the model-level test
     tiny_chat_model_reference shows where a near-tie would excuse a difference; there is none),

@@ -127,9 +127,10 @@ TEST(EvalScoring, SummaryAccuracies) {
   EXPECT_DOUBLE_EQ(s2.overall_accuracy, 100.0);
 }
 
-TEST(EvalScoring, SharedTinySetGoldIsScorable) {
-  // The shared hand-made set loads, and a perfect echo of each gold scores 100.
-  auto items = load_eval_items("/work/shared/eval/tiny-chat.jsonl");
+TEST(EvalScoring, TinyChatSetGoldIsScorable) {
+  // The hand-made tiny-chat set (tests/fixtures/eval) loads, and a perfect echo of each
+  // gold scores 100.
+  auto items = load_eval_items(SALA_EVAL_FIXTURES "/tiny-chat.jsonl");
   ASSERT_GT(items.size(), 0u);
   std::vector<EvalRecord> recs;
   for (const auto& it : items) {
@@ -145,8 +146,9 @@ TEST(EvalScoring, SharedTinySetGoldIsScorable) {
 TEST(EvalScoring, AgreesWithTheReferenceCorrectFlags) {
   // tiny-chat.reference.jsonl records, per row, the reference answer and whether the
   // toolkit's scoring counts it correct; our scoring must agree on every row.
-  auto items = load_eval_items("/work/shared/eval/tiny-chat.jsonl");
-  std::ifstream f("/work/shared/eval/tiny-chat.reference.jsonl");
+  auto items = load_eval_items(SALA_EVAL_FIXTURES "/tiny-chat.jsonl");
+  std::ifstream f(SALA_EVAL_FIXTURES "/tiny-chat.reference.jsonl");
+  ASSERT_TRUE(f.is_open()) << SALA_EVAL_FIXTURES "/tiny-chat.reference.jsonl";
   std::string line;
   size_t i = 0, correct = 0;
   while (std::getline(f, line)) {

@@ -16,14 +16,15 @@ namespace {
 
 constexpr double kTol = 2e-5;  // fp32 reassociation noise, far below the golden 1e-3
 
-std::string dense_dir() { return shared_dir() + "/golden/tiny-dense"; }
-std::string sparse_dir() { return shared_dir() + "/golden/tiny-sparse"; }
+std::string dense_dir() { return fixtures_dir() + "/golden/tiny-dense"; }
+std::string sparse_dir() { return fixtures_dir() + "/golden/tiny-sparse"; }
 
 class Invariants : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(sparse_dir()))
-      GTEST_SKIP() << "../shared/golden is absent: model invariant tests NOT RUN";
+    // The fixtures are part of the repository: a missing one is a broken checkout.
+    ASSERT_TRUE(std::filesystem::exists(dense_dir() + "/model.safetensors")) << dense_dir();
+    ASSERT_TRUE(std::filesystem::exists(sparse_dir() + "/model.safetensors")) << sparse_dir();
   }
 };
 

@@ -1,5 +1,5 @@
 // The trained sala-tiny-chat model, greedy, CPU fp32, against the reference answers of
-// ../shared/eval/tiny-chat.reference.jsonl (prompts tokenized by HF, see
+// tests/fixtures/eval/tiny-chat.reference.jsonl (prompts tokenized by HF, see
 // scripts/pretokenize_eval.py). Every output must equal the reference token for token; a
 // divergence is accepted only where our top-2 logits are within 1e-4 (a near-tie).
 #include <gtest/gtest.h>

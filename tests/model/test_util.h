@@ -7,7 +7,8 @@
 
 namespace sala::test {
 
-inline std::string shared_dir() { return std::string(SALA_SOURCE_DIR) + "/../shared"; }
+// The vendored golden cases and eval set (tests/fixtures/README.md).
+inline std::string fixtures_dir() { return std::string(SALA_SOURCE_DIR) + "/tests/fixtures"; }
 inline std::string tiny_chat_dir() { return std::string(SALA_SOURCE_DIR) + "/models/sala-tiny-chat"; }
 
 // A model over `dir` with room for `pages` pages and `slots` state slots.

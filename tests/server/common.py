@@ -19,7 +19,7 @@ import urllib.parse
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.path.abspath(os.path.join(HERE, "..", ".."))
 MODEL_DIR = os.environ.get("SALA_TEST_MODEL", os.path.join(SOURCE_DIR, "models", "sala-tiny-chat"))
-EVAL_DIR = os.environ.get("SALA_EVAL_DIR", os.path.join(os.path.dirname(SOURCE_DIR), "shared", "eval"))
+EVAL_DIR = os.environ.get("SALA_EVAL_DIR", os.path.join(SOURCE_DIR, "tests", "fixtures", "eval"))
 
 
 def sala_bin():

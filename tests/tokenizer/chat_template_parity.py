@@ -76,11 +76,7 @@ def main():
     args = ap.parse_args()
     model = args.model
     if not os.path.exists(os.path.join(model, "tokenizer.json")):
-        alt = "/work/shared/models/sala-tiny-chat"
-        if os.path.exists(os.path.join(alt, "tokenizer.json")):
-            model = alt
-        else:
-            sys.exit(f"FAIL: no tokenizer in {args.model}")
+        sys.exit(f"FAIL: no tokenizer in {args.model}")
 
     import transformers
     transformers.logging.set_verbosity_error()

@@ -115,9 +115,9 @@ def resolve_dir(name):
     if os.path.isdir(name):
         return name
     if name == "sala-tiny-chat":
-        for d in (os.path.join(ROOT, "models", "sala-tiny-chat"), "/work/shared/models/sala-tiny-chat"):
-            if os.path.exists(os.path.join(d, "tokenizer.json")):
-                return d
+        d = os.path.join(ROOT, "models", "sala-tiny-chat")
+        if os.path.exists(os.path.join(d, "tokenizer.json")):
+            return d
     d = os.path.join(HERE, "assets", name)
     if os.path.isdir(d):
         return d
