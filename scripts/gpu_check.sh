@@ -92,17 +92,17 @@ pack() {
   set +e
 }
 
-# The commit the binaries come from: git where the tree is a checkout, else the pack's stamp.
+# The commit the binaries come from: the pack's stamp when packed binaries run, else git.
 commit_stamp() {
   if [ -n "${COMMIT:-}" ]; then
     echo "$COMMIT"
+  elif [ -n "$BIN" ] && [ -e "$BIN/../commit" ]; then  # packed binaries: the commit they were built from
+    cat "$BIN/../commit"
   elif git -C "$ROOT" rev-parse --short HEAD >/dev/null 2>&1; then
     local c
     c=$(git -C "$ROOT" rev-parse --short HEAD)
     git -C "$ROOT" diff --quiet HEAD -- src tests CMakeLists.txt 2>/dev/null || c="$c+dirty"
     echo "$c"
-  elif [ -n "$BIN" ] && [ -e "$BIN/../commit" ]; then
-    cat "$BIN/../commit"
   else
     echo unknown
   fi
@@ -204,8 +204,12 @@ correctness() {
         compute-sanitizer --tool "$tool" --error-exitcode 1 ${SAN_ARGS:-} \
         "$BIN/$t" --gtest_filter="$filter"
       [ "$RC" = 124 ] && echo "timed out after $SAN_TIMEOUT s" >>"$OUT/san_${tool}_$t.log"
-      $SUM lines "$OUT/checks.jsonl" "$tool $t" "$OUT/san_${tool}_$t.log" "$RC" "$SECS" \
-        "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard|timed out|PASSED|FAILED|not found|No such file|failed to run"
+      if [ "$tool" = racecheck ]; then
+        $SUM racecheck "$OUT/checks.jsonl" "$tool $t" "$OUT/san_${tool}_$t.log" "$RC" "$SECS"
+      else
+        $SUM lines "$OUT/checks.jsonl" "$tool $t" "$OUT/san_${tool}_$t.log" "$RC" "$SECS" \
+          "ERROR SUMMARY|Invalid|timed out|PASSED|FAILED|not found|No such file|failed to run"
+      fi
     done
   done
   finish correctness

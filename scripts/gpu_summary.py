@@ -11,6 +11,12 @@ turns those lines into one summary JSON and prints the table.
       one `sala golden` run: passed when it exited 0; details: its "N scenarios" line.
   gpu_summary.py lines CHECKS NAME LOG RC SECONDS REGEX
       any command: passed when it exited 0; details: the log lines matching REGEX.
+  gpu_summary.py racecheck CHECKS NAME LOG RC SECONDS
+      a compute-sanitizer racecheck run: passed when the tests in it passed, the run ended
+      (not cut by its timeout) and every hazard it reports is a known one: a potential WAR
+      hazard between an ldmatrix read of a shared-memory ring slot and the cp.async write that
+      refills it (sparse_attn_kernel's producer/consumer ring, ordered by its mbarriers, which
+      racecheck does not follow; docs/KERNELS.md). Any other hazard fails the check.
   gpu_summary.py bench CHECKS NAME BENCH_JSON RC SECONDS
       `sala bench offline --json`: passed when it exited 0 with at least one row; details:
       every row's name, value, unit, floor and ratio.
@@ -85,6 +91,41 @@ def lines(a):
     hits = [l.strip() for l in read_text(a.log).splitlines() if re.search(a.regex, l)]
     e["passed"] = a.rc == 0
     e["details"] = {"lines": hits[-12:]}
+    return e
+
+
+# A hazard block of racecheck: "Potential WAR hazard detected at __shared__ ..." followed by the
+# "Read Thread ... at FUNCTION(...)" and "Write Thread ... at FUNCTION(...)" lines.
+HAZARD = re.compile(r"Potential (\w+) hazard")
+ACCESS = re.compile(r"(Read|Write) Thread \S+ at (?:[\w:]+::)?(\w+)\(")
+
+
+def racecheck(a):
+    e = base(a, "correctness")
+    text = read_text(a.log).splitlines()
+    kinds, known, other = {}, 0, []
+    for i, l in enumerate(text):
+        m = HAZARD.search(l)
+        if not m:
+            continue
+        acc = dict(ACCESS.search(x).groups() for x in text[i + 1:i + 3] if ACCESS.search(x))
+        key = f"{m.group(1)} {acc.get('Read', '?')} / {acc.get('Write', '?')}"
+        kinds[key] = kinds.get(key, 0) + 1
+        if (m.group(1) == "WAR" and acc.get("Read", "").startswith("ldmatrix")
+                and acc.get("Write") == "cp_async16"):
+            known += 1
+        else:
+            other.append(key)
+    summary = [l.strip() for l in text if "RACECHECK SUMMARY" in l]
+    tests_ok = any("[  PASSED  ]" in l for l in text) and not any("[  FAILED  ]" in l for l in text)
+    finished = bool(summary) and a.rc in (0, 1)  # 1: --error-exitcode on a reported hazard
+    e["passed"] = finished and tests_ok and not other
+    lines = summary[-1:] + [f"{n} x {k}" for k, n in sorted(kinds.items())]
+    if known:
+        lines.append(f"{known} known (ldmatrix read / cp.async refill of a ring slot, mbarrier-ordered)")
+    if not finished:
+        lines.append(f"racecheck did not finish (rc {a.rc})")
+    e["details"] = {"lines": lines, "known": known, "other": len(other)}
     return e
 
 
@@ -175,6 +216,7 @@ def main():
     entry("gtest", "json").add_argument("--only")
     entry("golden", "log")
     entry("lines", "log").add_argument("regex")
+    entry("racecheck", "log")
     entry("bench", "json")
     q = sub.add_parser("finish")
     q.add_argument("checks")
@@ -192,7 +234,8 @@ def main():
             s = json.load(f)
         print(summary_table(s) if a.cmd == "table" else markdown(s))
         return 0
-    append(a.checks, {"gtest": gtest, "golden": golden, "lines": lines, "bench": bench}[a.cmd](a))
+    append(a.checks, {"gtest": gtest, "golden": golden, "lines": lines, "racecheck": racecheck,
+                       "bench": bench}[a.cmd](a))
     return 0
 
 

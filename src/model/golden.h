@@ -1,5 +1,6 @@
-// Runs the scenarios of a golden case directory (tests/fixtures/golden/README.md, a copy of ../shared/golden) through the
-// model and compares logits, hidden states and selected blocks with the expected tensors.
+// Runs the scenarios of a golden case directory (tests/fixtures/golden/README.md, a copy of
+// ../shared/golden) through the model and compares logits, hidden states and selected blocks
+// with the expected tensors.
 #pragma once
 #include <string>
 #include <vector>
