@@ -1,4 +1,5 @@
-// Element types of tensors in checkpoints and in backend memory, and bf16/fp16 <-> fp32.
+// Element types of tensors in checkpoints and in backend memory, and bf16/fp16 <-> fp32
+// (fp8 e4m3fn / e5m2 <-> fp32: core/fp8.h).
 #pragma once
 #include <cmath>
 #include <cstdint>
