@@ -12,15 +12,13 @@
 //
 // fp32 -> fp8 rounds to nearest, ties to even (the low mantissa bit, i.e. bit 0 of the code), and
 // keeps the sign of zero (-0, and negatives that round to zero, give 0x80). NaN gives the all-ones
-// NaN code with the input's sign (0x7f / 0xff), as torch's casts do. Overflow (a value whose
+// NaN code with the input's sign (0x7f / 0xff). Overflow (a value whose
 // rounding with an unbounded exponent exceeds the largest finite value; ±inf included):
 //   e4m3fn SATURATES to ±448 (0x7e / 0xfe). Checkpoints in the compressed-tensors "float-quantized"
 //          format (llm-compressor, loaded by vLLM / SGLang) are produced by clamping to
 //          ±torch.finfo(float8_e4m3fn).max before the cast, and vLLM's activation quantization
-//          clamps the same way; torch's bare cast would give NaN there, which nothing we read or
-//          write relies on. Saturating == "clamp to ±448, then torch's cast", for every input.
-//   e5m2   gives ±inf (0x7c / 0xfc), the IEEE rule, exactly torch's .to(torch.float8_e5m2): the
-//          format has infinities, so the standard cast's behaviour is the one to match
+//          clamps the same way, so saturating is "clamp to ±448, then round" for every input.
+//   e5m2   gives ±inf (0x7c / 0xfc), the IEEE 754 rule for a format with infinities
 //          (|x| >= 61440, the midpoint between 57344 and the would-be next step 65536, is inf).
 //          Callers that want saturation clamp to ±kFp8E5m2Max first, as with e4m3.
 #pragma once
@@ -114,7 +112,7 @@ inline uint8_t f32_to_fp8_e5m2(float f) {
   if (a > 0x7f800000u) return sign | 0x7f;   // NaN
   if (a == 0x7f800000u) return sign | 0x7c;  // ±inf
   const uint32_t m = fp8_detail::fp8_round_magnitude<2, 15>(a);
-  return sign | uint8_t(m > 0x7bu ? 0x7cu : m);  // overflow -> ±inf (IEEE, torch's cast)
+  return sign | uint8_t(m > 0x7bu ? 0x7cu : m);  // overflow -> ±inf (IEEE)
 }
 
 inline float round_fp8_e4m3(float f) {

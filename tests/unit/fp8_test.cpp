@@ -1,7 +1,7 @@
 // core/fp8.h against the formats' definitions (OCP OFP8 rev. 1.0; torch.float8_e4m3fn and
 // torch.float8_e5m2), computed here independently of the header: every code decoded, every code
 // round-tripped, every rounding boundary between adjacent codes, overflow, NaN, and a sweep of
-// fp32 values against a brute-force nearest-value search and a transcription of torch's casts.
+// fp32 values against a brute-force nearest-value search.
 #include "core/fp8.h"
 
 #include <gtest/gtest.h>
@@ -89,52 +89,6 @@ uint8_t nearest_by_search(const Format& f, double x) {
     c = dlo < dhi ? lo : dhi < dlo ? hi : (lo % 2 == 0 ? lo : hi);
   }
   return c > f.max_code ? f.overflow_code : uint8_t(c);
-}
-
-// Transcriptions of PyTorch's scalar casts (c10/util/Float8_e4m3fn.h fp8e4m3fn_from_fp32_value,
-// c10/util/Float8_e5m2.h fp8e5m2_from_fp32_value): the reference for what a checkpoint written
-// by torch contains. Their subnormal path relies on the FPU's round-to-nearest-even addition.
-uint8_t torch_e4m3fn(float f) {
-  constexpr uint32_t fp8_max = UINT32_C(1087) << 20;  // 480.0f
-  constexpr uint32_t denorm_mask = UINT32_C(141) << 23;
-  uint32_t f_bits = bits(f);
-  uint8_t result = 0u;
-  const uint32_t sign = f_bits & UINT32_C(0x80000000);
-  f_bits ^= sign;
-  if (f_bits >= fp8_max) {
-    result = 0x7f;
-  } else if (f_bits < (UINT32_C(121) << 23)) {  // below 2^-6, the smallest e4m3fn normal
-    f_bits = bits(from_bits(f_bits) + from_bits(denorm_mask));
-    result = uint8_t(f_bits - denorm_mask);
-  } else {
-    const uint8_t mant_odd = (f_bits >> 20) & 1;
-    f_bits += (uint32_t(7 - 127) << 23) + 0x7FFFF;
-    f_bits += mant_odd;
-    result = uint8_t(f_bits >> 20);
-  }
-  return result | uint8_t(sign >> 24);
-}
-
-uint8_t torch_e5m2(float f) {
-  constexpr uint32_t fp32_inf = UINT32_C(255) << 23;
-  constexpr uint32_t fp8_max = UINT32_C(143) << 23;  // 65536.0f
-  constexpr uint32_t denorm_mask = UINT32_C(134) << 23;
-  uint32_t f_bits = bits(f);
-  uint8_t result = 0u;
-  const uint32_t sign = f_bits & UINT32_C(0x80000000);
-  f_bits ^= sign;
-  if (f_bits >= fp8_max) {
-    result = f_bits > fp32_inf ? UINT8_C(0x7F) : UINT8_C(0x7C);
-  } else if (f_bits < (UINT32_C(113) << 23)) {  // below 2^-14, the smallest e5m2 normal
-    f_bits = bits(from_bits(f_bits) + from_bits(denorm_mask));
-    result = uint8_t(f_bits - denorm_mask);
-  } else {
-    const uint32_t mant_odd = (f_bits >> 21) & 1;
-    f_bits += (uint32_t(15 - 127) << 23) + 0xFFFFF;
-    f_bits += mant_odd;
-    result = uint8_t(f_bits >> 21);
-  }
-  return result | uint8_t(sign >> 24);
 }
 
 // A spread of positive fp32 values from the smallest subnormal to +inf: every 4093rd bit pattern
@@ -227,7 +181,7 @@ TEST(Fp8, RoundsToNearestWithTiesToEvenBetweenEveryAdjacentPair) {
 }
 
 // e4m3fn saturates at ±448 (compressed-tensors / vLLM clamp to finfo.max before the cast);
-// e5m2 overflows to ±inf as IEEE and torch's cast do. 480 / 65536 are the would-be next steps.
+// e5m2 overflows to ±inf as IEEE 754 does. 480 / 65536 are the would-be next steps.
 TEST(Fp8, E4m3SaturatesBeyondTheLargestFiniteValue) {
   const float above[] = {448.f,   std::nextafter(448.f, 1e9f),
                          449.f,   std::nextafter(464.f, 0.f),
@@ -294,29 +248,6 @@ TEST(Fp8, EncodeMatchesNearestValueSearchOverAnFp32Sweep) {
     }
     EXPECT_EQ(failures, 0) << f->name << " of " << xs.size();
   }
-}
-
-// What a checkpoint written by torch holds: e5m2 is torch's cast bit for bit; e4m3fn is torch's
-// cast after clamping to ±448 (compressed-tensors' recipe), which differs from the bare cast only
-// where that gives NaN (|x| >= 480).
-TEST(Fp8, AgreesWithTorchCastsAndClampThenCast) {
-  std::vector<float> xs = sweep();
-  xs.push_back(NAN);
-  int failures = 0;
-  for (const float p : xs)
-    for (const float x : {p, -p}) {
-      const float clamped = std::isnan(x) ? x : std::clamp(x, -kFp8E4m3Max, kFp8E4m3Max);
-      const bool ok =
-          f32_to_fp8_e4m3(x) == torch_e4m3fn(clamped) && f32_to_fp8_e5m2(x) == torch_e5m2(x);
-      if (!ok && ++failures <= 10)
-        ADD_FAILURE() << "x=" << x << ": e4m3 0x" << std::hex << int(f32_to_fp8_e4m3(x))
-                      << " torch(clamp) 0x" << int(torch_e4m3fn(clamped)) << ", e5m2 0x"
-                      << int(f32_to_fp8_e5m2(x)) << " torch 0x" << int(torch_e5m2(x));
-      if (std::abs(x) >= 480.f && !std::isnan(x)) {
-        EXPECT_EQ(torch_e4m3fn(x) & 0x7f, 0x7f) << x;  // the bare cast: NaN
-      }
-    }
-  EXPECT_EQ(failures, 0);
 }
 
 }  // namespace
