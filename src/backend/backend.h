@@ -66,11 +66,19 @@ class Backend {
   // A checkpoint tensor (norm, embedding table, or a test's data) converted to the backend's
   // storage type: fp32 on the CPU, act_dtype() on the GPU.
   virtual Tensor upload_weight(const TensorView& src) = 0;
-  // The format linear weights are stored in, and a linear layer's weight [out, in] in it.
+  // The dense format of weights: upload_weight's type (lm_head unless quantized with the rest).
   virtual WeightFormat weight_format() const {
     return act_dtype() == DType::BF16 ? WeightFormat::BF16 : WeightFormat::F32;
   }
-  virtual Weight upload_linear(const TensorView& src) { return upload_weight(src); }
+  // The format the projections are stored in: weight_format(), or a quantized format that
+  // BackendOptions asked for.
+  virtual WeightFormat linear_format() const { return weight_format(); }
+  // A linear layer's weight [out, in] in `format` (weight_format() or linear_format()).
+  virtual Weight upload_linear(const TensorView& src, WeightFormat format) {
+    SALA_CHECK(format == weight_format(), "backend {} stores no {} weights", name(),
+               weight_format_name(format));
+    return upload_weight(src);
+  }
   // Allocates the paged KV pool and compressed-key pages of the sparse layers and the
   // lightning state slots.
   virtual void init_caches(const ModelConfig& cfg, const CacheShape& shape) = 0;
@@ -216,6 +224,11 @@ struct BackendOptions {
   // step still launches at least this many blocks; 0: half the SMs. The parts, and so the
   // results, are the same for any value; tests set 1 to force 8 parts per block.
   int attn_min_blocks = 0;
+  // W8A8 FP8 (`sala serve --quantization fp8`): the projections are quantized at load to
+  // e4m3 with one scale per output channel (amax / 448), and each GEMM quantizes its input
+  // rows the same way per token; lm_head, the embedding and the norms stay dense. The CPU
+  // backend (the oracle) implements it; the CUDA backend refuses it at construction.
+  bool fp8_weights = false;
 };
 
 // The backend of a device name ("cpu", "cuda"; backend/factory.cpp): the one factory every

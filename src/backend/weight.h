@@ -13,14 +13,27 @@
 
 namespace sala {
 
-// The formats a backend stores weights in. Dense today; a quantized format (e4m3 with
-// per-channel scales, packed int4 with group scales) is one more enumerator with its bits
-// and its scales here, and a backend that implements its GEMMs.
-enum class WeightFormat : uint8_t { BF16, F32 };
+// The formats a backend stores weights in. BF16 / F32: dense. FP8_E4M3: e4m3fn codes
+// (core/fp8.h) with one fp32 scale per output channel (group == cols): W ≈ code value · scale,
+// the compressed-tensors FP8 layout. A further format (packed int4 with group scales) is one
+// more enumerator with its bits here, and a backend that implements its GEMMs.
+enum class WeightFormat : uint8_t { BF16, F32, FP8_E4M3 };
 
-inline int weight_format_bits(WeightFormat f) { return f == WeightFormat::BF16 ? 16 : 32; }
+inline int weight_format_bits(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::BF16: return 16;
+    case WeightFormat::F32: return 32;
+    case WeightFormat::FP8_E4M3: return 8;
+  }
+  return 0;
+}
 inline const char* weight_format_name(WeightFormat f) {
-  return f == WeightFormat::BF16 ? "bf16" : "fp32";
+  switch (f) {
+    case WeightFormat::BF16: return "bf16";
+    case WeightFormat::F32: return "fp32";
+    case WeightFormat::FP8_E4M3: return "fp8_e4m3";
+  }
+  return "?";
 }
 
 struct Tensor;  // backend.h
@@ -55,7 +68,10 @@ struct Weight {
   }
 };
 
+// The element type of a dense format (and of the dense tensors beside quantized weights:
+// embedding, norms, which stay in the activation type).
 inline DType dense_dtype(WeightFormat f) {
+  SALA_CHECK(f != WeightFormat::FP8_E4M3, "fp8_e4m3 is not a dense format");
   return f == WeightFormat::BF16 ? DType::BF16 : DType::F32;
 }
 

@@ -1,9 +1,10 @@
 // sala fidelity --model-path DIR --config-a SPEC --config-b SPEC [--corpus FILE | --random N]
 // Teacher-forced comparison of two engine configurations on the same tokens: top-1
 // agreement, mean / max KL(a‖b), logit cosine per position, and the length of the common
-// prefix of their greedy continuations. SPEC is "device:mode[:dense-as-sparse]", e.g.
-// cpu:fp32, cpu:bf16, cuda:bf16. This is how a quantization or kernel change proves it
-// keeps the model's behaviour.
+// prefix of their greedy continuations. SPEC is "device:mode[:dense-as-sparse][:fp8]", e.g.
+// cpu:fp32, cpu:bf16, cuda:bf16, cpu:bf16:fp8 (W8A8 FP8 projections,
+// BackendOptions::fp8_weights). This is how a quantization or kernel change proves it keeps
+// the model's behaviour.
 // requires: sala_model sala_tokenizer
 #include <fmt/core.h>
 
@@ -32,6 +33,7 @@ struct Spec {
   std::string device;
   sala::NumericMode mode = sala::NumericMode::F32;
   bool dense_as_sparse = false;
+  bool fp8 = false;  // BackendOptions::fp8_weights
   std::string text;
 };
 
@@ -42,13 +44,14 @@ Spec parse_spec(const std::string& s) {
   std::string part;
   std::vector<std::string> parts;
   while (std::getline(ss, part, ':')) parts.push_back(part);
-  if (parts.size() < 2) sala::fail("config '{}': expected device:mode[:dense-as-sparse]", s);
+  if (parts.size() < 2) sala::fail("config '{}': expected device:mode[:dense-as-sparse][:fp8]", s);
   p.device = parts[0];
   if (parts[1] == "fp32") p.mode = sala::NumericMode::F32;
   else if (parts[1] == "bf16") p.mode = sala::NumericMode::BF16;
   else sala::fail("config '{}': mode must be fp32 or bf16", s);
   for (size_t i = 2; i < parts.size(); ++i) {
     if (parts[i] == "dense-as-sparse") p.dense_as_sparse = true;
+    else if (parts[i] == "fp8") p.fp8 = true;
     else sala::fail("config '{}': unknown option '{}'", s, parts[i]);
   }
   return p;
@@ -63,6 +66,7 @@ std::unique_ptr<sala::Model> load(const Spec& s, const std::string& dir, int32_t
   lim.caches = {int32_t(sala::cache_layout::pages_for(max_tokens, cfg.sparse.block_size)) + 1,
                 cfg.sparse.block_size, 1};
   sala::BackendOptions bo{s.mode, 0};
+  bo.fp8_weights = s.fp8;
   return std::make_unique<sala::Model>(cfg, sala::make_backend(s.device, bo), ck, lim);
 }
 
@@ -178,8 +182,8 @@ sala::cli::Registrar reg("fidelity", "Teacher-forced comparison of two engine co
                          [](CLI::App& app) {
                            auto a = std::make_shared<Args>();
                            app.add_option("--model-path", a->model, "model directory")->required();
-                           app.add_option("--config-a", a->a, "device:mode[:dense-as-sparse]");
-                           app.add_option("--config-b", a->b, "device:mode[:dense-as-sparse]");
+                           app.add_option("--config-a", a->a, "device:mode[:dense-as-sparse][:fp8]");
+                           app.add_option("--config-b", a->b, "device:mode[:dense-as-sparse][:fp8]");
                            app.add_option("--corpus", a->corpus, "text file, one sequence per line");
                            app.add_option("--random", a->random, "random sequences when no corpus");
                            app.add_option("--length", a->length, "tokens per sequence (max)");

@@ -65,7 +65,6 @@ int run_serve(const ServeOpts& o) {
   if (o.disable_cuda_graph && o.device != "cuda") warn("--disable-cuda-graph ignored on this device");
   if (o.trust_remote_code) warn("--trust-remote-code ignored: no remote code is ever run");
   if (o.kv_cache_dtype != "auto") warn(fmt::format("--kv-cache-dtype {} ignored: the KV cache is fp32 on the CPU and bf16 on the GPU", o.kv_cache_dtype));
-  if (!o.quantization.empty()) warn(fmt::format("--quantization {} ignored: weights run in their checkpoint precision (bf16 on the GPU)", o.quantization));
   if (o.mem_fraction_static > 0 && o.device != "cuda") warn("--mem-fraction-static ignored on the CPU backend (see --kv-memory-mb)");
   if (o.tp_size != 1) sala::fail("--tp-size {} is not supported (one device per server)", o.tp_size);
   if (o.stream_interval < 1) sala::fail("--stream-interval must be >= 1");
@@ -76,6 +75,7 @@ int run_serve(const ServeOpts& o) {
     warn("--tokenizer-path ignored: the tokenizer is read from --model-path");
   lo.device = o.device;
   lo.dtype = o.dtype;
+  lo.quantization = o.quantization;
   lo.cpu_threads = o.cpu_threads;
   lo.engine.max_running_requests = o.max_running_requests;
   lo.engine.chunked_prefill_size = o.chunked_prefill_size;
@@ -104,6 +104,7 @@ int run_serve(const ServeOpts& o) {
   so.server_args = {
       {"model_path", so.model_path}, {"tokenizer_path", so.model_path}, {"host", o.host},
       {"port", o.port}, {"device", o.device}, {"dtype", o.dtype},
+      {"quantization", o.quantization.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.quantization)},
       {"served_model_name", o.served_model_name.empty() ? so.model_path : o.served_model_name},
       {"chunked_prefill_size", info.options.chunked_prefill_size > 0 ? info.options.chunked_prefill_size : o.chunked_prefill_size},
       {"max_running_requests", info.options.max_running_requests > 0 ? info.options.max_running_requests : o.max_running_requests},
@@ -146,7 +147,8 @@ sala::cli::Registrar reg("serve", "Serve a model over HTTP (SGLang /generate + O
   app.add_option("--kv-memory-mb", o->kv_memory_mb, "CPU: memory for the KV pool and state slots")->capture_default_str();
   app.add_option("--mem-fraction-static", o->mem_fraction_static, "GPU memory fraction (ignored on the CPU)");
   app.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto | fp8_e4m3 | fp8_e5m2")->capture_default_str();
-  app.add_option("--quantization", o->quantization, "Weight quantization");
+  app.add_option("--quantization", o->quantization,
+                 "fp8: W8A8 e4m3 projections, quantized at load (CPU backend only so far)");
   app.add_option("--dtype", o->dtype, "auto | float32 | bfloat16 (CPU numeric mode)")->capture_default_str();
   app.add_option("--stream-interval", o->stream_interval, "Tokens between streamed chunks")->capture_default_str();
   app.add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY'");

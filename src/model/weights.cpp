@@ -45,15 +45,16 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const
   return t;
 }
 
-size_t planned_weight_bytes(const ModelConfig& c, WeightFormat f) {
+size_t planned_weight_bytes(const ModelConfig& c, WeightFormat linear, WeightFormat dense) {
+  const bool scaled = linear == WeightFormat::FP8_E4M3;  // one scale per output channel
   size_t bytes = 0;
   for (auto& [name, shape] : expected_tensors(c)) {
-    // Linear weights are the 2-D tensors but the embedding table (lm_head included).
-    if (shape.size() == 2 && name != "model.embed_tokens.weight")
-      bytes += Weight::storage_bytes(f, shape[0], shape[1]);
+    // Projections: the 2-D tensors but the embedding table and lm_head.
+    if (shape.size() == 2 && name != "model.embed_tokens.weight" && name != "lm_head.weight")
+      bytes += Weight::storage_bytes(linear, shape[0], shape[1], scaled ? int32_t(shape[1]) : 0);
     else
       bytes += size_t(shape[0]) * size_t(shape.size() == 2 ? shape[1] : 1) *
-               dtype_size(dense_dtype(f));
+               dtype_size(dense_dtype(dense));
   }
   return bytes;
 }
@@ -91,7 +92,12 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
       if (!wanted.count(name) && !is_rope_buffer(name)) unused->push_back(name);
 
   auto up = [&](const std::string& name) { return backend.upload_weight(ckpt.get(name)); };
-  auto up_linear = [&](const std::string& name) { return backend.upload_linear(ckpt.get(name)); };
+  // Projections in the backend's linear format (quantized when BackendOptions asks); lm_head
+  // stays in the dense format.
+  const WeightFormat proj = backend.linear_format();
+  auto up_linear = [&](const std::string& name, WeightFormat f) {
+    return backend.upload_linear(ckpt.get(name), f);
+  };
   // Several [N_i, K] weights stacked into one [Σ N_i, K] upload (one dtype: the checkpoint's
   // if all parts share it, else fp32), returned with its row-slice views.
   auto up_stacked = [&](const std::vector<std::string>& names, std::vector<Weight*> views) {
@@ -120,7 +126,7 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
     }
     v.data = buf.data();
     v.nbytes = buf.size();
-    Weight all = backend.upload_linear(v);
+    Weight all = backend.upload_linear(v, proj);
     int64_t r0 = 0;
     for (size_t i = 0; i < parts.size(); ++i) {
       const int64_t n = parts[i]->numel() / K;
@@ -132,7 +138,7 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
   ModelWeights w;
   w.embed_tokens = up("model.embed_tokens.weight");
   w.norm = up("model.norm.weight");
-  w.lm_head = c.tie_word_embeddings ? Weight(w.embed_tokens) : up_linear("lm_head.weight");
+  w.lm_head = c.tie_word_embeddings ? Weight(w.embed_tokens) : up_linear("lm_head.weight", backend.weight_format());
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
     LayerWeights l;
@@ -141,13 +147,13 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
     l.post_attention_layernorm = up(p + "post_attention_layernorm.weight");
     l.gate_up = up_stacked({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
                            {&l.gate_proj, &l.up_proj});
-    l.down_proj = up_linear(p + "mlp.down_proj.weight");
+    l.down_proj = up_linear(p + "mlp.down_proj.weight", proj);
     const std::string gate_name =
         p + (l.type == MixerType::Sparse ? "self_attn.o_gate.weight" : "self_attn.z_proj.weight");
     l.qkvg = up_stacked({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
                          p + "self_attn.v_proj.weight", gate_name},
                         {&l.q_proj, &l.k_proj, &l.v_proj, &l.gate});
-    l.o_proj = up_linear(p + "self_attn.o_proj.weight");
+    l.o_proj = up_linear(p + "self_attn.o_proj.weight", proj);
     if (l.type != MixerType::Sparse) {
       l.q_norm = up(p + "self_attn.q_norm.weight");
       l.k_norm = up(p + "self_attn.k_norm.weight");

@@ -46,9 +46,10 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const
 
 // Validates the checkpoint against the config (sala::Error naming the tensor and file on
 // any mismatch) and uploads the weights. Unused tensors are returned in `unused`.
-// Bytes load_weights will allocate for the checkpoint of `c` on a backend that stores linear
-// weights in format `f` and the other tensors (embedding, norms) densely in that format's type.
-size_t planned_weight_bytes(const ModelConfig& c, WeightFormat f);
+// Bytes load_weights will allocate for the checkpoint of `c` on a backend whose projections
+// are stored in format `linear` (Backend::linear_format) and lm_head, the embedding and the
+// norms in the dense format `dense` (Backend::weight_format).
+size_t planned_weight_bytes(const ModelConfig& c, WeightFormat linear, WeightFormat dense);
 
 ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend& backend,
                           std::vector<std::string>* unused);

@@ -42,6 +42,9 @@ Loaded launch(const LaunchOptions& o) {
   if (o.dtype == "auto" || o.dtype == "float32" || o.dtype == "fp32") bo.mode = NumericMode::F32;
   else if (o.dtype == "bfloat16" || o.dtype == "bf16") bo.mode = NumericMode::BF16;
   else fail("--dtype '{}' is not supported (auto, float32, bfloat16)", o.dtype);
+  if (o.quantization == "fp8") bo.fp8_weights = true;
+  else if (!o.quantization.empty())
+    fail("--quantization '{}' is not supported (fp8, or none)", o.quantization);
   Checkpoint ckpt(o.model_path);
   if (o.device == "cuda") {
     bo.mode = NumericMode::BF16;  // the GPU path is bf16 by contract
@@ -52,7 +55,8 @@ Loaded launch(const LaunchOptions& o) {
   if (o.device == "cuda") {
     // SGLang's --mem-fraction-static: weights + KV pool + state slots take this fraction of
     // the GPU; activations, cuBLASLt workspace and graphs get a fixed reserve of the rest.
-    const size_t weight_bytes = planned_weight_bytes(L.cfg, backend->weight_format());
+    const size_t weight_bytes = planned_weight_bytes(L.cfg, backend->linear_format(),
+                                                     backend->weight_format());
     const size_t total = backend->device_memory_total();
     const size_t reserve = size_t(6) << 30;
     const double usable = o.mem_fraction_static * double(total);

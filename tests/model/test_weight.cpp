@@ -69,8 +69,8 @@ TEST(Weight, PlannedBytesMatchTheLoadedModel) {
     head_params = size_t(cfg.vocab_size) * size_t(cfg.hidden_size);
     linear_params += head_params;
   }
-  EXPECT_EQ(planned_weight_bytes(cfg, WeightFormat::F32), all_params * 4);
-  EXPECT_EQ(planned_weight_bytes(cfg, WeightFormat::BF16), all_params * 2);
+  EXPECT_EQ(planned_weight_bytes(cfg, WeightFormat::F32, WeightFormat::F32), all_params * 4);
+  EXPECT_EQ(planned_weight_bytes(cfg, WeightFormat::BF16, WeightFormat::BF16), all_params * 2);
   EXPECT_EQ(w.linear_bytes(), linear_params * 4);
   EXPECT_EQ(w.body_linear_bytes(), (linear_params - head_params) * 4);
   // The stacked projections' parts are views into their stacked weight.

@@ -13,7 +13,8 @@
 
 namespace sala {
 
-CpuBackend::CpuBackend(const BackendOptions& opts) : bf16_(opts.mode == NumericMode::BF16) {
+CpuBackend::CpuBackend(const BackendOptions& opts)
+    : bf16_(opts.mode == NumericMode::BF16), fp8_(opts.fp8_weights) {
   // One thread pool: OpenMP. OpenBLAS runs single-threaded inside OpenMP work items; two
   // pools that both spin-wait starve each other (decode many times slower on 2 cores).
   openblas_set_num_threads(1);
@@ -32,13 +33,18 @@ void CpuBackend::round_all(Tensor& t) const {
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = round_bf16(p[i]);
 }
 
+void* CpuBackend::alloc_bytes(size_t n) {
+  const size_t bytes = std::max<size_t>(64, (n + 63) / 64 * 64);
+  void* p = std::aligned_alloc(64, bytes);
+  SALA_CHECK(p, "out of host memory allocating {} bytes", bytes);
+  std::memset(p, 0, bytes);
+  allocations_.push_back(p);
+  return p;
+}
+
 Tensor CpuBackend::alloc(int64_t rows, int64_t cols, DType dtype) {
   Tensor t{nullptr, dtype, rows, cols};
-  const size_t bytes = std::max<size_t>(64, (t.nbytes() + 63) / 64 * 64);
-  t.data = std::aligned_alloc(64, bytes);
-  SALA_CHECK(t.data, "out of host memory allocating {} bytes", bytes);
-  std::memset(t.data, 0, bytes);
-  allocations_.push_back(t.data);
+  t.data = alloc_bytes(t.nbytes());
   return t;
 }
 
@@ -115,6 +121,7 @@ void CpuBackend::add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, con
 }
 
 void CpuBackend::linear(const Tensor& x, const Weight& wt, Tensor& y) {
+  if (wt.format == WeightFormat::FP8_E4M3) return linear_fp8(x, wt, y);
   SALA_CHECK(wt.format == WeightFormat::F32, "the CPU backend has no {} GEMM",
              weight_format_name(wt.format));
   const Tensor w = dense_view(wt);  // [N, K] fp32

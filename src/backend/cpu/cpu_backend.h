@@ -18,6 +18,11 @@ class CpuBackend : public Backend {
 
   Tensor alloc(int64_t rows, int64_t cols, DType dtype) override;
   Tensor upload_weight(const TensorView& src) override;
+  WeightFormat linear_format() const override {
+    return fp8_ ? WeightFormat::FP8_E4M3 : WeightFormat::F32;
+  }
+  // FP8_E4M3: quantized per output channel (cpu_fp8.cpp); F32: upload_weight.
+  Weight upload_linear(const TensorView& src, WeightFormat format) override;
   void init_caches(const ModelConfig& cfg, const CacheShape& shape) override;
   void download_f32(const Tensor& src, float* dst) override;
   void begin_step(const StepMeta& meta) override { meta_ = &meta; }
@@ -48,8 +53,12 @@ class CpuBackend : public Backend {
  private:
   float r(float x) const;  // rounds to bf16 in BF16 mode
   void round_all(Tensor& t) const;
+  void* alloc_bytes(size_t bytes);  // zeroed, 64-byte aligned, freed with the backend
+  // linear() of an FP8_E4M3 weight: the W8A8 recipe of cpu_fp8.cpp.
+  void linear_fp8(const Tensor& x, const Weight& w, Tensor& y);
 
   bool bf16_;
+  bool fp8_;  // BackendOptions::fp8_weights
   std::vector<void*> allocations_;
   const StepMeta* meta_ = nullptr;
   ModelConfig cfg_;

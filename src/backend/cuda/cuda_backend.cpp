@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_host_util.h"
 #include "core/check.h"
+#include "core/error.h"
 #include "core/safetensors.h"
 
 namespace sala {
@@ -133,6 +134,9 @@ void CudaBackend::begin_step(const StepMeta& meta) {
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts) {
+  if (opts.fp8_weights)
+    fail("FP8 weights (--quantization fp8) are not implemented on the CUDA backend yet; "
+         "the CPU backend runs them");
   return std::make_unique<CudaBackend>(opts);
 }
 
