@@ -16,6 +16,8 @@
 #include "core/config.h"
 #include "backend/weight.h"
 #include "core/dtype.h"
+#include "core/error.h"
+#include "core/safetensors.h"
 #include "backend/step.h"
 
 namespace sala {
@@ -78,6 +80,12 @@ class Backend {
     SALA_CHECK(format == weight_format(), "backend {} stores no {} weights", name(),
                weight_format_name(format));
     return upload_weight(src);
+  }
+  // A pre-quantized FP8 weight (a compressed-tensors checkpoint): codes [out, in] (F8_E4M3)
+  // and one scale per output channel. sala::Error where the backend has no FP8 GEMM.
+  virtual Weight upload_fp8(const TensorView& codes, const std::vector<float>& /*scales*/) {
+    fail("{}: the {} backend has no FP8 GEMM; this checkpoint is FP8 (compressed-tensors)",
+         codes.name, name());
   }
   // Allocates the paged KV pool and compressed-key pages of the sparse layers and the
   // lightning state slots.

@@ -96,6 +96,9 @@ std::vector<float> ModelConfig::lightning_slopes() const {
   return std::vector<float>(s.begin(), s.end());
 }
 
+// quant_config.cpp
+QuantizationConfig parse_quantization_config(const json& q, const std::string& source);
+
 ModelConfig parse_model_config(const std::string& text, const std::string& source) {
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) fail("{}: not a valid JSON object", source);
@@ -193,6 +196,9 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   if (c.mixer_types[0] != MixerType::Sparse)
     fail("{}: mixer_types[0] must be \"minicpm4\" (the HF cache takes the sequence length from "
          "layer 0)", source);
+
+  c.quantization =
+      parse_quantization_config(j.value("quantization_config", json(nullptr)), source);
 
   const json& sp = r.at("sparse_config");
   if (!sp.is_object()) fail("{}: key 'sparse_config' must be an object", source);

@@ -38,6 +38,18 @@ struct SparseConfig {
   int first_sparse_len(bool dense_as_sparse) const { return dense_as_sparse ? 1 : dense_len; }
 };
 
+// A checkpoint's `quantization_config` (config.json): the one layout read is compressed-tensors'
+// "float-quantized" W8A8 FP8 (llm-compressor's FP8_DYNAMIC; vLLM and SGLang load it): Linear
+// weights e4m3 with one scale per output channel (`<name>.weight_scale` [out, 1]), input
+// activations quantized per token at run time. Anything else is refused when config.json is
+// read (quant_config.cpp), naming what is not implemented.
+struct QuantizationConfig {
+  bool fp8 = false;                 // the layout above
+  std::vector<std::string> ignore;  // modules left dense: names ("lm_head") or "re:" regexes
+  // Whether module `name` (a tensor name without ".weight") is left dense.
+  bool ignores(const std::string& name) const;
+};
+
 struct ModelConfig {
   std::string source;  // path of config.json, for messages
   int hidden_size = 0;
@@ -69,6 +81,7 @@ struct ModelConfig {
   int bos_token_id = 1;
   std::vector<int> eos_token_ids;
   SparseConfig sparse;
+  QuantizationConfig quantization;
   std::vector<MixerType> mixer_types;
 
   // Derived constants (SPEC §2 "Derived constants").

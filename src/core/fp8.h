@@ -22,6 +22,8 @@
 //          (|x| >= 61440, the midpoint between 57344 and the would-be next step 65536, is inf).
 //          Callers that want saturation clamp to ±kFp8E5m2Max first, as with e4m3.
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -120,6 +122,26 @@ inline float round_fp8_e4m3(float f) {
 }
 inline float round_fp8_e5m2(float f) {
   return fp8_e5m2_to_f32(f32_to_fp8_e5m2(f));
+}
+
+// The FP8 quantization recipe of a weight matrix or of activation rows (compressed-tensors'
+// FP8_DYNAMIC, which vLLM and SGLang load): per row r of v [rows, cols],
+//   scale[r] = amax(|v[r, :]|) / 448 (1 for an all-zero row: its codes are 0 for any scale),
+//   code[r, c] = e4m3(v[r, c] / scale[r]).
+// `sala quantize`, the CPU backend's load-time quantization and its per-token activation
+// quantization all use it, so a quantized checkpoint and quantizing at load give the same bits.
+inline float fp8_row_scale(const float* v, int64_t cols) {
+  float amax = 0.f;
+  for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(v[c]));
+  return amax > 0.f ? amax / kFp8E4m3Max : 1.f;
+}
+inline void fp8_quantize_rows(const float* v, int64_t rows, int64_t cols, uint8_t* codes,
+                              float* scales) {
+  for (int64_t r = 0; r < rows; ++r) {
+    scales[r] = fp8_row_scale(v + r * cols, cols);
+    for (int64_t c = 0; c < cols; ++c)
+      codes[r * cols + c] = f32_to_fp8_e4m3(v[r * cols + c] / scales[r]);
+  }
 }
 
 }  // namespace sala

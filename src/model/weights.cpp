@@ -9,6 +9,16 @@
 
 namespace sala {
 
+std::string module_of(const std::string& name) {
+  return name.ends_with(".weight") ? name.substr(0, name.size() - std::string(".weight").size())
+                                   : name;
+}
+
+bool stored_fp8(const ModelConfig& c, const std::string& name, size_t ndim) {
+  return c.quantization.fp8 && ndim == 2 && name != "model.embed_tokens.weight" &&
+         name.ends_with(".weight") && !c.quantization.ignores(module_of(name));
+}
+
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const ModelConfig& c) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   std::vector<std::pair<std::string, std::vector<int64_t>>> t;
@@ -42,6 +52,10 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const
       t.push_back({p + "self_attn.o_norm.weight", {ld}});
     }
   }
+  const size_t n = t.size();
+  for (size_t i = 0; i < n; ++i)  // per-output-channel scales of the FP8 weights: [out, 1]
+    if (stored_fp8(c, t[i].first, t[i].second.size()))
+      t.push_back({module_of(t[i].first) + ".weight_scale", {t[i].second[0], 1}});
   return t;
 }
 
@@ -84,7 +98,15 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
     if (t->shape != shape)
       fail("{}: tensor '{}' has shape {}, expected [{}] from {}", t->file, name, t->shape_str(),
            fmt::join(shape, ", "), c.source);
-    if (t->dtype == DType::I32) fail("{}: tensor '{}' is I32; weights must be BF16, F16 or F32", t->file, name);
+    if (t->dtype == DType::I32)
+      fail("{}: tensor '{}' is I32; weights must be BF16, F16 or F32", t->file, name);
+    const bool fp8 = stored_fp8(c, name, shape.size());
+    if (fp8 && t->dtype != DType::F8_E4M3)
+      fail("{}: tensor '{}' is {}; {}'s quantization_config (compressed-tensors FP8) makes it "
+           "F8_E4M3", t->file, name, dtype_name(t->dtype), c.source);
+    if (!fp8 && t->dtype == DType::F8_E4M3)
+      fail("{}: tensor '{}' is F8_E4M3, but {} does not quantize it (no quantization_config, "
+           "or the module is in its ignore list)", t->file, name, c.source);
     wanted.insert(name);
   }
   if (unused)
@@ -95,8 +117,17 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
   // Projections in the backend's linear format (quantized when BackendOptions asks); lm_head
   // stays in the dense format.
   const WeightFormat proj = backend.linear_format();
+  // A quantized checkpoint's FP8 weights keep their codes and scales (Backend::upload_fp8).
+  auto scales_of = [&](const std::string& name) {  // [out] from "<module>.weight_scale"
+    const TensorView& s = ckpt.get(module_of(name) + ".weight_scale");
+    std::vector<float> v(size_t(s.numel()));
+    s.to_f32(v.data());
+    return v;
+  };
   auto up_linear = [&](const std::string& name, WeightFormat f) {
-    return backend.upload_linear(ckpt.get(name), f);
+    const TensorView& t = ckpt.get(name);
+    return t.dtype == DType::F8_E4M3 ? backend.upload_fp8(t, scales_of(name))
+                                      : backend.upload_linear(t, f);
   };
   // Several [N_i, K] weights stacked into one [Σ N_i, K] upload (one dtype: the checkpoint's
   // if all parts share it, else fp32), returned with its row-slice views.
@@ -105,6 +136,10 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
     for (auto& n : names) parts.push_back(&ckpt.get(n));
     bool same = true;
     for (auto* t : parts) same &= t->dtype == parts[0]->dtype;
+    const bool fp8 = parts[0]->dtype == DType::F8_E4M3;
+    if (fp8 && !same)
+      fail("{}: '{}' and the projections stacked with it must all be F8_E4M3 or all dense",
+           parts[0]->file, names[0]);
     const int64_t K = parts[0]->shape.back();
     int64_t rows = 0;
     for (auto* t : parts) rows += t->numel() / K;
@@ -126,7 +161,13 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
     }
     v.data = buf.data();
     v.nbytes = buf.size();
-    Weight all = backend.upload_linear(v, proj);
+    std::vector<float> scales;
+    if (fp8)
+      for (auto& n : names) {
+        const std::vector<float> s = scales_of(n);
+        scales.insert(scales.end(), s.begin(), s.end());
+      }
+    Weight all = fp8 ? backend.upload_fp8(v, scales) : backend.upload_linear(v, proj);
     int64_t r0 = 0;
     for (size_t i = 0; i < parts.size(); ++i) {
       const int64_t n = parts[i]->numel() / K;
@@ -138,7 +179,8 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
   ModelWeights w;
   w.embed_tokens = up("model.embed_tokens.weight");
   w.norm = up("model.norm.weight");
-  w.lm_head = c.tie_word_embeddings ? Weight(w.embed_tokens) : up_linear("lm_head.weight", backend.weight_format());
+  w.lm_head = c.tie_word_embeddings ? Weight(w.embed_tokens)
+                                     : up_linear("lm_head.weight", backend.weight_format());
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
     LayerWeights l;

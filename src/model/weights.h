@@ -41,6 +41,13 @@ struct ModelWeights {
   size_t body_linear_bytes() const;
 };
 
+// "x.weight" -> "x": the module name a quantization_config's ignore list speaks of.
+std::string module_of(const std::string& name);
+// Whether a checkpoint with c's quantization_config stores tensor `name` (of `ndim` dims) as
+// FP8 codes with "<module>.weight_scale" [out, 1] beside it: every Linear weight (2-D, not
+// the embedding) that the config does not ignore.
+bool stored_fp8(const ModelConfig& c, const std::string& name, size_t ndim);
+
 // Names and shapes of every tensor the model needs, in load order.
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const ModelConfig& c);
 

@@ -23,6 +23,7 @@ class CpuBackend : public Backend {
   }
   // FP8_E4M3: quantized per output channel (cpu_fp8.cpp); F32: upload_weight.
   Weight upload_linear(const TensorView& src, WeightFormat format) override;
+  Weight upload_fp8(const TensorView& codes, const std::vector<float>& scales) override;
   void init_caches(const ModelConfig& cfg, const CacheShape& shape) override;
   void download_f32(const Tensor& src, float* dst) override;
   void begin_step(const StepMeta& meta) override { meta_ = &meta; }

@@ -1,5 +1,6 @@
 // W8A8 FP8 on the CPU: the oracle of BackendOptions::fp8_weights, which a GPU FP8 GEMM must
-// reproduce. The recipe is compressed-tensors' FP8_DYNAMIC (vLLM / SGLang load it):
+// reproduce. The recipe is compressed-tensors' FP8_DYNAMIC (vLLM / SGLang load it; the
+// quantization itself is core/fp8.h's fp8_quantize_rows / fp8_row_scale):
 //   weights, per output channel n:  s_w[n] = amax(|W[n, :]|) / 448 (1 for an all-zero row),
 //                                   w_q[n, k] = e4m3(W[n, k] / s_w[n]);
 //   activations, per GEMM input row t (dynamic, per token):
@@ -18,19 +19,11 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/check.h"
+#include "core/error.h"
 #include "core/fp8.h"
 #include "core/safetensors.h"
 
 namespace sala {
-
-namespace {
-// amax / 448 of n values (1 when all are zero: the codes are then 0 whatever the scale).
-float fp8_scale(const float* v, int64_t n) {
-  float amax = 0.f;
-  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
-  return amax > 0.f ? amax / kFp8E4m3Max : 1.f;
-}
-}  // namespace
 
 Weight CpuBackend::upload_linear(const TensorView& src, WeightFormat format) {
   if (format != WeightFormat::FP8_E4M3) return Backend::upload_linear(src, format);
@@ -40,12 +33,21 @@ Weight CpuBackend::upload_linear(const TensorView& src, WeightFormat format) {
   src.to_f32(w.data());
   auto* codes = static_cast<uint8_t*>(alloc_bytes(size_t(rows * cols)));
   auto* scales = static_cast<float*>(alloc_bytes(size_t(rows) * sizeof(float)));
-  for (int64_t n = 0; n < rows; ++n) {
-    const float* row = w.data() + n * cols;
-    scales[n] = fp8_scale(row, cols);
-    for (int64_t k = 0; k < cols; ++k) codes[n * cols + k] = f32_to_fp8_e4m3(row[k] / scales[n]);
-  }
+  fp8_quantize_rows(w.data(), rows, cols, codes, scales);
   return Weight{codes, WeightFormat::FP8_E4M3, rows, cols, scales, int32_t(cols)};
+}
+
+Weight CpuBackend::upload_fp8(const TensorView& codes, const std::vector<float>& scales) {
+  SALA_CHECK(codes.dtype == DType::F8_E4M3 && codes.shape.size() == 2, "{}: not a 2-D FP8 tensor",
+             codes.name);
+  const int64_t rows = codes.shape[0], cols = codes.shape[1];
+  if (int64_t(scales.size()) != rows)
+    fail("{}: {} scales for {} output channels", codes.name, scales.size(), rows);
+  auto* c = static_cast<uint8_t*>(alloc_bytes(size_t(rows * cols)));
+  auto* s = static_cast<float*>(alloc_bytes(size_t(rows) * sizeof(float)));
+  std::memcpy(c, codes.data, size_t(rows * cols));
+  std::memcpy(s, scales.data(), size_t(rows) * sizeof(float));
+  return Weight{c, WeightFormat::FP8_E4M3, rows, cols, s, int32_t(cols)};
 }
 
 void CpuBackend::linear_fp8(const Tensor& x, const Weight& w, Tensor& y) {
@@ -58,7 +60,7 @@ void CpuBackend::linear_fp8(const Tensor& x, const Weight& w, Tensor& y) {
   const float* xp = static_cast<const float*>(x.data);
   std::vector<float> xq(static_cast<size_t>(T * K)), sx(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) {
-    sx[size_t(t)] = fp8_scale(xp + t * K, K);
+    sx[size_t(t)] = fp8_row_scale(xp + t * K, K);
     for (int64_t k = 0; k < K; ++k)
       xq[size_t(t * K + k)] = round_fp8_e4m3(xp[t * K + k] / sx[size_t(t)]);
   }
