@@ -19,15 +19,15 @@ using json = nlohmann::json;
 
 namespace {
 
-// The quantization_config written: compressed-tensors' FP8_DYNAMIC scheme, as llm-compressor
-// writes it (the keys parse_quantization_config reads, plus its descriptive ones).
+// The quantization_config written: compressed-tensors' FP8_DYNAMIC preset scheme (its
+// QuantizationArgs, field for field) with the keys llm-compressor writes around it.
 json fp8_quantization_config(bool quantize_lm_head) {
   const json weights = {{"num_bits", 8}, {"type", "float"}, {"strategy", "channel"},
                         {"symmetric", true}, {"dynamic", false}, {"group_size", nullptr},
-                        {"block_structure", nullptr}, {"observer", "minmax"}};
+                        {"block_structure", nullptr}};
   const json inputs = {{"num_bits", 8}, {"type", "float"}, {"strategy", "token"},
                        {"symmetric", true}, {"dynamic", true}, {"group_size", nullptr},
-                       {"block_structure", nullptr}, {"observer", nullptr}};
+                       {"block_structure", nullptr}};
   return {{"quant_method", "compressed-tensors"}, {"format", "float-quantized"},
           {"quantization_status", "compressed"},
           {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights},
