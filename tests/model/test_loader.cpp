@@ -57,15 +57,6 @@ std::vector<TensorToWrite> tiny_tensors(DType as = DType::BF16) {
   return out;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 class Loader : public ::testing::Test {
  protected:
   void SetUp() override {

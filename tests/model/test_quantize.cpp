@@ -27,15 +27,6 @@ struct TempDir {
   std::string str() const { return p.string(); }
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 std::unique_ptr<Model> load(const std::string& dir, bool fp8_at_load) {
   const ModelConfig cfg = load_model_config(dir);
   Checkpoint ckpt(dir);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <random>
 
+#include "core/error.h"
 #include "core/safetensors.h"
 
 namespace sala::test {
@@ -57,6 +58,15 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   }
   if (a.size() != b.size()) return INFINITY;
   return err / std::max(mx, 1e-30);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace sala::test

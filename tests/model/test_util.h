@@ -1,5 +1,6 @@
 // Helpers for model tests: load a golden case's tiny model and run sequences.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ std::vector<int32_t> random_tokens(int n, int vocab, uint32_t seed);
 std::vector<float> run_calls(Model& m, const std::vector<int32_t>& ids,
                              const std::vector<int32_t>& calls, int32_t slot,
                              const std::vector<int32_t>& pages, bool dense_as_sparse = false);
+
+// The message of the sala::Error that f throws; "" when it throws none.
+std::string error_of(const std::function<void()>& f);
 
 // max_j |a_j - b_j| / max_j |b_j| over all rows.
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b);
