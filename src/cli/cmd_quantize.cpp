@@ -24,7 +24,8 @@ int run(const Args& a) {
   sala::QuantizeOptions o;
   o.quantize_lm_head = a.quantize_lm_head;
   sala::quantize_checkpoint_fp8(a.in, a.out, o, [](size_t done, size_t total) {
-    if (done == total || done % 16 == 0) fmt::print(stderr, "\rquantize: {}/{} tensors", done, total);
+    if (done == total || done % 16 == 0)
+      fmt::print(stderr, "\rquantize: {}/{} tensors", done, total);
   });
   fmt::print(stderr, "\nwrote {}\n", a.out);
   return 0;

@@ -32,7 +32,8 @@ void check_args(const json& args, const std::string& where, const char* strategy
   if (!is("dynamic", dynamic) && !(absent("dynamic") && !dynamic))
     fail("{}: {}.dynamic must be {}", source, where, dynamic ? "true" : "false");
   for (const char* k : {"group_size", "block_structure"})
-    if (!absent(k)) fail("{}: {}.{} is set; grouped / block FP8 is not implemented", source, where, k);
+    if (!absent(k))
+      fail("{}: {}.{} is set; grouped / block FP8 is not implemented", source, where, k);
 }
 
 }  // namespace

@@ -120,7 +120,8 @@ TEST(QuantizeFp8, InconsistentCheckpointsAreErrors) {
     std::vector<TensorToWrite> keep;
     for (auto& [name, t] : c.all())
       if (name != "model.layers.1.self_attn.o_proj.weight_scale")
-        keep.push_back({name, t->dtype, t->shape, std::vector<uint8_t>(t->data, t->data + t->nbytes)});
+        keep.push_back(
+            {name, t->dtype, t->shape, std::vector<uint8_t>(t->data, t->data + t->nbytes)});
     write_safetensors((b.dir.p / "model.safetensors").string() + ".new", keep);
     fs::rename(b.dir.p / "model.safetensors.new", b.dir.p / "model.safetensors");
     const std::string e = b.load_error();
