@@ -23,9 +23,9 @@
 //          Callers that want saturation clamp to ±kFp8E5m2Max first, as with e4m3.
 #pragma once
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
 namespace sala {
 
@@ -33,18 +33,6 @@ inline constexpr float kFp8E4m3Max = 448.f;    // 0x7e: 1.75 * 2^8
 inline constexpr float kFp8E5m2Max = 57344.f;  // 0x7b: 1.75 * 2^15
 
 namespace fp8_detail {
-
-inline uint32_t f32_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-inline float f32_from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // Magnitude code (no sign bit) of |f| = the bits `a` (finite, not NaN) with kMan mantissa bits and
 // exponent bias kBias, rounded to nearest even, with an unbounded exponent: the result may exceed
@@ -76,16 +64,16 @@ inline float fp8_e4m3_to_f32(uint8_t c) {
   const uint32_t exp = (c >> 3) & 0xfu;
   const uint32_t man = c & 0x7u;
   if (exp == 0xf && man == 0x7)
-    return fp8_detail::f32_from_bits(sign | 0x7fc00000u);  // NaN, sign kept
+    return std::bit_cast<float>(sign | 0x7fc00000u);  // NaN, sign kept
   if (exp == 0) {  // subnormal (or zero): man * 2^-9, exact in fp32
     const float v = float(man) * (1.f / 512.f);
     return sign ? -v : v;
   }
-  return fp8_detail::f32_from_bits(sign | (exp - 7 + 127) << 23 | man << 20);
+  return std::bit_cast<float>(sign | (exp - 7 + 127) << 23 | man << 20);
 }
 
 inline uint8_t f32_to_fp8_e4m3(float f) {
-  const uint32_t u = fp8_detail::f32_bits(f);
+  const uint32_t u = std::bit_cast<uint32_t>(f);
   const uint8_t sign = uint8_t((u >> 24) & 0x80u);
   const uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return sign | 0x7f;   // NaN
@@ -99,16 +87,16 @@ inline float fp8_e5m2_to_f32(uint8_t c) {
   const uint32_t exp = (c >> 2) & 0x1fu;
   const uint32_t man = c & 0x3u;
   if (exp == 0x1f)  // inf (man == 0) or NaN, sign kept
-    return fp8_detail::f32_from_bits(sign | (man ? 0x7fc00000u : 0x7f800000u));
+    return std::bit_cast<float>(sign | (man ? 0x7fc00000u : 0x7f800000u));
   if (exp == 0) {  // subnormal (or zero): man * 2^-16, exact in fp32
     const float v = float(man) * (1.f / 65536.f);
     return sign ? -v : v;
   }
-  return fp8_detail::f32_from_bits(sign | (exp - 15 + 127) << 23 | man << 21);
+  return std::bit_cast<float>(sign | (exp - 15 + 127) << 23 | man << 21);
 }
 
 inline uint8_t f32_to_fp8_e5m2(float f) {
-  const uint32_t u = fp8_detail::f32_bits(f);
+  const uint32_t u = std::bit_cast<uint32_t>(f);
   const uint8_t sign = uint8_t((u >> 24) & 0x80u);
   const uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return sign | 0x7f;   // NaN
