@@ -235,7 +235,7 @@ struct BackendOptions {
   // W8A8 FP8 (`sala serve --quantization fp8`): the projections are quantized at load to
   // e4m3 with one scale per output channel (amax / 448), and each GEMM quantizes its input
   // rows the same way per token; lm_head, the embedding and the norms stay dense. The CPU
-  // backend (the oracle) implements it; the CUDA backend refuses it at construction.
+  // backend (the oracle) implements it; make_cuda_backend refuses it (sala::Error).
   bool fp8_weights = false;
 };
 
