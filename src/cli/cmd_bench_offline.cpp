@@ -37,6 +37,7 @@ struct Args {
   int decode_in = 128, decode_out = 512, prefill_in = 4096, threads = 0;
   bool bf16 = false;
   bool disable_cuda_graph = false;
+  std::string quantization;  // "" | fp8 (BackendOptions::fp8_weights)
   int64_t profile_ops = 0;  // BackendOptions::profile_ops
   std::vector<int64_t> long_prefill, long_decode_contexts;  // empty: not run
   std::vector<int> long_decode_batches{1, 8};
@@ -44,7 +45,8 @@ struct Args {
   int long_decode_steps = 64;
 };
 
-constexpr double kPeakFlops = 790e12;  // bf16 GEMM, H200 (PERF.md)
+constexpr double kPeakFlops = 790e12;      // bf16 GEMM, H200 (PERF.md)
+constexpr double kPeakFlopsFp8 = 1370e12;  // FP8 e4m3 GEMM (cuBLASLt, M = 8192), H200 (PERF.md)
 constexpr double kPeakBytes = 4.30e12;  // device copy, H200 (PERF.md)
 
 using Clock = std::chrono::steady_clock;
@@ -137,6 +139,7 @@ struct Bench {
   double head_params = 0;       // lm_head (vocab × hidden)
   double body_params = 0;       // linear_params without lm_head: what every prefill token needs
   double linear_bytes = 0;      // bytes of the linear weights as stored: what a decode step reads
+  double peak_flops = kPeakFlops;  // of the projections' format: bf16, or FP8 with fp8 weights
   nlohmann::json results = nlohmann::json::array();
   std::vector<std::string> table;
 
@@ -221,7 +224,7 @@ void bench_long_prefill(Bench& b) {
     fmt::print(stderr, "\n");
     const double linear_flops = 2 * b.body_params * double(L) + 2 * b.head_params;
     const double attn_flops = prefill_attention_flops(b.cfg, L, b.a.chunk);
-    const double floor_s = (linear_flops + attn_flops) / kPeakFlops;
+    const double floor_s = linear_flops / b.peak_flops + attn_flops / kPeakFlops;
     b.add({{"kind", "long_prefill"}, {"batch", 1}, {"input_len", L}, {"chunk", b.a.chunk},
            {"seconds", sec}, {"tok_s", double(L) / sec}, {"floor_seconds", floor_s},
            {"floor_linear_flops", linear_flops}, {"floor_attention_flops", attn_flops},
@@ -314,6 +317,10 @@ int run(const Args& a) {
   sala::BackendOptions bo{bf16 ? sala::NumericMode::BF16 : sala::NumericMode::F32, a.threads};
   bo.cuda_graphs = !a.disable_cuda_graph;
   bo.profile_ops = a.profile_ops;
+  if (a.quantization == "fp8")
+    bo.fp8_weights = true;
+  else if (!a.quantization.empty())
+    sala::fail("--quantization '{}' is not supported (fp8, or none)", a.quantization);
   std::unique_ptr<sala::Backend> be = sala::make_backend(a.device, bo);
   {  // what the caches take, as init_caches allocates them: K, V and both compressed levels
     const double kv = double(lim.caches.num_pages) *
@@ -339,7 +346,11 @@ int run(const Args& a) {
   const double linear_params = bench.linear_params;
   bench.linear_bytes = double(model.weights().linear_bytes());
   const double decode_floor_ms = bench.linear_bytes / kPeakBytes * 1e3;
-  const double prefill_ceiling_tok_s = kPeakFlops / (2 * linear_params);
+  // Prefill: the projections at their format's peak (attention is not counted here; the long
+  // prefill rows add it at the bf16 peak).
+  const sala::WeightFormat body_format = model.weights().layers.at(0).down_proj.format;
+  if (body_format == sala::WeightFormat::FP8_E4M3) bench.peak_flops = kPeakFlopsFp8;
+  const double prefill_ceiling_tok_s = bench.peak_flops / (2 * linear_params);
   const int64_t V = cfg.vocab_size;
   // A prefill needs lm_head for its one logit row only; every token goes through the rest.
   bench.head_params = double(V) * cfg.hidden_size;
@@ -396,14 +407,15 @@ int run(const Args& a) {
     const double tok_s = double(B) * a.prefill_in / sec;
     bench.add({{"kind", "prefill"}, {"batch", B}, {"input_len", a.prefill_in}, {"seconds", sec},
                {"tok_s", tok_s}, {"ceiling_tok_s", prefill_ceiling_tok_s}},
-              fmt::format("prefill B={:<3} {:>9.1f} ms total {:>10.1f} tok/s   bf16 peak {:.0f} tok/s -> {:5.1f}%",
-                          B, sec * 1e3, tok_s, prefill_ceiling_tok_s, 100 * tok_s / prefill_ceiling_tok_s));
+              fmt::format("prefill B={:<3} {:>9.1f} ms total {:>10.1f} tok/s   {} peak {:.0f} tok/s -> {:5.1f}%",
+                          B, sec * 1e3, tok_s, sala::weight_format_name(body_format),
+                          prefill_ceiling_tok_s, 100 * tok_s / prefill_ceiling_tok_s));
   }
   bench_long_prefill(bench);
   bench_long_decode(bench);
   fmt::print("\n{} ({}; {:.3f} B linear params, {:.3f} GB as {})\n", a.model, model.backend().name(),
              linear_params / 1e9, bench.linear_bytes / 1e9,
-             sala::weight_format_name(model.backend().weight_format()));
+             sala::weight_format_name(model.weights().layers.at(0).down_proj.format));
   for (auto& l : bench.table) fmt::print("{}\n", l);
   if (!a.out_json.empty()) std::ofstream(a.out_json) << bench.results.dump(2) << "\n";
   return 0;
@@ -433,6 +445,8 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
                  "timed decode steps per long decode run")->capture_default_str();
   app.add_option("--threads", a->threads, "CPU threads (0 = all)");
   app.add_flag("--bf16", a->bf16, "CPU: emulate bf16 rounding");
+  app.add_option("--quantization", a->quantization,
+                 "fp8: W8A8 e4m3 projections quantized at load (BackendOptions::fp8_weights)");
   app.add_flag("--disable-cuda-graph", a->disable_cuda_graph, "CUDA: run decode steps without CUDA graphs");
   app.add_option("--profile-ops", a->profile_ops,
                  "CUDA: GPU time per op at exit, over the steps of >= N rows (N < 0: <= -N rows; "
