@@ -25,6 +25,10 @@
 #   scripts/gpu_check.sh long         bench with the long-context rows (32K/128K/512K prefill,
 #                                     decode at 32K/128K) and the short ones (~4 min)
 #   scripts/gpu_check.sh decode4k     bench: decode B=1/8/64 at a 4K context, prefill 4K
+#   scripts/gpu_check.sh fp8          (GPU machine) FP8 fidelity, `sala fidelity` teacher-forced:
+#                                     GPU FP8 vs the CPU FP8 oracle and GPU FP8 vs GPU bf16 on
+#                                     the full-size random checkpoint (FP8_SEQS x FP8_LEN
+#                                     positions), and the same two on sala-tiny-chat
 #   scripts/gpu_check.sh ncu-decode   ncu kernel times of the InfLLM-v2 decode path at 128K
 #   scripts/gpu_check.sh exec CMD...  CMD with the binaries' directory in $SALA_GPU_DIR and
 #                                     their libraries on LD_LIBRARY_PATH (profiler runs)
@@ -245,6 +249,31 @@ LONG_BENCH_ARGS="--decode-batches 1,8,64 --decode-output 128 --prefill-batches 1
 DECODE4K_BENCH_ARGS="--decode-batches 1,8,64 --decode-input 4096 --decode-output 128 \
   --prefill-batches 1 --prefill-input 4096"
 
+# FP8 fidelity (issue 17): `sala fidelity` prints top-1 agreement, KL, logit cosine and the
+# greedy prefix; a run that fails (or prints no agreement line) fails the check. The CPU side
+# of the 9B comparison is the oracle in bf16 emulation (~3 min on 16 cores).
+fp8() {
+  setup
+  local t0=$SECONDS m pair a b name
+  [ -e "$MODEL_DIR/model.safetensors.index.json" ] || [ -e "$MODEL_DIR/model.safetensors" ] ||
+    "$BIN/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$MODEL_DIR" 2>&1 | tail -1
+  echo "make-random: $((SECONDS - t0)) s"
+  for m in "$MODEL_DIR" "$ROOT/models/sala-tiny-chat"; do
+    for pair in "cpu:bf16:fp8 cuda:bf16:fp8" "cuda:bf16 cuda:bf16:fp8"; do
+      read -r a b <<<"$pair"
+      name="fidelity $(basename "$m") $a vs $b"
+      echo "== $name"
+      run_logged "$OUT/fidelity_$(basename "$m")_${a//:/_}_${b//:/_}.log" \
+        "$BIN/sala" fidelity --model-path "$m" --config-a "$a" --config-b "$b" \
+        --random "${FP8_SEQS:-2}" --length "${FP8_LEN:-160}" --greedy "${FP8_GREEDY:-4}"
+      $SUM lines "$OUT/checks.jsonl" "$name" \
+        "$OUT/fidelity_$(basename "$m")_${a//:/_}_${b//:/_}.log" "$RC" "$SECS" \
+        "top-1 agreement|KL|greedy"
+    done
+  done
+  finish fp8
+}
+
 # Kernel times of the InfLLM-v2 decode path (issue 7's 128K decode): ncu over a bench with a
 # 131072-token context, graphs off, only the sparse-layer kernels; scripts/ncu_summary.py
 # prints the mean per kernel over the last 4 decode steps (8 sparse layers × 7 kernels).
@@ -270,8 +299,9 @@ case "${1:-}" in
   long) PROFILE_OPS=${PROFILE_OPS:-8192} BENCH_ARGS=${BENCH_ARGS:-$LONG_BENCH_ARGS} bench long ;;
   decode4k) BENCH_ARGS=${BENCH_ARGS:-$DECODE4K_BENCH_ARGS} bench decode4k ;;
   ncu-decode) ncu_decode ;;
+  fp8) fp8 ;;
   exec) shift; setup >&2; export SALA_GPU_DIR=$BIN; "$@" ;;
   table|markdown) $SUM "$1" "${2:-$SUMMARY}" ;;
-  *) echo "usage: $0 build|pack|correctness|bench|long|decode4k|ncu-decode|exec CMD...|table|markdown [FILE]" >&2
+  *) echo "usage: $0 build|pack|correctness|bench|long|decode4k|fp8|ncu-decode|exec CMD...|table|markdown [FILE]" >&2
      exit 2 ;;
 esac

@@ -6,6 +6,7 @@
 #      /v1/chat/completions; agreement with the fp32 reference answers and accuracy.
 #   2. The full-size random model (sala make-random + a synthetic full-vocab tokenizer):
 #      `sala bench serve` S1/S8/S∞ on a generated speed set (lengths scaled, see SPEED_*).
+# Both for each server configuration of SERVE_MODES (default "bf16"; "bf16 fp8" side by side).
 # Prints a short table last; logs and results go to $OUT.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -43,14 +44,29 @@ wait_health() {
   return 1
 }
 
-# 1. tiny-chat accuracy on the GPU.
-"$SALA" serve --device cuda --port 30001 --model-path "$ROOT/models/sala-tiny-chat" >"$OUT/serve_tiny.log" 2>&1 &
-pid=$!
-wait_health http://127.0.0.1:30001 || { echo "tiny server did not start"; tail "$OUT/serve_tiny.log"; }
-"$SALA" eval --url http://127.0.0.1:30001 --data "$EVAL_DIR/tiny-chat.jsonl" --quiet \
-  --out "$OUT/tiny_gpu_preds.jsonl" --summary "$OUT/tiny_gpu_summary.json" --concurrency 16 | tail -6
-kill $pid; wait $pid 2>/dev/null
-tiny=$(python3 - "$OUT/tiny_gpu_preds.jsonl" "$EVAL_DIR/tiny-chat.reference.jsonl" "$OUT/tiny_gpu_summary.json" <<'PY'
+# SERVE_MODES: the server configurations compared in this one run (same machine, same set):
+# bf16 (no flag) and fp8 (`--quantization fp8`: W8A8 e4m3 projections quantized at load).
+mode_flags() {
+  case "$1" in
+    bf16) echo "" ;;
+    fp8) echo "--quantization fp8" ;;
+    *) echo "unknown mode $1" >&2; exit 2 ;;
+  esac
+}
+SERVE_MODES=${SERVE_MODES:-bf16}
+
+# 1. tiny-chat accuracy on the GPU, per mode.
+declare -A tiny
+for mode in $SERVE_MODES; do
+  # shellcheck disable=SC2046  # the mode's flags, split on purpose
+  "$SALA" serve --device cuda --port 30001 --model-path "$ROOT/models/sala-tiny-chat" $(mode_flags "$mode") \
+    >"$OUT/serve_tiny_$mode.log" 2>&1 &
+  pid=$!
+  wait_health http://127.0.0.1:30001 || { echo "tiny server did not start"; tail "$OUT/serve_tiny_$mode.log"; }
+  "$SALA" eval --url http://127.0.0.1:30001 --data "$EVAL_DIR/tiny-chat.jsonl" --quiet \
+    --out "$OUT/tiny_gpu_preds_$mode.jsonl" --summary "$OUT/tiny_gpu_summary_$mode.json" --concurrency 16 | tail -6
+  kill $pid; wait $pid 2>/dev/null
+  tiny[$mode]=$(python3 - "$OUT/tiny_gpu_preds_$mode.jsonl" "$EVAL_DIR/tiny-chat.reference.jsonl" "$OUT/tiny_gpu_summary_$mode.json" <<'PY'
 import json, sys
 preds = sorted((json.loads(l) for l in open(sys.argv[1])), key=lambda p: p["index"])
 refs = [json.loads(l) for l in open(sys.argv[2])]
@@ -60,8 +76,9 @@ acc = json.load(open(sys.argv[3]))["ori_accuracy"]
 print(f"{same}/{len(refs)} answers equal the fp32 reference; accuracy {acc:.2f} (reference {ref_acc:.2f})")
 PY
 )
+done
 
-# 2. Full-size random model: S1 / S8 / S∞.
+# 2. Full-size random model: S1 / S8 / S∞, per mode.
 M=/tmp/sala-9b-random
 t0=$SECONDS
 "$SALA" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out $M >"$OUT/make_random.log" 2>&1
@@ -69,17 +86,24 @@ python3 "$ROOT/scripts/make_full_vocab_tokenizer.py" $M >>"$OUT/make_random.log"
 echo "make-random: $((SECONDS - t0)) s"
 "$SALA" make-speed-set --out "$OUT/speed.jsonl" --n "${SPEED_N:-16}" --seed 1 --scale "${SPEED_SCALE:-0.03}" \
   --output-scale "${SPEED_OUTPUT_SCALE:-0.1}" --max-prompt-tokens "${SPEED_MAX_PROMPT:-12000}" | tail -3
-"$SALA" serve --device cuda --port 30002 --model-path $M >"$OUT/serve_9b.log" 2>&1 &
-pid=$!
-t0=$SECONDS
-wait_health http://127.0.0.1:30002 || { echo "9B server did not start"; tail "$OUT/serve_9b.log"; }
-echo "9B server ready in $((SECONDS - t0)) s"
-"$SALA" bench serve --url http://127.0.0.1:30002 --data "$OUT/speed.jsonl" --quiet \
-  --out "$OUT/bench_serve_9b.json" --svg "$OUT/bench_serve_9b.svg" 2>&1 | tail -8 | tee "$OUT/bench_table.txt"
-kill $pid; wait $pid 2>/dev/null
+for mode in $SERVE_MODES; do
+  # shellcheck disable=SC2046
+  "$SALA" serve --device cuda --port 30002 --model-path $M $(mode_flags "$mode") >"$OUT/serve_9b_$mode.log" 2>&1 &
+  pid=$!
+  t0=$SECONDS
+  wait_health http://127.0.0.1:30002 || { echo "9B server did not start"; tail "$OUT/serve_9b_$mode.log"; }
+  echo "9B server ($mode) ready in $((SECONDS - t0)) s"
+  "$SALA" bench serve --url http://127.0.0.1:30002 --data "$OUT/speed.jsonl" --quiet \
+    --out "$OUT/bench_serve_9b_$mode.json" --svg "$OUT/bench_serve_9b_$mode.svg" 2>&1 | tail -8 |
+    tee "$OUT/bench_table_$mode.txt"
+  kill $pid; wait $pid 2>/dev/null
+done
 
 echo
 echo "================ GPU serving check ================"
 echo "ops/golden: $ops"
-echo "tiny-chat on cuda (bf16): $tiny"
-cat "$OUT/bench_table.txt"
+for mode in $SERVE_MODES; do
+  echo "---- $mode"
+  echo "tiny-chat on cuda ($mode): ${tiny[$mode]}"
+  cat "$OUT/bench_table_$mode.txt"
+done
