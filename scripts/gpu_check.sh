@@ -28,7 +28,8 @@
 #   scripts/gpu_check.sh fp8          (GPU machine) FP8 fidelity, `sala fidelity` teacher-forced:
 #                                     GPU FP8 vs the CPU FP8 oracle and GPU FP8 vs GPU bf16 on
 #                                     the full-size random checkpoint (FP8_SEQS x FP8_LEN
-#                                     positions), and the same two on sala-tiny-chat
+#                                     positions), and the same two on sala-tiny-chat and the
+#                                     golden cases' models
 #   scripts/gpu_check.sh ncu-decode   ncu kernel times of the InfLLM-v2 decode path at 128K
 #   scripts/gpu_check.sh exec CMD...  CMD with the binaries' directory in $SALA_GPU_DIR and
 #                                     their libraries on LD_LIBRARY_PATH (profiler runs)
@@ -258,7 +259,7 @@ fp8() {
   [ -e "$MODEL_DIR/model.safetensors.index.json" ] || [ -e "$MODEL_DIR/model.safetensors" ] ||
     "$BIN/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$MODEL_DIR" 2>&1 | tail -1
   echo "make-random: $((SECONDS - t0)) s"
-  for m in "$MODEL_DIR" "$ROOT/models/sala-tiny-chat"; do
+  for m in "$MODEL_DIR" "$ROOT/models/sala-tiny-chat" "$GOLDEN_ROOT"/tiny-*; do
     for pair in "cpu:bf16:fp8 cuda:bf16:fp8" "cuda:bf16 cuda:bf16:fp8"; do
       read -r a b <<<"$pair"
       name="fidelity $(basename "$m") $a vs $b"
