@@ -1,0 +1,525 @@
+// W8A8 FP8 skinny GEMM for decode rows (M <= 16), the GPU twin of CpuBackend::linear_fp8
+// (cpu_fp8.cpp): y[m, n] = (Σ_k xq[m, k] · wq[n, k]) · sx[m] · w_scales[n], with wq the e4m3
+// codes w[N, K], sx[m] = amax|x[m, :]| / 448 (1 for a zero row) and xq = e4m3(x / sx)
+// (core/fp8.h: nearest-even, saturating), the activation quantized here, per row.
+//
+// Numerics. The quantized values are exact in f16 (e4m3 ⊂ f16), so both operands go to
+// mma.sync m16n8k16 f16·f16 → f32: products exact, sums in fp32 (the f16 MMA accumulates at
+// fp32 precision, unlike the FP8 MMA of Hopper, whose accumulator keeps fewer bits). Only the
+// summation order differs from the CPU's sgemm. sx uses IEEE division (__fdiv_rn, whatever
+// the compile flags), xq = e4m3(__fdiv_rn(x, sx)), then (sum · sx[m]) · w_scales[n] in that
+// order, rounded once to bf16 (o.f32: a bf16-rounded fp32). Conversions: sm_89+ code uses
+// cvt.rn.satfinite.e4m3x2.f32 / cvt.rn.f16x2.e4m3x2; older code (the sm_80 build) the exact
+// bit manipulations of core/fp8.h's rules (e4m3_round, e4m3x4_to_f16x2), the same values,
+// so both builds give the same bits. NaN weight codes (never produced by the saturating
+// quantizer) decode as 480 on the sm_80 path.
+//
+// Layout of the arithmetic (cuda_gemv.cu's, with 1-byte weights): a 16-byte chunk is 16 k.
+// W is the A operand (16 weight rows per m16 tile), the x rows B (NT = 1 n8 tile for M <= 8,
+// 2 for M <= 16; rows past M are zeros). Lane (g, t) takes chunk c = 4v + t of weight rows g
+// and g + 8 and of input row g (+ 8); of its 16 k, bytes 4j..4j+3 form k16 step j as the
+// logical k {2t, 2t+1, 2t+8, 2t+9}: k is permuted identically in A and B, so the dot products
+// are unchanged. The 8 warps of a CTA split K into fixed slices; their partial tiles are
+// summed in shared memory in warp order, scaled, rounded once.
+//
+// Batch invariance: sx[m] depends only on row m; every output (n, m) is one accumulator
+// column of an mma sequence whose k order and K split depend only on K; other rows of x only
+// feed other columns of B. Row m's result is bit-identical for any M in 1..16.
+//
+// Streaming (ring kernel, as cuda_gemv.cu): persistent CTAs (one per SM, 215 KB of shared
+// memory) walk tiles of 32 weight rows; each warp streams its K slice through a private
+// 3-stage cp.async ring (stage: 32 rows x 256 B = 256 k), across tile boundaries. The refill
+// of a slot is issued at the top of the next iteration, before the x quantization, so 3
+// stages (24 KB per warp, 192 KB per SM) are in flight while the ALUs quantize.
+// PDL (sm_90+): each CTA issues its first two weight stages, then griddepcontrol.wait; x is
+// read only after it. Then every CTA computes sx of the M rows (all 256 threads, 16-byte
+// loads from L2, all rows' loads in flight at once) before its first tile; each warp
+// quantizes the x chunks of a stage in registers (one __fdiv_rn per element) as it loads them
+// and uses them for both 16-row halves of the tile.
+//
+// Expected (H200, M = 1): the same ~3-4 TB/s of weight stream as the bf16 ring kernel (per
+// warp and stage: 128 cvt + 32 mma for the weights, ~64 divisions + 64 cvt for x: ~40 % of
+// the issue slots at 4 TB/s), i.e. ~half its time: 4096² ~6 µs, 4096 x 16384 ~18 µs, 32768 x
+// 4096 ~35 µs. M = 9..16 doubles the x work (2 n8 tiles) and may become issue-bound. The sx
+// prologue reads M·K·2 bytes of x per CTA from L2 (8 KB at M = 1, K = 4096; 512 KB at
+// M = 16, K = 16384: a few µs there).
+//
+// Fallback: a GPU whose per-block shared memory opt-in is below the ring's (A100) runs the
+// tile kernel: one CTA per 16 weight rows, W loaded straight into registers, the same slices
+// and mma sequence (the same bits), no PDL.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_launch.cuh"
+
+namespace sala::cuda {
+namespace {
+
+constexpr int kWarps = 8;  // K slices per CTA: part of the numerics
+constexpr int kThreads = 32 * kWarps;
+constexpr int kChunkK = 16;  // k per 16-byte chunk of a weight row
+
+// ---- e4m3 conversions ----
+// Four e4m3 codes c (bytes 0..3: k, k+1, k+2, k+3) as two f16x2: lo = (k, k+1), hi = (k+2,
+// k+3), the lower k in the lower half. Exact.
+__device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t c, uint32_t& lo, uint32_t& hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\n"
+      "cvt.rn.f16x2.e4m3x2 %1, h;\n}"
+      : "=r"(lo), "=r"(hi)
+      : "r"(c));
+#else
+  // Code S.EEEE.MMM in the top byte of a half, then S kept and EEEE.MMM moved right by one:
+  // the f16 S.0EEEE.MMM0000000, which is the e4m3 value · 2^-8 (subnormals included: f16
+  // subnormal M·2^-17 = M·2^-9 · 2^-8); · 256 in f16 is exact.
+  const auto f16 = [](uint32_t v) {
+    const uint32_t h = (v & 0x80008000u) | ((v >> 1) & 0x3f803f80u);
+    uint32_t r;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(h), "r"(0x5c005c00u));  // 256, 256
+    return r;
+  };
+  lo = f16(__byte_perm(c, 0, 0x1404));  // byte 1 -> bits 31..24, byte 0 -> bits 15..8
+  hi = f16(__byte_perm(c, 0, 0x3424));  // byte 3, byte 2
+#endif
+}
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 890
+// core/fp8.h's round_fp8_e4m3 on a fp32 value (NaN stays NaN; ±inf and overflow -> ±448).
+__device__ __forceinline__ float e4m3_round(float q) {
+  const float a = fabsf(q);
+  float r;
+  if (a >= 0x1p-6f) {  // normal range (and inf): 3 fraction bits, nearest-even, saturated
+    uint32_t u = __float_as_uint(a);
+    u = (u + 0x7ffffu + ((u >> 20) & 1u)) & 0xfff00000u;
+    r = fminf(__uint_as_float(u), 448.f);
+  } else {  // subnormals: multiples of 2^-9 (a · 512 is exact), nearest-even; NaN stays
+    r = rintf(a * 512.f) * (1.f / 512.f);
+  }
+  return copysignf(r, q);
+}
+#endif
+
+// (e4m3(lo), e4m3(hi)) as f16x2, lo in the lower half.
+__device__ __forceinline__ uint32_t quant_pair(float lo, float hi) {
+  uint32_t d;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("{\n.reg .b16 p;\ncvt.rn.satfinite.e4m3x2.f32 p, %1, %2;\ncvt.rn.f16x2.e4m3x2 %0, p;\n}"
+      : "=r"(d)
+      : "f"(hi), "f"(lo));  // the first source goes to the upper byte
+#else
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(e4m3_round(hi)), "f"(e4m3_round(lo)));
+#endif
+  return d;
+}
+
+__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                        uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// K slice of warp w: 16-byte chunks [cb, ce) (empty when ce <= cb), 4·ceil(K/16/8/4) long.
+struct Slice {
+  int cb, ce;
+  __device__ Slice(int K, int w) {
+    const int kc = K / kChunkK, per = ((kc + kWarps - 1) / kWarps + 3) / 4 * 4;
+    cb = w * per;
+    ce = min(cb + per, kc);
+  }
+};
+
+// sx[m] = amax|x[m, :]| / 448 (1 for a zero row and for m >= M) into sxs[16], by every
+// thread of the CTA (part: [kWarps][16] scratch). The max of |bf16| is taken on the bit
+// patterns (16-bit SIMD max of sign-cleared halves: the order of non-NaN magnitudes), so it
+// is exact and order-free; all rows' loads of an iteration are in flight together.
+__device__ __forceinline__ void row_scales(const bf16* x, int64_t ldx, int K, int M, float* sxs,
+                                           uint32_t (*part)[kGemvMaxRows]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, kc = K / 8;
+  uint32_t mx[kGemvMaxRows] = {};
+#pragma unroll 2
+  for (int c = threadIdx.x; c < kc; c += kThreads)
+#pragma unroll
+    for (int m = 0; m < kGemvMaxRows; ++m)
+      if (m < M) {
+        const uint4 q = __ldg(reinterpret_cast<const uint4*>(x + int64_t(m) * ldx) + c);
+        constexpr uint32_t a = 0x7fff7fffu;
+        mx[m] = __vmaxu2(mx[m], __vmaxu2(__vmaxu2(q.x & a, q.y & a), __vmaxu2(q.z & a, q.w & a)));
+      }
+#pragma unroll
+  for (int m = 0; m < kGemvMaxRows; ++m)
+    if (m < M) {
+      uint32_t v = mx[m];
+#pragma unroll
+      for (int off = 16; off; off >>= 1) v = __vmaxu2(v, __shfl_xor_sync(~0u, v, off));
+      if (lane == 0) part[warp][m] = v;
+    }
+  __syncthreads();
+  if (threadIdx.x < kGemvMaxRows) {
+    const int m = threadIdx.x;
+    uint32_t v = 0;
+    if (m < M)
+      for (int q = 0; q < kWarps; ++q) v = __vmaxu2(v, part[q][m]);
+    const float amax = __uint_as_float(max(v & 0xffffu, v >> 16) << 16);
+    sxs[m] = amax > 0.f ? __fdiv_rn(amax, 448.f) : 1.f;
+  }
+  __syncthreads();
+}
+
+// B fragments: lane (g, t) feeds input rows g and g + 8 (NT = 2); zeros past M.
+// X[nt][v][i]: chunk c0 + 4v + t of row g + 8nt, k pair (2i, 2i + 1) as bf16x2, then (after
+// quantize) as the f16x2 of the e4m3-rounded x / sx.
+template <int NT>
+struct XRows {
+  const uint4* r[NT];
+  float s[NT];
+  bool v[NT];
+  __device__ XRows(const bf16* x, int64_t ldx, int M, int g, const float* sxs) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      v[nt] = g + 8 * nt < M;
+      r[nt] = reinterpret_cast<const uint4*>(x + int64_t(v[nt] ? g + 8 * nt : 0) * ldx);
+      s[nt] = sxs[g + 8 * nt];  // 1 past M
+    }
+  }
+  __device__ void load(uint32_t (&X)[NT][4][8], int c0, int t, int ce) const {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int c = c0 + 4 * u + t;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const bool ok = c < ce && v[nt];
+        const uint4 a = ok ? __ldg(r[nt] + 2 * c) : make_uint4(0, 0, 0, 0);
+        const uint4 b = ok ? __ldg(r[nt] + 2 * c + 1) : make_uint4(0, 0, 0, 0);
+        X[nt][u][0] = a.x, X[nt][u][1] = a.y, X[nt][u][2] = a.z, X[nt][u][3] = a.w;
+        X[nt][u][4] = b.x, X[nt][u][5] = b.y, X[nt][u][6] = b.z, X[nt][u][7] = b.w;
+      }
+    }
+  }
+  // In place; zeros stay zeros.
+  __device__ void quantize(uint32_t (&X)[NT][4][8]) const {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const uint32_t p = X[nt][u][i];
+          X[nt][u][i] = quant_pair(__fdiv_rn(__uint_as_float(p << 16), s[nt]),
+                                   __fdiv_rn(__uint_as_float(p & 0xffff0000u), s[nt]));
+        }
+  }
+};
+
+// One group (16 chunks) of a 16-row tile: W0[v] / W8[v] = chunk 4v + t of weight rows g /
+// g + 8; k16 step j uses their bytes 4j..4j+3 and the x pairs 2j, 2j + 1.
+template <int NT>
+__device__ __forceinline__ void group_mma(float (&acc)[NT][4], const uint4 (&W0)[4],
+                                          const uint4 (&W8)[4], const uint32_t (&X)[NT][4][8]) {
+#pragma unroll
+  for (int v = 0; v < 4; ++v) {
+    const uint32_t a[4] = {W0[v].x, W0[v].y, W0[v].z, W0[v].w};
+    const uint32_t b[4] = {W8[v].x, W8[v].y, W8[v].z, W8[v].w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      uint32_t a_lo, a_hi, b_lo, b_hi;
+      e4m3x4_to_f16x2(a[j], a_lo, a_hi);
+      e4m3x4_to_f16x2(b[j], b_lo, b_hi);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+        mma_f16(acc[nt], a_lo, b_lo, a_hi, b_hi, X[nt][v][2 * j], X[nt][v][2 * j + 1]);
+    }
+  }
+}
+
+enum class Epi { kStore, kKeepGate, kSiluMul };
+
+// Epilogue of a tile of ROWS = 16 R weight rows from n0 (cuda_gemv.cu's finish, plus the
+// scales): partial tiles summed in warp order, then (sum · sx[m]) · ws[n], rounded once.
+// c0, c1 of acc[rt][nt]: (weight row rt·16 + g, input rows nt·8 + 2t, + 1); c2, c3: weight
+// row rt·16 + g + 8. kKeepGate / kSiluMul: gate [ROWS][16] holds the gate tile's bf16 values.
+template <int ROWS, int R, int NT>
+__device__ __forceinline__ void finish(float (*red)[ROWS][17], const float (&acc)[R][NT][4],
+                                       int64_t n0, int64_t N, int M, const float* sxs,
+                                       const float* __restrict__ ws, const GemvOut& o,
+                                       Epi epi = Epi::kStore, float* gate = nullptr) {
+  const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+#pragma unroll
+  for (int rt = 0; rt < R; ++rt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        red[warp][rt * 16 + g + 8 * (i / 2)][nt * 8 + 2 * t + i % 2] = acc[rt][nt][i];
+  __syncthreads();
+  for (int i = threadIdx.x; i < ROWS * 16; i += kThreads) {
+    const int nl = i % ROWS, m = i / ROWS;
+    const int64_t n = n0 + nl;
+    if (m >= M || n >= N) continue;
+    float v = red[0][nl][m];
+#pragma unroll
+    for (int q = 1; q < kWarps; ++q) v += red[q][nl][m];
+    v = __fmul_rn(__fmul_rn(v, sxs[m]), __ldg(ws + n));
+    if (epi == Epi::kKeepGate) {
+      gate[i] = rb(v);
+      continue;
+    }
+    if (epi == Epi::kSiluMul) {  // n is an up row; its gate row is n - N / 2
+      const float gv = gate[i];
+      static_cast<bf16*>(o.y[0])[m * o.cols[0] + n - N / 2] = f2b(rb(gv / (1.f + expf(-gv))) * rb(v));
+      continue;
+    }
+    int p = 0;
+    while (p + 1 < o.nparts && n >= o.end[p]) ++p;
+    const int64_t col = n - (p ? o.end[p - 1] : 0);
+    if (o.f32)
+      static_cast<float*>(o.y[p])[m * o.cols[p] + col] = rb(v);
+    else
+      static_cast<bf16*>(o.y[p])[m * o.cols[p] + col] = f2b(v);
+  }
+}
+
+// ---- ring kernel ----
+// A warp's stage: kRows weight rows x kCps chunks (256 B) of its slice. Even rows, then odd
+// rows 64 B further (at 64 mod 128): lane (g, t) reading chunk 4v + t of row g hits 8
+// distinct 16-byte bank groups per quarter warp (cuda_gemv.cu's layout).
+constexpr int kRows = 32, kCps = 16, kStages = 3;
+constexpr int kHalf = kRows / 2 * kCps * 16, kStage = 2 * kHalf + 128;
+constexpr int kRingBytes = kWarps * kStages * kStage, kRedBytes = kWarps * kRows * 17 * 4;
+constexpr int kGateBytes = kRows * 16 * 4, kSxBytes = 16 * 4, kPartBytes = kWarps * 16 * 4;
+constexpr int kRingSmem = kRingBytes + kRedBytes + kGateBytes + kSxBytes + kPartBytes;  // 219,712
+static_assert(kRingSmem <= 227 * 1024, "the ring does not fit an sm_90 SM");
+
+__device__ __forceinline__ uint32_t row_off(int r) {
+  return (r & 1) * (kHalf + 64) + (r >> 1) * kCps * 16;
+}
+__device__ __forceinline__ void cp16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ uint4 lds(uint32_t a) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(a)
+               : "memory");
+  return v;
+}
+
+// x has no __restrict__: under PDL it is written by the preceding grid while this one runs,
+// so no load of it may be moved above pdl_wait().
+template <int NT>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemv8_ring_kernel(const bf16* x, int64_t ldx, const uint8_t* __restrict__ w,
+                      const float* __restrict__ ws, int64_t N, int K, int M, GemvOut o,
+                      int ntiles) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  pdl_trigger();  // a GEMV after this one may start its weight prologue
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const uint32_t ring = uint32_t(__cvta_generic_to_shared(smem)) + warp * kStages * kStage;
+  auto red = reinterpret_cast<float(*)[kRows][17]>(smem + kRingBytes);
+  float* gate = reinterpret_cast<float*>(smem + kRingBytes + kRedBytes);
+  float* sxs = reinterpret_cast<float*>(smem + kRingBytes + kRedBytes + kGateBytes);
+  auto part = reinterpret_cast<uint32_t(*)[kGemvMaxRows]>(smem + kRingBytes + kRedBytes +
+                                                           kGateBytes + kSxBytes);
+  const Slice s(K, warp);
+  const int nst = s.ce > s.cb ? (s.ce - s.cb + kCps - 1) / kCps : 0;  // stages per tile
+  const int bx = int(blockIdx.x), gx = int(gridDim.x);
+  // Tiles bx, bx + gx, ...; with silu_pair, units bx, bx + gx, ... of the ntiles / 2 gate
+  // tiles, each followed by its up tile (ntiles / 2 further), so both meet in this CTA.
+  const bool pair = o.silu_pair;
+  const int units = pair ? ntiles / 2 : ntiles;
+  const int nuc = bx < units ? (units - 1 - bx) / gx + 1 : 0;
+  const int ntc = pair ? 2 * nuc : nuc;
+  auto tile_of = [&](int ti) { return pair ? bx + (ti >> 1) * gx + (ti & 1) * units : bx + ti * gx; };
+  const int U = ntc * nst;  // stages this warp consumes
+  // Stage u (stage u % nst of tile u / nst) into slot u % kStages: one commit group per call,
+  // empty from U on, so that cp.async.wait_group counts stages. 2 rows x 256 B per instruction.
+  auto issue = [&](int u) {
+    if (u < U) {
+      const int ti = u / nst, c0 = s.cb + (u - ti * nst) * kCps, nv = min(kCps, s.ce - c0);
+      const int64_t n0 = int64_t(tile_of(ti)) * kRows;
+      const uint32_t dst = ring + (u % kStages) * kStage;
+#pragma unroll
+      for (int j = 0; j < kRows * kCps / 32; ++j) {
+        const int q = j * 32 + lane, r = q / kCps, c = q % kCps;
+        if (c < nv)
+          cp16(dst + row_off(r) + c * 16,
+               w + min(n0 + r, N - 1) * int64_t(K) + int64_t(c0 + c) * kChunkK);
+      }
+    }
+    cp_commit();
+  };
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) issue(i);
+  pdl_wait();  // every CTA, tiles or not: x and y only after the preceding grid completed
+  row_scales(x, ldx, K, M, sxs, part);
+  const XRows<NT> xr(x, ldx, M, g, sxs);
+  const uint4 z = make_uint4(0, 0, 0, 0);
+  int u = 0;
+  for (int ti = 0; ti < ntc; ++ti) {
+    float acc[2][NT][4] = {};
+    for (int st = 0; st < nst; ++st, ++u) {
+      const int c0 = s.cb + st * kCps;
+      __syncwarp();            // every lane's reads of slot (u - 1) % S (iteration u - 1) done
+      issue(u + kStages - 1);  // refill it: stages u .. u + 2 in flight
+      uint32_t X[NT][4][8];
+      xr.load(X, c0, t, s.ce);  // from L2, then quantized while the weights stream
+      xr.quantize(X);
+      cp_wait<kStages - 1>();  // this lane's copies of stage u landed
+      __syncwarp();            // and every other lane's
+      const uint32_t base = ring + (u % kStages) * kStage;
+#pragma unroll
+      for (int rt = 0; rt < 2; ++rt) {
+        uint4 W0[4], W8[4];
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+          const int cl = 4 * v + t;
+          const bool ok = c0 + cl < s.ce;
+          W0[v] = ok ? lds(base + row_off(rt * 16 + g) + cl * 16) : z;
+          W8[v] = ok ? lds(base + row_off(rt * 16 + g + 8) + cl * 16) : z;
+        }
+        group_mma(acc[rt], W0, W8, X);
+      }
+    }
+    const Epi epi = !pair ? Epi::kStore : (ti & 1) ? Epi::kSiluMul : Epi::kKeepGate;
+    finish<kRows>(red, acc, int64_t(tile_of(ti)) * kRows, N, M, sxs, ws, o, epi, gate);
+    __syncthreads();  // red is reused by the next tile
+  }
+  cp_wait<0>();  // only empty groups can remain
+}
+
+// ---- tile kernel (fallback) ----
+// Two CTAs per SM for NT = 1; NT = 2 needs the registers of one (128 would spill).
+template <int NT>
+__global__ void __launch_bounds__(kThreads, 3 - NT)
+    gemv8_tile_kernel(const bf16* __restrict__ x, int64_t ldx, const uint8_t* __restrict__ w,
+                      const float* __restrict__ ws, int64_t N, int K, int M, GemvOut o) {
+  __shared__ float red[kWarps][16][17];
+  __shared__ float sxs[kGemvMaxRows];
+  __shared__ uint32_t part[kWarps][kGemvMaxRows];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t n0 = int64_t(blockIdx.x) * 16;
+  const Slice s(K, warp);
+  const uint4* wa = reinterpret_cast<const uint4*>(w + min(n0 + g, N - 1) * int64_t(K));
+  const uint4* wb = reinterpret_cast<const uint4*>(w + min(n0 + g + 8, N - 1) * int64_t(K));
+  row_scales(x, ldx, K, M, sxs, part);
+  const XRows<NT> xr(x, ldx, M, g, sxs);
+  const uint4 z = make_uint4(0, 0, 0, 0);
+  float acc[1][NT][4] = {};
+  for (int c0 = s.cb; c0 < s.ce; c0 += kCps) {
+    uint4 W0[4], W8[4];
+    uint32_t X[NT][4][8];
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      const int c = c0 + 4 * v + t;
+      W0[v] = c < s.ce ? ld_stream(wa + c) : z;
+      W8[v] = c < s.ce ? ld_stream(wb + c) : z;
+    }
+    xr.load(X, c0, t, s.ce);
+    xr.quantize(X);
+    group_mma(acc[0], W0, W8, X);
+  }
+  finish<16>(red, acc, n0, N, M, sxs, ws, o);
+}
+
+// ---- host side ----
+struct Setup {
+  bool ring;  // the ring's shared memory fits this GPU
+  bool pdl;   // launch it with programmatic stream serialization
+  int sms;
+};
+
+// Once per process, for the current device (the engine uses one): call gemv_fp8_supported
+// (or launch once) outside any stream capture first.
+const Setup& setup() {
+  static const Setup s = [] {
+    int dev = 0, optin = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    Setup r{optin >= kRingSmem, false, sms};
+    if (r.ring) {
+      for (auto* k : {gemv8_ring_kernel<1>, gemv8_ring_kernel<2>})
+        CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingSmem));
+      r.pdl = pdl_launch_enabled();
+    }
+    return r;
+  }();
+  return s;
+}
+
+template <int NT>
+void launch_t(const bf16* x, int64_t ldx, const uint8_t* w, const float* ws, int64_t N, int K,
+              int M, const GemvOut& o, cudaStream_t st) {
+  const Setup& s = setup();
+  if (o.silu_pair && (!s.ring || N % (2 * kRows) != 0)) {  // gemv_fp8_silu_pair_supported
+    std::fprintf(stderr, "%s:%d: silu_pair FP8 GEMV on N = %lld rows unsupported\n", __FILE__,
+                 __LINE__, static_cast<long long>(N));
+    std::abort();
+  }
+  if (!s.ring) {
+    gemv8_tile_kernel<NT><<<unsigned((N + 15) / 16), kThreads, 0, st>>>(x, ldx, w, ws, N, K, M, o);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const int ntiles = int((N + kRows - 1) / kRows);
+  cudaLaunchAttribute at[1] = {};
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(std::min(ntiles, s.sms)));  // every CTA has >= 1 tile
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = kRingSmem;
+  cfg.stream = st;
+  cfg.attrs = at;
+  cfg.numAttrs = s.pdl ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv8_ring_kernel<NT>, x, ldx, w, ws, N, K, M, o, ntiles));
+}
+
+}  // namespace
+
+bool gemv_fp8_supported(const void* x, int64_t ldx, const void* w, int64_t K, int64_t M) {
+  setup();
+  const auto a16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  return M >= 1 && M <= kGemvMaxRows && K > 0 && K % kChunkK == 0 && K <= (int64_t(1) << 30) &&
+         ldx % 8 == 0 && a16(x) && a16(w);
+}
+
+bool gemv_fp8_silu_pair_supported(int64_t N) {
+  return setup().ring && N % (2 * kRows) == 0;
+}
+
+void launch_gemv_fp8(const bf16* x, int64_t ldx, const uint8_t* w, const float* w_scales,
+                     int64_t N, int K, int M, const GemvOut& o, cudaStream_t st) {
+  if (!gemv_fp8_supported(x, ldx, w, K, M) || N < 1) {  // callers ask gemv_fp8_supported
+    std::fprintf(stderr, "%s:%d: FP8 GEMV unsupported: M = %d, K = %d, N = %lld, ldx = %lld\n",
+                 __FILE__, __LINE__, M, K, static_cast<long long>(N),
+                 static_cast<long long>(ldx));
+    std::abort();
+  }
+  if (M <= 8)
+    launch_t<1>(x, ldx, w, w_scales, N, K, M, o, st);
+  else
+    launch_t<2>(x, ldx, w, w_scales, N, K, M, o, st);
+}
+
+}  // namespace sala::cuda
