@@ -278,7 +278,8 @@ __device__ __forceinline__ void finish(float (*red)[ROWS][17], const float (&acc
     }
     if (epi == Epi::kSiluMul) {  // n is an up row; its gate row is n - N / 2
       const float gv = gate[i];
-      static_cast<bf16*>(o.y[0])[m * o.cols[0] + n - N / 2] = f2b(rb(gv / (1.f + expf(-gv))) * rb(v));
+      static_cast<bf16*>(o.y[0])[m * o.cols[0] + n - N / 2] =
+          f2b(rb(gv / (1.f + expf(-gv))) * rb(v));
       continue;
     }
     int p = 0;
@@ -349,7 +350,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int units = pair ? ntiles / 2 : ntiles;
   const int nuc = bx < units ? (units - 1 - bx) / gx + 1 : 0;
   const int ntc = pair ? 2 * nuc : nuc;
-  auto tile_of = [&](int ti) { return pair ? bx + (ti >> 1) * gx + (ti & 1) * units : bx + ti * gx; };
+  auto tile_of = [&](int ti) {
+    return pair ? bx + (ti >> 1) * gx + (ti & 1) * units : bx + ti * gx;
+  };
   const int U = ntc * nst;  // stages this warp consumes
   // Stage u (stage u % nst of tile u / nst) into slot u % kStages: one commit group per call,
   // empty from U on, so that cp.async.wait_group counts stages. 2 rows x 256 B per instruction.
