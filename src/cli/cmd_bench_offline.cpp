@@ -33,6 +33,7 @@ namespace {
 
 struct Args {
   std::string model, device = "cpu", out_json;
+  std::string quantization;  // "fp8": BackendOptions::fp8_weights (as sala serve)
   std::vector<int> decode_batches{1, 8, 64}, prefill_batches{1, 8};
   int decode_in = 128, decode_out = 512, prefill_in = 4096, threads = 0;
   bool bf16 = false;
@@ -314,6 +315,9 @@ int run(const Args& a) {
   sala::BackendOptions bo{bf16 ? sala::NumericMode::BF16 : sala::NumericMode::F32, a.threads};
   bo.cuda_graphs = !a.disable_cuda_graph;
   bo.profile_ops = a.profile_ops;
+  if (a.quantization == "fp8") bo.fp8_weights = true;
+  else if (!a.quantization.empty())
+    sala::fail("--quantization '{}' is not supported (fp8, or none)", a.quantization);
   std::unique_ptr<sala::Backend> be = sala::make_backend(a.device, bo);
   {  // what the caches take, as init_caches allocates them: K, V and both compressed levels
     const double kv = double(lim.caches.num_pages) *
@@ -433,6 +437,8 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
                  "timed decode steps per long decode run")->capture_default_str();
   app.add_option("--threads", a->threads, "CPU threads (0 = all)");
   app.add_flag("--bf16", a->bf16, "CPU: emulate bf16 rounding");
+  app.add_option("--quantization", a->quantization,
+                 "fp8: W8A8 e4m3 projections, quantized at load (as sala serve)");
   app.add_flag("--disable-cuda-graph", a->disable_cuda_graph, "CUDA: run decode steps without CUDA graphs");
   app.add_option("--profile-ops", a->profile_ops,
                  "CUDA: GPU time per op at exit, over the steps of >= N rows (N < 0: <= -N rows; "
