@@ -235,7 +235,8 @@ struct BackendOptions {
   // W8A8 FP8 (`sala serve --quantization fp8`): the projections are quantized at load to
   // e4m3 with one scale per output channel (amax / 448), and each GEMM quantizes its input
   // rows the same way per token; lm_head, the embedding and the norms stay dense. The CPU
-  // backend (the oracle) implements it; make_cuda_backend refuses it (sala::Error).
+  // backend (the oracle) implements it; the CUDA backend runs it in bf16 mode (quantize kernel
+  // + cuBLASLt FP8 GEMMs, cuda_gemm_fp8.cpp) and refuses it in fp32 mode (sala::Error).
   bool fp8_weights = false;
 };
 

@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_host_util.h"
 #include "core/check.h"
 #include "core/error.h"
+#include "core/fp8.h"
 #include "core/safetensors.h"
 
 namespace sala {
@@ -32,6 +33,7 @@ int max_smem_optin() {
 // would not give the eager step's bits.
 CudaBackend::CudaBackend(const BackendOptions& opts)
     : bf16_mode_(opts.mode == NumericMode::BF16),
+      fp8_(opts.fp8_weights),
       max_smem_optin_(max_smem_optin()),
       graphs_(opts.cuda_graphs && bf16_mode_, stream_.get()),
       timer_(opts.profile_ops, stream_.get(), graphs_),
@@ -50,8 +52,10 @@ Tensor CudaBackend::alloc(int64_t rows, int64_t cols, DType dtype) {
   // Poison-free start: zero, as the CPU backend does.
   CUDA_CHECK(cudaMemsetAsync(t.data, 0, std::max<size_t>(t.nbytes(), 1), stream_.get()));
   // The model allocates its workspaces for max_step_tokens rows: size the per-row
-  // workspaces of the attention kernels for that many rows now, not in the step loop.
+  // workspaces of the attention kernels for that many rows now, not in the step loop, and (with
+  // FP8 weights) the FP8 GEMMs' activation codes for inputs as large as this tensor.
   sparse_.ensure_rows(rows, false);
+  gemm_.reserve_fp8_input(rows, cols);
   return t;
 }
 
@@ -77,6 +81,52 @@ Tensor CudaBackend::upload_weight(const TensorView& src) {
   CUDA_CHECK(cudaMemcpyAsync(t.data, host.data(), host.size() * 2, cudaMemcpyHostToDevice, st()));
   stream_.sync();
   return t;
+}
+
+Weight CudaBackend::upload_linear(const TensorView& src, WeightFormat format) {
+  if (format != WeightFormat::FP8_E4M3) return Backend::upload_linear(src, format);
+  if (src.shape.size() != 2)
+    fail("{}: an FP8 weight must be 2-D, not {}", src.name, src.shape_str());
+  const int64_t rows = src.shape[0], cols = src.shape[1];
+  std::vector<float> w(size_t(rows * cols));
+  src.to_f32(w.data());
+  std::vector<uint8_t> codes(size_t(rows * cols));
+  std::vector<float> scales(static_cast<size_t>(rows));
+  fp8_quantize_rows(w.data(), rows, cols, codes.data(), scales.data());
+  return upload_fp8_codes(src.name, rows, cols, codes.data(), scales.data());
+}
+
+Weight CudaBackend::upload_fp8(const TensorView& codes, const std::vector<float>& scales) {
+  if (codes.dtype != DType::F8_E4M3 || codes.shape.size() != 2)
+    fail("{}: not a 2-D F8_E4M3 tensor ({} {})", codes.name, dtype_name(codes.dtype),
+         codes.shape_str());
+  const int64_t rows = codes.shape[0], cols = codes.shape[1];
+  if (int64_t(scales.size()) != rows)
+    fail("{}: {} scales for {} output channels", codes.name, scales.size(), rows);
+  return upload_fp8_codes(codes.name, rows, cols, codes.data, scales.data());
+}
+
+Weight CudaBackend::upload_fp8_codes(const std::string& name, int64_t rows, int64_t cols,
+                                     const uint8_t* codes, const float* scales) {
+  // fp32 mode is refused with fp8_weights (make_cuda_backend); a pre-quantized checkpoint
+  // reaches here without the flag.
+  if (!bf16_mode_)
+    fail("{}: FP8 weights run on the CUDA backend in bf16 mode only (this checkpoint is FP8)",
+         name);
+  // cuBLASLt's FP8 GEMM reads code rows of 16-byte multiples (cuda_gemm_fp8.cpp).
+  if (cols % 16 != 0)
+    fail("{}: an FP8 weight [{}, {}] needs a multiple of 16 input columns on the CUDA backend",
+         name, rows, cols);
+  Weight w{nullptr, WeightFormat::FP8_E4M3, rows, cols, nullptr, int32_t(cols)};
+  const size_t n = size_t(rows) * size_t(cols);
+  w.data = arena_.device(n);
+  w.scales = static_cast<float*>(arena_.device(size_t(rows) * sizeof(float)));
+  CUDA_CHECK(cudaMemcpyAsync(w.data, codes, n, cudaMemcpyHostToDevice, st()));
+  CUDA_CHECK(cudaMemcpyAsync(w.scales, scales, size_t(rows) * sizeof(float),
+                             cudaMemcpyHostToDevice, st()));
+  stream_.sync();  // the host buffers may go away
+  gemm_.note_fp8_weights();
+  return w;
 }
 
 // The allocation order of the former single class: sparse caches and selection workspaces,
@@ -133,10 +183,13 @@ void CudaBackend::begin_step(const StepMeta& meta) {
   timer_.begin_step(meta.num_tokens());
 }
 
+// FP8 weights run in bf16 mode only: fp32 mode is the correctness contract (fp32 arithmetic,
+// compared with the CPU at the fp32 level), and cuBLASLt's FP8 tensor-core GEMMs do not sum in
+// full fp32 precision, so the contract would not hold.
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts) {
-  if (opts.fp8_weights)
-    fail("FP8 weights (--quantization fp8) are not implemented on the CUDA backend yet; "
-         "the CPU backend runs them");
+  if (opts.fp8_weights && opts.mode != NumericMode::BF16)
+    fail("FP8 weights (--quantization fp8) run on the CUDA backend in bf16 mode only (fp32 mode "
+         "is the fp32 correctness contract, which FP8 tensor-core GEMMs do not keep)");
   return std::make_unique<CudaBackend>(opts);
 }
 

@@ -23,6 +23,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -50,6 +51,15 @@ class CudaBackend : public Backend {
 
   Tensor alloc(int64_t rows, int64_t cols, DType dtype) override;
   Tensor upload_weight(const TensorView& src) override;
+  // BackendOptions::fp8_weights: the projections are FP8_E4M3 (W8A8, GemmDispatch's FP8 path).
+  WeightFormat linear_format() const override {
+    return fp8_ ? WeightFormat::FP8_E4M3 : weight_format();
+  }
+  // FP8_E4M3: quantized on the host with core/fp8.h's fp8_quantize_rows (the bits of the CPU
+  // backend and `sala quantize`), then uploaded: codes [out, in] + scales [out].
+  Weight upload_linear(const TensorView& src, WeightFormat format) override;
+  // A compressed-tensors FP8 checkpoint's codes and per-channel scales, uploaded as they are.
+  Weight upload_fp8(const TensorView& codes, const std::vector<float>& scales) override;
   void init_caches(const ModelConfig& cfg, const CacheShape& shape) override;
   void download_f32(const Tensor& src, float* dst) override;
 
@@ -97,7 +107,12 @@ class CudaBackend : public Backend {
   void tick(const char* op) { timer_.tick(op); }
   const cuda_host::StepDev& sd() const { return plan_.dev(); }
 
+  // Codes [rows, cols] and scales [rows] in device memory as an FP8_E4M3 weight.
+  Weight upload_fp8_codes(const std::string& name, int64_t rows, int64_t cols,
+                          const uint8_t* codes, const float* scales);
+
   bool bf16_mode_;
+  bool fp8_;  // BackendOptions::fp8_weights
   int max_smem_optin_ = 0;
   // Members are destroyed in reverse order: the stream last, the arena's memory after every
   // class that refers to it.

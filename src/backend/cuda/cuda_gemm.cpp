@@ -20,12 +20,14 @@ GemmDispatch::GemmDispatch(bool bf16_mode, cudaStream_t stream, DeviceArena& are
 }
 
 GemmDispatch::~GemmDispatch() {
-  for (auto& [key, e] : algos_) {
+  auto destroy = [](AlgoEntry& e) {
     cublasLtMatrixLayoutDestroy(e.a);
     cublasLtMatrixLayoutDestroy(e.b);
     cublasLtMatrixLayoutDestroy(e.d);
     cublasLtMatmulDescDestroy(e.op);
-  }
+  };
+  for (auto& [key, e] : algos_) destroy(e);
+  for (auto& [key, f] : fp8_algos_) destroy(f.e);
   if (lt_) cublasLtDestroy(lt_);
 }
 
@@ -41,34 +43,42 @@ void GemmDispatch::plan_stack_workspace(const ModelConfig& cfg) {
 }
 
 void GemmDispatch::linear(const Tensor& x, const Weight& wt, Tensor& y) {
+  if (wt.format == WeightFormat::FP8_E4M3) return linear_fp8(x, wt, {&y});
   const Tensor w = dense_view(wt);  // bf16 / fp32 [N, K]
-  // Batch invariance: cuBLASLt picks its kernel (and so its rounding) from the row count, so
-  // in a step that prefills, each sequence's rows are multiplied as they would be alone —
-  // rows of sequences longer than kSkinnyRows by one GEMM per sequence, shorter ones
-  // (decode rows, short prompts) in groups of ≤ kSkinnyRows through the skinny GEMM, whose
-  // rows do not depend on the group. All-decode steps keep one GEMM.
+  for_each_run(x.rows, [&](int64_t r0, int64_t n) {
+    Tensor ys = y.slice_rows(r0, n);
+    linear_rows(x.slice_rows(r0, n), w, ys);
+  });
+}
+
+// Batch invariance: cuBLASLt picks its kernel (and so its rounding) from the row count, so in a
+// step that prefills, each sequence's rows are multiplied as they would be alone — rows of
+// sequences longer than kSkinnyRows by one GEMM per sequence, shorter ones (decode rows, short
+// prompts) in groups of ≤ kSkinnyRows through the skinny GEMM, whose rows do not depend on the
+// group. All-decode steps keep one GEMM.
+void GemmDispatch::for_each_run(int64_t rows,
+                                const std::function<void(int64_t, int64_t)>& f) const {
   constexpr int64_t kSkinnyRows = 16;
   const StepMeta* meta = plan_.meta();
   const bool prefill_step =
-      meta && x.rows > kSkinnyRows && x.rows == meta->num_tokens() && meta->seqs.size() > 1 &&
+      meta && rows > kSkinnyRows && rows == meta->num_tokens() && meta->seqs.size() > 1 &&
       std::any_of(meta->seqs.begin(), meta->seqs.end(),
                   [](const SeqSlice& s) { return s.num_tokens > 1; });
-  if (!prefill_step) return linear_rows(x, w, y);
+  if (!prefill_step) return f(0, rows);
   int64_t run_begin = 0, run_rows = 0;
   auto flush = [&] {
     if (run_rows == 0) return;
-    Tensor ys = y.slice_rows(run_begin, run_rows);
-    linear_rows(x.slice_rows(run_begin, run_rows), w, ys);
+    f(run_begin, run_rows);
     run_rows = 0;
   };
   for (const SeqSlice& s : meta->seqs) {
     if (s.num_tokens > kSkinnyRows) {
       flush();
-      Tensor ys = y.slice_rows(s.token_begin, s.num_tokens);
-      linear_rows(x.slice_rows(s.token_begin, s.num_tokens), w, ys);
+      f(s.token_begin, s.num_tokens);
       continue;
     }
-    if (run_rows > 0 && (run_begin + run_rows != s.token_begin || run_rows + s.num_tokens > kSkinnyRows))
+    if (run_rows > 0 &&
+        (run_begin + run_rows != s.token_begin || run_rows + s.num_tokens > kSkinnyRows))
       flush();
     if (run_rows == 0) run_begin = s.token_begin;
     run_rows += s.num_tokens;
@@ -160,6 +170,10 @@ bool GemmDispatch::stacked_gemm(const Tensor& x, const Tensor& w) {
 }
 
 bool GemmDispatch::linear_multi(const Tensor& x, const Weight& wt, const std::vector<Tensor*>& ys) {
+  if (wt.format == WeightFormat::FP8_E4M3) {  // one quantization of x for all parts
+    linear_fp8(x, wt, ys);
+    return true;
+  }
   const Tensor w = dense_view(wt);  // bf16 / fp32 [N, K]
   int64_t n = 0;
   // fp32 mode: one cuBLASLt GEMM per part (the skinny GEMM is bf16 only).
@@ -199,6 +213,8 @@ bool GemmDispatch::linear_multi(const Tensor& x, const Weight& wt, const std::ve
 // layer and the same bits as the two-op default. Stacked steps: the SiLU product of the
 // stacked GEMM's halves.
 bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g, Tensor& /*u*/) {
+  // FP8: Backend's composition, linear_multi (one quantization, a GEMM per half) then silu_mul.
+  if (wt.format == WeightFormat::FP8_E4M3) return false;
   const Tensor w = dense_view(wt);  // bf16 / fp32 [N, K]
   const bool fused = bf16_ && is_bf16(g) && g.rows == x.rows && w.rows == 2 * g.cols &&
                      x.cols == w.cols && is_act(x) && is_act(w) &&

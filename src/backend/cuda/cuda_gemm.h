@@ -8,10 +8,15 @@
 //  - otherwise cuBLASLt (fp32 mode: true fp32, CUBLAS_COMPUTE_32F on fp32 operands, no TF32).
 // In steps that prefill, each sequence's rows are multiplied as they would be alone (batch
 // invariance: linear()).
+// FP8_E4M3 weights (W8A8, cuda_gemm_fp8.cpp): each run of rows is quantized per token into the
+// FP8 workspace (launch_quantize_rows_fp8), then one cuBLASLt FP8 GEMM per output part applies
+// the per-token x per-channel scales itself (outer-vector scaling), or, where this cuBLASLt
+// has no such kernel for the shape, writes fp32 sums that launch_fp8_apply_scales scales.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -41,10 +46,37 @@ class GemmDispatch {
   // composition (one linear() per part / linear_multi then silu_mul).
   bool linear_multi(const Tensor& x, const Weight& w, const std::vector<Tensor*>& ys);
   bool linear_silu_mul(const Tensor& x, const Weight& w, Tensor& g, Tensor& u);
+  // FP8 weights exist (CudaBackend::upload_linear / upload_fp8).
+  void note_fp8_weights() { fp8_weights_ = true; }
+  // Once FP8 weights exist: the FP8 workspace for GEMM inputs of up to rows x cols
+  // (CudaBackend::alloc; the model allocates its activations at start, after its weights, so the
+  // workspace is sized at start too; a larger input grows it outside recordings).
+  void reserve_fp8_input(int64_t rows, int64_t cols);
 
  private:
+  struct AlgoEntry {  // one cached cuBLASLt GEMM
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
   bool is_act(const Tensor& t) const { return t.dtype == (bf16_ ? DType::BF16 : DType::F32); }
   bool stacked_gemm(const Tensor& x, const Tensor& w);  // grows stack_ws_ outside recordings
+  // f(r0, n) for the row runs x[r0, r0 + n) that are multiplied as one GEMM: all rows, or in a
+  // step that prefills, one run per sequence longer than 16 rows and groups of <= 16 rows of
+  // consecutive short sequences (linear()).
+  void for_each_run(int64_t rows, const std::function<void(int64_t, int64_t)>& f) const;
+
+  // ---- FP8 (cuda_gemm_fp8.cpp) ----
+  // ys[i] = x · W_iᵀ for the row slices W_i of w (one part: linear()), per run of rows.
+  void linear_fp8(const Tensor& x, const Weight& w, const std::vector<Tensor*>& ys);
+  // y [T, N] = (xq [T, K] · wᵀ) · sx[t] · sw[n]: one cuBLASLt FP8 GEMM (or the fallback's
+  // unscaled GEMM and scaling kernel).
+  void fp8_gemm(const uint8_t* xq, const float* sx, int64_t T, const Weight& w, Tensor& y);
+  // Grows the FP8 workspace to `codes` bytes of codes and `rows` scales (outside recordings).
+  void grow_fp8_ws(size_t codes, int64_t rows);
+  // cuBLASLt plan of an FP8 GEMM [T, K] x [N, K]ᵀ -> D of type dt, with the outer-vector scales
+  // (scaled) or none; false: the heuristic has no algorithm.
+  bool plan_fp8(int N, int T, int K, cudaDataType_t dt, int align, bool scaled, AlgoEntry& e);
 
   bool bf16_;
   cudaStream_t stream_;
@@ -55,12 +87,24 @@ class GemmDispatch {
   cublasLtHandle_t lt_ = nullptr;
   void* lt_workspace_ = nullptr;
   size_t lt_workspace_size_ = 32u << 20;
-  struct AlgoEntry {
-    cublasLtMatmulDesc_t op = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-    cublasLtMatmulAlgo_t algo{};
-  };
   std::map<std::tuple<int, int, int, int>, AlgoEntry> algos_;
+  // FP8 GEMMs by (N, T, K, output type and alignment): outer_vec says whether the scaled
+  // algorithm ran (decided at the shape's first call, which is never recorded); else `e` is the
+  // unscaled fp32-output GEMM of the fallback.
+  struct Fp8Entry {
+    AlgoEntry e;
+    bool outer_vec = false;
+  };
+  std::map<std::tuple<int, int, int, int>, Fp8Entry> fp8_algos_;
+  bool fp8_weights_ = false;
+  bool fp8_fallback_warned_ = false;
+  // Activation codes [T, K] at fp8_ws_, then (256-byte aligned) the per-token scales [T].
+  void* fp8_ws_ = nullptr;
+  size_t fp8_codes_cap_ = 0;
+  int64_t fp8_rows_cap_ = 0;
+  // The fallback's fp32 sums [T, N] (bf16 outputs only), allocated on first use.
+  float* fp8_acc_ = nullptr;
+  size_t fp8_acc_elems_ = 0;
   // Decode steps of 17..kStackMaxRows rows: a stacked weight's outputs from one cuBLASLt GEMM
   // into this [rows, N] bf16 buffer, then split (linear_multi) or combined (linear_silu_mul).
   static constexpr int64_t kStackMaxRows = 64;

@@ -97,6 +97,24 @@ void launch_gemv_fp8(const bf16* x, int64_t ldx, const uint8_t* w, const float* 
 bool gemv_fp8_supported(const void* x, int64_t ldx, const void* w, int64_t K, int64_t M);
 // GemvOut::silu_pair runs on this GPU for N weight rows (the ring kernel, N % 64 == 0).
 bool gemv_fp8_silu_pair_supported(int64_t N);
+// ---- W8A8 FP8 (cuda_fp8_quant.cu; the GEMM itself is cuBLASLt: cuda_gemm_fp8.cpp) ----
+// Per-token activation quantization, core/fp8.h's fp8_quantize_rows bit for bit: for each row r
+// of x [rows, ldx] (the first cols columns), scales[r] = amax|x[r, :]| / 448 (1 for a zero
+// row) and codes[r * cols + c] = e4m3(x[r, c] / scales[r]) (IEEE division, nearest even,
+// saturating). sm_89+: cvt.rn.satfinite; force_portable takes the integer path of the sm_80
+// build on any GPU (tests).
+void launch_quantize_rows_fp8(const bf16* x, int64_t rows, int64_t cols, int64_t ldx,
+                              uint8_t* codes, float* scales, cudaStream_t st,
+                              bool force_portable = false);
+// The fallback epilogue where cuBLASLt has no per-row x per-channel scaling: y[t, n] =
+// acc[t, n] * sx[t] * sw[n] (acc [T, N] fp32 from the unscaled FP8 GEMM), y bf16 or fp32 [T, N]
+// (fp32 y may be acc).
+void launch_fp8_apply_scales(const float* acc, int64_t T, int64_t N, const float* sx,
+                             const float* sw, void* y, bool y_f32, cudaStream_t st);
+// Tests: every fp32 bit pattern through the hardware e4m3 conversion and the portable one;
+// out[0] = number of disagreements, out[1] = the smallest disagreeing bit pattern (~0 if none).
+// On a GPU below sm_89 both are the portable path.
+void launch_fp8_e4m3_selfcheck(unsigned long long* out, cudaStream_t st);
 
 // ---- lightning (cuda_lightning.cu) ----
 inline constexpr int kGlaDecayStride = 65;  // decay[h][n] = exp(n g_h), n = 0..64

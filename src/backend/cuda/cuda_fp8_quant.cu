@@ -1,0 +1,181 @@
+// FP8 (e4m3) kernels of the W8A8 GEMM path (GemmDispatch, cuda_gemm_fp8.cpp): the per-token
+// activation quantization, the fallback scaling epilogue, and a self-check of the two e4m3
+// conversions. The numbers are core/fp8.h's (the CPU oracle, backend/cpu/cpu_fp8.cpp):
+//   s[r]       = amax(|x[r, :]|) / 448 (IEEE division; 1 for an all-zero row),
+//   code[r, c] = f32_to_fp8_e4m3(x[r, c] / s[r]) (IEEE division; nearest even, saturating).
+// The conversion is `cvt.rn.satfinite.e4m3x2.f32` on sm_89+ and core/fp8.h's integer rounding
+// elsewhere (the sm_80 build); launch_fp8_e4m3_selfcheck proves them equal on all 2^32 inputs.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/cuda_kernels.h"
+
+namespace sala::cuda {
+namespace {
+
+constexpr float kE4m3Max = 448.f;  // core/fp8.h kFp8E4m3Max
+constexpr int kQuantThreads = 256;
+
+// core/fp8.h's f32_to_fp8_e4m3 (fp8_round_magnitude<3, 7>), the same integer steps: exact on
+// every architecture.
+__device__ __forceinline__ uint32_t e4m3_portable(float f) {
+  const uint32_t u = __float_as_uint(f);
+  const uint32_t sign = (u >> 24) & 0x80u;
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7fu;   // NaN
+  if (a == 0x7f800000u) return sign | 0x7eu;  // ±inf saturates
+  const int fe = int(a >> 23);
+  if (fe == 0) return sign;  // zero or an fp32 subnormal: far below the smallest code
+  constexpr int kMan = 3, kBias = 7, kEmin = 1 - kBias;
+  const int e = fe - 127;
+  const uint32_t sig = (a & 0x7fffffu) | 0x800000u;
+  const bool normal = e >= kEmin;
+  const int shift = (23 - kMan) + (normal ? 0 : kEmin - e);
+  if (shift > 24) return sign;  // below half the smallest subnormal
+  uint32_t q = sig >> shift;
+  const uint32_t rem = sig & ((1u << shift) - 1u);
+  const uint32_t half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (q & 1u))) ++q;
+  const uint32_t m = normal ? (uint32_t(e + kBias - 1) << kMan) + q : q;
+  return sign | (m > 0x7eu ? 0x7eu : m);  // saturate to ±448
+}
+
+// The hardware conversion where it exists. Non-finite inputs take the portable path, so NaN
+// keeps its sign (cvt may return one canonical NaN) and ±inf gives ±448 by definition.
+template <bool kPortable>
+__device__ __forceinline__ uint32_t e4m3(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  if (!kPortable && isfinite(f)) {
+    unsigned short r;
+    // d = {cvt(a), cvt(b)}: a in the upper byte, b (ours) in the lower one.
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.f), "f"(f));
+    return r & 0xffu;
+  }
+#endif
+  return e4m3_portable(f);
+}
+
+__device__ __forceinline__ float block_max(float v, float* red) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < kQuantThreads / 32 ? red[lane] : 0.f;
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (lane == 0) red[0] = v;
+  }
+  __syncthreads();
+  return red[0];
+}
+
+// One block per row r of x [rows, ldx] (cols used): codes [rows, cols], scales [rows]. 16-byte
+// loads of 8 bf16 where the row allows them. fmaxf ignores NaN as std::max(amax, NaN) does.
+template <bool kPortable>
+__global__ void __launch_bounds__(kQuantThreads)
+    quantize_rows_kernel(const bf16* __restrict__ x, int64_t cols, int64_t ldx,
+                         uint8_t* __restrict__ codes, float* __restrict__ scales) {
+  __shared__ float red[kQuantThreads / 32];
+  const int64_t r = blockIdx.x;
+  const bf16* xr = x + r * ldx;
+  uint8_t* cr = codes + r * cols;
+  const bool vec = cols % 8 == 0 && (reinterpret_cast<uintptr_t>(xr) % 16) == 0 &&
+                   (reinterpret_cast<uintptr_t>(cr) % 8) == 0;
+  float amax = 0.f;
+  if (vec) {
+    for (int64_t c = int64_t(threadIdx.x) * 8; c < cols; c += kQuantThreads * 8) {
+      const uint4 v = *reinterpret_cast<const uint4*>(xr + c);
+      const bf16* e = reinterpret_cast<const bf16*>(&v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(__bfloat162float(e[j])));
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < cols; c += kQuantThreads)
+      amax = fmaxf(amax, fabsf(__bfloat162float(xr[c])));
+  }
+  amax = block_max(amax, red);
+  const float s = amax > 0.f ? __fdiv_rn(amax, kE4m3Max) : 1.f;
+  if (threadIdx.x == 0) scales[r] = s;
+  if (vec) {
+    for (int64_t c = int64_t(threadIdx.x) * 8; c < cols; c += kQuantThreads * 8) {
+      const uint4 v = *reinterpret_cast<const uint4*>(xr + c);
+      const bf16* e = reinterpret_cast<const bf16*>(&v);
+      uint32_t lo = 0, hi = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        lo |= e4m3<kPortable>(__fdiv_rn(__bfloat162float(e[j]), s)) << (8 * j);
+        hi |= e4m3<kPortable>(__fdiv_rn(__bfloat162float(e[j + 4]), s)) << (8 * j);
+      }
+      *reinterpret_cast<uint2*>(cr + c) = make_uint2(lo, hi);
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < cols; c += kQuantThreads)
+      cr[c] = uint8_t(e4m3<kPortable>(__fdiv_rn(__bfloat162float(xr[c]), s)));
+  }
+}
+
+// y[t, n] = acc[t, n] · sx[t] · sw[n] in the CPU's order (sum · s_x · s_w), stored as bf16 or
+// fp32 (y may be acc then: each element is read before it is written by the same thread).
+__global__ void apply_scales_kernel(const float* acc, int64_t T, int64_t N, const float* sx,
+                                    const float* sw, void* y, bool f32) {
+  const int64_t total = T * N;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = i / N, n = i - t * N;
+    const float v = acc[i] * sx[t] * sw[n];
+    if (f32)
+      static_cast<float*>(y)[i] = v;
+    else
+      static_cast<bf16*>(y)[i] = __float2bfloat16_rn(v);
+  }
+}
+
+// Every fp32 bit pattern u = i (i < 2^32) through both conversions; counts disagreements and
+// keeps the smallest disagreeing pattern.
+__global__ void selfcheck_kernel(unsigned long long* out) {
+  const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
+  unsigned long long bad = 0;
+  for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (uint64_t(1) << 32);
+       i += stride) {
+    const float f = __uint_as_float(uint32_t(i));
+    if (e4m3<false>(f) != e4m3<true>(f)) {
+      ++bad;
+      atomicMin(&out[1], (unsigned long long)i);
+    }
+  }
+  if (bad) atomicAdd(&out[0], bad);
+}
+
+}  // namespace
+
+void launch_quantize_rows_fp8(const bf16* x, int64_t rows, int64_t cols, int64_t ldx,
+                              uint8_t* codes, float* scales, cudaStream_t st,
+                              bool force_portable) {
+  if (rows <= 0) return;
+  const unsigned grid = unsigned(rows);
+  if (force_portable)
+    quantize_rows_kernel<true><<<grid, kQuantThreads, 0, st>>>(x, cols, ldx, codes, scales);
+  else
+    quantize_rows_kernel<false><<<grid, kQuantThreads, 0, st>>>(x, cols, ldx, codes, scales);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_fp8_apply_scales(const float* acc, int64_t T, int64_t N, const float* sx,
+                             const float* sw, void* y, bool y_f32, cudaStream_t st) {
+  if (T * N <= 0) return;
+  const int threads = 256;
+  const int blocks = int(std::min<int64_t>((T * N + threads - 1) / threads, 4096));
+  apply_scales_kernel<<<blocks, threads, 0, st>>>(acc, T, N, sx, sw, y, y_f32);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_fp8_e4m3_selfcheck(unsigned long long* out, cudaStream_t st) {
+  CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(unsigned long long), st));
+  CUDA_CHECK(cudaMemsetAsync(out + 1, 0xff, sizeof(unsigned long long), st));
+  selfcheck_kernel<<<2048, 256, 0, st>>>(out);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace sala::cuda

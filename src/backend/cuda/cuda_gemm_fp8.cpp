@@ -1,0 +1,226 @@
+// GemmDispatch's FP8 path: W8A8 with e4m3 weights (one fp32 scale per output channel) and
+// activations quantized per token at every GEMM, the numbers of the CPU oracle
+// (backend/cpu/cpu_fp8.cpp) up to the fp32 summation order:
+//   xq [T, K], sx [T] = fp8_quantize_rows(x)          launch_quantize_rows_fp8 (bit for bit)
+//   y[t, n] = (Σ_k xq[t, k] · wq[n, k]) · sx[t] · sw[n]   one cuBLASLt FP8 GEMM per output part
+// The products of two e4m3 values are exact in fp32, so the GPU and the CPU differ only in how
+// the fp32 sums are ordered (and where the two scales multiply); the bf16 output rounds once.
+//
+// cuBLASLt (column-major): A = the weight codes stored K x N (ld K) used transposed, B = the
+// activation codes K x T (ld K), D = y stored N x T (ld N): the "TN" layout FP8 requires. The
+// scales are outer vectors (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, cuBLAS 12.9+ on Hopper):
+// A's N per-channel scales, B's T per-token ones. Where this cuBLASLt has no such kernel for a
+// shape (the heuristic finds none, or cublasLtMatmul refuses it), that shape runs an unscaled
+// GEMM into fp32 and launch_fp8_apply_scales (sum · sx · sw, the CPU's order); the choice is
+// made at the shape's first call, which never runs inside a CUDA-graph recording (GraphCache
+// runs every key once eagerly).
+//
+// FP8 kernels need 16-byte alignment everywhere: K % 16 == 0 (a code row's bytes), N % 8 == 0
+// (a bf16 output row's bytes), and 16-byte aligned weight / code / output / scale pointers. The
+// released model's shapes (K = 4096 or 16384; parts N = 4096, 256, 16384) all qualify; other
+// shapes fail a SALA_CHECK that names them, and a shape cuBLASLt has no FP8 kernel for at all
+// fails naming T, K, N.
+#include <algorithm>
+#include <cstdio>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_gemm.h"
+#include "backend/cuda/cuda_host_util.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "core/check.h"
+
+namespace sala::cuda_host {
+using namespace sala::cuda;
+
+namespace {
+constexpr size_t kWsAlign = 256;
+size_t round_up(size_t n) { return (n + kWsAlign - 1) / kWsAlign * kWsAlign; }
+}  // namespace
+
+void GemmDispatch::reserve_fp8_input(int64_t rows, int64_t cols) {
+  if (!fp8_weights_ || !bf16_) return;
+  const size_t codes = size_t(rows) * size_t(cols);
+  if (codes > fp8_codes_cap_ || rows > fp8_rows_cap_)
+    grow_fp8_ws(std::max(codes, fp8_codes_cap_), std::max(rows, fp8_rows_cap_));
+}
+
+void GemmDispatch::grow_fp8_ws(size_t codes, int64_t rows) {
+  SALA_CHECK(!graphs_.capturing(),
+             "the FP8 workspace would grow to {} code bytes / {} rows inside a CUDA-graph "
+             "recording (a recorded shape runs eagerly first)",
+             codes, rows);
+  graphs_.drop();  // recordings hold the old workspace's address
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  arena_.release(fp8_ws_);
+  fp8_codes_cap_ = round_up(codes);
+  fp8_rows_cap_ = rows;
+  fp8_ws_ = arena_.device(fp8_codes_cap_ + size_t(rows) * sizeof(float));
+}
+
+void GemmDispatch::linear_fp8(const Tensor& x, const Weight& w, const std::vector<Tensor*>& ys) {
+  SALA_CHECK(bf16_, "FP8 weights on the CUDA backend need bf16 mode");
+  SALA_CHECK(w.format == WeightFormat::FP8_E4M3 && w.scales && w.group == w.cols,
+             "FP8 linear: a [{},{}] {} weight without one scale per output channel", w.rows,
+             w.cols, weight_format_name(w.format));
+  SALA_CHECK(is_bf16(x) && x.cols == w.cols, "FP8 linear: x [{},{}] {} for a weight [{},{}]",
+             x.rows, x.cols, dtype_name(x.dtype), w.rows, w.cols);
+  int64_t n = 0;
+  for (const Tensor* y : ys) {
+    SALA_CHECK(y->rows == x.rows && (is_bf16(*y) || y->dtype == DType::F32),
+               "FP8 linear: output [{},{}] {} for x [{},{}]", y->rows, y->cols,
+               dtype_name(y->dtype), x.rows, x.cols);
+    n += y->cols;
+  }
+  SALA_CHECK(n == w.rows, "FP8 linear: weight [{},{}] for {} output columns", w.rows, w.cols, n);
+  const int64_t K = x.cols;
+  SALA_CHECK(K % 16 == 0,
+             "FP8 linear x [{},{}] · w [{},{}]ᵀ: cuBLASLt's FP8 GEMM needs K % 16 == 0", x.rows,
+             K, w.rows, w.cols);
+  if (x.rows == 0) return;
+  const size_t codes = size_t(x.rows) * size_t(K);
+  if (codes > fp8_codes_cap_ || x.rows > fp8_rows_cap_) {
+    if (fp8_ws_)
+      std::fprintf(stderr,
+                   "warning: cuda backend: FP8 GEMM input of %lld x %lld exceeds the FP8 "
+                   "workspace (%zu bytes, %lld rows); growing it\n",
+                   (long long)x.rows, (long long)K, fp8_codes_cap_, (long long)fp8_rows_cap_);
+    grow_fp8_ws(std::max(codes, fp8_codes_cap_), std::max(x.rows, fp8_rows_cap_));
+  }
+  auto* xq = static_cast<uint8_t*>(fp8_ws_);  // [T, K] codes of the current run
+  auto* sx = reinterpret_cast<float*>(static_cast<char*>(fp8_ws_) + fp8_codes_cap_);  // [T]
+  // Each run is quantized into the start of the workspace (the scales stay 256-byte aligned);
+  // the next run's quantization follows the previous run's GEMMs in stream order.
+  for_each_run(x.rows, [&](int64_t r0, int64_t T) {
+    launch_quantize_rows_fp8(ptr<bf16>(x) + r0 * K, T, K, K, xq, sx, stream_);
+    timer_.tick("fp8 quantize");
+    int64_t c0 = 0;
+    for (Tensor* y : ys) {
+      Tensor yr = y->slice_rows(r0, T);
+      fp8_gemm(xq, sx, T, w.slice_rows(c0, y->cols), yr);
+      c0 += y->cols;
+    }
+  });
+}
+
+bool GemmDispatch::plan_fp8(int N, int T, int K, cudaDataType_t dt, int align, bool scaled,
+                            AlgoEntry& e) {
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&e.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  if (scaled) {
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    for (auto attr : {CUBLASLT_MATMUL_DESC_A_SCALE_MODE, CUBLASLT_MATMUL_DESC_B_SCALE_MODE})
+      CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e.op, attr, &mode, sizeof(mode)));
+  }
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&e.a, CUDA_R_8F_E4M3, K, N, K));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&e.b, CUDA_R_8F_E4M3, K, T, K));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&e.d, dt, N, T, N));
+  cublasLtMatmulPreference_t pref;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &lt_workspace_size_,
+                                                    sizeof(lt_workspace_size_)));
+  const uint32_t al = uint32_t(align);
+  for (auto attr :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof(al)));
+  cublasLtMatmulHeuristicResult_t res{};
+  int found = 0;
+  // No algorithm is a status (NOT_SUPPORTED) or found == 0, not an error here.
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(lt_, e.op, e.a, e.b, e.d, e.d, pref, 1, &res, &found);
+  CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) return false;
+  e.algo = res.algo;
+  return true;
+}
+
+void GemmDispatch::fp8_gemm(const uint8_t* xq, const float* sx, int64_t T, const Weight& w,
+                            Tensor& y) {
+  const int N = int(w.rows), K = int(w.cols), Ti = int(T);
+  const bool f32_out = y.dtype == DType::F32;
+  const cudaDataType_t dt = f32_out ? CUDA_R_32F : CUDA_R_16BF;
+  SALA_CHECK(N % 8 == 0, "FP8 GEMM T={} K={} N={}: the output rows need N % 8 == 0 (16 bytes)",
+             Ti, K, N);
+  const int align = std::min({ptr_alignment(xq), ptr_alignment(w.data), ptr_alignment(y.data),
+                              ptr_alignment(sx), ptr_alignment(w.scales)});
+  SALA_CHECK(align >= 16,
+             "FP8 GEMM T={} K={} N={}: needs 16-byte aligned operands (weight codes {}, scales "
+             "{}; output {})",
+             Ti, K, N, ptr_alignment(w.data), ptr_alignment(w.scales), ptr_alignment(y.data));
+  const float one = 1.f, zero = 0.f;
+  auto set_scales = [&](cublasLtMatmulDesc_t op) {
+    const void* a_scale = w.scales;  // [N] per output channel
+    const void* b_scale = sx;        // [T] per token
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
+                                                sizeof(a_scale)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale,
+                                                sizeof(b_scale)));
+  };
+  const auto key = std::make_tuple(N, Ti, K, int(dt) * 1024 + align);
+  auto it = fp8_algos_.find(key);
+  bool done = false;  // the first call's scaled GEMM ran (it decides the shape's path)
+  if (it == fp8_algos_.end()) {
+    Fp8Entry f;
+    cublasStatus_t st = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (plan_fp8(N, Ti, K, dt, align, true, f.e)) {
+      set_scales(f.e.op);
+      st = cublasLtMatmul(lt_, f.e.op, &one, w.data, f.e.a, xq, f.e.b, &zero, y.data, f.e.d,
+                          y.data, f.e.d, &f.e.algo, lt_workspace_, lt_workspace_size_, stream_);
+    }
+    f.outer_vec = done = st == CUBLAS_STATUS_SUCCESS;
+    if (!f.outer_vec) {
+      cublasLtMatrixLayoutDestroy(f.e.a);
+      cublasLtMatrixLayoutDestroy(f.e.b);
+      cublasLtMatrixLayoutDestroy(f.e.d);
+      cublasLtMatmulDescDestroy(f.e.op);
+      f.e = AlgoEntry{};
+      SALA_CHECK(plan_fp8(N, Ti, K, CUDA_R_32F, align, false, f.e),
+                 "cuBLASLt has no FP8 GEMM for T={} K={} N={} (alignment {}), scaled or not", Ti,
+                 K, N, align);
+      if (!fp8_fallback_warned_)
+        std::fprintf(stderr,
+                     "warning: cuda backend: cuBLASLt has no per-token x per-channel scaled FP8 "
+                     "GEMM for T=%d K=%d N=%d (%s); such shapes run an fp32-output GEMM and a "
+                     "scaling kernel\n",
+                     Ti, K, N, cublasLtGetStatusString(st));
+      fp8_fallback_warned_ = true;
+    }
+    it = fp8_algos_.emplace(key, f).first;
+  }
+  const Fp8Entry& f = it->second;
+  if (f.outer_vec && !done) {
+    set_scales(f.e.op);
+    CUBLAS_CHECK(cublasLtMatmul(lt_, f.e.op, &one, w.data, f.e.a, xq, f.e.b, &zero, y.data, f.e.d,
+                                y.data, f.e.d, &f.e.algo, lt_workspace_, lt_workspace_size_,
+                                stream_));
+  } else if (!f.outer_vec) {
+    // fp32 sums [T, N] (in y itself for an fp32 output), then y = sum · sx · sw.
+    float* acc = f32_out ? ptr<float>(y) : nullptr;
+    if (!acc) {
+      const size_t elems = size_t(T) * size_t(N);
+      if (elems > fp8_acc_elems_) {
+        SALA_CHECK(!graphs_.capturing(),
+                   "the FP8 fallback's fp32 buffer would grow to [{}, {}] inside a CUDA-graph "
+                   "recording", T, N);
+        graphs_.drop();
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        arena_.release(fp8_acc_);
+        fp8_acc_ = static_cast<float*>(arena_.device(elems * sizeof(float)));
+        fp8_acc_elems_ = elems;
+      }
+      acc = fp8_acc_;
+    }
+    CUBLAS_CHECK(cublasLtMatmul(lt_, f.e.op, &one, w.data, f.e.a, xq, f.e.b, &zero, acc, f.e.d,
+                                acc, f.e.d, &f.e.algo, lt_workspace_, lt_workspace_size_,
+                                stream_));
+    launch_fp8_apply_scales(acc, T, N, sx, w.scales, y.data, f32_out, stream_);
+  }
+  // fp32 output (logits): the bf16 contract rounds the GEMM output to bf16 (SPEC §4.7).
+  if (f32_out) launch_round_f32(ptr<float>(y), y.numel(), stream_);
+  timer_.tick(f.outer_vec ? "fp8 gemm" : "fp8 gemm + scales");
+}
+
+}  // namespace sala::cuda_host
