@@ -137,6 +137,9 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts) {
   if (opts.fp8_weights)
     fail("FP8 weights (--quantization fp8) are not implemented on the CUDA backend yet; "
          "the CPU backend runs them");
+  if (kv_is_fp8(opts.kv_cache_dtype))
+    fail("an FP8 KV cache (--kv-cache-dtype {}) is not implemented on the CUDA backend yet; "
+         "the CPU backend runs it", kv_cache_dtype_name(opts.kv_cache_dtype));
   return std::make_unique<CudaBackend>(opts);
 }
 
