@@ -18,6 +18,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "backend/kv_cache_dtype.h"
 #include "backend/step.h"
 
 namespace sala {
@@ -90,8 +91,13 @@ class Backend {
   // Allocates the paged KV pool and compressed-key pages of the sparse layers and the
   // lightning state slots.
   virtual void init_caches(const ModelConfig& cfg, const CacheShape& shape) = 0;
+  // The FP8 KV scales of every sparse layer (backend/kv_cache_dtype.h), given by the model
+  // before init_caches (from the checkpoint, else kDefaultKvScale). A backend whose caches
+  // are not FP8 (BackendOptions::kv_cache_dtype auto) has no use for them.
+  virtual void set_kv_scales(const std::vector<KvScales>& /*per_sparse_layer*/) {}
   virtual void download_f32(const Tensor& src, float* dst) = 0;
-  // Bytes of one KV / compressed-key element in the caches (sizing the pool at start).
+  // Bytes of one KV / compressed-key element in the caches (sizing the pool at start): 1
+  // with an FP8 KV cache.
   virtual size_t kv_element_bytes() const { return 4; }
   // Total memory of the device the backend runs on (0: host memory, not sized here).
   virtual size_t device_memory_total() const { return 0; }
@@ -238,6 +244,11 @@ struct BackendOptions {
   // backend (the oracle) implements it; the CUDA backend runs it in bf16 mode (quantize kernel
   // + cuBLASLt FP8 GEMMs, cuda_gemm_fp8.cpp) and refuses it in fp32 mode (sala::Error).
   bool fp8_weights = false;
+  // The sparse layers' KV pages and compressed keys (levels 1 and 2): the activation type's
+  // cache, or FP8 codes with one K and one V scale per layer (backend/kv_cache_dtype.h),
+  // dequantized wherever attention reads them. `sala serve --kv-cache-dtype`. The CPU
+  // backend (the oracle) implements it; make_cuda_backend refuses FP8 (sala::Error).
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::Auto;
 };
 
 // The backend of a device name ("cpu", "cuda"; backend/factory.cpp): the one factory every

@@ -39,6 +39,7 @@ struct Args {
   bool disable_cuda_graph = false;
   std::string quantization;  // "" | fp8 (BackendOptions::fp8_weights)
   int64_t profile_ops = 0;  // BackendOptions::profile_ops
+  std::string kv_cache_dtype = "auto";  // BackendOptions::kv_cache_dtype
   std::vector<int64_t> long_prefill, long_decode_contexts;  // empty: not run
   std::vector<int> long_decode_batches{1, 8};
   int chunk = 8192;  // the server's --chunked-prefill-size
@@ -321,6 +322,7 @@ int run(const Args& a) {
     bo.fp8_weights = true;
   else if (!a.quantization.empty())
     sala::fail("--quantization '{}' is not supported (fp8, or none)", a.quantization);
+  bo.kv_cache_dtype = sala::parse_kv_cache_dtype(a.kv_cache_dtype);
   std::unique_ptr<sala::Backend> be = sala::make_backend(a.device, bo);
   {  // what the caches take, as init_caches allocates them: K, V and both compressed levels
     const double kv = double(lim.caches.num_pages) *
@@ -451,6 +453,9 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
   app.add_option("--profile-ops", a->profile_ops,
                  "CUDA: GPU time per op at exit, over the steps of >= N rows (N < 0: <= -N rows; "
                  "steps recorded as graphs are not timed)");
+  app.add_option("--kv-cache-dtype", a->kv_cache_dtype,
+                 "auto | fp8_e4m3 | fp8_e5m2 (sparse layers' KV cache; CPU only so far)")
+      ->capture_default_str();
   app.add_option("--json,--out-json", a->out_json, "also write every table row to FILE as JSON");
   return [a] { return run(*a); };
 });

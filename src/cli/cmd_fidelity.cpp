@@ -1,9 +1,12 @@
 // sala fidelity --model-path DIR --config-a SPEC --config-b SPEC [--corpus FILE | --random N]
 // Teacher-forced comparison of two engine configurations on the same tokens: top-1
 // agreement, mean / max KL(a‖b), logit cosine per position, and the length of the common
-// prefix of their greedy continuations. SPEC is "device:mode[:dense-as-sparse][:fp8]", e.g.
-// cpu:fp32, cpu:bf16, cuda:bf16, cpu:bf16:fp8 (W8A8 FP8 projections,
-// BackendOptions::fp8_weights). This is how a quantization or kernel change proves it keeps
+// prefix of their greedy continuations. SPEC is
+//   device:mode[:dense-as-sparse][:fp8][:kv8 | :kv=DTYPE]
+// e.g. cpu:fp32, cpu:bf16, cuda:bf16, cpu:bf16:fp8 (W8A8 FP8 projections,
+// BackendOptions::fp8_weights), cpu:bf16:kv8 (FP8 e4m3 KV cache) or cpu:bf16:fp8:kv=fp8_e5m2
+// (DTYPE: a `--kv-cache-dtype` value, BackendOptions::kv_cache_dtype; kv8 is kv=fp8_e4m3).
+// Options may come in any order. This is how a quantization or kernel change proves it keeps
 // the model's behaviour.
 // requires: sala_model sala_tokenizer
 #include <fmt/core.h>
@@ -34,6 +37,7 @@ struct Spec {
   sala::NumericMode mode = sala::NumericMode::F32;
   bool dense_as_sparse = false;
   bool fp8 = false;  // BackendOptions::fp8_weights
+  sala::KvCacheDtype kv = sala::KvCacheDtype::Auto;  // BackendOptions::kv_cache_dtype
   std::string text;
 };
 
@@ -44,7 +48,8 @@ Spec parse_spec(const std::string& s) {
   std::string part;
   std::vector<std::string> parts;
   while (std::getline(ss, part, ':')) parts.push_back(part);
-  if (parts.size() < 2) sala::fail("config '{}': expected device:mode[:dense-as-sparse][:fp8]", s);
+  if (parts.size() < 2)
+    sala::fail("config '{}': expected device:mode[:dense-as-sparse][:fp8][:kv8|:kv=DTYPE]", s);
   p.device = parts[0];
   if (parts[1] == "fp32") p.mode = sala::NumericMode::F32;
   else if (parts[1] == "bf16") p.mode = sala::NumericMode::BF16;
@@ -52,6 +57,9 @@ Spec parse_spec(const std::string& s) {
   for (size_t i = 2; i < parts.size(); ++i) {
     if (parts[i] == "dense-as-sparse") p.dense_as_sparse = true;
     else if (parts[i] == "fp8") p.fp8 = true;
+    else if (parts[i] == "kv8") p.kv = sala::KvCacheDtype::FP8_E4M3;
+    else if (parts[i].starts_with("kv="))
+      p.kv = sala::parse_kv_cache_dtype(parts[i].substr(3), fmt::format("config '{}': kv=", s));
     else sala::fail("config '{}': unknown option '{}'", s, parts[i]);
   }
   return p;
@@ -67,6 +75,7 @@ std::unique_ptr<sala::Model> load(const Spec& s, const std::string& dir, int32_t
                 cfg.sparse.block_size, 1};
   sala::BackendOptions bo{s.mode, 0};
   bo.fp8_weights = s.fp8;
+  bo.kv_cache_dtype = s.kv;
   return std::make_unique<sala::Model>(cfg, sala::make_backend(s.device, bo), ck, lim);
 }
 
@@ -182,8 +191,8 @@ sala::cli::Registrar reg("fidelity", "Teacher-forced comparison of two engine co
                          [](CLI::App& app) {
                            auto a = std::make_shared<Args>();
                            app.add_option("--model-path", a->model, "model directory")->required();
-                           app.add_option("--config-a", a->a, "device:mode[:dense-as-sparse][:fp8]");
-                           app.add_option("--config-b", a->b, "device:mode[:dense-as-sparse][:fp8]");
+                           app.add_option("--config-a", a->a, "device:mode[:dense-as-sparse][:fp8][:kv8|:kv=DTYPE]");
+                           app.add_option("--config-b", a->b, "device:mode[:dense-as-sparse][:fp8][:kv8|:kv=DTYPE]");
                            app.add_option("--corpus", a->corpus, "text file, one sequence per line");
                            app.add_option("--random", a->random, "random sequences when no corpus");
                            app.add_option("--length", a->length, "tokens per sequence (max)");

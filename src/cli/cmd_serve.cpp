@@ -64,7 +64,6 @@ int run_serve(const ServeOpts& o) {
   if (o.disable_radix_cache) warn("--disable-radix-cache: there is no prefix cache (nothing to disable)");
   if (o.disable_cuda_graph && o.device != "cuda") warn("--disable-cuda-graph ignored on this device");
   if (o.trust_remote_code) warn("--trust-remote-code ignored: no remote code is ever run");
-  if (o.kv_cache_dtype != "auto") warn(fmt::format("--kv-cache-dtype {} ignored: the KV cache is fp32 on the CPU and bf16 on the GPU", o.kv_cache_dtype));
   if (o.mem_fraction_static > 0 && o.device != "cuda") warn("--mem-fraction-static ignored on the CPU backend (see --kv-memory-mb)");
   if (o.tp_size != 1) sala::fail("--tp-size {} is not supported (one device per server)", o.tp_size);
   if (o.stream_interval < 1) sala::fail("--stream-interval must be >= 1");
@@ -76,6 +75,7 @@ int run_serve(const ServeOpts& o) {
   lo.device = o.device;
   lo.dtype = o.dtype;
   lo.quantization = o.quantization;
+  lo.kv_cache_dtype = o.kv_cache_dtype;
   lo.cpu_threads = o.cpu_threads;
   lo.engine.max_running_requests = o.max_running_requests;
   lo.engine.chunked_prefill_size = o.chunked_prefill_size;
@@ -124,8 +124,9 @@ int run_serve(const ServeOpts& o) {
     server.stop();
   });
   waiter.detach();
-  fmt::print(stderr, "sala serve: model '{}', context {} tokens, KV pool {} tokens, {} running max\n",
-             server.model_id(), L.max_context_len, L.max_total_tokens, o.max_running_requests);
+  fmt::print(stderr, "sala serve: model '{}', context {} tokens, KV pool {} tokens ({} KV cache), "
+             "{} running max\n", server.model_id(), L.max_context_len, L.max_total_tokens,
+             o.kv_cache_dtype, o.max_running_requests);
   fmt::print("sala serve: listening on http://{}:{}\n", o.host, port);
   std::fflush(stdout);
   server.run();
@@ -146,7 +147,7 @@ sala::cli::Registrar reg("serve", "Serve a model over HTTP (SGLang /generate + O
   app.add_option("--context-length", o->context_length, "Max prompt + output tokens of one request (default: the model's)");
   app.add_option("--kv-memory-mb", o->kv_memory_mb, "CPU: memory for the KV pool and state slots")->capture_default_str();
   app.add_option("--mem-fraction-static", o->mem_fraction_static, "GPU memory fraction (ignored on the CPU)");
-  app.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto | fp8_e4m3 | fp8_e5m2")->capture_default_str();
+  app.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto | fp8_e4m3 | fp8_e5m2: the sparse layers' KV pages and compressed keys in FP8 (CPU backend only so far)")->capture_default_str();
   app.add_option("--quantization", o->quantization,
                  "fp8: W8A8 e4m3 projections, quantized at load");
   app.add_option("--dtype", o->dtype, "auto | float32 | bfloat16 (CPU numeric mode)")->capture_default_str();

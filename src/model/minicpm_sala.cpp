@@ -14,6 +14,7 @@ Model::Model(ModelConfig cfg, std::unique_ptr<Backend> backend, const Checkpoint
     scratch_page_ = caches.num_pages++;
     scratch_slot_ = caches.num_slots++;
   }
+  backend_->set_kv_scales(load_kv_scales(cfg_, ckpt));
   backend_->init_caches(cfg_, caches);
   const int64_t T = limits_.max_step_tokens, H = cfg_.hidden_size;
   const int64_t qd = int64_t(cfg_.num_attention_heads) * cfg_.head_dim;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 #include <set>
 
@@ -82,6 +83,42 @@ size_t ModelWeights::body_linear_bytes() const {
 
 size_t ModelWeights::linear_bytes() const { return body_linear_bytes() + lm_head.nbytes(); }
 
+// The checkpoint names of sparse layer `layer`'s K or V scale (`which` "k" / "v"): the
+// compressed-tensors kv_cache_scheme's (what vLLM and SGLang load), then the older
+// "<proj>.output_scale" of AutoFP8 checkpoints that vLLM remaps to the same parameter.
+static std::vector<std::string> kv_scale_names(int layer, const char* which) {
+  const std::string p = fmt::format("model.layers.{}.self_attn.", layer);
+  return {p + which + "_scale", p + which + "_proj.output_scale"};
+}
+
+std::vector<KvScales> load_kv_scales(const ModelConfig& c, const Checkpoint& ckpt) {
+  auto one = [&](int layer, const char* which) {
+    const TensorView* found = nullptr;
+    for (const std::string& n : kv_scale_names(layer, which))
+      if (const TensorView* t = ckpt.find(n)) {
+        if (found)
+          fail("{}: both '{}' and '{}' give layer {}'s {} scale", t->file, found->name, n,
+               layer, which);
+        found = t;
+      }
+    if (!found) return kDefaultKvScale;
+    if (found->numel() != 1 || found->shape.size() > 1)
+      fail("{}: KV scale '{}' has shape {}; expected a scalar or [1]", found->file, found->name,
+           found->shape_str());
+    if (found->dtype != DType::F32 && found->dtype != DType::BF16 && found->dtype != DType::F16)
+      fail("{}: KV scale '{}' is {}; expected F32, BF16 or F16", found->file, found->name,
+           dtype_name(found->dtype));
+    const float v = found->get_f32(0);
+    if (!(v > 0.f) || !std::isfinite(v))
+      fail("{}: KV scale '{}' is {}; it must be finite and > 0", found->file, found->name, v);
+    return v;
+  };
+  std::vector<KvScales> out;
+  for (int i = 0; i < c.num_hidden_layers; ++i)
+    if (c.mixer_types[size_t(i)] == MixerType::Sparse) out.push_back({one(i, "k"), one(i, "v")});
+  return out;
+}
+
 static bool is_rope_buffer(const std::string& name) {
   for (const char* s : {"rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb.sin_cached"})
     if (name.find(s) != std::string::npos) return true;
@@ -109,6 +146,10 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
            "or the module is in its ignore list)", t->file, name, c.source);
     wanted.insert(name);
   }
+  for (int i = 0; i < c.num_hidden_layers; ++i)  // read by load_kv_scales (optional)
+    if (c.mixer_types[size_t(i)] == MixerType::Sparse)
+      for (const char* which : {"k", "v"})
+        for (const std::string& n : kv_scale_names(i, which)) wanted.insert(n);
   if (unused)
     for (auto& [name, t] : ckpt.all())
       if (!wanted.count(name) && !is_rope_buffer(name)) unused->push_back(name);

@@ -58,6 +58,12 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const
 // norms in the dense format `dense` (Backend::weight_format).
 size_t planned_weight_bytes(const ModelConfig& c, WeightFormat linear, WeightFormat dense);
 
+// The FP8 KV scales of each sparse layer, in layer order: model.layers.N.self_attn.k_scale /
+// v_scale (compressed-tensors' kv_cache_scheme, as vLLM / SGLang name them; a scalar or [1]
+// float tensor), or the older self_attn.{k,v}_proj.output_scale; kDefaultKvScale (1.0,
+// vLLM's default) where the checkpoint has neither. sala::Error for a malformed scale.
+std::vector<KvScales> load_kv_scales(const ModelConfig& c, const Checkpoint& ckpt);
+
 ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend& backend,
                           std::vector<std::string>* unused);
 

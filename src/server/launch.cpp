@@ -45,6 +45,7 @@ Loaded launch(const LaunchOptions& o) {
   if (o.quantization == "fp8") bo.fp8_weights = true;
   else if (!o.quantization.empty())
     fail("--quantization '{}' is not supported (fp8, or none)", o.quantization);
+  bo.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
   Checkpoint ckpt(o.model_path);
   if (o.device == "cuda") {
     bo.mode = NumericMode::BF16;  // the GPU path is bf16 by contract

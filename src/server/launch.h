@@ -16,6 +16,7 @@ struct LaunchOptions {
   std::string device = "cpu";      // cpu | cuda
   std::string dtype = "auto";      // auto | float32 | bfloat16 (CPU numeric mode)
   std::string quantization;        // "" | fp8 (BackendOptions::fp8_weights; CPU only so far)
+  std::string kv_cache_dtype = "auto";  // auto | fp8_e4m3 | fp8_e5m2 (BackendOptions::kv_cache_dtype)
   int cpu_threads = 0;             // 0: all cores
   EngineOptions engine;
   int64_t max_total_tokens = 0;    // KV pool size in tokens; 0: from kv_memory_bytes

@@ -27,7 +27,8 @@ const ModelConfig& tiny_config() {
   return cfg;
 }
 
-std::unique_ptr<Model> load_model(int32_t pages, int32_t slots, int32_t step_tokens) {
+std::unique_ptr<Model> load_model(int32_t pages, int32_t slots, int32_t step_tokens,
+                                  KvCacheDtype kv = KvCacheDtype::Auto) {
   static const Checkpoint ckpt(kModelDir);
   ModelLimits lim;
   lim.max_step_tokens = step_tokens;
@@ -35,20 +36,22 @@ std::unique_ptr<Model> load_model(int32_t pages, int32_t slots, int32_t step_tok
   lim.caches.page_size = tiny_config().sparse.block_size;
   lim.caches.num_pages = pages;
   lim.caches.num_slots = slots;
-  return std::make_unique<Model>(tiny_config(), make_backend("cpu", {NumericMode::F32, 0}), ckpt,
-                                 lim);
+  BackendOptions bo{NumericMode::F32, 0};
+  bo.kv_cache_dtype = kv;
+  return std::make_unique<Model>(tiny_config(), make_backend("cpu", bo), ckpt, lim);
 }
 
 struct EngineSetup {
   int32_t pages = 512, slots = 8, step_tokens = 512;
   EngineOptions opts;
+  KvCacheDtype kv = KvCacheDtype::Auto;  // BackendOptions::kv_cache_dtype
 };
 
 std::unique_ptr<Engine> start(const EngineSetup& s) {
   EngineOptions o = s.opts;
   o.max_running_requests = std::min(o.max_running_requests, s.slots);
   o.max_step_tokens = std::min(o.max_step_tokens, s.step_tokens);
-  return make_engine(load_model(s.pages, s.slots, s.step_tokens), o);
+  return make_engine(load_model(s.pages, s.slots, s.step_tokens, s.kv), o);
 }
 
 std::vector<int32_t> make_prompt(int n, uint32_t seed) {
@@ -171,9 +174,12 @@ TEST(EngineModel, BatchedEqualsAlone) {
   expect_idle(*e);
 }
 
-TEST(EngineModel, PreemptedEqualsUninterrupted) {
-  auto run = [](int32_t pages, int64_t* preemptions) {
+// Preemption drops a request's KV and recomputes it by prefilling prompt + generated tokens;
+// with an FP8 KV cache the recomputed codes must be the ones decode stored.
+void expect_preempted_equals_uninterrupted(KvCacheDtype kv) {
+  auto run = [kv](int32_t pages, int64_t* preemptions) {
     EngineSetup s;
+    s.kv = kv;
     s.pages = pages;
     s.step_tokens = 256;
     s.opts.chunked_prefill_size = 64;
@@ -201,6 +207,11 @@ TEST(EngineModel, PreemptedEqualsUninterrupted) {
   EXPECT_EQ(p_big, 0);
   EXPECT_GT(p_small, 0);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "request " << i;
+}
+
+TEST(EngineModel, PreemptedEqualsUninterrupted) { expect_preempted_equals_uninterrupted(KvCacheDtype::Auto); }
+TEST(EngineModel, PreemptedEqualsUninterruptedFp8Kv) {
+  expect_preempted_equals_uninterrupted(KvCacheDtype::FP8_E4M3);
 }
 
 TEST(EngineModel, CancelFreesPagesAndSlots) {
@@ -378,6 +389,10 @@ TEST(EngineModel, PlanLimitsSizesThePoolFromTheBudget) {
   // A tiny budget still holds one request of max_context_len.
   EXPECT_EQ(plan_limits(c, o, 1000).caches.num_pages, 4096 / 16);
   EXPECT_EQ(plan_limits(c, o, 1000, 1600).caches.num_pages, 100);
+  // An FP8 KV cache (1-byte elements) fits 4x the pages of the CPU's fp32 cache.
+  EXPECT_EQ(kv_bytes_per_page(c, c.sparse.block_size, 1) * 4, page);
+  EXPECT_EQ(size_t(plan_limits(c, o, size_t(64) << 20, 0, 1).caches.num_pages),
+            ((size_t(64) << 20) - states) / (page / 4));
 }
 
 }  // namespace

@@ -1,4 +1,6 @@
-// Model invariants on the tiny golden models (CPU fp32):
+// Model invariants on the tiny golden models (CPU fp32), each with the sparse layers' KV cache
+// in fp32 and in FP8 (e4m3, e5m2; BackendOptions::kv_cache_dtype: the compressed keys are
+// pooled from the dequantized cached keys, so how tokens are split into calls never matters):
 //   prefill(L) == prefill(L-1) + decode(1); chunked == one-shot; batched == alone;
 //   chunked-form GLA == recurrent-form GLA; --dense-as-sparse == sparse rules at every length.
 #include <gtest/gtest.h>
@@ -19,7 +21,7 @@ constexpr double kTol = 2e-5;  // fp32 reassociation noise, far below the golden
 std::string dense_dir() { return fixtures_dir() + "/golden/tiny-dense"; }
 std::string sparse_dir() { return fixtures_dir() + "/golden/tiny-sparse"; }
 
-class Invariants : public ::testing::Test {
+class Invariants : public ::testing::TestWithParam<KvCacheDtype> {
  protected:
   void SetUp() override {
     // The fixtures are part of the repository: a missing one is a broken checkout.
@@ -32,9 +34,9 @@ std::vector<float> rows(const std::vector<float>& all, size_t first, size_t n, s
   return {all.begin() + long(first * V), all.begin() + long((first + n) * V)};
 }
 
-TEST_F(Invariants, PrefillEqualsPrefillPlusDecode) {
+TEST_P(Invariants, PrefillEqualsPrefillPlusDecode) {
   for (auto [dir, L] : {std::pair{dense_dir(), 150}, std::pair{sparse_dir(), 302}}) {
-    auto m = load_tiny(dir, 512, 64, 1);
+    auto m = load_tiny(dir, 512, 64, 1, NumericMode::F32, nullptr, GetParam());
     const size_t V = size_t(m->config().vocab_size);
     auto ids = random_tokens(L, int(V), 7);
     auto one = run_calls(*m, ids, {L}, 0, page_range(0, 64));
@@ -48,8 +50,8 @@ TEST_F(Invariants, PrefillEqualsPrefillPlusDecode) {
 // §9.2), so prefill == decode holds where both make the same choice: here every call is
 // past dense_len (256). Crossing dense_len while decoding is covered by the golden case
 // prefill_250_decode_80.
-TEST_F(Invariants, StepByStepDecodeEqualsPrefill) {
-  auto m = load_tiny(sparse_dir(), 512, 64, 1);
+TEST_P(Invariants, StepByStepDecodeEqualsPrefill) {
+  auto m = load_tiny(sparse_dir(), 512, 64, 1, NumericMode::F32, nullptr, GetParam());
   const int L = 390;
   auto ids = random_tokens(L, m->config().vocab_size, 11);
   std::vector<int32_t> calls{300};
@@ -59,13 +61,13 @@ TEST_F(Invariants, StepByStepDecodeEqualsPrefill) {
   EXPECT_LT(max_rel_diff(stepwise, one), kTol);
 }
 
-TEST_F(Invariants, ChunkedEqualsOneShot) {
+TEST_P(Invariants, ChunkedEqualsOneShot) {
   for (auto [dir, L, chunks] :
        {std::tuple{dense_dir(), 200, std::vector<int32_t>{64, 64, 72}},
         std::tuple{dense_dir(), 130, std::vector<int32_t>{17, 63, 50}},
         std::tuple{sparse_dir(), 600, std::vector<int32_t>{256, 256, 88}},
         std::tuple{sparse_dir(), 302, std::vector<int32_t>{260, 20, 22}}}) {
-    auto m = load_tiny(dir, 1024, 64, 1);
+    auto m = load_tiny(dir, 1024, 64, 1, NumericMode::F32, nullptr, GetParam());
     auto ids = random_tokens(L, m->config().vocab_size, 3);
     auto one = run_calls(*m, ids, {L}, 0, page_range(0, 64));
     auto chunked = run_calls(*m, ids, chunks, 0, page_range(0, 64));
@@ -73,11 +75,11 @@ TEST_F(Invariants, ChunkedEqualsOneShot) {
   }
 }
 
-TEST_F(Invariants, ChunkedDiffersOnlyAtPrefillQuirkLength) {
+TEST_P(Invariants, ChunkedDiffersOnlyAtPrefillQuirkLength) {
   // SPEC §9.4 / golden README §6.4: a one-shot prefill of L ≡ -1 (mod 4·stride) hides one
   // level-2 entry from every row; chunked prefill uses the absolute rule. The two may differ
   // there, and the engine must not "fix" either.
-  auto m = load_tiny(sparse_dir(), 1024, 64, 1);
+  auto m = load_tiny(sparse_dir(), 1024, 64, 1, NumericMode::F32, nullptr, GetParam());
   const int L = 383;  // ≡ 15 (mod 16) and ≡ 3 (mod 4)
   auto ids = random_tokens(L, m->config().vocab_size, 5);
   auto one = run_calls(*m, ids, {L}, 0, page_range(0, 64));
@@ -87,8 +89,8 @@ TEST_F(Invariants, ChunkedDiffersOnlyAtPrefillQuirkLength) {
   EXPECT_LT(max_rel_diff(rows(chunked, 0, 64, V), rows(one, 0, 64, V)), kTol);
 }
 
-TEST_F(Invariants, BatchedEqualsAlone) {
-  auto m = load_tiny(sparse_dir(), 2048, 256, 4);
+TEST_P(Invariants, BatchedEqualsAlone) {
+  auto m = load_tiny(sparse_dir(), 2048, 256, 4, NumericMode::F32, nullptr, GetParam());
   const int V = m->config().vocab_size;
   // Three sequences: a long prefill continuing (sparse), a fresh prefill, a decode.
   auto a = random_tokens(400, V, 21), b = random_tokens(90, V, 22), c = random_tokens(301, V, 23);
@@ -113,21 +115,26 @@ TEST_F(Invariants, BatchedEqualsAlone) {
   EXPECT_LT(max_rel_diff(rows(logits, 190, 1, Vs), rows(c_alone, 300, 1, Vs)), kTol);
 }
 
-TEST_F(Invariants, DenseAsSparseAppliesSparseRulesBelowDenseLen) {
+TEST_P(Invariants, DenseAsSparseAppliesSparseRulesBelowDenseLen) {
   // --dense-as-sparse must equal the model with dense_len lowered to 1, and differ from
   // dense attention once block selection bites (query blocks beyond topk + window).
   ModelConfig cfg = load_model_config(sparse_dir());
   const int L = 240;  // < dense_len 256
-  auto m = load_tiny(sparse_dir(), 512, 64, 1);
+  auto m = load_tiny(sparse_dir(), 512, 64, 1, NumericMode::F32, nullptr, GetParam());
   auto ids = random_tokens(L, cfg.vocab_size, 9);
   auto dense = run_calls(*m, ids, {L}, 0, page_range(0, 64));
   auto das = run_calls(*m, ids, {L}, 0, page_range(0, 64), /*dense_as_sparse=*/true);
   cfg.sparse.dense_len = 1;
-  auto m1 = load_tiny(sparse_dir(), 512, 64, 1, NumericMode::F32, &cfg);
+  auto m1 = load_tiny(sparse_dir(), 512, 64, 1, NumericMode::F32, &cfg, GetParam());
   auto sparse_always = run_calls(*m1, ids, {L}, 0, page_range(0, 64));
   EXPECT_LT(max_rel_diff(das, sparse_always), kTol);
   EXPECT_GT(max_rel_diff(das, dense), 1e-4);
 }
+
+INSTANTIATE_TEST_SUITE_P(KvCache, Invariants,
+                         ::testing::Values(KvCacheDtype::Auto, KvCacheDtype::FP8_E4M3,
+                                           KvCacheDtype::FP8_E5M2),
+                         [](const auto& info) { return std::string(kv_cache_dtype_name(info.param)); });
 
 TEST(Gla, ChunkedFormEqualsRecurrentForm) {
   std::mt19937 rng(1);

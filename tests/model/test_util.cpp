@@ -9,14 +9,17 @@
 namespace sala::test {
 
 std::unique_ptr<Model> load_tiny(const std::string& dir, int32_t max_tokens, int32_t pages,
-                                 int32_t slots, NumericMode mode, const ModelConfig* override_cfg) {
+                                 int32_t slots, NumericMode mode, const ModelConfig* override_cfg,
+                                 KvCacheDtype kv) {
   ModelConfig cfg = override_cfg ? *override_cfg : load_model_config(dir);
   Checkpoint ckpt(dir);
   ModelLimits lim;
   lim.max_step_tokens = max_tokens;
   lim.max_logit_rows = max_tokens;
   lim.caches = {pages, cfg.sparse.block_size, slots};
-  return std::make_unique<Model>(cfg, make_backend("cpu", {mode, 0}), ckpt, lim);
+  BackendOptions bo{mode, 0};
+  bo.kv_cache_dtype = kv;
+  return std::make_unique<Model>(cfg, make_backend("cpu", bo), ckpt, lim);
 }
 
 std::vector<int32_t> page_range(int32_t first, int32_t n) {

@@ -12,10 +12,12 @@ namespace sala::test {
 inline std::string fixtures_dir() { return std::string(SALA_SOURCE_DIR) + "/tests/fixtures"; }
 inline std::string tiny_chat_dir() { return std::string(SALA_SOURCE_DIR) + "/models/sala-tiny-chat"; }
 
-// A model over `dir` with room for `pages` pages and `slots` state slots.
+// A model over `dir` with room for `pages` pages and `slots` state slots, its sparse layers'
+// KV cache in `kv` (BackendOptions::kv_cache_dtype).
 std::unique_ptr<Model> load_tiny(const std::string& dir, int32_t max_tokens, int32_t pages,
                                  int32_t slots, NumericMode mode = NumericMode::F32,
-                                 const ModelConfig* override_cfg = nullptr);
+                                 const ModelConfig* override_cfg = nullptr,
+                                 KvCacheDtype kv = KvCacheDtype::Auto);
 
 // Page list [first, first + n).
 std::vector<int32_t> page_range(int32_t first, int32_t n);

@@ -14,7 +14,9 @@
 namespace sala {
 
 CpuBackend::CpuBackend(const BackendOptions& opts)
-    : bf16_(opts.mode == NumericMode::BF16), fp8_(opts.fp8_weights) {
+    : bf16_(opts.mode == NumericMode::BF16),
+      fp8_(opts.fp8_weights),
+      kv_dtype_(opts.kv_cache_dtype) {
   // One thread pool: OpenMP. OpenBLAS runs single-threaded inside OpenMP work items; two
   // pools that both spin-wait starve each other (decode many times slower on 2 cores).
   openblas_set_num_threads(1);
@@ -56,6 +58,13 @@ Tensor CpuBackend::upload_weight(const TensorView& src) {
   return t;
 }
 
+void CpuBackend::set_kv_scales(const std::vector<KvScales>& per_sparse_layer) {
+  for (const KvScales& s : per_sparse_layer)
+    SALA_CHECK(s.k > 0.f && std::isfinite(s.k) && s.v > 0.f && std::isfinite(s.v),
+               "KV scales ({}, {}) must be finite and > 0", s.k, s.v);
+  kv_scales_ = per_sparse_layer;
+}
+
 void CpuBackend::init_caches(const ModelConfig& cfg, const CacheShape& shape) {
   cfg_ = cfg;
   cache_shape_ = shape;
@@ -66,12 +75,17 @@ void CpuBackend::init_caches(const ModelConfig& cfg, const CacheShape& shape) {
   const size_t pages = size_t(shape.num_pages), ps = size_t(shape.page_size);
   const size_t per_page1 = size_t(cache_layout::entries_per_page(shape.page_size, sp.kernel_stride));
   const size_t per_page2 = size_t(cache_layout::entries_per_page(shape.page_size, sp.level2_stride()));
-  sparse_.assign(size_t(cfg.num_sparse_layers()), {});
-  for (auto& c : sparse_) {  // shapes: backend/cache_layout.h
-    c.k.assign(pages * ps * row, 0.f);
-    c.v.assign(pages * ps * row, 0.f);
-    c.c1.assign(pages * per_page1 * row, 0.f);
-    c.c2.assign(pages * per_page2 * row, 0.f);
+  const size_t n_sparse = size_t(cfg.num_sparse_layers());
+  SALA_CHECK(kv_scales_.empty() || kv_scales_.size() == n_sparse,
+             "{} KV scales for {} sparse layers", kv_scales_.size(), n_sparse);
+  sparse_.assign(n_sparse, {});
+  for (size_t i = 0; i < n_sparse; ++i) {  // shapes: backend/cache_layout.h
+    const KvScales sc = kv_scales_.empty() ? KvScales{} : kv_scales_[i];
+    SparseLayerCache& c = sparse_[i];
+    c.k.init(pages * ps * row, kv_dtype_, sc.k);
+    c.v.init(pages * ps * row, kv_dtype_, sc.v);
+    c.c1.init(pages * per_page1 * row, kv_dtype_, sc.k);  // means of keys: K's scale
+    c.c2.init(pages * per_page2 * row, kv_dtype_, sc.k);
   }
   const size_t d = size_t(cfg.lightning_head_dim);
   states_.assign(size_t(shape.num_slots) * cfg.num_lightning_layers() * cfg.lightning_nh * d * d,

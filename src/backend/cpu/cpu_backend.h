@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_kv_store.h"
 
 namespace sala {
 
@@ -24,7 +25,9 @@ class CpuBackend : public Backend {
   // FP8_E4M3: quantized per output channel (cpu_fp8.cpp); F32: upload_weight.
   Weight upload_linear(const TensorView& src, WeightFormat format) override;
   Weight upload_fp8(const TensorView& codes, const std::vector<float>& scales) override;
+  void set_kv_scales(const std::vector<KvScales>& per_sparse_layer) override;
   void init_caches(const ModelConfig& cfg, const CacheShape& shape) override;
+  size_t kv_element_bytes() const override { return kv_is_fp8(kv_dtype_) ? 1 : 4; }
   void download_f32(const Tensor& src, float* dst) override;
   void begin_step(const StepMeta& meta) override { meta_ = &meta; }
 
@@ -44,12 +47,15 @@ class CpuBackend : public Backend {
   void gather_logit_rows(const Tensor& x, Tensor& out) override;
   void argmax_rows(const Tensor& logits, int32_t* out) override;
 
-  // Paged sparse-layer cache of one layer (fp32; bf16-representable values in BF16 mode).
+  // Paged sparse-layer cache of one layer: fp32 (bf16-representable values in BF16 mode), or
+  // FP8 codes with the layer's scales (K's for the compressed keys) under an FP8 KV cache.
   struct SparseLayerCache {
-    std::vector<float> k, v;  // [num_pages, page_size, kvh, d]
-    std::vector<float> c1;    // [num_pages, page_size / s1, kvh, d] level-1 compressed keys
-    std::vector<float> c2;    // [num_pages, page_size / s2, kvh, d] level-2 compressed keys
+    CpuKvArray k, v;  // [num_pages, page_size, kvh, d]
+    CpuKvArray c1;    // [num_pages, page_size / s1, kvh, d] level-1 compressed keys
+    CpuKvArray c2;    // [num_pages, page_size / s2, kvh, d] level-2 compressed keys
   };
+  // Sparse layer si's caches (tests read the stored codes).
+  const SparseLayerCache& sparse_cache(int si) const { return sparse_.at(size_t(si)); }
 
  private:
   float r(float x) const;  // rounds to bf16 in BF16 mode
@@ -60,6 +66,8 @@ class CpuBackend : public Backend {
 
   bool bf16_;
   bool fp8_;  // BackendOptions::fp8_weights
+  KvCacheDtype kv_dtype_;  // BackendOptions::kv_cache_dtype
+  std::vector<KvScales> kv_scales_;  // per sparse layer (set_kv_scales); empty: defaults
   std::vector<void*> allocations_;
   const StepMeta* meta_ = nullptr;
   ModelConfig cfg_;

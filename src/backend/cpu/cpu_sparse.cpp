@@ -1,5 +1,8 @@
 // Sparse (minicpm4) layers on the CPU: paged KV append, incremental two-level key
 // compression, and dense or InfLLM-v2 block-sparse attention (SPEC §9, golden README §6).
+// With an FP8 KV cache (BackendOptions::kv_cache_dtype) K, V and the compressed keys are
+// stored as FP8 codes (cpu_kv_store.h) and every read below (compression, stage 1, stage 2,
+// dense) sees their dequantized values; the queries stay fp32 (bf16 values in BF16 mode).
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -31,6 +34,18 @@ struct SeqCache {
     return size_t(cache_layout::entry_offset(pages, j, s, page_size, row));
   }
 };
+
+// ptrs[i] = the d values of `a` at element offset off(i), i < n; `buf` backs them when the
+// array is FP8 (dequantized, n * d floats).
+template <class Off>
+void row_ptrs(const CpuKvArray& a, int64_t n, Off off, std::vector<const float*>& ptrs,
+              std::vector<float>& buf, int d) {
+  ptrs.resize(size_t(n));
+  const bool fp8 = kv_is_fp8(a.dtype());
+  if (fp8) buf.resize(size_t(n * d));
+  for (int64_t i = 0; i < n; ++i)
+    ptrs[size_t(i)] = a.read(off(i), d, fp8 ? buf.data() + i * d : nullptr);
+}
 
 float dot(const float* a, const float* b, int d) {
   float s = 0;
@@ -65,20 +80,24 @@ void CpuBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, cons
       const int64_t p = s.past_len + i;
       const size_t off = sc.token_off(p);
       const int64_t src = (s.token_begin + i) * row;
-      std::memcpy(&cache.k[off], static_cast<const float*>(k.data) + src, size_t(row) * 4);
-      std::memcpy(&cache.v[off], static_cast<const float*>(v.data) + src, size_t(row) * 4);
+      cache.k.store(off, static_cast<const float*>(k.data) + src, row);
+      cache.v.store(off, static_cast<const float*>(v.data) + src, row);
     }
-    auto compress = [&](int w, int st, std::vector<float>& dst) {
+    // The windows are pooled from the keys as the cache gives them back (dequantized in an
+    // FP8 cache), never from the step's k: a window spanning earlier calls then gets the same
+    // values however the tokens were split into calls (chunked == one-shot, decode == prefill).
+    auto compress = [&](int w, int st, CpuKvArray& dst) {
+      std::vector<float> acc(static_cast<size_t>(row)), kbuf(static_cast<size_t>(row));
       for (int64_t p = s.past_len; p < s.total_len(); ++p) {
         const int64_t j = cache_layout::entry_completed_at(p, w, st);
         if (j < 0) continue;
-        std::vector<float> acc(size_t(row), 0.f);  // fp32 accumulation of the window
+        std::fill(acc.begin(), acc.end(), 0.f);  // fp32 accumulation of the window
         for (int64_t x = j * st; x < j * st + w; ++x) {
-          const float* kx = &cache.k[sc.token_off(x)];
+          const float* kx = cache.k.read(sc.token_off(x), row, kbuf.data());
           for (int64_t e = 0; e < row; ++e) acc[size_t(e)] += kx[e];
         }
-        float* out_e = &dst[sc.entry_off(j, st)];
-        for (int64_t e = 0; e < row; ++e) out_e[e] = r(acc[size_t(e)] / float(w));
+        for (int64_t e = 0; e < row; ++e) acc[size_t(e)] = r(acc[size_t(e)] / float(w));
+        dst.store(sc.entry_off(j, st), acc.data(), row);
       }
     };
     compress(k1, s1, cache.c1);
@@ -106,6 +125,10 @@ void CpuBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, cons
     std::vector<float> scores, block_score, probs;
     std::vector<int32_t> idx, selected;
     std::vector<int64_t> keys;
+    // Rows [d] the attention reads (K, V, compressed keys of KV head g): pointers into the
+    // cache, or into the *buf scratch holding them dequantized (FP8 KV cache).
+    std::vector<const float*> kp, vp, c1p, c2p;
+    std::vector<float> kbuf, vbuf, c1buf, c2buf;
 #pragma omp for schedule(dynamic, 4)
     for (int64_t it = 0; it < n_items; ++it) {
       const auto [seq_i, i] = items[size_t(it / kvh)];
@@ -132,18 +155,23 @@ void CpuBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, cons
         scores.assign(size_t(n1), 0.f);
         if (cnt2 > 0) {
           probs.resize(size_t(cnt2));
+          // KV head g's visible entries of both levels, read once for the group's heads.
+          row_ptrs(cache.c2, cnt2, [&](int64_t j) { return sc.entry_off(j, s2) + size_t(g * d); },
+                   c2p, c2buf, d);
+          row_ptrs(cache.c1, cnt1, [&](int64_t j) { return sc.entry_off(j, s1) + size_t(g * d); },
+                   c1p, c1buf, d);
           for (int hh = 0; hh < group; ++hh) {
             const int h = g * group + hh;
             const float* qh = static_cast<const float*>(q.data) + trow * q.cols + int64_t(h) * d;
             float mx = -std::numeric_limits<float>::infinity();
             for (int64_t j = 0; j < cnt2; ++j) {
-              probs[size_t(j)] = tau * dot(qh, &cache.c2[sc.entry_off(j, s2)] + g * d, d);
+              probs[size_t(j)] = tau * dot(qh, c2p[size_t(j)], d);
               mx = std::max(mx, probs[size_t(j)]);
             }
             double l = 0;
             for (int64_t j = 0; j < cnt2; ++j) l += std::exp(double(probs[size_t(j)]) - mx);
             for (int64_t j = 0; j < cnt1; ++j) {
-              const float s1v = tau * dot(qh, &cache.c1[sc.entry_off(j, s1)] + g * d, d);
+              const float s1v = tau * dot(qh, c1p[size_t(j)], d);
               scores[size_t(j)] += float(std::exp(double(s1v) - mx) / l);
             }
           }
@@ -166,12 +194,15 @@ void CpuBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, cons
       // Stage 2 (or dense): softmax attention of the group's heads over `keys`.
       const int64_t nk = int64_t(keys.size());
       probs.resize(size_t(nk));
+      auto key_off = [&](int64_t x) { return sc.token_off(keys[size_t(x)]) + size_t(g * d); };
+      row_ptrs(cache.k, nk, key_off, kp, kbuf, d);
+      row_ptrs(cache.v, nk, key_off, vp, vbuf, d);
       for (int hh = 0; hh < group; ++hh) {
         const int h = g * group + hh;
         const float* qh = static_cast<const float*>(q.data) + trow * q.cols + int64_t(h) * d;
         float mx = -std::numeric_limits<float>::infinity();
         for (int64_t x = 0; x < nk; ++x) {
-          probs[size_t(x)] = tau * dot(qh, &cache.k[sc.token_off(keys[size_t(x)])] + g * d, d);
+          probs[size_t(x)] = tau * dot(qh, kp[size_t(x)], d);
           mx = std::max(mx, probs[size_t(x)]);
         }
         double sum = 0;
@@ -183,7 +214,7 @@ void CpuBackend::sparse_attention(int si, const Tensor& q, const Tensor& k, cons
         std::fill(o, o + d, 0.f);
         for (int64_t x = 0; x < nk; ++x) {
           const float pw = float(probs[size_t(x)] / sum);
-          const float* vx = &cache.v[sc.token_off(keys[size_t(x)])] + g * d;
+          const float* vx = vp[size_t(x)];
 #pragma omp simd
           for (int e = 0; e < d; ++e) o[e] += pw * vx[e];
         }
