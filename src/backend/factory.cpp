@@ -21,15 +21,6 @@ std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOp
   fail("device '{}' is unknown (devices: {})", device, known);
 }
 
-const char* kv_cache_dtype_name(KvCacheDtype t) {
-  switch (t) {
-    case KvCacheDtype::Auto: return "auto";
-    case KvCacheDtype::FP8_E4M3: return "fp8_e4m3";
-    case KvCacheDtype::FP8_E5M2: return "fp8_e5m2";
-  }
-  return "?";
-}
-
 KvCacheDtype parse_kv_cache_dtype(const std::string& s, const std::string& what) {
   if (s == "auto") return KvCacheDtype::Auto;
   if (s == "fp8_e4m3" || s == "fp8") return KvCacheDtype::FP8_E4M3;

@@ -28,8 +28,15 @@ enum class KvCacheDtype {
 // values themselves, rounded; fine for keys/values of magnitude well below 448).
 inline constexpr float kDefaultKvScale = 1.f;
 
-// "auto", "fp8_e4m3", "fp8_e5m2".
-const char* kv_cache_dtype_name(KvCacheDtype t);
+// "auto", "fp8_e4m3", "fp8_e5m2". Inline: the CUDA backend's library names them too.
+inline const char* kv_cache_dtype_name(KvCacheDtype t) {
+  switch (t) {
+    case KvCacheDtype::Auto: return "auto";
+    case KvCacheDtype::FP8_E4M3: return "fp8_e4m3";
+    case KvCacheDtype::FP8_E5M2: return "fp8_e5m2";
+  }
+  return "?";
+}
 // SGLang's names ("auto", "fp8_e4m3", "fp8_e5m2", and "fp8" for e4m3); sala::Error naming
 // `what` (the flag or spec) and the accepted values for anything else.
 KvCacheDtype parse_kv_cache_dtype(const std::string& s, const std::string& what = "--kv-cache-dtype");

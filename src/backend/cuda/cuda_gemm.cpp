@@ -15,6 +15,7 @@ GemmDispatch::GemmDispatch(bool bf16_mode, cudaStream_t stream, DeviceArena& are
     : bf16_(bf16_mode), stream_(stream), arena_(arena), plan_(plan), graphs_(graphs),
       timer_(timer) {
   gemv_init();  // kernel attributes now, not inside a recorded step
+  gemv_fp8_init();
   CUBLAS_CHECK(cublasLtCreate(&lt_));
   lt_workspace_ = arena_.device(lt_workspace_size_);
 }
@@ -213,8 +214,24 @@ bool GemmDispatch::linear_multi(const Tensor& x, const Weight& wt, const std::ve
 // layer and the same bits as the two-op default. Stacked steps: the SiLU product of the
 // stacked GEMM's halves.
 bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g, Tensor& /*u*/) {
-  // FP8: Backend's composition, linear_multi (one quantization, a GEMM per half) then silu_mul.
-  if (wt.format == WeightFormat::FP8_E4M3) return false;
+  // FP8: ≤ 16 rows, the FP8 GEMV's silu_pair epilogue (one kernel); otherwise Backend's
+  // composition, linear_multi (one quantization, a GEMM per half) then silu_mul.
+  if (wt.format == WeightFormat::FP8_E4M3) {
+    if (!(bf16_ && is_bf16(g) && g.rows == x.rows && wt.rows == 2 * g.cols && is_act(x) &&
+          x.cols == wt.cols && gemv_fp8_silu_pair_supported(wt.rows) &&
+          gemv_fp8_supported(x.data, x.cols, wt.data, x.cols, x.rows)))
+      return false;
+    GemvOut o{};
+    o.y[0] = g.data;
+    o.end[0] = wt.rows;
+    o.cols[0] = g.cols;
+    o.nparts = 1;
+    o.silu_pair = true;
+    launch_gemv_fp8(ptr<bf16>(x), x.cols, static_cast<const uint8_t*>(wt.data), wt.scales,
+                    wt.rows, int(x.cols), int(x.rows), o, stream_);
+    timer_.tick("gemv fp8 gate_up+silu");
+    return true;
+  }
   const Tensor w = dense_view(wt);  // bf16 / fp32 [N, K]
   const bool fused = bf16_ && is_bf16(g) && g.rows == x.rows && w.rows == 2 * g.cols &&
                      x.cols == w.cols && is_act(x) && is_act(w) &&

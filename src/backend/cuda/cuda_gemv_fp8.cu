@@ -34,7 +34,7 @@
 // PDL (sm_90+): each CTA issues its first two weight stages, then griddepcontrol.wait; x is
 // read only after it. Then every CTA computes sx of the M rows (all 256 threads, 16-byte
 // loads from L2, all rows' loads in flight at once) before its first tile; each warp
-// quantizes the x chunks of a stage in registers (one __fdiv_rn per element) as it loads them
+// quantizes the x chunks of a stage in registers (x · fl(1 / sx), with an exact division only near an e4m3 rounding boundary: quant_pair_scaled) as it loads them
 // and uses them for both 16-row halves of the tile.
 //
 // Expected (H200, M = 1): the same ~3-4 TB/s of weight stream as the bf16 ring kernel (per
@@ -115,6 +115,33 @@ __device__ __forceinline__ uint32_t quant_pair(float lo, float hi) {
   return d;
 }
 
+// quant_pair(x_lo / s, x_hi / s) with IEEE division (__fdiv_rn), without dividing in the
+// common case: q = x · r (r = fl(1 / s)) is within 2.5 ulp of fl(x / s) (two roundings of
+// 2^-24 each, plus fl's own half ulp), so within 8 bit patterns even across a binade edge;
+// rounding to e4m3 is monotonic in |q|, so when |q| - 8 and |q| + 8 patterns round to the same
+// code, fl(x / s) rounds to it too. Only values within a few ulp of an e4m3 rounding boundary
+// (about 2^-16 of them) pay for the two divisions. The sign is x's (s > 0; -0 stays -0).
+__device__ __forceinline__ uint32_t quant_pair_scaled(float xl, float xh, float s, float r) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  const uint32_t al = __float_as_uint(__fmul_rn(xl, r)) & 0x7fffffffu;
+  const uint32_t ah = __float_as_uint(__fmul_rn(xh, r)) & 0x7fffffffu;
+  const auto down = [](uint32_t a) { return __uint_as_float(a > 8u ? a - 8u : 0u); };
+  const auto up = [](uint32_t a) { return __uint_as_float(a + 8u); };
+  uint16_t c0, c1;  // magnitude codes (hi byte: x_hi) of both ends of the neighbourhoods
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(c0) : "f"(down(ah)), "f"(down(al)));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(c1) : "f"(up(ah)), "f"(up(al)));
+  if (c0 == c1) {
+    const uint16_t c = c0 | uint16_t((__float_as_uint(xl) >> 24) & 0x80u) |
+                       uint16_t((__float_as_uint(xh) >> 16) & 0x8000u);
+    uint32_t d;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(d) : "h"(c));
+    return d;
+  }
+#endif
+  (void)r;
+  return quant_pair(__fdiv_rn(xl, s), __fdiv_rn(xh, s));
+}
+
 __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                         uint32_t a3, uint32_t b0, uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
@@ -184,7 +211,7 @@ __device__ __forceinline__ void row_scales(const bf16* x, int64_t ldx, int K, in
 template <int NT>
 struct XRows {
   const uint4* r[NT];
-  float s[NT];
+  float s[NT], rcp[NT];  // sx of the lane's rows and fl(1 / sx)
   bool v[NT];
   __device__ XRows(const bf16* x, int64_t ldx, int M, int g, const float* sxs) {
 #pragma unroll
@@ -192,6 +219,7 @@ struct XRows {
       v[nt] = g + 8 * nt < M;
       r[nt] = reinterpret_cast<const uint4*>(x + int64_t(v[nt] ? g + 8 * nt : 0) * ldx);
       s[nt] = sxs[g + 8 * nt];  // 1 past M
+      rcp[nt] = __frcp_rn(s[nt]);
     }
   }
   __device__ void load(uint32_t (&X)[NT][4][8], int c0, int t, int ce) const {
@@ -217,8 +245,8 @@ struct XRows {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           const uint32_t p = X[nt][u][i];
-          X[nt][u][i] = quant_pair(__fdiv_rn(__uint_as_float(p << 16), s[nt]),
-                                   __fdiv_rn(__uint_as_float(p & 0xffff0000u), s[nt]));
+          X[nt][u][i] = quant_pair_scaled(__uint_as_float(p << 16),
+                                          __uint_as_float(p & 0xffff0000u), s[nt], rcp[nt]);
         }
   }
 };
@@ -499,6 +527,10 @@ void launch_t(const bf16* x, int64_t ldx, const uint8_t* w, const float* ws, int
 }
 
 }  // namespace
+
+void gemv_fp8_init() {
+  setup();
+}
 
 bool gemv_fp8_supported(const void* x, int64_t ldx, const void* w, int64_t K, int64_t M) {
   setup();

@@ -95,6 +95,7 @@ void launch_gemv_fp8(const bf16* x, int64_t ldx, const uint8_t* w, const float* 
 // M in 1..16, K % 16 == 0, ldx % 8 == 0, x and w 16-byte aligned. The first call (outside any
 // stream capture) picks the kernel for the current device and sets its shared memory.
 bool gemv_fp8_supported(const void* x, int64_t ldx, const void* w, int64_t K, int64_t M);
+void gemv_fp8_init();  // that choice now (the backend's constructor, outside any capture)
 // GemvOut::silu_pair runs on this GPU for N weight rows (the ring kernel, N % 64 == 0).
 bool gemv_fp8_silu_pair_supported(int64_t N);
 // ---- W8A8 FP8 (cuda_fp8_quant.cu; the GEMM itself is cuBLASLt: cuda_gemm_fp8.cpp) ----
