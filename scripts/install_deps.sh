@@ -5,7 +5,8 @@
 #   scripts/install_deps.sh           build + run: what scripts/demo.sh and `sala serve` need
 #   scripts/install_deps.sh --tests   also what the tests need (GoogleTest, python3-venv, ccache),
 #                                     then the PyPI packages of tests/requirements.txt into .venv
-#                                     (scripts/setup_venv.sh)
+#                                     and of tests/requirements-torch.txt into .venv-torch
+#                                     (scripts/setup_venv.sh; its stub CUDA libraries need gcc)
 #   scripts/install_deps.sh --check [--tests]   only report what is missing (exit 1 if anything is)
 #
 # Installing needs root: run as root, or with sudo available; otherwise it prints the
