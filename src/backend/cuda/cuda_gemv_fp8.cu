@@ -3,24 +3,25 @@
 // codes w[N, K], sx[m] = amax|x[m, :]| / 448 (1 for a zero row) and xq = e4m3(x / sx)
 // (core/fp8.h: nearest-even, saturating), the activation quantized here, per row.
 //
-// Numerics. The quantized values are exact in f16 (e4m3 ⊂ f16), so both operands go to
-// mma.sync m16n8k16 f16·f16 → f32: products exact, sums in fp32 (the f16 MMA accumulates at
-// fp32 precision, unlike the FP8 MMA of Hopper, whose accumulator keeps fewer bits). Only the
-// summation order differs from the CPU's sgemm. sx uses IEEE division (__fdiv_rn, whatever
-// the compile flags), xq = e4m3(__fdiv_rn(x, sx)), then (sum · sx[m]) · w_scales[n] in that
-// order, rounded once to bf16 (o.f32: a bf16-rounded fp32). Conversions: sm_89+ code uses
-// cvt.rn.satfinite.e4m3x2.f32 / cvt.rn.f16x2.e4m3x2; older code (the sm_80 build) the exact
-// bit manipulations of core/fp8.h's rules (e4m3_round, e4m3x4_to_f16x2), the same values,
-// so both builds give the same bits. NaN weight codes (never produced by the saturating
+// Numerics. sx uses IEEE division (__fdiv_rn, whatever the compile flags), xq =
+// e4m3(fl(x / sx)) (quant_codes_scaled: the same codes, mostly without dividing), then
+// (sum · sx[m]) · w_scales[n] in that order, rounded once to bf16 (o.f32: a bf16-rounded
+// fp32). Products of two e4m3 values are exact. sm_89+ (the H200): mma.sync m16n8k32 e4m3 on
+// the codes themselves (no conversion of the weights: a conversion per weight byte made the
+// kernel issue-bound at ~1.3 TB/s); the FP8 MMA's accumulator keeps fewer bits than fp32, so
+// each group of 256 k sums into fresh registers, added to the fp32 totals (group_mma). Older
+// GPUs (the sm_80 build): the codes as exact f16 values (e4m3 ⊂ f16) through f16 MMAs with
+// fp32 accumulation, the same grouping. Only the summation (and the FP8 MMA's internal
+// rounding) differs from the CPU's sgemm. NaN weight codes (never produced by the saturating
 // quantizer) decode as 480 on the sm_80 path.
 //
 // Layout of the arithmetic (cuda_gemv.cu's, with 1-byte weights): a 16-byte chunk is 16 k.
 // W is the A operand (16 weight rows per m16 tile), the x rows B (NT = 1 n8 tile for M <= 8,
 // 2 for M <= 16; rows past M are zeros). Lane (g, t) takes chunk c = 4v + t of weight rows g
-// and g + 8 and of input row g (+ 8); of its 16 k, bytes 4j..4j+3 form k16 step j as the
-// logical k {2t, 2t+1, 2t+8, 2t+9}: k is permuted identically in A and B, so the dot products
-// are unchanged. The 8 warps of a CTA split K into fixed slices; their partial tiles are
-// summed in shared memory in warp order, scaled, rounded once.
+// and g + 8 and of input row g (+ 8), and feeds its 16 k to the fragments in a fixed order
+// (group_mma): k is permuted identically in A and B, so the dot products are unchanged. The 8
+// warps of a CTA split K into fixed slices; their partial tiles are summed in shared memory in
+// warp order, scaled, rounded once.
 //
 // Batch invariance: sx[m] depends only on row m; every output (n, m) is one accumulator
 // column of an mma sequence whose k order and K split depend only on K; other rows of x only
@@ -34,19 +35,13 @@
 // PDL (sm_90+): each CTA issues its first two weight stages, then griddepcontrol.wait; x is
 // read only after it. Then every CTA computes sx of the M rows (all 256 threads, 16-byte
 // loads from L2, all rows' loads in flight at once) before its first tile; each warp
-// quantizes the x chunks of a stage in registers (x · fl(1 / sx), with an exact division only near an e4m3 rounding boundary: quant_pair_scaled) as it loads them
-// and uses them for both 16-row halves of the tile.
-//
-// Expected (H200, M = 1): the same ~3-4 TB/s of weight stream as the bf16 ring kernel (per
-// warp and stage: 128 cvt + 32 mma for the weights, ~64 divisions + 64 cvt for x: ~40 % of
-// the issue slots at 4 TB/s), i.e. ~half its time: 4096² ~6 µs, 4096 x 16384 ~18 µs, 32768 x
-// 4096 ~35 µs. M = 9..16 doubles the x work (2 n8 tiles) and may become issue-bound. The sx
-// prologue reads M·K·2 bytes of x per CTA from L2 (8 KB at M = 1, K = 4096; 512 KB at
-// M = 16, K = 16384: a few µs there).
+// quantizes the x chunks of a stage in registers as it loads them and uses them for both
+// 16-row halves of the tile. The sx prologue reads M·K·2 bytes of x per CTA from L2 (8 KB at
+// M = 1, K = 4096; 512 KB at M = 16, K = 16384). Speeds: docs/KERNELS.md, CudaFp8Gemv.Speed.
 //
 // Fallback: a GPU whose per-block shared memory opt-in is below the ring's (A100) runs the
 // tile kernel: one CTA per 16 weight rows, W loaded straight into registers, the same slices
-// and mma sequence (the same bits), no PDL.
+// and mma sequence, no PDL.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -62,19 +57,48 @@ constexpr int kWarps = 8;  // K slices per CTA: part of the numerics
 constexpr int kThreads = 32 * kWarps;
 constexpr int kChunkK = 16;  // k per 16-byte chunk of a weight row
 
-// ---- e4m3 conversions ----
-// Four e4m3 codes c (bytes 0..3: k, k+1, k+2, k+3) as two f16x2: lo = (k, k+1), hi = (k+2,
-// k+3), the lower k in the lower half. Exact.
-__device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t c, uint32_t& lo, uint32_t& hi) {
+// ---- e4m3 conversions and MMAs ----
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\n"
-      "cvt.rn.f16x2.e4m3x2 %1, h;\n}"
-      : "=r"(lo), "=r"(hi)
-      : "r"(c));
+// The e4m3 codes of x_lo / s (low byte) and x_hi / s (high byte) with IEEE division
+// (__fdiv_rn) and core/fp8.h's rounding, without dividing in the common case: q = x · r
+// (r = fl(1 / s)) is within 2.5 ulp of fl(x / s) (two roundings of 2^-24 each, plus fl's own
+// half ulp), so within 8 bit patterns even across a binade edge; rounding to e4m3 is monotonic
+// in |q|, so when the patterns |q| - 8 and |q| + 8 round to the same code, fl(x / s) rounds to
+// it too. Only values within a few ulp of an e4m3 rounding boundary (about 2^-16 of them) pay
+// for the two divisions. The sign is x's (s > 0; -0 stays -0).
+__device__ __forceinline__ uint32_t quant_codes_scaled(float xl, float xh, float s, float r) {
+  const uint32_t al = __float_as_uint(__fmul_rn(xl, r)) & 0x7fffffffu;
+  const uint32_t ah = __float_as_uint(__fmul_rn(xh, r)) & 0x7fffffffu;
+  const auto down = [](uint32_t a) { return __uint_as_float(a > 8u ? a - 8u : 0u); };
+  const auto up = [](uint32_t a) { return __uint_as_float(a + 8u); };
+  uint16_t c0, c1;  // the first source goes to the upper byte
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(c0) : "f"(down(ah)), "f"(down(al)));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(c1) : "f"(up(ah)), "f"(up(al)));
+  if (c0 == c1)
+    return uint32_t(c0) | ((__float_as_uint(xl) >> 24) & 0x80u) |
+           ((__float_as_uint(xh) >> 16) & 0x8000u);
+  uint16_t c;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;"
+      : "=h"(c)
+      : "f"(__fdiv_rn(xh, s)), "f"(__fdiv_rn(xl, s)));
+  return c;
+}
+
+// D += A · B, m16n8k32, e4m3 x e4m3 -> fp32.
+__device__ __forceinline__ void mma_e4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
 #else
-  // Code S.EEEE.MMM in the top byte of a half, then S kept and EEEE.MMM moved right by one:
-  // the f16 S.0EEEE.MMM0000000, which is the e4m3 value · 2^-8 (subnormals included: f16
-  // subnormal M·2^-17 = M·2^-9 · 2^-8); · 256 in f16 is exact.
+// GPUs without FP8 instructions (the sm_80 build): e4m3 values as exact f16, f16 MMAs.
+// Four e4m3 codes c (bytes 0..3: k, k+1, k+2, k+3) as two f16x2: lo = (k, k+1), hi = (k+2,
+// k+3), the lower k in the lower half. The code S.EEEE.MMM in the top byte of a half, then S
+// kept and EEEE.MMM moved right by one: the f16 S.0EEEE.MMM0000000, which is the e4m3 value ·
+// 2^-8 (subnormals included: f16 subnormal M·2^-17 = M·2^-9 · 2^-8); · 256 in f16 is exact.
+__device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t c, uint32_t& lo, uint32_t& hi) {
   const auto f16 = [](uint32_t v) {
     const uint32_t h = (v & 0x80008000u) | ((v >> 1) & 0x3f803f80u);
     uint32_t r;
@@ -83,10 +107,8 @@ __device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t c, uint32_t& lo, uint32
   };
   lo = f16(__byte_perm(c, 0, 0x1404));  // byte 1 -> bits 31..24, byte 0 -> bits 15..8
   hi = f16(__byte_perm(c, 0, 0x3424));  // byte 3, byte 2
-#endif
 }
 
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 890
 // core/fp8.h's round_fp8_e4m3 on a fp32 value (NaN stays NaN; ±inf and overflow -> ±448).
 __device__ __forceinline__ float e4m3_round(float q) {
   const float a = fabsf(q);
@@ -100,46 +122,14 @@ __device__ __forceinline__ float e4m3_round(float q) {
   }
   return copysignf(r, q);
 }
-#endif
 
-// (e4m3(lo), e4m3(hi)) as f16x2, lo in the lower half.
-__device__ __forceinline__ uint32_t quant_pair(float lo, float hi) {
+// (e4m3(x_lo / s), e4m3(x_hi / s)) as f16x2, x_lo in the lower half (IEEE division).
+__device__ __forceinline__ uint32_t quant_pair_scaled(float xl, float xh, float s) {
   uint32_t d;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  asm("{\n.reg .b16 p;\ncvt.rn.satfinite.e4m3x2.f32 p, %1, %2;\ncvt.rn.f16x2.e4m3x2 %0, p;\n}"
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;"
       : "=r"(d)
-      : "f"(hi), "f"(lo));  // the first source goes to the upper byte
-#else
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(e4m3_round(hi)), "f"(e4m3_round(lo)));
-#endif
+      : "f"(e4m3_round(__fdiv_rn(xh, s))), "f"(e4m3_round(__fdiv_rn(xl, s))));
   return d;
-}
-
-// quant_pair(x_lo / s, x_hi / s) with IEEE division (__fdiv_rn), without dividing in the
-// common case: q = x · r (r = fl(1 / s)) is within 2.5 ulp of fl(x / s) (two roundings of
-// 2^-24 each, plus fl's own half ulp), so within 8 bit patterns even across a binade edge;
-// rounding to e4m3 is monotonic in |q|, so when |q| - 8 and |q| + 8 patterns round to the same
-// code, fl(x / s) rounds to it too. Only values within a few ulp of an e4m3 rounding boundary
-// (about 2^-16 of them) pay for the two divisions. The sign is x's (s > 0; -0 stays -0).
-__device__ __forceinline__ uint32_t quant_pair_scaled(float xl, float xh, float s, float r) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  const uint32_t al = __float_as_uint(__fmul_rn(xl, r)) & 0x7fffffffu;
-  const uint32_t ah = __float_as_uint(__fmul_rn(xh, r)) & 0x7fffffffu;
-  const auto down = [](uint32_t a) { return __uint_as_float(a > 8u ? a - 8u : 0u); };
-  const auto up = [](uint32_t a) { return __uint_as_float(a + 8u); };
-  uint16_t c0, c1;  // magnitude codes (hi byte: x_hi) of both ends of the neighbourhoods
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(c0) : "f"(down(ah)), "f"(down(al)));
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(c1) : "f"(up(ah)), "f"(up(al)));
-  if (c0 == c1) {
-    const uint16_t c = c0 | uint16_t((__float_as_uint(xl) >> 24) & 0x80u) |
-                       uint16_t((__float_as_uint(xh) >> 16) & 0x8000u);
-    uint32_t d;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(d) : "h"(c));
-    return d;
-  }
-#endif
-  (void)r;
-  return quant_pair(__fdiv_rn(xl, s), __fdiv_rn(xh, s));
 }
 
 __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -149,6 +139,7 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1,
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
+#endif
 
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
   uint4 v;
@@ -236,8 +227,25 @@ struct XRows {
       }
     }
   }
-  // In place; zeros stay zeros.
+  // In place; zeros stay zeros. sm_89+: X[nt][u][j], j < 4, the e4m3 codes of k 4j..4j+3
+  // (byte i: k 4j + i) for the FP8 MMA; older GPUs: X[nt][u][i], the f16x2 of the e4m3 values
+  // of k 2i, 2i+1.
   __device__ void quantize(uint32_t (&X)[NT][4][8]) const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t p = X[nt][u][2 * j], q = X[nt][u][2 * j + 1];
+          X[nt][u][j] = quant_codes_scaled(__uint_as_float(p << 16),
+                                           __uint_as_float(p & 0xffff0000u), s[nt], rcp[nt]) |
+                        quant_codes_scaled(__uint_as_float(q << 16),
+                                           __uint_as_float(q & 0xffff0000u), s[nt], rcp[nt])
+                            << 16;
+        }
+#else
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -246,16 +254,35 @@ struct XRows {
         for (int i = 0; i < 8; ++i) {
           const uint32_t p = X[nt][u][i];
           X[nt][u][i] = quant_pair_scaled(__uint_as_float(p << 16),
-                                          __uint_as_float(p & 0xffff0000u), s[nt], rcp[nt]);
+                                          __uint_as_float(p & 0xffff0000u), s[nt]);
         }
+#endif
   }
 };
 
-// One group (16 chunks) of a 16-row tile: W0[v] / W8[v] = chunk 4v + t of weight rows g /
-// g + 8; k16 step j uses their bytes 4j..4j+3 and the x pairs 2j, 2j + 1.
+// One group (16 chunks: 256 k of the warp's slice) of a 16-row tile: W0[v] / W8[v] = chunk
+// 4v + t of weight rows g / g + 8.
+// sm_89+: two m16n8k32 e4m3 MMAs per chunk, the codes as they are (no conversion): step h uses
+// bytes 8h..8h+3 of the chunk as the fragment's k 4t..4t+3 and bytes 8h+4..8h+7 as k
+// 16+4t..16+4t+3, in W and x alike (the same permutation of k, so the same dot products). The
+// FP8 MMA's accumulator is not a full fp32 adder on Hopper (products are aligned to the
+// largest and low bits dropped), so each group sums into fresh registers that are then added
+// to acc in fp32: at most 256 products per rounding-limited partial sum.
+// Older GPUs: k16 step j of a chunk uses bytes 4j..4j+3 converted to f16 and the x pairs 2j,
+// 2j + 1 (f16 MMA, fp32 accumulation), summed the same way.
 template <int NT>
 __device__ __forceinline__ void group_mma(float (&acc)[NT][4], const uint4 (&W0)[4],
                                           const uint4 (&W8)[4], const uint32_t (&X)[NT][4][8]) {
+  float part[NT][4] = {};
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#pragma unroll
+  for (int v = 0; v < 4; ++v)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      mma_e4m3(part[nt], W0[v].x, W8[v].x, W0[v].y, W8[v].y, X[nt][v][0], X[nt][v][1]);
+      mma_e4m3(part[nt], W0[v].z, W8[v].z, W0[v].w, W8[v].w, X[nt][v][2], X[nt][v][3]);
+    }
+#else
 #pragma unroll
   for (int v = 0; v < 4; ++v) {
     const uint32_t a[4] = {W0[v].x, W0[v].y, W0[v].z, W0[v].w};
@@ -267,9 +294,14 @@ __device__ __forceinline__ void group_mma(float (&acc)[NT][4], const uint4 (&W0)
       e4m3x4_to_f16x2(b[j], b_lo, b_hi);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
-        mma_f16(acc[nt], a_lo, b_lo, a_hi, b_hi, X[nt][v][2 * j], X[nt][v][2 * j + 1]);
+        mma_f16(part[nt], a_lo, b_lo, a_hi, b_hi, X[nt][v][2 * j], X[nt][v][2 * j + 1]);
     }
   }
+#endif
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[nt][i] += part[nt][i];
 }
 
 enum class Epi { kStore, kKeepGate, kSiluMul };
