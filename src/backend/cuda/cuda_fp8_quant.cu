@@ -57,6 +57,14 @@ __device__ __forceinline__ uint32_t e4m3(float f) {
   return e4m3_portable(f);
 }
 
+// x / s with IEEE division; a NaN quotient takes x's sign, as on the CPU (x86 division passes
+// a NaN operand through with its sign; the GPU returns the canonical positive NaN), so a NaN
+// input gives core/fp8.h's code S.1111.111 with x's sign.
+__device__ __forceinline__ float div_keep_nan_sign(float x, float s) {
+  const float q = __fdiv_rn(x, s);
+  return isnan(q) ? copysignf(q, x) : q;
+}
+
 __device__ __forceinline__ float block_max(float v, float* red) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -105,14 +113,14 @@ __global__ void __launch_bounds__(kQuantThreads)
       uint32_t lo = 0, hi = 0;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        lo |= e4m3<kPortable>(__fdiv_rn(__bfloat162float(e[j]), s)) << (8 * j);
-        hi |= e4m3<kPortable>(__fdiv_rn(__bfloat162float(e[j + 4]), s)) << (8 * j);
+        lo |= e4m3<kPortable>(div_keep_nan_sign(__bfloat162float(e[j]), s)) << (8 * j);
+        hi |= e4m3<kPortable>(div_keep_nan_sign(__bfloat162float(e[j + 4]), s)) << (8 * j);
       }
       *reinterpret_cast<uint2*>(cr + c) = make_uint2(lo, hi);
     }
   } else {
     for (int64_t c = threadIdx.x; c < cols; c += kQuantThreads)
-      cr[c] = uint8_t(e4m3<kPortable>(__fdiv_rn(__bfloat162float(xr[c]), s)));
+      cr[c] = uint8_t(e4m3<kPortable>(div_keep_nan_sign(__bfloat162float(xr[c]), s)));
   }
 }
 

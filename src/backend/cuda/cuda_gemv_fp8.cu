@@ -437,6 +437,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   row_scales(x, ldx, K, M, sxs, part);
   const XRows<NT> xr(x, ldx, M, g, sxs);
   const uint4 z = make_uint4(0, 0, 0, 0);
+  // x of stage u is loaded during stage u - 1 (from L2: its latency is then hidden behind
+  // that stage's MMAs instead of stalling the quantization of stage u).
+  uint32_t X[NT][4][8];
+  xr.load(X, s.cb, t, U > 0 ? s.ce : 0);
   int u = 0;
   for (int ti = 0; ti < ntc; ++ti) {
     float acc[2][NT][4] = {};
@@ -444,9 +448,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int c0 = s.cb + st * kCps;
       __syncwarp();            // every lane's reads of slot (u - 1) % S (iteration u - 1) done
       issue(u + kStages - 1);  // refill it: stages u .. u + 2 in flight
-      uint32_t X[NT][4][8];
-      xr.load(X, c0, t, s.ce);  // from L2, then quantized while the weights stream
       xr.quantize(X);
+      uint32_t Xn[NT][4][8];  // stage u + 1's x: the next chunks, or the next tile's first
+      xr.load(Xn, st + 1 < nst ? c0 + kCps : s.cb, t, u + 1 < U ? s.ce : 0);
       cp_wait<kStages - 1>();  // this lane's copies of stage u landed
       __syncwarp();            // and every other lane's
       const uint32_t base = ring + (u % kStages) * kStage;
@@ -462,6 +466,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         group_mma(acc[rt], W0, W8, X);
       }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int v = 0; v < 4; ++v)
+#pragma unroll
+          for (int i = 0; i < 8; ++i) X[nt][v][i] = Xn[nt][v][i];
     }
     const Epi epi = !pair ? Epi::kStore : (ti & 1) ? Epi::kSiluMul : Epi::kKeepGate;
     finish<kRows>(red, acc, int64_t(tile_of(ti)) * kRows, N, M, sxs, ws, o, epi, gate);
