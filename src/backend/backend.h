@@ -241,8 +241,9 @@ struct BackendOptions {
   // W8A8 FP8 (`sala serve --quantization fp8`): the projections are quantized at load to
   // e4m3 with one scale per output channel (amax / 448), and each GEMM quantizes its input
   // rows the same way per token; lm_head, the embedding and the norms stay dense. The CPU
-  // backend (the oracle) implements it; the CUDA backend runs it in bf16 mode (quantize kernel
-  // + cuBLASLt FP8 GEMMs, cuda_gemm_fp8.cpp) and refuses it in fp32 mode (sala::Error).
+  // backend (the oracle) implements it; the CUDA backend runs it in bf16 mode (the FP8 skinny
+  // GEMV for <= 16 rows; quantize kernel + cuBLASLt FP8 GEMMs above, cuda_gemm_fp8.cpp) and
+  // refuses it in fp32 mode (sala::Error).
   bool fp8_weights = false;
   // The sparse layers' KV pages and compressed keys (levels 1 and 2): the activation type's
   // cache, or FP8 codes with one K and one V scale per layer (backend/kv_cache_dtype.h),
