@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "backend/kv_cache_dtype.h"
+#include "backend/logprobs.h"
 #include "backend/step.h"
 
 namespace sala {
@@ -202,6 +203,23 @@ class Backend {
       for (int64_t j = 1; j < logits.cols; ++j)
         if (row[size_t(j)] > row[size_t(best)]) best = j;
       out[r] = int32_t(best);
+    }
+  }
+  // Log-probabilities without moving logits to the host (logprobs of sampled and prompt
+  // tokens): for each i < n, row rows[i] of fp32 logits [R, V]: logprob[i] =
+  // log_softmax(row)[targets[i]] (NaN where targets[i] < 0) and the top_n (<= 20) largest
+  // log-probabilities, ids ascending on ties, into top_ids / top_logprobs [n, top_n]. The raw
+  // distribution: no temperature, no penalties. Exact fp32 log-softmax with the sum in double
+  // (logprobs_of_row). The default downloads each row and computes on the host (the CUDA
+  // backend uses it until it has a kernel that returns only these n * (1 + 2 * top_n) numbers).
+  virtual void logprobs_rows(const Tensor& logits, const int32_t* rows, const int32_t* targets,
+                             int64_t n, int top_n, float* logprob, int32_t* top_ids,
+                             float* top_logprobs) {
+    std::vector<float> row(static_cast<size_t>(logits.cols));
+    for (int64_t i = 0; i < n; ++i) {
+      download_f32(logits.slice_rows(rows[i], 1), row.data());
+      logprobs_of_row(row.data(), logits.cols, targets[i], top_n, logprob + i,
+                      top_ids + i * top_n, top_logprobs + i * top_n);
     }
   }
   virtual void synchronize() {}

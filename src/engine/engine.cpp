@@ -21,6 +21,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/state_pool.h"
+#include "engine/step_logprobs.h"
 
 namespace sala {
 namespace {
@@ -64,14 +65,22 @@ class Handle final : public RequestHandle {
   bool cancelled() const { return cancelled_.load(); }
 
   // Engine thread: new tokens, merged into the last unread event when there is one.
+  // lps: n_lps log-probabilities (toks', then a matched stop token's); prompt_lps: moved in.
   void emit(const int32_t* toks, size_t n, bool finished, FinishReason reason, int32_t matched,
-            const std::string& error, int32_t prompt_tokens, int32_t completion_tokens) {
+            const std::string& error, int32_t prompt_tokens, int32_t completion_tokens,
+            const TokenLogprob* lps = nullptr, size_t n_lps = 0,
+            std::vector<TokenLogprob>* prompt_lps = nullptr) {
     {
       std::lock_guard lk(mu_);
       if (final_pushed_) return;
       if (events_.empty()) events_.emplace_back();
       TokenEvent& ev = events_.back();
       ev.tokens.insert(ev.tokens.end(), toks, toks + n);
+      if (lps) ev.logprobs.insert(ev.logprobs.end(), lps, lps + n_lps);
+      if (prompt_lps) {
+        for (auto& lp : *prompt_lps) ev.prompt_logprobs.push_back(std::move(lp));
+        prompt_lps->clear();
+      }
       ev.finished = finished;
       ev.reason = reason;
       ev.matched_stop_token = matched;
@@ -82,6 +91,8 @@ class Handle final : public RequestHandle {
         final_pushed_ = true;
         final_ = ev;
         final_.tokens.clear();
+        final_.logprobs.clear();
+        final_.prompt_logprobs.clear();
       }
     }
     cv_.notify_all();
@@ -103,6 +114,7 @@ struct Request : Sequence {
   SamplingParams sampling;
   SamplerState sampler;
   int32_t generated = 0;
+  LogprobState lp;
 };
 
 class EngineImpl final : public Engine {
@@ -161,14 +173,26 @@ class EngineImpl final : public Engine {
     if (blocks_->pages_for(n) > blocks_->total())
       fail("the prompt has {} tokens; the KV cache holds at most {} tokens", n,
            info_.max_total_tokens);
+    const LogprobOptions& lo = req.logprobs;
+    if (lo.top_n < 0 || lo.top_n > kMaxTopLogprobs)
+      throw InvalidRequest("top_logprobs", fmt::format("'top_logprobs' must be in [0, {}], got {}",
+                                                       kMaxTopLogprobs, lo.top_n));
+    if (lo.prompt_start < -1 || lo.prompt_start >= n)
+      throw InvalidRequest("logprob_start_len",
+                           fmt::format("'logprob_start_len' must be in [-1, {}) (the prompt's "
+                                       "length), got {}", n, lo.prompt_start));
     // No context limit on the budget here: generation ends at the context (finish "length").
-    check_new_tokens(sp.max_new_tokens, n, /*max_context_len=*/0);
+    // A budget of 0 scores the prompt (its logprobs) and generates nothing.
+    check_new_tokens(sp.max_new_tokens, n, /*max_context_len=*/0, "max_new_tokens",
+                     /*allow_zero=*/lo.prompt_start >= 0);
     check_sampling(sp);
 
     auto r = std::make_unique<Request>();
     r->id = next_id_.fetch_add(1) + 1;
     r->prompt_len = int32_t(n);
     r->sampling = std::move(req.sampling);
+    r->lp.opts = lo;
+    r->lp.prompt_next = lo.prompt_start;
     r->sampler.init(r->sampling, req.prompt, info_.vocab_size);
     r->tokens = std::move(req.prompt);
     r->tokens.reserve(size_t(std::min<int64_t>(n + r->sampling.max_new_tokens,
@@ -303,15 +327,32 @@ class EngineImpl final : public Engine {
       if (it.sample && !static_cast<Request*>(it.seq)->sampler.plain_greedy(
                            static_cast<Request*>(it.seq)->sampling))
         greedy_only = false;
-    model_->forward(meta_, logits_, nullptr, greedy_only ? &argmax_ : nullptr);
+    prompt_rows_.plan(plan_, meta_, [](Sequence* s) -> LogprobState& {
+      return static_cast<Request*>(s)->lp;
+    });
+    model_->forward(meta_, logits_, nullptr, greedy_only ? &argmax_ : nullptr,
+                    &prompt_rows_.rows());
+    prompt_rows_.collect();
+    for (const ScheduledSeq& it : plan_.items) {
+      Request* r = static_cast<Request*>(it.seq);
+      if (!r->lp.pending.empty())
+        r->handle->emit(nullptr, 0, false, FinishReason::None, -1, {}, int32_t(r->prompt_len),
+                        r->generated, nullptr, 0, &r->lp.pending);
+    }
     scheduler_->commit(plan_);
     const int32_t V = info_.vocab_size;
     size_t row = 0;
     int64_t generated = 0;
+    sampled_.clear();
+    sampled_lp_.clear();
     for (const ScheduledSeq& it : plan_.items) {
       if (!it.sample) continue;
       Request* r = static_cast<Request*>(it.seq);
       const size_t this_row = row++;
+      if (r->sampling.max_new_tokens == 0) {  // scoring: its prompt logprobs are out, no token
+        finish(r, FinishReason::Length);
+        continue;
+      }
       const int32_t tok =
           greedy_only ? argmax_[this_row]
                       : sampler_.sample(logits_.data() + this_row * size_t(V), V, r->sampling,
@@ -320,9 +361,25 @@ class EngineImpl final : public Engine {
       r->tokens.push_back(tok);
       ++r->generated;
       ++generated;
-      on_token(r, tok);
+      sampled_.push_back({r, tok});
+      if (r->lp.opts.output) {
+        sampled_lp_.rows.push_back(int32_t(this_row));
+        sampled_lp_.targets.push_back(tok);
+        sampled_lp_.top_n = std::max(sampled_lp_.top_n, r->lp.opts.top_n);
+      }
     }
     SALA_CHECK(row == meta_.logit_rows.size());
+    // The sampled tokens' logprobs, from the logits the step left on the device.
+    model_->logprobs(sampled_lp_);
+    size_t li = 0;
+    for (const auto& [r, tok] : sampled_) {
+      if (!r->lp.opts.output) {
+        on_token(r, tok, nullptr);
+        continue;
+      }
+      TokenLogprob lp = logprob_at(sampled_lp_, li++, tok, r->lp.opts.top_n);
+      on_token(r, tok, &lp);
+    }
     std::lock_guard lk(stats_mu_);
     ++stats_.steps;
     stats_.step_tokens_total += plan_.num_tokens;
@@ -339,25 +396,28 @@ class EngineImpl final : public Engine {
            sp.stop_token_ids.end();
   }
 
-  void on_token(Request* r, int32_t tok) {
-    if (is_stop(r, tok)) {
-      finish(r, FinishReason::StopToken, tok);
+  void on_token(Request* r, int32_t tok, const TokenLogprob* lp) {
+    if (is_stop(r, tok)) {  // not shown, but counted, and its logprob reported
+      finish(r, FinishReason::StopToken, tok, {}, nullptr, 0, lp);
       return;
     }
     const bool length = r->generated >= r->sampling.max_new_tokens ||
                         int64_t(r->tokens.size()) >= info_.max_context_len;
     if (length) {
-      finish(r, FinishReason::Length, -1, {}, &tok, 1);
+      finish(r, FinishReason::Length, -1, {}, &tok, 1, lp);
       return;
     }
-    r->handle->emit(&tok, 1, false, FinishReason::None, -1, {}, int32_t(r->prompt_len), r->generated);
+    r->handle->emit(&tok, 1, false, FinishReason::None, -1, {}, int32_t(r->prompt_len), r->generated,
+                    lp, lp ? 1 : 0);
   }
 
   // Frees the request's pages and slot, sends its final event and forgets it.
   void finish(Request* r, FinishReason reason, int32_t matched = -1, const std::string& err = {},
-              const int32_t* toks = nullptr, size_t n = 0) {
+              const int32_t* toks = nullptr, size_t n = 0, const TokenLogprob* lps = nullptr) {
     scheduler_->remove(r);
-    r->handle->emit(toks, n, true, reason, matched, err, int32_t(r->prompt_len), r->generated);
+    // lps: one per token of toks, or the matched stop token's (toks empty).
+    r->handle->emit(toks, n, true, reason, matched, err, int32_t(r->prompt_len), r->generated, lps,
+                    lps ? std::max<size_t>(n, 1) : 0);
     {
       std::lock_guard lk(stats_mu_);
       if (reason == FinishReason::Aborted || reason == FinishReason::Error)
@@ -400,6 +460,9 @@ class EngineImpl final : public Engine {
   std::unordered_map<uint64_t, std::unique_ptr<Request>> requests_;  // engine thread only
   Sampler sampler_;
   std::vector<int32_t> argmax_;  // greedy-only steps: one id per logit row
+  PromptLogprobRows prompt_rows_;       // this step's prompt-logprob rows
+  std::vector<std::pair<Request*, int32_t>> sampled_;  // this step's sampled tokens
+  RowLogprobs sampled_lp_;              // logit rows of sampled tokens that want logprobs
   SchedulePlan plan_;
   StepMeta meta_;
   std::vector<float> logits_;

@@ -32,9 +32,26 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS ids
 };
 
+// Log-probabilities a request wants, of the raw model distribution: log_softmax of the
+// logits before temperature, penalties and top-k/p (vLLM's default "raw_logprobs").
+struct LogprobOptions {
+  bool output = false;        // one TokenLogprob per generated token
+  int32_t top_n = 0;          // alternatives per token, 0..kMaxTopLogprobs
+  int64_t prompt_start = -1;  // prompt positions [prompt_start, prompt_len) too; -1: none
+};
+
+// The log-probability of one token and the top_n most likely ones at its position.
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0;  // NaN for prompt position 0 (nothing precedes it)
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logprobs;
+};
+
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // already tokenized (BOS included if wanted)
-  SamplingParams sampling;
+  SamplingParams sampling;      // max_new_tokens 0 only with prompt logprobs (scoring)
+  LogprobOptions logprobs;
 };
 
 enum class FinishReason { None, Length, StopToken, Aborted, Error };
@@ -47,6 +64,10 @@ enum class FinishReason { None, Length, StopToken, Aborted, Error };
 // a copy of it (with no tokens) at once.
 struct TokenEvent {
   std::vector<int32_t> tokens;  // new tokens since the previous event (may be empty at end)
+  // With LogprobOptions::output: one per token of `tokens`, then, in the final event of a
+  // request ended by a stop token, that token's (it is counted and scored, not shown).
+  std::vector<TokenLogprob> logprobs;
+  std::vector<TokenLogprob> prompt_logprobs;  // new prompt positions, in order, from prompt_start
   bool finished = false;
   FinishReason reason = FinishReason::None;
   int32_t matched_stop_token = -1;  // for FinishReason::StopToken

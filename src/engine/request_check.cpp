@@ -49,9 +49,10 @@ void check_prompt_length(int64_t prompt_len, int64_t max_context_len, const std:
 }
 
 void check_new_tokens(int64_t max_new_tokens, int64_t prompt_len, int64_t max_context_len,
-                      const std::string& param) {
-  if (max_new_tokens <= 0)
-    throw InvalidRequest(param, fmt::format("'{}' must be at least 1, got {}", param, max_new_tokens));
+                      const std::string& param, bool allow_zero) {
+  if (max_new_tokens < 0 || (max_new_tokens == 0 && !allow_zero))
+    throw InvalidRequest(param, fmt::format("'{}' must be at least {}, got {}", param,
+                                            allow_zero ? 0 : 1, max_new_tokens));
   if (max_context_len <= 0 || prompt_len + max_new_tokens <= max_context_len) return;
   if (prompt_len == 0)
     throw InvalidRequest(param,

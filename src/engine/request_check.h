@@ -45,9 +45,10 @@ void check_prompt_length(int64_t prompt_len, int64_t max_context_len,
 // (max_context_len > 0) prompt_len + max_new_tokens within it. prompt_len 0: the budget
 // alone, before the prompt is known (a budget larger than the whole context). The engine
 // passes no limit (a larger budget ends at the context with finish reason "length"); the
-// HTTP API refuses it (API.md §3). `param` is the field that held the budget.
+// HTTP API refuses it (API.md §3). `param` is the field that held the budget. allow_zero: a
+// request that only scores its prompt (prompt logprobs) may ask for 0 new tokens.
 void check_new_tokens(int64_t max_new_tokens, int64_t prompt_len, int64_t max_context_len,
-                      const std::string& param = "max_new_tokens");
+                      const std::string& param = "max_new_tokens", bool allow_zero = false);
 
 // A context of `len` positions (`what`: the flag or run that asks for it, for the message)
 // is within the model's trained positions (max_position_embeddings, when the config gives

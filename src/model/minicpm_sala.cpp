@@ -33,6 +33,8 @@ Model::Model(ModelConfig cfg, std::unique_ptr<Backend> backend, const Checkpoint
   mlp_u_ = backend_->alloc(T, cfg_.intermediate_size, a);
   logit_in_ = backend_->alloc(limits_.max_logit_rows, H, a);
   logits_ = backend_->alloc(limits_.max_logit_rows, cfg_.vocab_size, DType::F32);
+  iota_.resize(size_t(limits_.max_logit_rows));
+  for (size_t i = 0; i < iota_.size(); ++i) iota_[i] = int32_t(i);
 }
 
 void Model::trace_rows(ForwardTrace* trace, const Tensor& t) {
@@ -65,7 +67,7 @@ int Model::graph_bucket(const StepMeta& meta, ForwardTrace* trace) const {
 }
 
 void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTrace* trace,
-                    std::vector<int32_t>* argmax) {
+                    std::vector<int32_t>* argmax, RowLogprobs* extra) {
   const int64_t T = meta.num_tokens();
   const int64_t R = int64_t(meta.logit_rows.size());
   SALA_CHECK(T > 0 && T <= limits_.max_step_tokens, "step has {} tokens (max {})", T,
@@ -73,10 +75,11 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
   SALA_CHECK(R <= limits_.max_logit_rows, "step wants {} logit rows (max {})", R,
              limits_.max_logit_rows);
   Backend& be = *backend_;
-  const int bucket = graph_bucket(meta, trace);
+  if (extra && extra->rows.empty()) extra = nullptr;
+  const int bucket = extra ? 0 : graph_bucket(meta, trace);
   if (bucket == 0) {
     be.begin_step(meta);
-    run_layers(T, R, trace);
+    run_layers(T, R, trace, extra);
   } else {
     // All-decode step: pad to the bucket with rows that read and write only the scratch
     // page and slot (token 0 at position 0), then launch the bucket's recording (made on
@@ -89,7 +92,7 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
     be.begin_step(padded_);
     if (!be.graph_launch(bucket)) {
       const bool recording = be.graph_capture_begin(bucket);
-      run_layers(rows, rows, nullptr);
+      run_layers(rows, rows, nullptr, nullptr);
       if (recording) be.graph_capture_end(bucket);
     }
   }
@@ -108,7 +111,46 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
   be.download_f32(out, logits.data());
 }
 
-void Model::run_layers(int64_t T, int64_t R, ForwardTrace* trace) {
+void Model::logprobs(RowLogprobs& lp) {
+  const size_t n = lp.rows.size();
+  SALA_CHECK(lp.targets.size() == n && lp.top_n >= 0 && lp.top_n <= kMaxTopLogprobs);
+  lp.logprob.resize(n);
+  lp.top_ids.resize(n * size_t(lp.top_n));
+  lp.top_logprobs.resize(n * size_t(lp.top_n));
+  if (n == 0) return;
+  const Tensor out{logits_.data, DType::F32, limits_.max_logit_rows, cfg_.vocab_size};
+  backend_->logprobs_rows(out, lp.rows.data(), lp.targets.data(), int64_t(n), lp.top_n,
+                          lp.logprob.data(), lp.top_ids.data(), lp.top_logprobs.data());
+}
+
+void Model::extra_logprobs(Tensor& x, RowLogprobs& lp) {
+  const size_t n = lp.rows.size();
+  SALA_CHECK(lp.targets.size() == n && lp.top_n >= 0 && lp.top_n <= kMaxTopLogprobs);
+  lp.logprob.resize(n);
+  lp.top_ids.resize(n * size_t(lp.top_n));
+  lp.top_logprobs.resize(n * size_t(lp.top_n));
+  const int64_t G = limits_.max_logit_rows, V = cfg_.vocab_size;
+  const size_t tn = size_t(lp.top_n);
+  // Runs of consecutive rows, at most G each: a run is a contiguous slice of x, so it needs
+  // no gather; the logit divisor is applied in place (x is not read again after this).
+  for (size_t i = 0; i < n;) {
+    size_t j = i + 1;
+    while (j < n && int64_t(j - i) < G && lp.rows[j] == lp.rows[j - 1] + 1) ++j;
+    SALA_CHECK(lp.rows[i] >= 0 && lp.rows[j - 1] < x.rows && (i == 0 || lp.rows[i] > lp.rows[i - 1]),
+               "extra logprob rows must be ascending step rows");
+    const int64_t m = int64_t(j - i);
+    Tensor xs = x.slice_rows(lp.rows[i], m);
+    Tensor out{logits_.data, DType::F32, m, V};
+    backend_->div_scalar(xs, cfg_.logit_divisor());
+    backend_->linear(xs, w_.lm_head, out);
+    backend_->logprobs_rows(out, iota_.data(), lp.targets.data() + i, m, lp.top_n,
+                            lp.logprob.data() + i, lp.top_ids.data() + i * tn,
+                            lp.top_logprobs.data() + i * tn);
+    i = j;
+  }
+}
+
+void Model::run_layers(int64_t T, int64_t R, ForwardTrace* trace, RowLogprobs* extra) {
   Backend& be = *backend_;
   const ModelConfig& c = cfg_;
   const float eps = float(c.rms_norm_eps), alpha = c.residual_scale();
@@ -153,10 +195,13 @@ void Model::run_layers(int64_t T, int64_t R, ForwardTrace* trace) {
   }
   // x = RMSNorm(h; model.norm) for every row; logits only for the requested rows.
   trace_rows(trace, x);
-  if (R == 0) return;
   Tensor z{logit_in_.data, logit_in_.dtype, R, c.hidden_size};
   Tensor out{logits_.data, DType::F32, R, c.vocab_size};
-  be.gather_logit_rows(x, z);
+  if (R > 0) be.gather_logit_rows(x, z);
+  // Extra rows after the gather (which copies the logit rows out of x) and before the logit
+  // rows' lm_head, whose logits must be the ones left in the workspace.
+  if (extra) extra_logprobs(x, *extra);
+  if (R == 0) return;
   be.div_scalar(z, c.logit_divisor());
   be.linear(z, w_.lm_head, out);
 }

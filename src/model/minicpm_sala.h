@@ -23,6 +23,23 @@ struct ForwardTrace {
   std::vector<std::vector<float>> hidden;
 };
 
+// Log-probabilities of some rows of a step (Backend::logprobs_rows: the raw distribution,
+// before temperature and penalties). The caller fills rows, targets and top_n; the model
+// fills the results.
+struct RowLogprobs {
+  std::vector<int32_t> rows;     // ascending step rows (forward) or logit rows (logprobs)
+  std::vector<int32_t> targets;  // per row: the token whose log-probability is wanted
+  int32_t top_n = 0;             // alternatives per row, <= kMaxTopLogprobs
+  std::vector<float> logprob;       // [rows]
+  std::vector<int32_t> top_ids;     // [rows, top_n], largest first, ties to the lowest id
+  std::vector<float> top_logprobs;  // [rows, top_n]
+  void clear() {
+    rows.clear();
+    targets.clear();
+    top_n = 0;
+  }
+};
+
 class Model {
  public:
   Model(ModelConfig cfg, std::unique_ptr<Backend> backend, const Checkpoint& ckpt,
@@ -30,8 +47,15 @@ class Model {
   // One step: logits [meta.logit_rows.size(), vocab] fp32, row-major, into `logits`; or,
   // with `argmax` given, only the greedy token of each logit row (the logits stay on the
   // device and `logits` is left untouched).
+  // `extra`: step rows of any kind (prompt rows, not only logit rows) whose log-probabilities
+  // the step computes as well (prompt logprobs); they go through the logits workspace in
+  // groups of max_logit_rows rows, so a prompt of any length takes no more memory, and only
+  // their results reach the host. A step with extra rows is never a recorded one.
   void forward(const StepMeta& meta, std::vector<float>& logits, ForwardTrace* trace = nullptr,
-               std::vector<int32_t>* argmax = nullptr);
+               std::vector<int32_t>* argmax = nullptr, RowLogprobs* extra = nullptr);
+  // After forward: log-probabilities of some of its logit rows (indexes into
+  // meta.logit_rows), from the logits still in the workspace (never downloaded whole).
+  void logprobs(RowLogprobs& lp);
 
   const ModelConfig& config() const { return cfg_; }
   const ModelLimits& limits() const { return limits_; }
@@ -42,7 +66,9 @@ class Model {
  private:
   void trace_rows(ForwardTrace* trace, const Tensor& t);
   // The ops of one step (after begin_step): embedding .. logits of the R logit rows.
-  void run_layers(int64_t T, int64_t R, ForwardTrace* trace);
+  void run_layers(int64_t T, int64_t R, ForwardTrace* trace, RowLogprobs* extra);
+  // The extra rows of run_layers, x: the final-normed hidden rows (divided in place).
+  void extra_logprobs(Tensor& x, RowLogprobs& extra);
   // Recorded decode steps: the bucket (batch size the step is padded to) of an all-decode
   // step, or 0 if the step runs directly.
   int graph_bucket(const StepMeta& meta, ForwardTrace* trace) const;
@@ -59,6 +85,7 @@ class Model {
   // engine's (allocated for them when the backend records steps).
   int32_t scratch_page_ = -1, scratch_slot_ = -1;
   StepMeta padded_;
+  std::vector<int32_t> iota_;  // 0, 1, ..., max_logit_rows - 1: the rows of a logits group
 };
 
 }  // namespace sala

@@ -234,6 +234,18 @@ void CpuBackend::argmax_rows(const Tensor& logits, int32_t* out) {
   }
 }
 
+// The logits are host memory: the rows are read in place, one thread per row.
+void CpuBackend::logprobs_rows(const Tensor& logits, const int32_t* rows, const int32_t* targets,
+                               int64_t n, int top_n, float* logprob, int32_t* top_ids,
+                               float* top_logprobs) {
+  SALA_CHECK(logits.dtype == DType::F32, "logprobs_rows of {}", dtype_name(logits.dtype));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i)
+    logprobs_of_row(static_cast<const float*>(logits.data) + int64_t(rows[i]) * logits.cols,
+                    logits.cols, targets[i], top_n, logprob + i, top_ids + i * top_n,
+                    top_logprobs + i * top_n);
+}
+
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& opts) {
   return std::make_unique<CpuBackend>(opts);
 }

@@ -46,6 +46,8 @@ class CpuBackend : public Backend {
                         Tensor& out) override;
   void gather_logit_rows(const Tensor& x, Tensor& out) override;
   void argmax_rows(const Tensor& logits, int32_t* out) override;
+  void logprobs_rows(const Tensor& logits, const int32_t* rows, const int32_t* targets, int64_t n,
+                     int top_n, float* logprob, int32_t* top_ids, float* top_logprobs) override;
 
   // Paged sparse-layer cache of one layer: fp32 (bf16-representable values in BF16 mode), or
   // FP8 codes with the layer's scales (K's for the compressed keys) under an FP8 KV cache.
