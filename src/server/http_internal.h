@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "server/logprobs.h"
 #include "server/protocol.h"
 #include "tokenizer/detokenizer.h"
 
@@ -109,6 +110,9 @@ struct Seq {
   size_t sent_bytes = 0;
   int32_t sent_tokens = 0;
   bool sent_first = false, sent_final = false;
+  size_t sent_lp = 0;             // output logprobs already in a chunk
+  bool sent_prompt_lp = false;    // echo: the prompt's logprobs went out
+  int64_t text_offset = 0;        // completions' text_offset, continued across chunks
 };
 
 inline void finish_seq(Seq& s, const std::string& finish) {
@@ -138,6 +142,7 @@ inline bool pump(Seq& s, std::chrono::milliseconds timeout, Metrics& m) {
   if (!s.h->next(ev, timeout)) return false;
   const auto now = Clock::now();
   if (ev.prompt_tokens > 0) s.r.prompt_tokens = ev.prompt_tokens;
+  for (auto& lp : ev.prompt_logprobs) s.r.prompt_logprobs.push_back(std::move(lp));
   const size_t nt = ev.tokens.size();
   if (nt > 0) {
     if (!s.got_token) {
@@ -149,16 +154,24 @@ inline bool pump(Seq& s, std::chrono::milliseconds timeout, Metrics& m) {
     s.got_token = true;
     s.last_token = now;
   }
+  size_t lp_used = 0;
   for (size_t i = 0; i < nt; ++i) {
     const int32_t id = ev.tokens[i];
     s.r.completion_tokens++;
     // The token that ended generation (EOS / stop_token_ids) is counted but never shown.
     if (ev.finished && ev.reason == FinishReason::StopToken && i + 1 == nt && id == ev.matched_stop_token)
       break;
+    // A shown token's logprob, kept even when its text is cut by a stop string.
+    if (i < ev.logprobs.size()) s.r.output_logprobs.push_back(std::move(ev.logprobs[lp_used++]));
     std::string t = s.detok->push(id);
     if (!t.empty() && feed_text(s, t, m)) return true;
   }
   if (!ev.finished) return true;
+  // The stop token that ended generation: not shown, but counted and scored (lm-eval's echo
+  // requests drop the last entry as the generated one, whatever it is).
+  if (ev.reason == FinishReason::StopToken)
+    for (size_t i = lp_used; i < ev.logprobs.size(); ++i)
+      s.r.output_logprobs.push_back(std::move(ev.logprobs[i]));
   if (ev.completion_tokens > s.r.completion_tokens) s.r.completion_tokens = ev.completion_tokens;
   std::string t = s.detok->flush();
   if (!t.empty() && feed_text(s, t, m)) return true;
@@ -209,6 +222,7 @@ struct StreamState {
   std::string id, model;
   int64_t created = 0;
   bool batch = false, include_usage = false;
+  LogprobRequest logprobs;
   int interval = 1;
   bool started = false;
   Metrics* metrics = nullptr;

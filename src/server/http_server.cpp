@@ -20,9 +20,10 @@ struct HttpServer::Impl {
   ProtocolLimits lim;
   std::string model_id;
   Clock::time_point started = Clock::now();
+  LogprobFormatter lpfmt;
 
   Impl(ServerOptions o, Engine& e, const Tokenizer& t, const ChatTemplate* c)
-      : opts(std::move(o)), engine(e), tok(t), tmpl(c) {
+      : opts(std::move(o)), engine(e), tok(t), tmpl(c), lpfmt(t) {
     lim.max_context_len = opts.max_context_len;
     lim.vocab_size = opts.vocab_size > 0 ? opts.vocab_size : tok.vocab_size();
     lim.max_n = opts.max_n;
@@ -50,6 +51,7 @@ struct HttpServer::Impl {
                               const std::vector<std::string>& echo_texts, const Sampling& sp, int n,
                               const std::string& base_id, bool id_per_seq) {
     std::vector<Seq> seqs;
+    std::vector<LogprobOptions> lps;  // per prompt
     const auto start = Clock::now();
     for (size_t pi = 0; pi < prompts.size(); ++pi) {
       const auto& ids = prompts[pi];
@@ -59,10 +61,13 @@ struct HttpServer::Impl {
       if (p.max_new_tokens < 0) p.max_new_tokens = int32_t(std::min<int64_t>(lim.max_context_len - plen, INT32_MAX));
       try {
         check_prompt_length(plen, lim.max_context_len, param);
-        check_new_tokens(p.max_new_tokens, plen, lim.max_context_len, "max_tokens");
+        // 0 passed the route's rules (echo, /generate): a scoring request.
+        check_new_tokens(p.max_new_tokens, plen, lim.max_context_len, "max_tokens",
+                         /*allow_zero=*/true);
       } catch (const InvalidRequest& e) {
         throw bad_request(e);
       }
+      lps.push_back(engine_logprobs(sp.logprobs, plen, p.max_new_tokens));
       for (int j = 0; j < n; ++j) {
         Seq s;
         s.r.index = int32_t(pi * size_t(n) + size_t(j));
@@ -82,6 +87,7 @@ struct HttpServer::Impl {
         GenerationRequest req;
         req.prompt = prompts[size_t(s.r.index) / size_t(n)];
         req.sampling = sp.params;
+        req.logprobs = lps[size_t(s.r.index) / size_t(n)];
         if (req.sampling.max_new_tokens < 0)
           req.sampling.max_new_tokens = int32_t(lim.max_context_len - int64_t(req.prompt.size()));
         if (req.sampling.seed && n > 1) req.sampling.seed = *req.sampling.seed + uint64_t(s.r.index % n);
@@ -130,19 +136,33 @@ struct HttpServer::Impl {
       if (!ok) break;
       if (s.sent_final) continue;
       const bool new_text = s.r.text.size() > s.sent_bytes;
-      const bool due = s.r.finished || (!s.sent_first && new_text) ||
-                       (s.r.completion_tokens - s.sent_tokens >= st.interval);
+      // Echo with logprobs: the first chunk carries the prompt's logprobs, all of them.
+      const bool prompt_lp_wait = st.route == Route::Completion && st.logprobs.prompt &&
+                                  !s.sent_prompt_lp && !s.r.finished &&
+                                  s.r.prompt_logprobs.size() < size_t(s.r.prompt_tokens);
+      const bool due = !prompt_lp_wait &&
+                       (s.r.finished || (!s.sent_first && new_text) ||
+                        (s.r.completion_tokens - s.sent_tokens >= st.interval));
       if (!due) continue;
       if (st.route == Route::Generate) {
-        ok = write_event(sink, generate_result(s.r, s.id, st.batch));
+        json j = generate_result(s.r, s.id, st.batch);
+        if (st.logprobs.enabled) lpfmt.sglang(j["meta_info"], s.r, st.logprobs);
+        ok = write_event(sink, j);
       } else if (new_text || s.r.finished) {
         std::optional<std::string> fin;
         if (s.r.finished) fin = openai_finish_reason(s.r);
         std::string delta = s.r.text.substr(s.sent_bytes);
-        if (st.route == Route::Chat)
-          ok = write_event(sink, chat_chunk(st.id, st.model, st.created, s.r.index, delta, false, fin));
-        else
-          ok = write_event(sink, completion_chunk(st.id, st.model, st.created, s.r.index, delta, fin));
+        json j = st.route == Route::Chat
+                     ? chat_chunk(st.id, st.model, st.created, s.r.index, delta, false, fin)
+                     : completion_chunk(st.id, st.model, st.created, s.r.index, delta, fin);
+        if (st.logprobs.enabled) {
+          j["choices"][0]["logprobs"] =
+              lpfmt.openai(st.route == Route::Chat, st.logprobs, s.r, s.sent_lp,
+                           st.logprobs.prompt && !s.sent_prompt_lp, &s.text_offset);
+          s.sent_lp = s.r.output_logprobs.size();
+          s.sent_prompt_lp = true;
+        }
+        ok = write_event(sink, j);
       }
       s.sent_bytes = s.r.text.size();
       s.sent_tokens = s.r.completion_tokens;
@@ -195,6 +215,7 @@ struct HttpServer::Impl {
     std::vector<Seq> seqs = submit_all(prompts, {}, sp, 1, id, g.batch);
     if (g.stream) {
       auto st = std::make_shared<StreamState>();
+      st->logprobs = sp.logprobs;
       st->route = Route::Generate;
       st->seqs = std::move(seqs);
       st->id = id;
@@ -203,10 +224,16 @@ struct HttpServer::Impl {
       return;
     }
     const bool batch = g.batch;
-    respond_when_done(res, std::move(seqs), [this, batch](std::vector<Seq>& ss) {
-      if (!batch) return generate_result(ss[0].r, ss[0].id, false);
+    const LogprobRequest lp = sp.logprobs;
+    respond_when_done(res, std::move(seqs), [this, batch, lp](std::vector<Seq>& ss) {
+      auto one = [&](const Seq& s) {
+        json j = generate_result(s.r, s.id, false);
+        if (lp.enabled) lpfmt.sglang(j["meta_info"], s.r, lp);
+        return j;
+      };
+      if (!batch) return one(ss[0]);
       json arr = json::array();
-      for (auto& s : ss) arr.push_back(generate_result(s.r, s.id, false));
+      for (auto& s : ss) arr.push_back(one(s));
       return arr;
     });
   }
@@ -264,7 +291,7 @@ struct HttpServer::Impl {
     std::vector<std::vector<int32_t>> prompts{tok.encode(rendered, false)};
     const std::string id = "chatcmpl-" + random_hex(24);
     std::vector<Seq> seqs = submit_all(prompts, {}, c.sampling, c.sampling.n, id, false);
-    respond_openai(res, Route::Chat, std::move(seqs), id, c.stream, c.include_usage);
+    respond_openai(res, Route::Chat, std::move(seqs), id, c.stream, c.include_usage, c.sampling.logprobs);
   }
 
   void handle_completion(const httplib::Request& req, httplib::Response& res) {
@@ -279,15 +306,18 @@ struct HttpServer::Impl {
     }
     const std::string id = "cmpl-" + random_hex(24);
     std::vector<Seq> seqs = submit_all(prompts, echo, c.sampling, c.sampling.n, id, false);
-    respond_openai(res, Route::Completion, std::move(seqs), id, c.stream, c.include_usage);
+    respond_openai(res, Route::Completion, std::move(seqs), id, c.stream, c.include_usage,
+                   c.sampling.logprobs);
   }
 
   // The OpenAI routes' common tail: stream the sequences, or wait for them and answer once.
   void respond_openai(httplib::Response& res, Route route, std::vector<Seq> seqs,
-                      const std::string& id, bool stream, bool include_usage) {
+                      const std::string& id, bool stream, bool include_usage,
+                      const LogprobRequest& lp) {
     const int64_t created = unix_time();
     if (stream) {
       auto st = std::make_shared<StreamState>();
+      st->logprobs = lp;
       st->route = route;
       st->seqs = std::move(seqs);
       st->id = id;
@@ -297,11 +327,16 @@ struct HttpServer::Impl {
       start_stream(res, st);
       return;
     }
-    respond_when_done(res, std::move(seqs), [this, route, id, created](std::vector<Seq>& ss) {
+    respond_when_done(res, std::move(seqs), [this, route, id, created, lp](std::vector<Seq>& ss) {
       std::vector<SeqResult> rs;
       for (auto& s : ss) rs.push_back(s.r);
-      return route == Route::Chat ? chat_response(id, model_id, created, rs, usage_of(ss))
-                                  : completion_response(id, model_id, created, rs, usage_of(ss));
+      json j = route == Route::Chat ? chat_response(id, model_id, created, rs, usage_of(ss))
+                                    : completion_response(id, model_id, created, rs, usage_of(ss));
+      for (size_t i = 0; lp.enabled && i < rs.size(); ++i) {
+        int64_t offset = 0;
+        j["choices"][i]["logprobs"] = lpfmt.openai(route == Route::Chat, lp, rs[i], 0, lp.prompt, &offset);
+      }
+      return j;
     });
   }
 

@@ -1,5 +1,7 @@
 #include "server/protocol.h"
 
+#include "server/logprobs.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -151,8 +153,9 @@ void refuse_if_present(const json& o, const char* k, const char* what) {
 
 // Fields shared by the OpenAI routes and SGLang's sampling_params.
 // max_key: the field(s) holding the token budget.
+// allow_zero: a budget of 0 new tokens is valid (scoring the prompt: echo, /generate).
 void parse_sampling(const json& o, const std::vector<const char*>& max_keys, const char* seed_key,
-                    const ProtocolLimits& lim, Sampling& s) {
+                    const ProtocolLimits& lim, Sampling& s, bool allow_zero = false) {
   SamplingParams& p = s.params;
   // Types here; the bounds are the engine's (check_sampling below, check_new_tokens).
   if (auto v = get_number(o, "temperature")) p.temperature = float(*v);
@@ -168,7 +171,7 @@ void parse_sampling(const json& o, const std::vector<const char*>& max_keys, con
     check_sampling(p);
     for (const char* k : max_keys) {
       if (auto v = get_int(o, k)) {
-        check_new_tokens(*v, 0, lim.max_context_len, k);  // before the prompt is known
+        check_new_tokens(*v, 0, lim.max_context_len, k, allow_zero);  // before the prompt is known
         p.max_new_tokens = int32_t(std::min<int64_t>(*v, std::numeric_limits<int32_t>::max()));
         break;
       }
@@ -253,8 +256,6 @@ bool parse_stream_options(const json& o, bool stream) {
 }
 
 void refuse_openai_unsupported(const json& o) {
-  refuse_if_present(o, "logprobs", "log probabilities are not implemented");
-  refuse_if_present(o, "top_logprobs", "log probabilities are not implemented");
   refuse_if_present(o, "logit_bias", "logit bias is not implemented");
   refuse_if_present(o, "tools", "tool calling is not implemented");
   refuse_if_present(o, "functions", "function calling is not implemented");
@@ -293,7 +294,7 @@ GenerateRequest parse_generate(const json& body, const ProtocolLimits& lim) {
   if (const json* sp = field(body, "sampling_params")) {
     if (sp->is_array()) bad_request("sampling_params", "per-prompt 'sampling_params' lists are not supported; give one object");
     if (!sp->is_object()) bad_request("sampling_params", fmt::format("'sampling_params' must be an object, got {}", type_name(*sp)));
-    parse_sampling(*sp, {"max_new_tokens"}, "sampling_seed", lim, r.sampling);
+    parse_sampling(*sp, {"max_new_tokens"}, "sampling_seed", lim, r.sampling, /*allow_zero=*/true);
     if (!field(*sp, "sampling_seed")) {
       if (auto v = get_int(*sp, "seed")) r.sampling.params.seed = uint64_t(*v);
     }
@@ -303,8 +304,7 @@ GenerateRequest parse_generate(const json& body, const ProtocolLimits& lim) {
       bad_request("no_stop_trim", "'no_stop_trim' is not supported");
   }
   r.stream = get_bool(body, "stream").value_or(false);
-  if (auto v = get_bool(body, "return_logprob"); v && *v)
-    bad_request("return_logprob", "'return_logprob' is not supported by this server");
+  parse_generate_logprobs(body, r.sampling.logprobs);
   if (auto rid = field(body, "rid")) {
     if (rid->is_string()) r.rid = rid->get<std::string>();
   }
@@ -358,6 +358,7 @@ ChatRequest parse_chat(const json& body, const ProtocolLimits& lim) {
     r.messages.push_back({rs, std::move(content)});
   }
   refuse_openai_unsupported(body);
+  parse_chat_logprobs(body, r.sampling.logprobs);
   parse_sampling(body, {"max_completion_tokens", "max_tokens"}, "seed", lim, r.sampling);
   r.stream = get_bool(body, "stream").value_or(false);
   r.include_usage = parse_stream_options(body, r.stream);
@@ -378,10 +379,12 @@ CompletionRequest parse_completion(const json& body, const ProtocolLimits& lim) 
   r.prompts = parse_prompt_field(*prompt, "prompt", lim, batch);
   refuse_openai_unsupported(body);
   refuse_if_present(body, "suffix", "suffix insertion is not implemented");
-  parse_sampling(body, {"max_tokens"}, "seed", lim, r.sampling);
+  r.echo = get_bool(body, "echo").value_or(false);
+  parse_completion_logprobs(body, r.echo, r.sampling.logprobs);
+  // max_tokens 0 with echo: the prompt alone, scored (lm-evaluation-harness' loglikelihood).
+  parse_sampling(body, {"max_tokens"}, "seed", lim, r.sampling, /*allow_zero=*/r.echo);
   if (int64_t(r.prompts.size()) * r.sampling.n > int64_t(lim.max_n) * 16)
     bad_request("prompt", "too many prompts x n in one request");
-  r.echo = get_bool(body, "echo").value_or(false);
   r.stream = get_bool(body, "stream").value_or(false);
   r.include_usage = parse_stream_options(body, r.stream);
   return r;

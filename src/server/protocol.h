@@ -5,7 +5,7 @@
 // Every validation failure throws ApiError, which carries the HTTP status and the OpenAI
 // error shape {"error": {"message", "type", "param", "code"}}. Unknown fields are ignored;
 // known fields with a wrong type, an out-of-range value or a feature we do not implement
-// (logprobs, tools, logit_bias, ...) are refused with 400, never silently misread.
+// (tools, logit_bias, ...) are refused with 400, never silently misread.
 // Null counts as "not given" for every optional field (clients send "lora_path": null).
 #pragma once
 #include <cstdint>
@@ -54,6 +54,17 @@ struct ProtocolLimits {
   int32_t max_stop_strings = 64;
 };
 
+// Log probabilities as a route asked for them (OpenAI's logprobs / top_logprobs / echo,
+// SGLang's return_logprob / top_logprobs_num / logprob_start_len / return_text_in_logprobs);
+// parsed in logprobs.cpp. Always of the raw distribution (LogprobOptions).
+struct LogprobRequest {
+  bool enabled = false;      // logprobs of the generated tokens
+  int32_t top_n = 0;         // alternatives per token, 0..20
+  bool prompt = false;       // the prompt's tokens too (echo, /generate)
+  int64_t start = 0;         // first prompt position; -1: the last one (SGLang's default)
+  bool return_text = false;  // SGLang: token texts in the tuples
+};
+
 // Sampling + stopping as the server applies them: SamplingParams for the engine, stop
 // strings for the HTTP thread's StopStringMatcher.
 struct Sampling {
@@ -61,6 +72,7 @@ struct Sampling {
   std::vector<std::string> stop;
   bool skip_special_tokens = true;
   int32_t n = 1;
+  LogprobRequest logprobs;
 };
 
 // A prompt: text to tokenize, or token ids.
@@ -114,6 +126,8 @@ struct SeqResult {
   std::optional<int32_t> matched_token;
   std::string abort_message;
   double e2e_latency = 0;       // seconds, for the final SGLang chunk
+  // With LogprobRequest::enabled: the prompt positions' and each shown token's logprobs.
+  std::vector<TokenLogprob> prompt_logprobs, output_logprobs;
 };
 
 std::string openai_finish_reason(const SeqResult& r);  // "stop" | "length" | "abort"

@@ -64,7 +64,13 @@ TEST(Protocol, GenerateForms) {
   EXPECT_EQ(r.sampling.stop, std::vector<std::string>{"x"});
   EXPECT_EQ(status_of([] { parse_generate(json::parse(R"({"input_ids": [900]})"), lim()); }), 400);
   EXPECT_EQ(status_of([] { parse_generate(json::parse(R"({"input_ids": []})"), lim()); }), 400);
-  EXPECT_EQ(status_of([] { parse_generate(json::parse(R"({"text": "a", "return_logprob": true})"), lim()); }), 400);
+  r = parse_generate(json::parse(R"({"text": "a", "return_logprob": true, "top_logprobs_num": 3})"), lim());
+  EXPECT_TRUE(r.sampling.logprobs.enabled && r.sampling.logprobs.prompt);
+  EXPECT_EQ(r.sampling.logprobs.top_n, 3);
+  EXPECT_EQ(r.sampling.logprobs.start, -1);
+  std::string param;
+  EXPECT_EQ(status_of([] { parse_generate(json::parse(R"({"text": "a", "return_logprob": true, "top_logprobs_num": 21})"), lim()); }, &param), 400);
+  EXPECT_EQ(param, "top_logprobs_num");
 }
 
 TEST(Protocol, ChatValidation) {
@@ -93,7 +99,9 @@ TEST(Protocol, ChatValidation) {
            R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": "5"})",
            R"({"messages": [{"role": "user", "content": "x"}], "n": 100000})",
            R"({"messages": [{"role": "user", "content": "x"}], "temperature": "0"})",
-           R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})",
+           R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})",
+           R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})",
+           R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 2})",
            R"({"messages": [{"role": "user", "content": "x"}], "stop": [1]})",
            R"({"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true}})",
            R"({"messages": [{"role": "bot", "content": "x"}]})"}) {
@@ -132,7 +140,15 @@ TEST(Protocol, CompletionPrompts) {
   r = parse_completion(json::parse(R"({"prompt": ["a", "b"], "n": 2})"), lim());
   EXPECT_EQ(r.prompts.size(), 2u);
   EXPECT_EQ(status_of([] { parse_completion(json::parse(R"({"prompt": {}})"), lim()); }), 400);
-  EXPECT_EQ(status_of([] { parse_completion(json::parse(R"({"prompt": "a", "logprobs": 2})"), lim()); }), 400);
+  r = parse_completion(json::parse(R"({"prompt": "a", "logprobs": 2, "echo": true, "max_tokens": 0})"), lim());
+  EXPECT_TRUE(r.sampling.logprobs.enabled && r.sampling.logprobs.prompt);
+  EXPECT_EQ(r.sampling.logprobs.top_n, 2);
+  EXPECT_EQ(r.sampling.params.max_new_tokens, 0);
+  std::string param;
+  EXPECT_EQ(status_of([] { parse_completion(json::parse(R"({"prompt": "a", "logprobs": 21})"), lim()); }, &param), 400);
+  EXPECT_EQ(param, "logprobs");
+  EXPECT_EQ(status_of([] { parse_completion(json::parse(R"({"prompt": "a", "max_tokens": 0})"), lim()); }, &param), 400);
+  EXPECT_EQ(param, "max_tokens");
 }
 
 TEST(Protocol, Responses) {

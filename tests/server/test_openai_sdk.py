@@ -74,7 +74,7 @@ def main():
         ck(chn.usage.prompt_tokens == 24, f"n=2: prompt counted once ({chn.usage.prompt_tokens})")
 
         # refused features / bad requests raise the SDK's typed errors
-        for kw, what in [({"logprobs": True}, "logprobs"), ({"max_tokens": 0}, "max_tokens 0"),
+        for kw, what in [({"logprobs": True, "top_logprobs": 21}, "top_logprobs 21"), ({"max_tokens": 0}, "max_tokens 0"),
                          ({"messages": []}, "empty messages"), ({"model": "nope"}, "unknown model")]:
             args = dict(model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=4)
             args.update(kw)
