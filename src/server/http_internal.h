@@ -103,6 +103,8 @@ struct Seq {
   SeqResult r;
   std::string id;
   bool counts_prompt = true;  // usage: count this sequence's prompt (false for n copies 2..n)
+  bool keep_stop = false;     // the matched stop string / stop token stays in the text
+  int32_t min_tokens = 0;     // text of the first min_tokens tokens is not matched for stops
   Clock::time_point start, last_token;
   bool got_token = false;
   // streaming bookkeeping
@@ -118,9 +120,16 @@ inline void finish_seq(Seq& s, const std::string& finish) {
 }
 
 // Text from the detokenizer into the stop matcher; true if a stop string ended the sequence.
+// Before min_tokens tokens a stop string cannot end the sequence (vLLM skips the check), so
+// that text goes straight to the output.
 inline bool feed_text(Seq& s, const std::string& t, Metrics& m) {
+  if (s.r.completion_tokens <= s.min_tokens) {
+    s.r.text += t;
+    return false;
+  }
   auto res = s.stop->push(t);
   s.r.text += res.emit;
+  if (res.stopped && s.keep_stop) s.r.text += res.matched;
   if (res.stopped) {
     s.h->cancel();
     s.r.matched_str = res.matched;
@@ -152,13 +161,20 @@ inline bool pump(Seq& s, std::chrono::milliseconds timeout, Metrics& m) {
   for (size_t i = 0; i < nt; ++i) {
     const int32_t id = ev.tokens[i];
     s.r.completion_tokens++;
-    // The token that ended generation (EOS / stop_token_ids) is counted but never shown.
+    // The token that ended generation (EOS / stop_token_ids) is counted but never shown here
+    // (keep_stop shows it below).
     if (ev.finished && ev.reason == FinishReason::StopToken && i + 1 == nt && id == ev.matched_stop_token)
       break;
     std::string t = s.detok->push(id);
     if (!t.empty() && feed_text(s, t, m)) return true;
   }
   if (!ev.finished) return true;
+  // include_stop_str_in_output / no_stop_trim: the stop token's text stays (a special token
+  // decodes to "" unless skip_special_tokens is false).
+  if (ev.reason == FinishReason::StopToken && s.keep_stop && ev.matched_stop_token >= 0) {
+    std::string t = s.detok->push(ev.matched_stop_token);
+    if (!t.empty() && feed_text(s, t, m)) return true;
+  }
   if (ev.completion_tokens > s.r.completion_tokens) s.r.completion_tokens = ev.completion_tokens;
   std::string t = s.detok->flush();
   if (!t.empty() && feed_text(s, t, m)) return true;

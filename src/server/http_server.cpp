@@ -1,12 +1,16 @@
 #include "server/http_server.h"
 
 #include "server/http_internal.h"
+#include "server/routes_extra.h"
 
 namespace sala::server {
 
 using namespace detail;
 using namespace std::chrono_literals;
 
+namespace {
+constexpr const char* kVersion = "sala-0.1";  // /version, /get_server_info
+}  // namespace
 
 // ---------------------------------------------------------------- the server
 
@@ -19,6 +23,7 @@ struct HttpServer::Impl {
   Metrics metrics;
   ProtocolLimits lim;
   std::string model_id;
+  int64_t max_seqs = 0;  // sequences of one request beyond this could never all be queued
   Clock::time_point started = Clock::now();
 
   Impl(ServerOptions o, Engine& e, const Tokenizer& t, const ChatTemplate* c)
@@ -27,6 +32,7 @@ struct HttpServer::Impl {
     lim.vocab_size = opts.vocab_size > 0 ? opts.vocab_size : tok.vocab_size();
     lim.max_n = opts.max_n;
     model_id = opts.served_model_name.empty() ? opts.model_path : opts.served_model_name;
+    max_seqs = engine.info().options.max_queued_requests;
     setup();
   }
 
@@ -39,9 +45,10 @@ struct HttpServer::Impl {
     send_json(res, e.body(), e.status);
   }
 
+  // An unknown model is a 404 (OpenAI, vLLM).
   void check_model(const std::string& m) const {
     if (m.empty() || m == model_id || m == opts.model_path || m == "default") return;
-    throw ApiError(400, fmt::format("The model '{}' does not exist; this server serves '{}'", m, model_id),
+    throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'", m, model_id),
                    "model", "invalid_request_error", "model_not_found");
   }
 
@@ -51,6 +58,12 @@ struct HttpServer::Impl {
                               const std::string& base_id, bool id_per_seq) {
     std::vector<Seq> seqs;
     const auto start = Clock::now();
+    // More sequences than the queue holds would get 429 "retry later" forever: refuse.
+    if (max_seqs > 0 && int64_t(prompts.size()) * n > max_seqs)
+      throw ApiError(400, fmt::format("The request asks for {} sequences ({} prompts x n = {}); this server "
+                                      "queues at most {} (--max-queued-requests)",
+                                      int64_t(prompts.size()) * n, prompts.size(), n, max_seqs),
+                     (n > 1 || sp.n > 1) ? "n" : "prompt");
     for (size_t pi = 0; pi < prompts.size(); ++pi) {
       const auto& ids = prompts[pi];
       const std::string param = prompts.size() > 1 ? fmt::format("prompt[{}]", pi) : "prompt";
@@ -60,6 +73,7 @@ struct HttpServer::Impl {
       try {
         check_prompt_length(plen, lim.max_context_len, param);
         check_new_tokens(p.max_new_tokens, plen, lim.max_context_len, "max_tokens");
+        check_min_new_tokens(p.min_new_tokens, p.max_new_tokens, "min_tokens");
       } catch (const InvalidRequest& e) {
         throw bad_request(e);
       }
@@ -72,6 +86,8 @@ struct HttpServer::Impl {
         s.id = id_per_seq ? fmt::format("{}-{}", base_id, s.r.index) : base_id;
         s.detok = std::make_unique<IncrementalDetokenizer>(tok, sp.skip_special_tokens);
         s.stop = std::make_unique<StopStringMatcher>(sp.stop);
+        s.keep_stop = sp.include_stop_str;
+        s.min_tokens = sp.params.min_new_tokens;
         if (pi < echo_texts.size()) s.r.text = echo_texts[pi];
         seqs.push_back(std::move(s));
       }
@@ -172,7 +188,7 @@ struct HttpServer::Impl {
   }
 
   void start_stream(httplib::Response& res, std::shared_ptr<StreamState> st) {
-    st->interval = std::max(1, opts.stream_interval);
+    st->interval = std::max(1, st->interval > 0 ? st->interval : opts.stream_interval);
     st->metrics = &metrics;
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
@@ -199,6 +215,7 @@ struct HttpServer::Impl {
       st->seqs = std::move(seqs);
       st->id = id;
       st->batch = g.batch;
+      st->interval = sp.stream_interval;
       start_stream(res, st);
       return;
     }
@@ -258,12 +275,11 @@ struct HttpServer::Impl {
     metrics.chat_requests++;
     ChatRequest c = parse_chat(parse_body(req.body), lim);
     check_model(c.model);
-    if (!tmpl)
-      throw ApiError(400, "This model has no chat template; use /v1/completions or /generate", "messages");
-    std::string rendered = tmpl->render(c.messages, true, c.template_kwargs);
-    std::vector<std::vector<int32_t>> prompts{tok.encode(rendered, false)};
+    std::vector<std::vector<int32_t>> prompts{chat_prompt_ids(c, tok, tmpl)};
     const std::string id = "chatcmpl-" + random_hex(24);
-    std::vector<Seq> seqs = submit_all(prompts, {}, c.sampling, c.sampling.n, id, false);
+    std::vector<std::string> echo;
+    if (c.echo) echo.push_back(chat_echo_text(c));
+    std::vector<Seq> seqs = submit_all(prompts, echo, c.sampling, c.sampling.n, id, false);
     respond_openai(res, Route::Chat, std::move(seqs), id, c.stream, c.include_usage);
   }
 
@@ -351,13 +367,39 @@ struct HttpServer::Impl {
             {"generated_tokens_total", s.generated_tokens_total}, {"steps", s.steps}};
   }
 
+  // What routes_extra.cpp needs: the tokenizer, limits and the generation machinery.
+  RouteContext route_context() {
+    RouteContext cx;
+    cx.tok = &tok;
+    cx.tmpl = tmpl;
+    cx.lim = &lim;
+    cx.model_id = model_id;
+    cx.model_path = opts.model_path;
+    cx.version = kVersion;
+    cx.metrics = &metrics;
+    cx.check_model = [this](const std::string& m) { check_model(m); };
+    cx.submit = [this](const std::vector<std::vector<int32_t>>& prompts, const std::vector<std::string>& echo,
+                       const Sampling& sp, int n, const std::string& id) {
+      return submit_all(prompts, echo, sp, n, id, false);
+    };
+    cx.respond_when_done = [this](httplib::Response& res, std::vector<Seq> seqs,
+                                  std::function<json(std::vector<Seq>&)> body) {
+      respond_when_done(res, std::move(seqs), std::move(body));
+    };
+    cx.wrap = [this](httplib::Server::Handler fn) { return wrap(std::move(fn)); };
+    return cx;
+  }
+
   // Wraps a handler: counts, maps exceptions to OpenAI error bodies.
   httplib::Server::Handler wrap(void (Impl::*fn)(const httplib::Request&, httplib::Response&)) {
+    return wrap([this, fn](const httplib::Request& req, httplib::Response& res) { (this->*fn)(req, res); });
+  }
+  httplib::Server::Handler wrap(httplib::Server::Handler fn) {
     return [this, fn](const httplib::Request& req, httplib::Response& res) {
       metrics.http_requests++;
       metrics.in_flight++;
       try {
-        (this->*fn)(req, res);
+        fn(req, res);
       } catch (const ApiError& e) {
         send_error(res, e);
       } catch (const QueueFull& e) {
@@ -415,11 +457,6 @@ struct HttpServer::Impl {
     svr.Post("/generate", wrap(&Impl::handle_generate));
     svr.Post("/v1/chat/completions", wrap(&Impl::handle_chat));
     svr.Post("/v1/completions", wrap(&Impl::handle_completion));
-    svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-      json m = {{"id", model_id}, {"object", "model"}, {"created", unix_time()}, {"owned_by", "sala"},
-                {"root", model_id}, {"max_model_len", lim.max_context_len}};
-      send_json(res, {{"object", "list"}, {"data", json::array({m})}});
-    });
     auto health = [this](const httplib::Request&, httplib::Response& res) {
       if (engine.alive()) {
         res.status = 200;
@@ -444,7 +481,7 @@ struct HttpServer::Impl {
       j["served_model_name"] = model_id;
       j["stream_interval"] = opts.stream_interval;
       j["context_length"] = lim.max_context_len;
-      j["version"] = "sala-0.1";
+      j["version"] = kVersion;
       j["uptime_s"] = seconds_since(started);
       j["engine_stats"] = stats_json();
       j["internal_states"] = json::array({json::object()});
@@ -455,6 +492,7 @@ struct HttpServer::Impl {
     svr.Get("/get_model_info", [this](const httplib::Request&, httplib::Response& res) {
       send_json(res, {{"model_path", opts.model_path}, {"tokenizer_path", opts.model_path}, {"is_generation", true}});
     });
+    register_extra_routes(svr, route_context());
     svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(render_metrics(), "text/plain; version=0.0.4");
     });

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "server/protocol_fields.h"
+
 namespace sala::server {
 
 // ---------------------------------------------------------------- errors
@@ -67,7 +69,7 @@ json parse_body(const std::string& body) {
 
 // ---------------------------------------------------------------- typed field access
 
-namespace {
+namespace fields {
 
 const char* type_name(const json& v) {
   if (v.is_boolean()) return "a boolean";
@@ -148,6 +150,11 @@ void refuse_if_present(const json& o, const char* k, const char* what) {
                  (v->is_array() && v->empty()) || (v->is_object() && v->empty());
   if (!trivial) bad_request(k, fmt::format("'{}' is not supported by this server ({})", k, what));
 }
+
+}  // namespace fields
+
+namespace {
+using namespace fields;
 
 // Fields shared by the OpenAI routes and SGLang's sampling_params.
 // max_key: the field(s) holding the token budget.
@@ -255,7 +262,6 @@ bool parse_stream_options(const json& o, bool stream) {
 void refuse_openai_unsupported(const json& o) {
   refuse_if_present(o, "logprobs", "log probabilities are not implemented");
   refuse_if_present(o, "top_logprobs", "log probabilities are not implemented");
-  refuse_if_present(o, "logit_bias", "logit bias is not implemented");
   refuse_if_present(o, "tools", "tool calling is not implemented");
   refuse_if_present(o, "functions", "function calling is not implemented");
   if (const json* rf = field(o, "response_format")) {
@@ -299,9 +305,9 @@ GenerateRequest parse_generate(const json& body, const ProtocolLimits& lim) {
     }
     for (const char* k : {"regex", "json_schema", "ebnf", "structural_tag"})
       refuse_if_present(*sp, k, "constrained decoding is not implemented");
-    if (auto v = get_bool(*sp, "no_stop_trim"); v && *v)
-      bad_request("no_stop_trim", "'no_stop_trim' is not supported");
+    parse_generate_extras(*sp, lim, r.sampling);
   }
+  refuse_generate_unsupported(body);
   r.stream = get_bool(body, "stream").value_or(false);
   if (auto v = get_bool(body, "return_logprob"); v && *v)
     bad_request("return_logprob", "'return_logprob' is not supported by this server");
@@ -365,6 +371,8 @@ ChatRequest parse_chat(const json& body, const ProtocolLimits& lim) {
     if (!k->is_object()) bad_request("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     r.template_kwargs = *k;
   }
+  parse_openai_extras(body, lim, /*chat=*/true, r.sampling);
+  parse_chat_extras(body, r);
   return r;
 }
 
@@ -384,6 +392,7 @@ CompletionRequest parse_completion(const json& body, const ProtocolLimits& lim) 
   r.echo = get_bool(body, "echo").value_or(false);
   r.stream = get_bool(body, "stream").value_or(false);
   r.include_usage = parse_stream_options(body, r.stream);
+  parse_openai_extras(body, lim, /*chat=*/false, r.sampling);
   return r;
 }
 
