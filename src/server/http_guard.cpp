@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <thread>
 #include <cerrno>
 #include <fmt/format.h>
 #include <cstring>
@@ -45,11 +48,53 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+// Log lines go through a bounded queue to one writer thread: a request thread never blocks
+// on stderr (a supervisor that stops reading a pipe would otherwise stall every request).
+// Lines beyond the bound are dropped and counted. Never destroyed: the writer may still be
+// blocked in a write when the process exits.
+class LogQueue {
+ public:
+  static LogQueue& get() {
+    static LogQueue* q = new LogQueue;
+    return *q;
+  }
+  void push(std::string line) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (lines_.size() >= kMaxLines) {
+      dropped_++;
+      return;
+    }
+    lines_.push_back(std::move(line));
+    cv_.notify_one();
+  }
+
+ private:
+  static constexpr size_t kMaxLines = 10000;
+  LogQueue() { std::thread([this] { run(); }).detach(); }
+  void run() {
+    for (;;) {
+      std::deque<std::string> batch;
+      uint64_t dropped = 0;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [this] { return !lines_.empty() || dropped_ > 0; });
+        batch.swap(lines_);
+        std::swap(dropped, dropped_);
+      }
+      std::string out;
+      for (auto& l : batch) out += l;
+      if (dropped) out += fmt::format("{{\"event\":\"log_dropped\",\"lines\":{}}}\n", dropped);
+      std::fwrite(out.data(), 1, out.size(), stderr);
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> lines_;
+  uint64_t dropped_ = 0;
+};
+
 void log_line(const nlohmann::json& j) {
-  std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  static std::mutex mu;  // whole lines, never interleaved
-  std::lock_guard<std::mutex> lk(mu);
-  std::fwrite(s.data(), 1, s.size(), stderr);
+  LogQueue::get().push(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 // The connection's byte stream for httplib. It lives as long as the connection, so bytes
