@@ -1,4 +1,4 @@
-// The HTTP front end's pieces below the routes: the listen backlog, metrics, one generated
+// The HTTP front end's pieces below the routes: metrics, one generated
 // sequence (outbox reading, incremental detokenizing, stop strings) and stream state.
 // Internal to src/server (http_server.cpp).
 #pragma once
@@ -19,6 +19,8 @@
 #include <thread>
 
 #include "core/error.h"
+#include "engine/engine.h"
+#include "server/http_guard.h"
 #include "server/protocol.h"
 #include "tokenizer/detokenizer.h"
 
@@ -37,22 +39,6 @@ inline int64_t unix_time() {
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
-
-// cpp-httplib's listen backlog is compiled in as 5: re-listen with a real one.
-class BacklogServer : public httplib::Server {
- public:
-  int bind_with_backlog(const std::string& host, int port, int backlog) {
-    int bound = port;
-    if (port == 0) {
-      bound = bind_to_any_port(host);
-      if (bound < 0) return -1;
-    } else if (!bind_to_port(host, port)) {
-      return -1;
-    }
-    if (::listen(svr_sock_, backlog) != 0) return -1;
-    return bound;
-  }
-};
 
 // ---------------------------------------------------------------- metrics
 
@@ -107,6 +93,7 @@ struct Seq {
   int32_t min_tokens = 0;     // text of the first min_tokens tokens is not matched for stops
   Clock::time_point start, last_token;
   bool got_token = false;
+  double ttft_s = -1;  // for the request's log line
   // streaming bookkeeping
   size_t sent_bytes = 0;
   int32_t sent_tokens = 0;
@@ -150,7 +137,8 @@ inline bool pump(Seq& s, std::chrono::milliseconds timeout, Metrics& m) {
   const size_t nt = ev.tokens.size();
   if (nt > 0) {
     if (!s.got_token) {
-      m.ttft.observe(std::chrono::duration<double>(now - s.start).count());
+      s.ttft_s = std::chrono::duration<double>(now - s.start).count();
+      m.ttft.observe(s.ttft_s);
     } else {
       const double gap = std::chrono::duration<double>(now - s.last_token).count() / double(nt);
       for (size_t i = 0; i < nt; ++i) m.itl.observe(gap);
@@ -239,6 +227,9 @@ inline bool write_event(httplib::DataSink& sink, const json& j) {
   std::string line = "data: " + dump(j) + "\n\n";
   return sink.write(line.data(), line.size());
 }
+
+std::string render_metrics(const EngineStats& s, const Metrics& metrics, const GuardedServer& svr);
+json stats_json(const EngineStats& s);
 
 inline std::string random_hex(size_t n) {
   static thread_local std::mt19937_64 rng(std::random_device{}() ^

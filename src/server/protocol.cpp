@@ -62,6 +62,8 @@ json parse_body(const std::string& body) {
     const bool utf8 = what.find("UTF-8") != std::string::npos || what.find("utf-8") != std::string::npos;
     throw ApiError(400, fmt::format("The request body is not valid JSON{}: {}",
                                     utf8 ? " (invalid UTF-8)" : "", what));
+  } catch (const json::out_of_range&) {  // a number beyond double, e.g. 1e309
+    throw ApiError(400, "The request body has a number out of range (beyond a 64-bit float).");
   }
   if (!j.is_object()) throw ApiError(400, "The request body must be a JSON object.");
   return j;

@@ -10,7 +10,7 @@ namespace sala::server::detail {
 
 using namespace fields;
 
-std::vector<int32_t> chat_prompt_ids(const ChatRequest& c, const Tokenizer& tok, const ChatTemplate* tmpl) {
+std::string chat_prompt_text(const ChatRequest& c, const ChatTemplate* tmpl) {
   if (!tmpl)
     throw ApiError(400, "This model has no chat template; use /v1/completions or /generate", "messages");
   std::string text = tmpl->render(c.messages, c.add_generation_prompt, c.template_kwargs);
@@ -21,7 +21,11 @@ std::vector<int32_t> chat_prompt_ids(const ChatRequest& c, const Tokenizer& tok,
       throw ApiError(400, e.what(), "continue_final_message");
     }
   }
-  return tok.encode(text, c.add_special_tokens);
+  return text;
+}
+
+std::vector<int32_t> chat_prompt_ids(const ChatRequest& c, const Tokenizer& tok, const ChatTemplate* tmpl) {
+  return tok.encode(chat_prompt_text(c, tmpl), c.add_special_tokens);
 }
 
 std::string chat_echo_text(const ChatRequest& c) {

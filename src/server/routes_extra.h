@@ -41,6 +41,8 @@ void register_extra_routes(httplib::Server& svr, RouteContext ctx);
 // The chat request's prompt ids: the template rendered with add_generation_prompt, or cut
 // inside the final message (continue_final_message), encoded with add_special_tokens.
 // ApiError 400 when the model has no template or the final message cannot be continued.
+// The chat prompt as text (template, add_generation_prompt, continue_final_message), and its ids.
+std::string chat_prompt_text(const ChatRequest& c, const ChatTemplate* tmpl);
 std::vector<int32_t> chat_prompt_ids(const ChatRequest& c, const Tokenizer& tok, const ChatTemplate* tmpl);
 
 // vLLM's chat echo: the final message's content when the reply continues it (the final
