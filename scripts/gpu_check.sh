@@ -9,6 +9,9 @@
 #                                     .gpu/ is git-ignored and travels with `carry`), with the
 #                                     commit they were built from. Nothing can be fetched on
 #                                     the GPU machine, so build where the C++ packages are.
+#                                     A/B of two builds in one command: pack one, move it to
+#                                     .gpu/b.tar.xz after packing the other, then run a mode
+#                                     twice, the second time with PACK=$PWD/.gpu/b.tar.xz.
 #   scripts/gpu_check.sh correctness  (GPU machine) every check below; exit 1 if any
 #                                     fails:
 #       op tests     every binary of OP_TESTS, --gtest_output=json (CUDA vs CPU, both modes)
@@ -62,7 +65,7 @@ SAN_FILTER_SPARSE=${SAN_FILTER_SPARSE:-"CudaOps.SparseLayerInfLLMv2:CudaOps.Spar
 SAN_TIMEOUT=${SAN_TIMEOUT:-45}
 SUM="python3 $ROOT/scripts/gpu_summary.py"
 BIN=""     # directory of sala and the op tests
-PACK=$ROOT/.gpu/pack.tar.xz
+PACK=${PACK:-$ROOT/.gpu/pack.tar.xz}  # another pack (PACK=.gpu/b.tar.xz): A/B of two builds in one command
 
 build() {
   set -e
@@ -92,7 +95,7 @@ pack() {
   strip "$g"/bin/*
   commit_stamp >"$g/commit"
   tar -C "$g" -cJf "$ROOT/.gpu.pack.tar.xz" bin lib commit
-  rm -rf "$g" && mkdir -p "$g" && mv "$ROOT/.gpu.pack.tar.xz" "$PACK"
+  rm -rf "$g" && mkdir -p "$g" && mv "$ROOT/.gpu.pack.tar.xz" "$g/pack.tar.xz"
   du -sh "$g"
   set +e
 }

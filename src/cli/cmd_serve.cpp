@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -12,6 +13,9 @@
 #include <cerrno>
 #include <string>
 #include <thread>
+#include <fstream>
+#include <sstream>
+#include <vector>
 
 #include "cli/command.h"
 #include "core/error.h"
@@ -23,7 +27,10 @@ namespace {
 struct ServeOpts {
   std::string model_path, host = "127.0.0.1", served_model_name, api_key, device = "cpu";
   std::string dtype = "auto", kv_cache_dtype = "auto", quantization, log_level = "info";
-  std::string attention_backend, tokenizer_path;
+  std::string attention_backend, tokenizer_path, api_key_file;
+  std::vector<std::string> allowed_origins;
+  bool protect_metrics = false, no_request_log = false;
+  int shutdown_timeout = 30, header_timeout = 10, max_connections = 0, max_body_mb = 256;
   int port = 30000;
   int chunked_prefill_size = 8192;
   int max_running_requests = 64;
@@ -68,6 +75,24 @@ int run_serve(const ServeOpts& o) {
   if (o.tp_size != 1) sala::fail("--tp-size {} is not supported (one device per server)", o.tp_size);
   if (o.stream_interval < 1) sala::fail("--stream-interval must be >= 1");
 
+  // The API key: --api-key, else --api-key-file, else $SALA_API_KEY (read here, once; a key
+  // on the command line is visible to every user of the machine in ps).
+  std::string api_key = o.api_key;
+  if (api_key.empty() && !o.api_key_file.empty()) {
+    std::ifstream f(o.api_key_file);
+    if (!f) sala::fail("--api-key-file {}: cannot read it", o.api_key_file);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    api_key = ss.str();
+    while (!api_key.empty() && (api_key.back() == '\n' || api_key.back() == '\r' || api_key.back() == ' ')) api_key.pop_back();
+    if (api_key.empty()) sala::fail("--api-key-file {} is empty", o.api_key_file);
+  }
+  if (api_key.empty())
+    if (const char* env = std::getenv("SALA_API_KEY"); env && *env) api_key = env;
+  if (o.shutdown_timeout < 0) sala::fail("--shutdown-timeout must be >= 0");
+  if (o.header_timeout < 1) sala::fail("--header-timeout must be >= 1");
+  if (o.max_body_mb < 1) sala::fail("--max-body-mb must be >= 1");
+
   sala::server::LaunchOptions lo;
   lo.model_path = o.model_path.empty() ? sala::server::default_model_dir() : o.model_path;
   if (!o.tokenizer_path.empty() && o.tokenizer_path != lo.model_path)
@@ -95,7 +120,14 @@ int run_serve(const ServeOpts& o) {
   so.port = o.port;
   so.model_path = o.model_path.empty() ? lo.model_path : o.model_path;
   so.served_model_name = o.served_model_name;
-  so.api_key = o.api_key;
+  so.api_key = api_key;
+  so.allowed_origins = o.allowed_origins;
+  so.protect_metrics = o.protect_metrics;
+  so.shutdown_timeout_s = o.shutdown_timeout;
+  so.header_timeout_s = o.header_timeout;
+  so.max_connections = o.max_connections;
+  so.max_body_bytes = size_t(o.max_body_mb) << 20;
+  so.log_requests = !o.no_request_log;
   so.stream_interval = o.stream_interval;
   so.http_threads = std::max(o.http_threads, 2 * o.max_running_requests + 64);
   so.max_context_len = L.max_context_len;
@@ -112,7 +144,7 @@ int run_serve(const ServeOpts& o) {
       {"max_total_tokens", L.max_total_tokens}, {"context_length", L.max_context_len},
       {"stream_interval", o.stream_interval}, {"kv_cache_dtype", o.kv_cache_dtype},
       {"dense_as_sparse", o.dense_as_sparse}, {"disable_radix_cache", true},
-      {"api_key_set", !o.api_key.empty()}, {"tp_size", 1}, {"dp_size", 1}};
+      {"api_key_set", !api_key.empty()}, {"tp_size", 1}, {"dp_size", 1}};
 
   sala::server::HttpServer server(so, *L.engine, *L.tok, L.tmpl.get());
   const int port = server.bind();
@@ -121,7 +153,7 @@ int run_serve(const ServeOpts& o) {
     while (::read(g_sig_pipe[0], &sig, 1) < 0 && errno == EINTR) {
     }
     fmt::print(stderr, "sala serve: signal {}, shutting down\n", int(sig));
-    server.stop();
+    server.shutdown();
   });
   waiter.detach();
   fmt::print(stderr, "sala serve: model '{}', context {} tokens, KV pool {} tokens ({} KV cache), "
@@ -138,7 +170,7 @@ sala::cli::Registrar reg("serve", "Serve a model over HTTP (SGLang /generate + O
   auto o = std::make_shared<ServeOpts>();
   app.add_option("--model-path,--model", o->model_path, "Model directory (default: $SALA_MODEL_DIR or the bundled tiny model)");
   app.add_option("--host", o->host, "Address to bind")->capture_default_str();
-  app.add_option("--port", o->port, "Port (0: any free port)")->capture_default_str();
+  app.add_option("--port", o->port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   app.add_option("--served-model-name", o->served_model_name, "Model id in /v1/models (default: --model-path as given)");
   app.add_option("--chunked-prefill-size", o->chunked_prefill_size, "Max prompt tokens of one request per step")->capture_default_str();
   app.add_option("--max-running-requests", o->max_running_requests, "Max requests decoding together")->capture_default_str();
@@ -152,7 +184,21 @@ sala::cli::Registrar reg("serve", "Serve a model over HTTP (SGLang /generate + O
                  "fp8: W8A8 e4m3 projections, quantized at load");
   app.add_option("--dtype", o->dtype, "auto | float32 | bfloat16 (CPU numeric mode)")->capture_default_str();
   app.add_option("--stream-interval", o->stream_interval, "Tokens between streamed chunks")->capture_default_str();
-  app.add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY'");
+  app.add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (also --api-key-file, $SALA_API_KEY)");
+  app.add_option("--api-key-file", o->api_key_file, "Read the API key from this file (used when --api-key is not given)");
+  app.add_flag("--protect-metrics", o->protect_metrics, "/metrics needs the API key too (/health never does)");
+  app.add_option("--allowed-origins", o->allowed_origins,
+                 "CORS: browser origins allowed to call the API ('*': any; default: none, requests carrying "
+                 "another Origin get 403)");
+  app.add_option("--shutdown-timeout", o->shutdown_timeout,
+                 "SIGTERM/SIGINT: seconds running requests may finish (new ones get 503); then streams end "
+                 "with an error event")->capture_default_str();
+  app.add_option("--header-timeout", o->header_timeout, "Seconds a client has to send a request's headers")->capture_default_str();
+  app.add_option("--max-connections", o->max_connections,
+                 "Open connections at once (0: --http-threads - 16); when full the oldest idle one is closed, "
+                 "else new ones get 503")->capture_default_str();
+  app.add_option("--max-body-mb", o->max_body_mb, "Largest request body (compressed bodies are refused with 415)")->capture_default_str();
+  app.add_flag("--no-request-log", o->no_request_log, "Do not print one JSON line per request on stderr");
   app.add_option("--device", o->device, "cpu | cuda")->capture_default_str();
   app.add_option("--cpu-threads", o->cpu_threads, "CPU backend threads (0: all cores)")->capture_default_str();
   app.add_option("--http-threads", o->http_threads, "HTTP worker threads (>= max concurrent connections)")->capture_default_str();

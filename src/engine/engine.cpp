@@ -186,6 +186,8 @@ class EngineImpl final : public Engine {
     check_new_tokens(sp.max_new_tokens, n, /*max_context_len=*/0, "max_new_tokens",
                      /*allow_zero=*/lo.prompt_start >= 0);
     check_sampling(sp);
+    check_logit_bias_ids(sp, info_.vocab_size);
+    check_min_new_tokens(sp.min_new_tokens, sp.max_new_tokens);
 
     auto r = std::make_unique<Request>();
     r->id = next_id_.fetch_add(1) + 1;
@@ -353,10 +355,10 @@ class EngineImpl final : public Engine {
         finish(r, FinishReason::Length);
         continue;
       }
+      float* row_logits = logits_.data() + this_row * size_t(V);
+      if (!greedy_only) adjust_logits(row_logits, V, r->sampling, r->generated, info_.eos_token_ids);
       const int32_t tok =
-          greedy_only ? argmax_[this_row]
-                      : sampler_.sample(logits_.data() + this_row * size_t(V), V, r->sampling,
-                                        r->sampler);
+          greedy_only ? argmax_[this_row] : sampler_.sample(row_logits, V, r->sampling, r->sampler);
       r->sampler.observe(tok);
       r->tokens.push_back(tok);
       ++r->generated;

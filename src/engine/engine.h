@@ -30,6 +30,11 @@ struct SamplingParams {
   int32_t max_new_tokens = 128;
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS ids
+  // Stop tokens (EOS unless ignore_eos, and stop_token_ids) cannot be sampled before this
+  // many tokens were generated (vLLM's min_tokens, SGLang's min_new_tokens).
+  int32_t min_new_tokens = 0;
+  // Added to the token's logit before sampling (OpenAI's logit_bias, in [-100, 100]).
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 // Log-probabilities a request wants, of the raw model distribution: log_softmax of the

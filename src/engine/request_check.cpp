@@ -36,6 +36,23 @@ void check_sampling(const SamplingParams& p) {
   check_range("frequency_penalty", p.frequency_penalty, -2, false, 2, false);
   check_range("presence_penalty", p.presence_penalty, -2, false, 2, false);
   check_range("repetition_penalty", p.repetition_penalty, 0, true, 10, false);
+  if (p.min_new_tokens < 0)
+    throw InvalidRequest("min_new_tokens",
+                         fmt::format("'min_new_tokens' must be >= 0, got {}", p.min_new_tokens));
+  for (const auto& b : p.logit_bias) check_range("logit_bias", b.second, -100, false, 100, false);
+}
+
+void check_logit_bias_ids(const SamplingParams& p, int32_t vocab_size, const std::string& param) {
+  for (const auto& [id, bias] : p.logit_bias)
+    if (id < 0 || id >= vocab_size)
+      throw InvalidRequest(param, fmt::format("'{}': token id {} is out of range [0, {})", param,
+                                              id, vocab_size));
+}
+
+void check_min_new_tokens(int64_t min_new_tokens, int64_t max_new_tokens, const std::string& param) {
+  if (min_new_tokens > max_new_tokens)
+    throw InvalidRequest(param, fmt::format("'{}' = {} is larger than the token budget of {}",
+                                            param, min_new_tokens, max_new_tokens));
 }
 
 void check_prompt_length(int64_t prompt_len, int64_t max_context_len, const std::string& param) {

@@ -32,8 +32,19 @@ class InvalidRequest : public Error {
 // Bounds of the sampling parameters (OpenAI's where it defines them, SGLang's otherwise):
 // temperature >= 0, top_p in (0, 1], top_k >= -1 (-1 and 0: off), min_p in [0, 1],
 // repetition_penalty in (0, 10], frequency_penalty and presence_penalty in [-2, 2].
-// max_new_tokens is checked by check_new_tokens (it depends on the context).
+// min_new_tokens >= 0, logit_bias values in [-100, 100] (ids: check_logit_bias_ids).
+// max_new_tokens is checked by check_new_tokens (it depends on the context), min_new_tokens
+// against it by check_min_new_tokens.
 void check_sampling(const SamplingParams& p);
+
+// Every logit_bias token id is in [0, vocab_size).
+void check_logit_bias_ids(const SamplingParams& p, int32_t vocab_size,
+                          const std::string& param = "logit_bias");
+
+// A minimum of `min_new_tokens` within the budget of `max_new_tokens` (a larger minimum could
+// never be met). `param` names the field that held the minimum.
+void check_min_new_tokens(int64_t min_new_tokens, int64_t max_new_tokens,
+                          const std::string& param = "min_new_tokens");
 
 // A prompt of `prompt_len` tokens fits a context of `max_context_len` tokens (prompt +
 // output): it is not empty and leaves room for at least one new token. `param` names the

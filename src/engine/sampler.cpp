@@ -29,6 +29,19 @@ void SamplerState::observe(int32_t token) {
   ++out_count_[size_t(token)];
 }
 
+void adjust_logits(float* logits, int32_t vocab, const SamplingParams& p, int32_t generated,
+                   const std::vector<int32_t>& eos_ids) {
+  for (const auto& [id, bias] : p.logit_bias)
+    if (id >= 0 && id < vocab) logits[id] += bias;
+  if (generated >= p.min_new_tokens) return;
+  auto mask = [&](int32_t id) {
+    if (id >= 0 && id < vocab) logits[id] = -INFINITY;
+  };
+  if (!p.ignore_eos)
+    for (int32_t id : eos_ids) mask(id);
+  for (int32_t id : p.stop_token_ids) mask(id);
+}
+
 int32_t argmax(const float* x, int32_t n) {
   int32_t best = 0;
   for (int32_t i = 1; i < n; ++i)

@@ -21,9 +21,11 @@ class SamplerState {
   void init(const SamplingParams& p, const std::vector<int32_t>& prompt, int32_t vocab);
   // Records a generated token (frequency / presence / repetition penalties).
   void observe(int32_t token);
-  // True when sampling is the plain argmax of the raw logits (no penalty changes them).
+  // True when sampling is the plain argmax of the raw logits (no penalty, bias or stop-token
+  // mask changes them).
   bool plain_greedy(const SamplingParams& p) const {
-    return !penalties_ && (p.temperature <= 0.0f || p.top_k == 1);
+    return !penalties_ && p.logit_bias.empty() && p.min_new_tokens == 0 &&
+           (p.temperature <= 0.0f || p.top_k == 1);
   }
   uint64_t seed() const { return seed_; }
 
@@ -36,6 +38,13 @@ class SamplerState {
   std::vector<uint8_t> in_prompt_;  // [vocab]
   std::vector<int32_t> touched_;    // distinct ids with in_prompt_ or out_count_ set
 };
+
+// The request's own changes to a logits row before sampling: logit_bias is added, and while
+// fewer than min_new_tokens tokens were generated the stop tokens (eos_ids unless
+// ignore_eos, and stop_token_ids) get -inf, so they cannot end the sequence early (vLLM's
+// min_tokens: a mask, not a rejected sample).
+void adjust_logits(float* logits, int32_t vocab, const SamplingParams& p, int32_t generated,
+                   const std::vector<int32_t>& eos_ids);
 
 // Index of the largest value, ties to the lowest index.
 int32_t argmax(const float* x, int32_t n);

@@ -61,15 +61,22 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const
 }
 
 size_t planned_weight_bytes(const ModelConfig& c, WeightFormat linear, WeightFormat dense) {
-  const bool scaled = linear == WeightFormat::FP8_E4M3;  // one scale per output channel
   size_t bytes = 0;
   for (auto& [name, shape] : expected_tensors(c)) {
-    // Projections: the 2-D tensors but the embedding table and lm_head.
-    if (shape.size() == 2 && name != "model.embed_tokens.weight" && name != "lm_head.weight")
-      bytes += Weight::storage_bytes(linear, shape[0], shape[1], scaled ? int32_t(shape[1]) : 0);
+    // A pre-quantized checkpoint's FP8 tensors are uploaded as FP8 whatever the backend's
+    // linear format (load_weights: upload_fp8); their "<module>.weight_scale" tensors are the
+    // scales that storage_bytes counts with them.
+    if (name.ends_with(".weight_scale")) continue;
+    const bool projection =
+        shape.size() == 2 && name != "model.embed_tokens.weight" && name != "lm_head.weight";
+    const WeightFormat f = stored_fp8(c, name, shape.size()) ? WeightFormat::FP8_E4M3
+                           : projection                      ? linear
+                                                             : dense;
+    if (f == WeightFormat::FP8_E4M3)  // one scale per output channel
+      bytes += Weight::storage_bytes(f, shape[0], shape[1], int32_t(shape[1]));
     else
       bytes += size_t(shape[0]) * size_t(shape.size() == 2 ? shape[1] : 1) *
-               dtype_size(dense_dtype(dense));
+               dtype_size(dense_dtype(f));
   }
   return bytes;
 }

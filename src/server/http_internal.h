@@ -1,4 +1,4 @@
-// The HTTP front end's pieces below the routes: the listen backlog, metrics, one generated
+// The HTTP front end's pieces below the routes: metrics, one generated
 // sequence (outbox reading, incremental detokenizing, stop strings) and stream state.
 // Internal to src/server (http_server.cpp).
 #pragma once
@@ -19,6 +19,8 @@
 #include <thread>
 
 #include "core/error.h"
+#include "engine/engine.h"
+#include "server/http_guard.h"
 #include "server/logprobs.h"
 #include "server/protocol.h"
 #include "tokenizer/detokenizer.h"
@@ -38,22 +40,6 @@ inline int64_t unix_time() {
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
-
-// cpp-httplib's listen backlog is compiled in as 5: re-listen with a real one.
-class BacklogServer : public httplib::Server {
- public:
-  int bind_with_backlog(const std::string& host, int port, int backlog) {
-    int bound = port;
-    if (port == 0) {
-      bound = bind_to_any_port(host);
-      if (bound < 0) return -1;
-    } else if (!bind_to_port(host, port)) {
-      return -1;
-    }
-    if (::listen(svr_sock_, backlog) != 0) return -1;
-    return bound;
-  }
-};
 
 // ---------------------------------------------------------------- metrics
 
@@ -104,8 +90,11 @@ struct Seq {
   SeqResult r;
   std::string id;
   bool counts_prompt = true;  // usage: count this sequence's prompt (false for n copies 2..n)
+  bool keep_stop = false;     // the matched stop string / stop token stays in the text
+  int32_t min_tokens = 0;     // text of the first min_tokens tokens is not matched for stops
   Clock::time_point start, last_token;
   bool got_token = false;
+  double ttft_s = -1;  // for the request's log line
   // streaming bookkeeping
   size_t sent_bytes = 0;
   int32_t sent_tokens = 0;
@@ -122,9 +111,16 @@ inline void finish_seq(Seq& s, const std::string& finish) {
 }
 
 // Text from the detokenizer into the stop matcher; true if a stop string ended the sequence.
+// Before min_tokens tokens a stop string cannot end the sequence (vLLM skips the check), so
+// that text goes straight to the output.
 inline bool feed_text(Seq& s, const std::string& t, Metrics& m) {
+  if (s.r.completion_tokens <= s.min_tokens) {
+    s.r.text += t;
+    return false;
+  }
   auto res = s.stop->push(t);
   s.r.text += res.emit;
+  if (res.stopped && s.keep_stop) s.r.text += res.matched;
   if (res.stopped) {
     s.h->cancel();
     s.r.matched_str = res.matched;
@@ -146,7 +142,8 @@ inline bool pump(Seq& s, std::chrono::milliseconds timeout, Metrics& m) {
   const size_t nt = ev.tokens.size();
   if (nt > 0) {
     if (!s.got_token) {
-      m.ttft.observe(std::chrono::duration<double>(now - s.start).count());
+      s.ttft_s = std::chrono::duration<double>(now - s.start).count();
+      m.ttft.observe(s.ttft_s);
     } else {
       const double gap = std::chrono::duration<double>(now - s.last_token).count() / double(nt);
       for (size_t i = 0; i < nt; ++i) m.itl.observe(gap);
@@ -158,7 +155,8 @@ inline bool pump(Seq& s, std::chrono::milliseconds timeout, Metrics& m) {
   for (size_t i = 0; i < nt; ++i) {
     const int32_t id = ev.tokens[i];
     s.r.completion_tokens++;
-    // The token that ended generation (EOS / stop_token_ids) is counted but never shown.
+    // The token that ended generation (EOS / stop_token_ids) is counted but never shown here
+    // (keep_stop shows it below).
     if (ev.finished && ev.reason == FinishReason::StopToken && i + 1 == nt && id == ev.matched_stop_token)
       break;
     // A shown token's logprob, kept even when its text is cut by a stop string.
@@ -167,6 +165,12 @@ inline bool pump(Seq& s, std::chrono::milliseconds timeout, Metrics& m) {
     if (!t.empty() && feed_text(s, t, m)) return true;
   }
   if (!ev.finished) return true;
+  // include_stop_str_in_output / no_stop_trim: the stop token's text stays (a special token
+  // decodes to "" unless skip_special_tokens is false).
+  if (ev.reason == FinishReason::StopToken && s.keep_stop && ev.matched_stop_token >= 0) {
+    std::string t = s.detok->push(ev.matched_stop_token);
+    if (!t.empty() && feed_text(s, t, m)) return true;
+  }
   // The stop token that ended generation: not shown, but counted and scored (lm-eval's echo
   // requests drop the last entry as the generated one, whatever it is).
   if (ev.reason == FinishReason::StopToken)
@@ -237,6 +241,9 @@ inline bool write_event(httplib::DataSink& sink, const json& j) {
   std::string line = "data: " + dump(j) + "\n\n";
   return sink.write(line.data(), line.size());
 }
+
+std::string render_metrics(const EngineStats& s, const Metrics& metrics, const GuardedServer& svr);
+json stats_json(const EngineStats& s);
 
 inline std::string random_hex(size_t n) {
   static thread_local std::mt19937_64 rng(std::random_device{}() ^

@@ -1,12 +1,21 @@
 #include "server/http_server.h"
 
+#include "server/http_guard.h"
 #include "server/http_internal.h"
+#include "server/routes_extra.h"
+#include "server/http_policy.h"
+
+#include <cerrno>
+#include <cstring>
 
 namespace sala::server {
 
 using namespace detail;
 using namespace std::chrono_literals;
 
+namespace {
+constexpr const char* kVersion = "sala-0.1";  // /version, /get_server_info
+}  // namespace
 
 // ---------------------------------------------------------------- the server
 
@@ -15,11 +24,15 @@ struct HttpServer::Impl {
   Engine& engine;
   const Tokenizer& tok;
   const ChatTemplate* tmpl;
-  BacklogServer svr;
+  GuardedServer svr;
   Metrics metrics;
   ProtocolLimits lim;
+  PolicyOptions policy;
   std::string model_id;
+  int64_t max_seqs = 0;  // sequences of one request beyond this could never all be queued
   Clock::time_point started = Clock::now();
+  size_t max_token_bytes = 1;          // the longest token's text, for the byte-length check
+  std::atomic<bool> aborting{false};   // shutdown timeout passed: end every response now
   LogprobFormatter lpfmt;
 
   Impl(ServerOptions o, Engine& e, const Tokenizer& t, const ChatTemplate* c)
@@ -28,6 +41,11 @@ struct HttpServer::Impl {
     lim.vocab_size = opts.vocab_size > 0 ? opts.vocab_size : tok.vocab_size();
     lim.max_n = opts.max_n;
     model_id = opts.served_model_name.empty() ? opts.model_path : opts.served_model_name;
+    max_seqs = engine.info().options.max_queued_requests;
+    policy = {opts.api_key, opts.allowed_origins, opts.protect_metrics};
+    // The normalizers we load (Prepend, Replace ' ' -> U+2581) only lengthen the text, so a
+    // token never covers more input bytes than its own piece has.
+    for (int32_t id = 0; id < tok.vocab_size(); ++id) max_token_bytes = std::max(max_token_bytes, tok.id_to_token(id).size());
     setup();
   }
 
@@ -37,12 +55,36 @@ struct HttpServer::Impl {
   }
   void send_error(httplib::Response& res, const ApiError& e) {
     metrics.http_errors++;
+    if (RequestRecord* r = current_request()) r->error = e.what();
     send_json(res, e.body(), e.status);
   }
 
+  // A prompt of B bytes has at least ceil(B / max_token_bytes) tokens: a prompt that is
+  // surely too long is refused before tokenizing it (a 100 MB prompt cost 2.5 GB of RSS).
+  void check_prompt_bytes(size_t bytes, const std::string& param) const {
+    const uint64_t min_tokens = (uint64_t(bytes) + max_token_bytes - 1) / max_token_bytes;
+    if (lim.max_context_len > 0 && min_tokens > uint64_t(lim.max_context_len))
+      throw ApiError(400, fmt::format("The prompt ({} bytes, at least {} tokens) is longer than this server's "
+                                      "context of {} tokens", bytes, min_tokens, lim.max_context_len),
+                     param, "invalid_request_error", "context_length_exceeded");
+  }
+
+  // The request's log line: ids and token counts (the connection layer prints it).
+  static void note_usage(const std::vector<Seq>& seqs) {
+    RequestRecord* r = current_request();
+    if (!r) return;
+    r->prompt_tokens = r->completion_tokens = 0;
+    for (auto& s : seqs) {
+      if (s.counts_prompt) r->prompt_tokens += s.r.prompt_tokens;
+      r->completion_tokens += s.r.completion_tokens;
+      if (s.ttft_s >= 0 && (r->ttft_s < 0 || s.ttft_s < r->ttft_s)) r->ttft_s = s.ttft_s;
+    }
+  }
+
+  // An unknown model is a 404 (OpenAI, vLLM).
   void check_model(const std::string& m) const {
     if (m.empty() || m == model_id || m == opts.model_path || m == "default") return;
-    throw ApiError(400, fmt::format("The model '{}' does not exist; this server serves '{}'", m, model_id),
+    throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'", m, model_id),
                    "model", "invalid_request_error", "model_not_found");
   }
 
@@ -53,6 +95,13 @@ struct HttpServer::Impl {
     std::vector<Seq> seqs;
     std::vector<LogprobOptions> lps;  // per prompt
     const auto start = Clock::now();
+    if (RequestRecord* r = current_request()) r->id = base_id;
+    // More sequences than the queue holds would get 429 "retry later" forever: refuse.
+    if (max_seqs > 0 && int64_t(prompts.size()) * n > max_seqs)
+      throw ApiError(400, fmt::format("The request asks for {} sequences ({} prompts x n = {}); this server "
+                                      "queues at most {} (--max-queued-requests)",
+                                      int64_t(prompts.size()) * n, prompts.size(), n, max_seqs),
+                     (n > 1 || sp.n > 1) ? "n" : "prompt");
     for (size_t pi = 0; pi < prompts.size(); ++pi) {
       const auto& ids = prompts[pi];
       const std::string param = prompts.size() > 1 ? fmt::format("prompt[{}]", pi) : "prompt";
@@ -64,6 +113,7 @@ struct HttpServer::Impl {
         // 0 passed the route's rules (echo, /generate): a scoring request.
         check_new_tokens(p.max_new_tokens, plen, lim.max_context_len, "max_tokens",
                          /*allow_zero=*/true);
+        check_min_new_tokens(p.min_new_tokens, p.max_new_tokens, "min_tokens");
       } catch (const InvalidRequest& e) {
         throw bad_request(e);
       }
@@ -77,6 +127,8 @@ struct HttpServer::Impl {
         s.id = id_per_seq ? fmt::format("{}-{}", base_id, s.r.index) : base_id;
         s.detok = std::make_unique<IncrementalDetokenizer>(tok, sp.skip_special_tokens);
         s.stop = std::make_unique<StopStringMatcher>(sp.stop);
+        s.keep_stop = sp.include_stop_str;
+        s.min_tokens = sp.params.min_new_tokens;
         if (pi < echo_texts.size()) s.r.text = echo_texts[pi];
         seqs.push_back(std::move(s));
       }
@@ -111,7 +163,10 @@ struct HttpServer::Impl {
   }
 
   std::vector<int32_t> encode_prompt(const Prompt& p, bool add_special) const {
-    if (p.text) return tok.encode(*p.text, add_special);
+    if (p.text) {
+      check_prompt_bytes(p.text->size(), "prompt");
+      return tok.encode(*p.text, add_special);
+    }
     return p.ids;
   }
 
@@ -123,6 +178,16 @@ struct HttpServer::Impl {
       metrics.client_disconnects++;
       st.cancel_all();
       return false;
+    }
+    if (aborting) {  // shutdown timeout: a clear end instead of a cut connection
+      st.cancel_all();
+      note_usage(st.seqs);
+      if (RequestRecord* r = current_request()) r->error = "aborted: server shutting down";
+      const bool ok = write_event(sink, error_body(503, "The server is shutting down; the request was aborted", "",
+                                                   "server_error", "shutting_down")) &&
+                      sink.write("data: [DONE]\n\n", 14);
+      sink.done();
+      return ok;
     }
     bool ok = true;
     if (!st.started) {
@@ -183,6 +248,7 @@ struct HttpServer::Impl {
         ok = write_event(sink, usage_chunk(st.route == Route::Chat ? "chat.completion.chunk" : "text_completion",
                                            st.id, st.model, st.created, u["prompt_tokens"], u["completion_tokens"]));
       }
+      note_usage(st.seqs);
       static const std::string done = "data: [DONE]\n\n";
       ok = ok && sink.write(done.data(), done.size());
       sink.done();
@@ -192,7 +258,7 @@ struct HttpServer::Impl {
   }
 
   void start_stream(httplib::Response& res, std::shared_ptr<StreamState> st) {
-    st->interval = std::max(1, opts.stream_interval);
+    st->interval = std::max(1, st->interval > 0 ? st->interval : opts.stream_interval);
     st->metrics = &metrics;
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
@@ -220,6 +286,7 @@ struct HttpServer::Impl {
       st->seqs = std::move(seqs);
       st->id = id;
       st->batch = g.batch;
+      st->interval = sp.stream_interval;
       start_stream(res, st);
       return;
     }
@@ -250,6 +317,7 @@ struct HttpServer::Impl {
     while (!all_finished(seqs) && Clock::now() < deadline) pump_any(seqs, metrics, 100ms);
     if (all_finished(seqs)) {
       for (auto& s : seqs) metrics.e2e.observe(s.r.e2e_latency);
+      note_usage(seqs);
       send_json(res, body(seqs));
       return;
     }
@@ -257,6 +325,9 @@ struct HttpServer::Impl {
     auto last_space = std::make_shared<Clock::time_point>(Clock::now());
     res.set_chunked_content_provider(
         "application/json", [this, st, body, last_space](size_t, httplib::DataSink& sink) {
+          if (aborting)  // shutdown timeout: the engine ends them, the body says "abort"
+            for (auto& s : *st)
+              if (s.h) s.h->cancel();
           pump_any(*st, metrics, 1000ms);
           if (!all_finished(*st)) {
             if (Clock::now() - *last_space < std::chrono::seconds(1)) return true;
@@ -270,6 +341,7 @@ struct HttpServer::Impl {
             return true;
           }
           for (auto& s : *st) metrics.e2e.observe(s.r.e2e_latency);
+          note_usage(*st);
           const std::string out = dump(body(*st));
           sink.write(out.data(), out.size());
           sink.done();
@@ -285,13 +357,15 @@ struct HttpServer::Impl {
     metrics.chat_requests++;
     ChatRequest c = parse_chat(parse_body(req.body), lim);
     check_model(c.model);
-    if (!tmpl)
-      throw ApiError(400, "This model has no chat template; use /v1/completions or /generate", "messages");
-    std::string rendered = tmpl->render(c.messages, true, c.template_kwargs);
-    std::vector<std::vector<int32_t>> prompts{tok.encode(rendered, false)};
+    const std::string rendered = chat_prompt_text(c, tmpl);
+    check_prompt_bytes(rendered.size(), "messages");
+    std::vector<std::vector<int32_t>> prompts{tok.encode(rendered, c.add_special_tokens)};
     const std::string id = "chatcmpl-" + random_hex(24);
-    std::vector<Seq> seqs = submit_all(prompts, {}, c.sampling, c.sampling.n, id, false);
-    respond_openai(res, Route::Chat, std::move(seqs), id, c.stream, c.include_usage, c.sampling.logprobs);
+    std::vector<std::string> echo;
+    if (c.echo) echo.push_back(chat_echo_text(c));
+    std::vector<Seq> seqs = submit_all(prompts, echo, c.sampling, c.sampling.n, id, false);
+    respond_openai(res, Route::Chat, std::move(seqs), id, c.stream, c.include_usage,
+                   c.sampling.logprobs);
   }
 
   void handle_completion(const httplib::Request& req, httplib::Response& res) {
@@ -340,59 +414,39 @@ struct HttpServer::Impl {
     });
   }
 
-  std::string render_metrics() const {
-    const EngineStats s = engine.stats();
-    std::string o;
-    auto gauge = [&](const char* name, const char* help, double v) {
-      o += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, v);
+  // What routes_extra.cpp needs: the tokenizer, limits and the generation machinery.
+  RouteContext route_context() {
+    RouteContext cx;
+    cx.tok = &tok;
+    cx.tmpl = tmpl;
+    cx.lim = &lim;
+    cx.model_id = model_id;
+    cx.model_path = opts.model_path;
+    cx.version = kVersion;
+    cx.metrics = &metrics;
+    cx.check_model = [this](const std::string& m) { check_model(m); };
+    cx.submit = [this](const std::vector<std::vector<int32_t>>& prompts, const std::vector<std::string>& echo,
+                       const Sampling& sp, int n, const std::string& id) {
+      return submit_all(prompts, echo, sp, n, id, false);
     };
-    auto counter = [&](const char* name, const char* help, double v) {
-      o += fmt::format("# HELP {} {}\n# TYPE {} counter\n{} {}\n", name, help, name, name, v);
+    cx.respond_when_done = [this](httplib::Response& res, std::vector<Seq> seqs,
+                                  std::function<json(std::vector<Seq>&)> body) {
+      respond_when_done(res, std::move(seqs), std::move(body));
     };
-    counter("sala_http_requests_total", "HTTP requests received", double(metrics.http_requests.load()));
-    counter("sala_http_errors_total", "HTTP requests answered with an error status", double(metrics.http_errors.load()));
-    counter("sala_client_disconnects_total", "Streams aborted because the client went away", double(metrics.client_disconnects.load()));
-    counter("sala_stop_string_matches_total", "Sequences ended by a stop string", double(metrics.stop_string_matches.load()));
-    counter("sala_requests_total", "Generation requests submitted to the engine", double(s.requests_total));
-    counter("sala_requests_finished_total", "Generation requests finished", double(s.requests_finished));
-    counter("sala_requests_aborted_total", "Generation requests aborted", double(s.requests_aborted));
-    counter("sala_preemptions_total", "Requests preempted (pages freed, recomputed later)", double(s.preemptions));
-    counter("sala_prompt_tokens_total", "Prompt tokens processed", double(s.prompt_tokens_total));
-    counter("sala_generation_tokens_total", "Tokens generated", double(s.generated_tokens_total));
-    counter("sala_engine_steps_total", "Engine forward steps", double(s.steps));
-    gauge("sala_num_running_reqs", "Requests running in the engine", double(s.running));
-    gauge("sala_num_queued_reqs", "Requests waiting in the engine queue", double(s.queued));
-    gauge("sala_kv_pages_used", "KV pages in use (sparse layers)", double(s.kv_pages_used));
-    gauge("sala_kv_pages_total", "KV pages in the pool", double(s.kv_pages_total));
-    gauge("sala_state_slots_used", "Lightning-state slots in use", double(s.state_slots_used));
-    gauge("sala_state_slots_total", "Lightning-state slots in the pool", double(s.state_slots_total));
-    gauge("sala_kv_usage_ratio", "Fraction of KV pages in use",
-          s.kv_pages_total ? double(s.kv_pages_used) / double(s.kv_pages_total) : 0.0);
-    gauge("sala_http_in_flight", "HTTP generation requests in flight", double(metrics.in_flight.load()));
-    metrics.ttft.render(o, "sala_time_to_first_token_seconds", "Time to first token (server side)");
-    metrics.itl.render(o, "sala_inter_token_latency_seconds", "Inter-token latency (server side)");
-    metrics.e2e.render(o, "sala_e2e_request_latency_seconds", "End-to-end request latency");
-    return o;
-  }
-
-  json stats_json() const {
-    const EngineStats s = engine.stats();
-    return {{"running", s.running}, {"queued", s.queued},
-            {"kv_pages_used", s.kv_pages_used}, {"kv_pages_total", s.kv_pages_total},
-            {"state_slots_used", s.state_slots_used}, {"state_slots_total", s.state_slots_total},
-            {"requests_total", s.requests_total}, {"requests_finished", s.requests_finished},
-            {"requests_aborted", s.requests_aborted}, {"preemptions", s.preemptions},
-            {"prompt_tokens_total", s.prompt_tokens_total},
-            {"generated_tokens_total", s.generated_tokens_total}, {"steps", s.steps}};
+    cx.wrap = [this](httplib::Server::Handler fn) { return wrap(std::move(fn)); };
+    return cx;
   }
 
   // Wraps a handler: counts, maps exceptions to OpenAI error bodies.
   httplib::Server::Handler wrap(void (Impl::*fn)(const httplib::Request&, httplib::Response&)) {
+    return wrap([this, fn](const httplib::Request& req, httplib::Response& res) { (this->*fn)(req, res); });
+  }
+  httplib::Server::Handler wrap(httplib::Server::Handler fn) {
     return [this, fn](const httplib::Request& req, httplib::Response& res) {
       metrics.http_requests++;
       metrics.in_flight++;
       try {
-        (this->*fn)(req, res);
+        fn(req, res);
       } catch (const ApiError& e) {
         send_error(res, e);
       } catch (const QueueFull& e) {
@@ -401,37 +455,51 @@ struct HttpServer::Impl {
         send_error(res, bad_request(e));
       } catch (const sala::Error& e) {  // engine refused the request (e.g. too long for the KV pool)
         send_error(res, ApiError(400, e.what()));
-      } catch (const std::exception& e) {
-        send_error(res, ApiError(500, fmt::format("internal error: {}", e.what())));
+      } catch (const std::exception& e) {  // the details go to the log, not to the client
+        send_error(res, ApiError(500, "internal error (see the server log)"));
+        if (RequestRecord* r = current_request()) r->error = fmt::format("internal error: {}", e.what());
       }
       metrics.in_flight--;
     };
   }
 
   void setup() {
-    const int threads = std::max(8, opts.http_threads);
+    const int threads = std::max(32, opts.http_threads);
     svr.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+    GuardOptions g;
+    g.header_timeout_s = opts.header_timeout_s;
+    g.keep_alive_timeout_s = opts.keep_alive_timeout_s;
+    // Workers beyond the cap stay free to refuse (or make room for) new connections at once.
+    g.max_connections = opts.max_connections > 0 ? std::min(opts.max_connections, threads - 16) : threads - 16;
+    g.max_body_bytes = opts.max_body_bytes;
+    g.log_requests = opts.log_requests;
+    svr.configure(g);
     svr.set_keep_alive_timeout(opts.keep_alive_timeout_s);
     svr.set_keep_alive_max_count(100000);
     svr.set_tcp_nodelay(true);
     svr.set_read_timeout(60, 0);
     svr.set_write_timeout(60, 0);
-    svr.set_payload_max_length(size_t(256) << 20);
+    svr.set_payload_max_length(opts.max_body_bytes);
 
     svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (opts.api_key.empty() || req.path == "/health" || req.path == "/health_generate")
-        return httplib::Server::HandlerResponse::Unhandled;
-      if (req.get_header_value("Authorization") == "Bearer " + opts.api_key)
-        return httplib::Server::HandlerResponse::Unhandled;
-      send_error(res, ApiError(401, "Invalid or missing API key (expected 'Authorization: Bearer <key>')",
-                               "", "authentication_error", "invalid_api_key"));
-      return httplib::Server::HandlerResponse::Handled;
+      if (RequestRecord* r = current_request()) r->method = req.method, r->path = req.path;
+      const auto h = apply_policy(policy, svr.draining(), req, res);
+      if (h == httplib::Server::HandlerResponse::Handled && res.status >= 400) metrics.http_errors++;
+      return h;
+    });
+    // Every response passes here before its headers are written: its status for the log.
+    svr.set_post_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (RequestRecord* r = current_request()) {
+        r->status = res.status;
+        if (r->path.empty()) r->method = req.method, r->path = req.path;
+      }
     });
     // Fill the body only for errors that have none (unknown route, bad method).
     svr.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
       const std::string msg = res.status == 404 ? fmt::format("Unknown route {} {}", req.method, req.path)
                                                 : fmt::format("HTTP error {}", res.status);
+      if (RequestRecord* r = current_request()) r->error = msg;
       res.set_content(dump(error_body(res.status, msg)), "application/json");
       return httplib::Server::HandlerResponse::Handled;
     }));
@@ -443,18 +511,14 @@ struct HttpServer::Impl {
         what = e.what();
       } catch (...) {
       }
-      res.status = 500;
-      res.set_content(dump(error_body(500, "internal error: " + what)), "application/json");
+      if (RequestRecord* r = current_request()) r->error = "internal error: " + what;
+      res.status = 500;  // the details go to the log only
+      res.set_content(dump(error_body(500, "internal error (see the server log)")), "application/json");
     });
 
     svr.Post("/generate", wrap(&Impl::handle_generate));
     svr.Post("/v1/chat/completions", wrap(&Impl::handle_chat));
     svr.Post("/v1/completions", wrap(&Impl::handle_completion));
-    svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-      json m = {{"id", model_id}, {"object", "model"}, {"created", unix_time()}, {"owned_by", "sala"},
-                {"root", model_id}, {"max_model_len", lim.max_context_len}};
-      send_json(res, {{"object", "list"}, {"data", json::array({m})}});
-    });
     auto health = [this](const httplib::Request&, httplib::Response& res) {
       if (engine.alive()) {
         res.status = 200;
@@ -471,17 +535,16 @@ struct HttpServer::Impl {
                       "waiting requests, the operation will not be performed.)\n",
                       "text/plain");
     };
-    svr.Post("/flush_cache", flush);
-    svr.Get("/flush_cache", flush);
+    svr.Post("/flush_cache", flush);  // state-changing: POST only (GET is a 405)
     auto info = [this](const httplib::Request&, httplib::Response& res) {
       json j = opts.server_args;
       j["model_path"] = opts.model_path;
       j["served_model_name"] = model_id;
       j["stream_interval"] = opts.stream_interval;
       j["context_length"] = lim.max_context_len;
-      j["version"] = "sala-0.1";
+      j["version"] = kVersion;
       j["uptime_s"] = seconds_since(started);
-      j["engine_stats"] = stats_json();
+      j["engine_stats"] = stats_json(engine.stats());
       j["internal_states"] = json::array({json::object()});
       send_json(res, j);
     };
@@ -490,8 +553,9 @@ struct HttpServer::Impl {
     svr.Get("/get_model_info", [this](const httplib::Request&, httplib::Response& res) {
       send_json(res, {{"model_path", opts.model_path}, {"tokenizer_path", opts.model_path}, {"is_generation", true}});
     });
+    register_extra_routes(svr, route_context());
     svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(render_metrics(), "text/plain; version=0.0.4");
+      res.set_content(render_metrics(engine.stats(), metrics, svr), "text/plain; version=0.0.4");
     });
   }
 };
@@ -502,13 +566,33 @@ HttpServer::HttpServer(ServerOptions opts, Engine& engine, const Tokenizer& tok,
 HttpServer::~HttpServer() { stop(); }
 
 int HttpServer::bind() {
-  int port = impl_->svr.bind_with_backlog(impl_->opts.host, impl_->opts.port, impl_->opts.listen_backlog);
-  if (port < 0) fail("cannot listen on {}:{}", impl_->opts.host, impl_->opts.port);
+  int port = impl_->svr.bind_exclusive(impl_->opts.host, impl_->opts.port, impl_->opts.listen_backlog);
+  if (port < 0) {
+    if (errno == EADDRINUSE)
+      fail("cannot listen on {}:{}: the port is already in use (another server?)", impl_->opts.host, impl_->opts.port);
+    fail("cannot listen on {}:{}: {}", impl_->opts.host, impl_->opts.port, std::strerror(errno));
+  }
   impl_->opts.port = port;
   return port;
 }
 
 void HttpServer::run() { impl_->svr.listen_after_bind(); }
+
+void HttpServer::shutdown() {
+  Impl& I = *impl_;
+  I.svr.set_draining(true);
+  const auto deadline = Clock::now() + std::chrono::seconds(I.opts.shutdown_timeout_s);
+  fmt::print(stderr, "sala serve: draining {} request(s), at most {} s\n", I.svr.requests_in_progress(),
+             I.opts.shutdown_timeout_s);
+  while (I.svr.requests_in_progress() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  if (I.svr.requests_in_progress() > 0) {
+    fmt::print(stderr, "sala serve: shutdown timeout; aborting {} request(s)\n", I.svr.requests_in_progress());
+    I.aborting = true;
+    const auto grace = Clock::now() + 5s;  // their error events and [DONE] get written
+    while (I.svr.requests_in_progress() > 0 && Clock::now() < grace) std::this_thread::sleep_for(20ms);
+  }
+  stop();
+}
 
 void HttpServer::stop() {
   if (impl_ && impl_->svr.is_running()) impl_->svr.stop();

@@ -13,6 +13,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "tokenizer/chat_template.h"
@@ -33,6 +34,13 @@ struct ServerOptions {
   int64_t max_context_len = 0;     // prompt + completion limit of one request
   int32_t vocab_size = 0;
   int32_t max_n = 64;
+  std::vector<std::string> allowed_origins;  // CORS origins ("*": any); empty: none
+  bool protect_metrics = false;    // /metrics needs the API key too
+  int shutdown_timeout_s = 30;     // drain: how long running requests may finish
+  int header_timeout_s = 10;       // a request's line + headers must arrive within this
+  int max_connections = 0;         // 0: http_threads - 16 (the rest answer 503 at once)
+  size_t max_body_bytes = size_t(256) << 20;
+  bool log_requests = true;        // one JSON line per request on stderr
   nlohmann::json server_args = nlohmann::json::object();  // echoed by /get_server_info
 };
 
@@ -50,6 +58,9 @@ class HttpServer {
   int bind();
   // Serves until stop(); call bind() first.
   void run();
+  // Graceful: new requests get 503, running ones may finish for opts.shutdown_timeout_s, then
+  // every stream ends with an error event and [DONE]; then the server stops. Any thread.
+  void shutdown();
   void stop();
   std::string model_id() const;
 

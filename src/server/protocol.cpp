@@ -8,6 +8,8 @@
 #include <cmath>
 #include <limits>
 
+#include "server/protocol_fields.h"
+
 namespace sala::server {
 
 // ---------------------------------------------------------------- errors
@@ -62,6 +64,8 @@ json parse_body(const std::string& body) {
     const bool utf8 = what.find("UTF-8") != std::string::npos || what.find("utf-8") != std::string::npos;
     throw ApiError(400, fmt::format("The request body is not valid JSON{}: {}",
                                     utf8 ? " (invalid UTF-8)" : "", what));
+  } catch (const json::out_of_range&) {  // a number beyond double, e.g. 1e309
+    throw ApiError(400, "The request body has a number out of range (beyond a 64-bit float).");
   }
   if (!j.is_object()) throw ApiError(400, "The request body must be a JSON object.");
   return j;
@@ -69,7 +73,7 @@ json parse_body(const std::string& body) {
 
 // ---------------------------------------------------------------- typed field access
 
-namespace {
+namespace fields {
 
 const char* type_name(const json& v) {
   if (v.is_boolean()) return "a boolean";
@@ -150,6 +154,11 @@ void refuse_if_present(const json& o, const char* k, const char* what) {
                  (v->is_array() && v->empty()) || (v->is_object() && v->empty());
   if (!trivial) bad_request(k, fmt::format("'{}' is not supported by this server ({})", k, what));
 }
+
+}  // namespace fields
+
+namespace {
+using namespace fields;
 
 // Fields shared by the OpenAI routes and SGLang's sampling_params.
 // max_key: the field(s) holding the token budget.
@@ -256,7 +265,6 @@ bool parse_stream_options(const json& o, bool stream) {
 }
 
 void refuse_openai_unsupported(const json& o) {
-  refuse_if_present(o, "logit_bias", "logit bias is not implemented");
   refuse_if_present(o, "tools", "tool calling is not implemented");
   refuse_if_present(o, "functions", "function calling is not implemented");
   if (const json* rf = field(o, "response_format")) {
@@ -300,9 +308,9 @@ GenerateRequest parse_generate(const json& body, const ProtocolLimits& lim) {
     }
     for (const char* k : {"regex", "json_schema", "ebnf", "structural_tag"})
       refuse_if_present(*sp, k, "constrained decoding is not implemented");
-    if (auto v = get_bool(*sp, "no_stop_trim"); v && *v)
-      bad_request("no_stop_trim", "'no_stop_trim' is not supported");
+    parse_generate_extras(*sp, lim, r.sampling);
   }
+  refuse_generate_unsupported(body);
   r.stream = get_bool(body, "stream").value_or(false);
   parse_generate_logprobs(body, r.sampling.logprobs);
   if (auto rid = field(body, "rid")) {
@@ -366,6 +374,8 @@ ChatRequest parse_chat(const json& body, const ProtocolLimits& lim) {
     if (!k->is_object()) bad_request("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     r.template_kwargs = *k;
   }
+  parse_openai_extras(body, lim, /*chat=*/true, r.sampling);
+  parse_chat_extras(body, r);
   return r;
 }
 
@@ -387,6 +397,7 @@ CompletionRequest parse_completion(const json& body, const ProtocolLimits& lim) 
     bad_request("prompt", "too many prompts x n in one request");
   r.stream = get_bool(body, "stream").value_or(false);
   r.include_usage = parse_stream_options(body, r.stream);
+  parse_openai_extras(body, lim, /*chat=*/false, r.sampling);
   return r;
 }
 

@@ -73,6 +73,10 @@ struct Sampling {
   bool skip_special_tokens = true;
   int32_t n = 1;
   LogprobRequest logprobs;
+  // A matched stop string / stop token stays in the output (vLLM's include_stop_str_in_output,
+  // SGLang's no_stop_trim).
+  bool include_stop_str = false;
+  int32_t stream_interval = 0;  // SGLang's per-request stream_interval; 0: the server's
 };
 
 // A prompt: text to tokenize, or token ids.
@@ -99,6 +103,12 @@ struct ChatRequest {
   bool stream = false;
   bool include_usage = false;
   json template_kwargs = json::object();
+  // vLLM's chat extensions (protocol_params.cpp): the rendered prompt ends with the
+  // generation prompt, or open inside the final message; echo prepends that message.
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  bool echo = false;
+  bool add_special_tokens = false;  // BOS etc. on top of what the template renders
 };
 ChatRequest parse_chat(const json& body, const ProtocolLimits& lim);
 

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -56,6 +57,7 @@ std::unique_ptr<ChatTemplate> ChatTemplate::from_text(const std::string& text, c
     if (norm == k.text) {
       std::unique_ptr<ChatTemplate> t(new ChatTemplate());
       t->name_ = k.name;
+      t->source_ = text;
       t->with_bos_ = k.bos;
       t->with_think_ = k.think;
       t->bos_ = tok.bos_token();
@@ -73,6 +75,7 @@ std::unique_ptr<ChatTemplate> ChatTemplate::from_text(const std::string& text, c
   }
   std::unique_ptr<ChatTemplate> t(new ChatTemplate());
   t->name_ = "jinja";
+  t->source_ = text;
   t->jinja_ = std::move(parsed);
   t->bos_ = tok.bos_token();
   t->eos_ = tok.eos_token();
@@ -147,6 +150,21 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool 
       out += "<think>\n\n</think>\n\n";
   }
   return out;
+}
+
+std::string cut_after_final_message(const std::string& rendered, const std::string& final_content) {
+  auto cut = [&](const std::string& c) -> std::optional<std::string> {
+    if (c.empty()) return std::nullopt;
+    const size_t at = rendered.rfind(c);
+    if (at == std::string::npos) return std::nullopt;
+    return rendered.substr(0, at + c.size());
+  };
+  if (auto r = cut(final_content)) return *r;
+  size_t b = final_content.find_first_not_of(" \t\r\n"), e = final_content.find_last_not_of(" \t\r\n");
+  if (b != std::string::npos)
+    if (auto r = cut(final_content.substr(b, e - b + 1))) return *r;
+  fail("continue_final_message: the final message's content does not appear in the rendered chat "
+       "(an empty final message cannot be continued)");
 }
 
 }  // namespace sala

@@ -43,14 +43,22 @@ class ChatTemplate {
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                      const nlohmann::json& template_kwargs = nlohmann::json::object()) const;
   const std::string& name() const { return name_; }
+  const std::string& source() const { return source_; }  // the template text (/tokenizer_info)
 
  private:
   ChatTemplate() = default;
   std::string name_;
+  std::string source_;
   std::string bos_;
   bool with_bos_ = false, with_think_ = false;
   std::string eos_;
   std::shared_ptr<const jinja::Template> jinja_;  // non-null: rendered by the interpreter
 };
+
+// transformers' continue_final_message: `rendered` cut right after the last occurrence of the
+// final message's content (whitespace-trimmed if the template trimmed it), dropping its
+// end-of-turn tokens so that generation continues the message. sala::Error if the content is
+// not in the rendered text.
+std::string cut_after_final_message(const std::string& rendered, const std::string& final_content);
 
 }  // namespace sala

@@ -29,7 +29,8 @@ with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
 url = f"http://127.0.0.1:{port}"
-server = subprocess.Popen([sala, "serve", "--port", str(port)], stdout=subprocess.PIPE,
+# The pipe is read only if the server dies: no per-request log lines to fill it.
+server = subprocess.Popen([sala, "serve", "--port", str(port), "--no-request-log"], stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
 failures = []
 try:

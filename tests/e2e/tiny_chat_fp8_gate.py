@@ -31,7 +31,8 @@ def free_port():
 def evaluate(name, flags):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sala, "serve", "--port", str(port), *flags],
+    # The pipe is read only if the server dies: no per-request log lines to fill it.
+    server = subprocess.Popen([sala, "serve", "--port", str(port), "--no-request-log", *flags],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         for _ in range(600):

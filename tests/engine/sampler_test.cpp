@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 
 #include "engine/sampler.h"
@@ -106,4 +107,33 @@ TEST(Sampler, PenaltiesFollowHfAndOpenAiSemantics) {
 }
 
 }  // namespace
+}  // namespace sala
+
+namespace sala {
+
+// logit_bias is added; stop tokens (EOS unless ignore_eos, stop_token_ids) are -inf until
+// min_new_tokens tokens were generated, then untouched.
+TEST(Sampler, AdjustLogits) {
+  SamplingParams p;
+  p.logit_bias = {{1, 2.5f}};
+  p.min_new_tokens = 2;
+  p.stop_token_ids = {3};
+  std::vector<float> x(5, 0.0f);
+  adjust_logits(x.data(), 5, p, 1, {4});
+  EXPECT_EQ(x[1], 2.5f);
+  EXPECT_TRUE(std::isinf(x[3]) && x[3] < 0);
+  EXPECT_TRUE(std::isinf(x[4]) && x[4] < 0);
+  std::vector<float> y(5, 0.0f);
+  adjust_logits(y.data(), 5, p, 2, {4});
+  EXPECT_EQ(y[3], 0.0f);
+  EXPECT_EQ(y[4], 0.0f);
+  p.ignore_eos = true;
+  std::vector<float> z(5, 0.0f);
+  adjust_logits(z.data(), 5, p, 0, {4});
+  EXPECT_EQ(z[4], 0.0f);  // EOS is no stop token with ignore_eos
+  EXPECT_TRUE(std::isinf(z[3]));
+  SamplerState st;
+  EXPECT_FALSE(st.plain_greedy(p));  // the device argmax would skip the adjustment
+}
+
 }  // namespace sala

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "model/quantize.h"
+#include "model/weights.h"
 #include "test_util.h"
 
 namespace sala::test {
@@ -53,6 +54,21 @@ TEST(QuantizeFp8, CheckpointGivesTheBitsOfQuantizingAtLoad) {
   const auto b = run_calls(*ckpt, ids, {256, 44}, 0, page_range(0, 24));
   ASSERT_EQ(a.size(), b.size());
   EXPECT_EQ(max_rel_diff(a, b), 0.0);
+}
+
+// Memory planning (sala serve sizes the KV pool from it): a pre-quantized checkpoint is planned
+// as FP8 even when the backend's own linear format is dense (no --quantization flag), i.e. as
+// much as quantizing the bf16 checkpoint at load, not twice that.
+TEST(QuantizeFp8, PreQuantizedCheckpointIsPlannedAsFp8) {
+  TempDir out("plan");
+  quantize_checkpoint_fp8(tiny_chat_dir(), out.str(), {});
+  const ModelConfig q = load_model_config(out.str()), plain = load_model_config(tiny_chat_dir());
+  for (WeightFormat dense : {WeightFormat::F32, WeightFormat::BF16})
+    EXPECT_EQ(planned_weight_bytes(q, dense, dense),
+              planned_weight_bytes(plain, WeightFormat::FP8_E4M3, dense))
+        << weight_format_name(dense);
+  EXPECT_LT(planned_weight_bytes(q, WeightFormat::BF16, WeightFormat::BF16),
+            planned_weight_bytes(plain, WeightFormat::BF16, WeightFormat::BF16));
 }
 
 TEST(QuantizeFp8, LmHeadOnRequestAndRefusals) {

@@ -42,9 +42,10 @@ def log(*a):
 class Server:
     """`with Server(["--stream-interval", "4"]) as s:` — s.url, s.model_id, s.get/post/stream."""
 
-    def __init__(self, args=(), model=MODEL_DIR, ready_timeout=180):
+    def __init__(self, args=(), model=MODEL_DIR, ready_timeout=180, env=None, api_key=None):
         self.args = list(args)
-        self.api_key = self.args[self.args.index("--api-key") + 1] if "--api-key" in self.args else None
+        self.api_key = self.args[self.args.index("--api-key") + 1] if "--api-key" in self.args else api_key
+        self.env = env
         self.model = model
         self.ready_timeout = ready_timeout
         self.proc = None
@@ -55,7 +56,8 @@ class Server:
         cmd = [sala_bin(), "serve", "--model-path", self.model, "--host", "127.0.0.1", "--port", "0",
                "--kv-memory-mb", "128"] + self.args
         log("starting:", " ".join(cmd))
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env = dict(os.environ, **self.env) if self.env else None
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         threading.Thread(target=self._drain_stderr, daemon=True).start()
         deadline = time.time() + self.ready_timeout
         while True:
@@ -110,6 +112,32 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         return False
+
+    def raw(self, data, timeout=10, read_all=True):
+        """Sends bytes on a fresh socket; returns everything the server sent until it closed
+        (or until `timeout`). Raw, so nothing is normalised away by a client library."""
+        sk = socket.create_connection((self.host, self.port), timeout=timeout)
+        try:
+            sk.sendall(data)
+            out = b""
+            while read_all:
+                try:
+                    chunk = sk.recv(65536)
+                except socket.timeout:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            return out
+        finally:
+            sk.close()
+
+    def vm(self, key="VmHWM"):
+        """The server's /proc/PID/status value in kB (VmHWM: peak resident set)."""
+        for line in open(f"/proc/{self.proc.pid}/status"):
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+        return -1
 
     # ---- raw HTTP
     def conn(self, timeout=300):

@@ -170,3 +170,45 @@ TEST(Protocol, Responses) {
   EXPECT_EQ(c["usage"]["total_tokens"], 7);
   EXPECT_NO_THROW(dump(json("\xff")));
 }
+
+// Parameters beyond the basic sampling fields (protocol_params.cpp): implemented ones land in
+// the typed request, unsupported ones are a 400 naming them.
+TEST(Protocol, ExtraParams) {
+  auto c = parse_chat(json::parse(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 9,
+      "min_tokens": 3, "logit_bias": {"5": -100, "7": 2.5}, "include_stop_str_in_output": true,
+      "add_generation_prompt": false, "continue_final_message": true, "echo": true,
+      "reasoning_effort": "none"})"), lim());
+  EXPECT_EQ(c.sampling.params.min_new_tokens, 3);
+  ASSERT_EQ(c.sampling.params.logit_bias.size(), 2u);
+  EXPECT_TRUE(c.sampling.include_stop_str);
+  EXPECT_TRUE(c.continue_final_message && !c.add_generation_prompt && c.echo);
+  EXPECT_EQ(c.template_kwargs["enable_thinking"], false);
+  std::string param;
+  auto chat = [&](const char* extra) {
+    return status_of([extra] {
+      parse_chat(json::parse(std::string(R"({"messages": [{"role": "user", "content": "x"}])") + extra + "}"), lim());
+    }, &param);
+  };
+  EXPECT_EQ(chat(R"(, "min_tokens": 10, "max_tokens": 5)"), 400);
+  EXPECT_EQ(param, "min_tokens");
+  EXPECT_EQ(chat(R"(, "logit_bias": {"abc": 1})"), 400);
+  EXPECT_EQ(param, "logit_bias");
+  EXPECT_EQ(chat(R"(, "logit_bias": {"5": 101})"), 400);
+  EXPECT_EQ(chat(R"(, "logit_bias": {"900": 1})"), 400);  // beyond the vocabulary
+  EXPECT_EQ(chat(R"(, "continue_final_message": true)"), 400);
+  EXPECT_EQ(param, "continue_final_message");
+  for (const char* k : {"regex", "guided_json", "structured_outputs", "json_schema", "ebnf"}) {
+    EXPECT_EQ(chat((std::string(", \"") + k + "\": \"a\"").c_str()), 400) << k;
+    EXPECT_EQ(param, k);
+  }
+  EXPECT_EQ(chat(R"(, "tool_choice": "none", "store": false, "service_tier": "auto", "user": "u")"), 200);
+  EXPECT_EQ(chat(R"(, "tool_choice": "required")"), 400);
+  EXPECT_EQ(chat(R"(, "web_search_options": {})"), 400);
+  auto g = parse_generate(json::parse(R"({"text": "a", "sampling_params": {"min_new_tokens": 2,
+      "no_stop_trim": true, "stream_interval": 3, "logit_bias": {"1": 1}}})"), lim());
+  EXPECT_EQ(g.sampling.params.min_new_tokens, 2);
+  EXPECT_TRUE(g.sampling.include_stop_str);
+  EXPECT_EQ(g.sampling.stream_interval, 3);
+  EXPECT_EQ(status_of([] { parse_generate(json::parse(R"({"text": "a", "sampling_params": {"min_new_tokens": 200}})"), lim()); }), 400);
+  EXPECT_EQ(status_of([] { parse_generate(json::parse(R"({"text": "a", "lora_path": "x"})"), lim()); }), 400);
+}

@@ -37,7 +37,8 @@ CASES = [
     ("stop empty string", CHAT, {"messages": MSG, "stop": [""]}, 400),
     ("top_logprobs past 20", CHAT, {"messages": MSG, "logprobs": True, "top_logprobs": 21}, 400),
     ("tools", CHAT, {"messages": MSG, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400),
-    ("unknown model", CHAT, {"model": "gpt-9", "messages": MSG}, 400),
+    ("unknown model", CHAT, {"model": "gpt-9", "messages": MSG}, 404),
+    ("unknown model completions", "/v1/completions", {"model": "gpt-9", "prompt": "a"}, 404),
     ("seed string", CHAT, {"messages": MSG, "seed": "x"}, 400),
     ("completions no prompt", "/v1/completions", {"max_tokens": 3}, 400),
     ("completions bad prompt", "/v1/completions", {"prompt": {"a": 1}}, 400),
@@ -106,6 +107,11 @@ def main():
                 ck(json.loads(data)["error"]["type"] == "rate_limit_error", "429 error body")
         ok = s.post_json("/generate", {"text": "Hello", "sampling_params": {"max_new_tokens": 4}})
         ck("text" in ok, "serving after 429s")
+        # more sequences than the queue can ever hold: 400 naming n, not a 429 that can never succeed
+        for path, body in [(CHAT, {"messages": MSG, "max_tokens": 2, "n": 2}),
+                           ("/generate", {"text": "Hello", "sampling_params": {"max_new_tokens": 2, "n": 2}})]:
+            st, data = s.post(path, body)
+            ck(st == 400 and json.loads(data)["error"]["param"] == "n", f"{path} n beyond the queue: {st} {data[:200]!r}")
         s.wait_idle()
     ck.done()
 

@@ -75,7 +75,7 @@ def main():
 
         # refused features / bad requests raise the SDK's typed errors
         for kw, what in [({"logprobs": True, "top_logprobs": 21}, "top_logprobs 21"), ({"max_tokens": 0}, "max_tokens 0"),
-                         ({"messages": []}, "empty messages"), ({"model": "nope"}, "unknown model")]:
+                         ({"messages": []}, "empty messages")]:
             args = dict(model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=4)
             args.update(kw)
             try:
@@ -84,6 +84,13 @@ def main():
             except openai.BadRequestError as e:
                 ck(isinstance(e.body, dict) and "message" in e.body, f"{what}: error body {e.body}")
                 log(f"{what}: 400 {e.body.get('message')!r}")
+
+        # an unknown model is a 404 (OpenAI, vLLM): the SDK's NotFoundError
+        try:
+            client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+            ck(False, "unknown model: expected NotFoundError")
+        except openai.NotFoundError as e:
+            ck(e.body.get("code") == "model_not_found" and e.body.get("param") == "model", f"unknown model: {e.body}")
 
     # API key
     with Server(["--api-key", "sekrit"]) as s:

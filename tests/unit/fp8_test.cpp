@@ -252,3 +252,34 @@ TEST(Fp8, EncodeMatchesNearestValueSearchOverAnFp32Sweep) {
 
 }  // namespace
 }  // namespace sala
+
+namespace sala {
+namespace {
+
+// A matrix large enough for fp8_quantize_rows to split its rows over threads gives, row by
+// row, what the one-row recipe (fp8_row_scale, then f32_to_fp8_e4m3 of v / scale) gives.
+TEST(Fp8, QuantizeRowsOverThreadsEqualsTheRowRecipe) {
+  const int64_t rows = 1031, cols = 4096;  // 4.2 M values: several threads where cores allow
+  std::vector<float> v(size_t(rows * cols));
+  uint32_t state = 12345;
+  for (float& x : v) {
+    state = state * 1664525u + 1013904223u;
+    x = (float(state >> 8) / float(1 << 24) - 0.5f) * std::ldexp(1.f, int(state % 13) - 6);
+  }
+  std::fill(v.begin() + 7 * cols, v.begin() + 8 * cols, 0.f);  // a zero row: scale 1
+  std::vector<uint8_t> codes(v.size());
+  std::vector<float> scales(static_cast<size_t>(rows));
+  fp8_quantize_rows(v.data(), rows, cols, codes.data(), scales.data());
+  int64_t bad = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float s = fp8_row_scale(v.data() + r * cols, cols);
+    bad += s != scales[size_t(r)];
+    for (int64_t c = 0; c < cols; ++c)
+      bad += f32_to_fp8_e4m3(v[size_t(r * cols + c)] / s) != codes[size_t(r * cols + c)];
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(scales[7], 1.f);
+}
+
+}  // namespace
+}  // namespace sala

@@ -1,0 +1,53 @@
+// /metrics (Prometheus text) and the engine stats of /get_server_info.
+#include "server/http_internal.h"
+
+namespace sala::server::detail {
+
+std::string render_metrics(const EngineStats& s, const Metrics& metrics, const GuardedServer& svr) {
+  std::string o;
+  auto gauge = [&](const char* name, const char* help, double v) {
+    o += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, v);
+  };
+  auto counter = [&](const char* name, const char* help, double v) {
+    o += fmt::format("# HELP {} {}\n# TYPE {} counter\n{} {}\n", name, help, name, name, v);
+  };
+  counter("sala_http_requests_total", "HTTP requests received", double(metrics.http_requests.load()));
+  counter("sala_http_errors_total", "HTTP requests answered with an error status", double(metrics.http_errors.load()));
+  counter("sala_client_disconnects_total", "Streams aborted because the client went away", double(metrics.client_disconnects.load()));
+  counter("sala_stop_string_matches_total", "Sequences ended by a stop string", double(metrics.stop_string_matches.load()));
+  counter("sala_http_connections_refused_total", "Connections refused with 503 (connection cap)", double(svr.connections_refused()));
+  counter("sala_http_connections_evicted_total", "Idle or slow-header connections closed to make room", double(svr.connections_evicted()));
+  gauge("sala_http_connections_open", "Open HTTP connections", double(svr.connections_open()));
+  counter("sala_requests_total", "Generation requests submitted to the engine", double(s.requests_total));
+  counter("sala_requests_finished_total", "Generation requests finished", double(s.requests_finished));
+  counter("sala_requests_aborted_total", "Generation requests aborted", double(s.requests_aborted));
+  counter("sala_preemptions_total", "Requests preempted (pages freed, recomputed later)", double(s.preemptions));
+  counter("sala_prompt_tokens_total", "Prompt tokens processed", double(s.prompt_tokens_total));
+  counter("sala_generation_tokens_total", "Tokens generated", double(s.generated_tokens_total));
+  counter("sala_engine_steps_total", "Engine forward steps", double(s.steps));
+  gauge("sala_num_running_reqs", "Requests running in the engine", double(s.running));
+  gauge("sala_num_queued_reqs", "Requests waiting in the engine queue", double(s.queued));
+  gauge("sala_kv_pages_used", "KV pages in use (sparse layers)", double(s.kv_pages_used));
+  gauge("sala_kv_pages_total", "KV pages in the pool", double(s.kv_pages_total));
+  gauge("sala_state_slots_used", "Lightning-state slots in use", double(s.state_slots_used));
+  gauge("sala_state_slots_total", "Lightning-state slots in the pool", double(s.state_slots_total));
+  gauge("sala_kv_usage_ratio", "Fraction of KV pages in use",
+        s.kv_pages_total ? double(s.kv_pages_used) / double(s.kv_pages_total) : 0.0);
+  gauge("sala_http_in_flight", "HTTP generation requests in flight", double(metrics.in_flight.load()));
+  metrics.ttft.render(o, "sala_time_to_first_token_seconds", "Time to first token (server side)");
+  metrics.itl.render(o, "sala_inter_token_latency_seconds", "Inter-token latency (server side)");
+  metrics.e2e.render(o, "sala_e2e_request_latency_seconds", "End-to-end request latency");
+  return o;
+}
+
+json stats_json(const EngineStats& s) {
+  return {{"running", s.running}, {"queued", s.queued},
+          {"kv_pages_used", s.kv_pages_used}, {"kv_pages_total", s.kv_pages_total},
+          {"state_slots_used", s.state_slots_used}, {"state_slots_total", s.state_slots_total},
+          {"requests_total", s.requests_total}, {"requests_finished", s.requests_finished},
+          {"requests_aborted", s.requests_aborted}, {"preemptions", s.preemptions},
+          {"prompt_tokens_total", s.prompt_tokens_total},
+          {"generated_tokens_total", s.generated_tokens_total}, {"steps", s.steps}};
+}
+
+}  // namespace sala::server::detail
