@@ -243,6 +243,13 @@ inline bool write_event(httplib::DataSink& sink, const json& j) {
 }
 
 std::string render_metrics(const EngineStats& s, const Metrics& metrics, const GuardedServer& svr);
+// http_stream.cpp: the request's log line counts (ids, tokens, TTFT) of its sequences, and one
+// round of an SSE stream (wait for progress, write what is due; false: stop, the client is gone
+// or the stream ended). `aborting`: the shutdown timeout passed, end with an error event.
+void note_usage(const std::vector<Seq>& seqs);
+json usage_of(const std::vector<Seq>& seqs);  // OpenAI usage: prompts counted once per prompt
+bool stream_step(StreamState& st, httplib::DataSink& sink, Metrics& metrics,
+                 const std::atomic<bool>& aborting, const LogprobFormatter& lpfmt);
 json stats_json(const EngineStats& s);
 
 inline std::string random_hex(size_t n) {
