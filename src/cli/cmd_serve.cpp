@@ -33,6 +33,7 @@ struct ServeOpts {
   int shutdown_timeout = 30, header_timeout = 10, max_connections = 0, max_body_mb = 256;
   int port = 30000;
   int chunked_prefill_size = 8192;
+  std::string schedule_policy = "fair";
   int max_running_requests = 64;
   int max_queued_requests = 1024;
   int64_t max_total_tokens = 0;
@@ -108,6 +109,7 @@ int run_serve(const ServeOpts& o) {
   lo.engine.max_queued_requests = o.max_queued_requests;
   lo.engine.max_context_len = o.context_length;
   lo.engine.dense_as_sparse = o.dense_as_sparse;
+  lo.engine.schedule_policy = sala::parse_schedule_policy(o.schedule_policy);
   lo.max_total_tokens = o.max_total_tokens;
   lo.kv_memory_bytes = size_t(o.kv_memory_mb) << 20;
   if (o.mem_fraction_static > 0) lo.mem_fraction_static = o.mem_fraction_static;
@@ -139,6 +141,7 @@ int run_serve(const ServeOpts& o) {
       {"quantization", o.quantization.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.quantization)},
       {"served_model_name", o.served_model_name.empty() ? so.model_path : o.served_model_name},
       {"chunked_prefill_size", info.options.chunked_prefill_size > 0 ? info.options.chunked_prefill_size : o.chunked_prefill_size},
+      {"schedule_policy", sala::schedule_policy_name(info.options.schedule_policy)},
       {"max_running_requests", info.options.max_running_requests > 0 ? info.options.max_running_requests : o.max_running_requests},
       {"max_queued_requests", o.max_queued_requests}, {"max_total_num_tokens", L.max_total_tokens},
       {"max_total_tokens", L.max_total_tokens}, {"context_length", L.max_context_len},
@@ -173,6 +176,11 @@ sala::cli::Registrar reg("serve", "Serve a model over HTTP (SGLang /generate + O
   app.add_option("--port", o->port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   app.add_option("--served-model-name", o->served_model_name, "Model id in /v1/models (default: --model-path as given)");
   app.add_option("--chunked-prefill-size", o->chunked_prefill_size, "Max prompt tokens of one request per step")->capture_default_str();
+  app.add_option("--schedule-policy", o->schedule_policy,
+                 "fair: each step serves the least recently served work first, smaller chunks first "
+                 "(a short request is not stuck behind a long prefill); fcfs: running requests first, "
+                 "then admission in arrival order")
+      ->capture_default_str()->check(CLI::IsMember({"fair", "fcfs"}));
   app.add_option("--max-running-requests", o->max_running_requests, "Max requests decoding together")->capture_default_str();
   app.add_option("--max-queued-requests", o->max_queued_requests, "Queue bound; beyond it requests get 429")->capture_default_str();
   app.add_option("--max-total-tokens", o->max_total_tokens, "KV pool size in tokens (default: from --kv-memory-mb)");

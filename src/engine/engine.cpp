@@ -151,7 +151,7 @@ class EngineImpl final : public Engine {
     states_ = std::make_unique<StatePool>(lim.caches.num_slots);
     scheduler_ = std::make_unique<Scheduler>(
         SchedulerOptions{o.max_running_requests, o.chunked_prefill_size, o.max_step_tokens,
-                         cfg.sparse.first_sparse_len(o.dense_as_sparse)},
+                         cfg.sparse.first_sparse_len(o.dense_as_sparse), o.schedule_policy},
         *blocks_, *states_);
     stats_.kv_pages_total = lim.caches.num_pages;
     stats_.state_slots_total = lim.caches.num_slots;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/scheduler.h"    // SchedulePolicy
 #include "model/minicpm_sala.h"  // Model, ModelLimits, ModelConfig
 
 namespace sala {
@@ -98,6 +99,7 @@ struct EngineOptions {
   int32_t max_queued_requests = 1024;   // beyond: submit throws QueueFull (HTTP 429)
   int32_t max_context_len = 0;          // 0: model's max_position_embeddings
   bool dense_as_sparse = false;
+  SchedulePolicy schedule_policy = SchedulePolicy::Fair;  // see scheduler.h
 };
 
 struct EngineStats {

@@ -47,6 +47,11 @@ TEST(StatePool, AcquireRelease) {
   EXPECT_EQ(pool.used(), 0);
 }
 
+SchedulerOptions fcfs(SchedulerOptions o) {
+  o.policy = SchedulePolicy::Fcfs;
+  return o;
+}
+
 // A fake engine around the scheduler: every sampled row appends token 7.
 struct Harness {
   BlockPool blocks;
@@ -141,8 +146,8 @@ TEST(Scheduler, ChunkedPrefillThenDecode) {
   EXPECT_EQ(a->tokens.size(), 203u);
 }
 
-TEST(Scheduler, DecodeRowsMixWithPrefillChunksWithinTheStepBudget) {
-  Harness h(100, 16, 4, {4, 64, 130});
+TEST(Scheduler, FcfsDecodeRowsMixWithPrefillChunksWithinTheStepBudget) {
+  Harness h(100, 16, 4, fcfs({4, 64, 130}));
   Sequence* a = h.add(10);
   h.step();  // a prefilled, sampled
   Sequence* b = h.add(300);
@@ -163,8 +168,9 @@ TEST(Scheduler, DecodeRowsMixWithPrefillChunksWithinTheStepBudget) {
 }
 
 TEST(Scheduler, ChunkBoundariesDependOnTheSequenceOnly) {
-  // A prefill chunk that does not fit the step budget waits rather than shrinking.
-  Harness h(100, 16, 4, {4, 64, 100});
+  // A prefill chunk that does not fit the step budget waits rather than shrinking (fcfs: the
+  // running b goes first, the newcomer c waits).
+  Harness h(100, 16, 4, fcfs({4, 64, 100}));
   Sequence* a = h.add(10);
   h.step();
   Sequence* b = h.add(200);
@@ -313,6 +319,109 @@ TEST(Scheduler, RandomWorkloadLeaksNothing) {
   EXPECT_EQ(h.states.used(), 0);
   EXPECT_TRUE(h.sched.running().empty());
   EXPECT_TRUE(h.sched.waiting().empty());
+  EXPECT_GT(h.sched.preemptions(), 0);
+}
+
+TEST(Scheduler, FairSmallerWorkFirstAtEqualServiceTheSkippedChunkNext) {
+  // The fcfs case above under fair: c (60 rows) goes before b's chunk (64) at equal
+  // last_step; b, skipped, is least recently served and goes first the step after.
+  Harness h(100, 16, 4, {4, 64, 100});
+  Sequence* a = h.add(10);
+  h.step();
+  Sequence* b = h.add(200);
+  h.step();
+  Sequence* c = h.add(60);
+  h.step();
+  EXPECT_EQ(h.rows_of(a), 1);
+  EXPECT_EQ(h.rows_of(b), 0);
+  EXPECT_EQ(h.rows_of(c), 60);
+  h.step();
+  EXPECT_EQ(h.rows_of(b), 64);  // a boundary of b alone, never shortened
+  EXPECT_EQ(h.rows_of(a), 1);
+  EXPECT_EQ(h.rows_of(c), 1);
+}
+
+// A 200K-token prompt prefilling in 8192-token chunks with the engine's budget (a chunk plus
+// one row per running request, here 8), and a 100-token request (a short chat prompt: more
+// than the 8 rows a full chunk leaves) arriving at step 4. Returns the step that first gave
+// the short request rows, and the step of the long prompt's last chunk.
+std::pair<int, int> long_and_short(SchedulePolicy policy) {
+  SchedulerOptions o{8, 8192, 8192 + 8};
+  o.policy = policy;
+  Harness h(13000, 16, 8, o);
+  Sequence* lng = h.add(200000);
+  Sequence* shrt = nullptr;
+  int short_first = -1, long_done = -1;
+  for (int step = 1; step <= 40 && long_done < 0; ++step) {
+    if (step == 4) shrt = h.add(100);
+    h.step();
+    if (shrt && short_first < 0 && h.rows_of(shrt) > 0) short_first = step;
+    if (lng->tokens.size() > 200000)
+      long_done = step;
+  }
+  return {short_first, long_done};
+}
+
+TEST(Scheduler, FairAShortRequestDoesNotWaitForALongPrefill) {
+  const auto [short_first, long_done] = long_and_short(SchedulePolicy::Fair);
+  EXPECT_EQ(short_first, 4);  // the step it arrived in: smaller than the long chunk, equal service
+  EXPECT_EQ(long_done, 26);   // 25 chunks, one step lost to the short request
+}
+
+TEST(Scheduler, FcfsAShortRequestWaitsForTheWholeLongPrefill) {
+  // The old behaviour: every full chunk leaves only the decode rows' share of the budget (8),
+  // so the 100-token request gets in beside the long prompt's last, partial chunk (200000 =
+  // 24 * 8192 + 3392).
+  const auto [short_first, long_done] = long_and_short(SchedulePolicy::Fcfs);
+  EXPECT_EQ(long_done, 25);
+  EXPECT_EQ(short_first, 25);
+}
+
+TEST(Scheduler, FairALongPrefillIsNotStarvedByAStreamOfShortRequests) {
+  // A new 100-token request every step, each finishing after 3 decode rows; the long prompt
+  // gets at least every other step, every short request its first rows within 2 steps.
+  Harness h(13000, 16, 64, {64, 8192, 8192 + 64});
+  Sequence* lng = h.add(200000);
+  std::vector<std::pair<Sequence*, int>> shorts;  // sequence, arrival step
+  int long_done = -1;
+  for (int step = 1; step <= 80 && long_done < 0; ++step) {
+    shorts.push_back({h.add(100), step});
+    h.step();
+    if (lng->tokens.size() > 200000) long_done = step;
+    for (auto& [s, arrived] : shorts) {
+      if (s->num_computed == 0 && !s->running) EXPECT_LT(step, arrived + 1) << "short " << s->id;
+      if (s->running && s->tokens.size() >= 104 && s->num_computed == int64_t(s->tokens.size()) - 1) {
+        h.sched.remove(s);
+        s->tokens.clear();  // done: skipped from now on
+      }
+    }
+    std::erase_if(shorts, [](auto& e) { return e.first->tokens.empty(); });
+  }
+  EXPECT_GT(long_done, 25);
+  EXPECT_LE(long_done, 2 * 25 + 1);
+  for (auto& s : h.seqs)
+    if (!s->tokens.empty()) h.sched.remove(s.get());
+  EXPECT_EQ(h.blocks.used(), 0);
+}
+
+TEST(Scheduler, FcfsRandomWorkloadLeaksNothing) {
+  std::mt19937 rng(7);
+  Harness h(40, 16, 8, fcfs({8, 48, 128}));
+  for (int stepi = 0; stepi < 1500; ++stepi) {
+    if (rng() % 3 == 0 && h.seqs.size() < 200) h.add(int32_t(1 + rng() % 200));
+    if (!h.sched.running().empty() || !h.sched.waiting().empty()) {
+      auto& p = h.step();
+      for (Sequence* s : p.out_of_memory) h.sched.remove(s);
+    }
+    for (auto& s : h.seqs)
+      if ((s->running || !s->pages.empty()) && (s->tokens.size() > 260 || rng() % 50 == 0))
+        h.sched.remove(s.get());
+  }
+  for (Sequence* s : std::vector<Sequence*>(h.sched.running())) h.sched.remove(s);
+  for (Sequence* s : std::vector<Sequence*>(h.sched.waiting().begin(), h.sched.waiting().end()))
+    h.sched.remove(s);
+  EXPECT_EQ(h.blocks.used(), 0);
+  EXPECT_EQ(h.states.used(), 0);
   EXPECT_GT(h.sched.preemptions(), 0);
 }
 
