@@ -87,6 +87,31 @@ void GemmDispatch::for_each_run(int64_t rows,
   flush();
 }
 
+GemvOut GemmDispatch::gemv_parts(const std::vector<Tensor*>& ys, int64_t r0) {
+  SALA_CHECK(!ys.empty() && ys.size() <= 4, "{} GEMV outputs (1..4)", ys.size());
+  GemvOut o{};
+  int64_t end = 0;
+  for (size_t i = 0; i < ys.size(); ++i) {
+    end += ys[i]->cols;
+    o.y[i] = static_cast<char*>(ys[i]->data) + r0 * ys[i]->cols * int64_t(dtype_size(ys[i]->dtype));
+    o.end[i] = end;
+    o.cols[i] = ys[i]->cols;
+  }
+  o.nparts = int(ys.size());
+  o.f32 = ys[0]->dtype == DType::F32;
+  return o;
+}
+
+GemvOut GemmDispatch::gemv_silu_pair(Tensor& g) {
+  GemvOut o{};
+  o.y[0] = g.data;
+  o.end[0] = 2 * g.cols;
+  o.cols[0] = g.cols;
+  o.nparts = 1;
+  o.silu_pair = true;
+  return o;
+}
+
 void GemmDispatch::linear_rows(const Tensor& x, const Tensor& w, Tensor& y) {
   SALA_CHECK(x.cols == w.cols && y.rows == x.rows && y.cols == w.rows,
              "linear shapes x[{},{}] w[{},{}] y[{},{}]", x.rows, x.cols, w.rows, w.cols, y.rows,
@@ -94,12 +119,8 @@ void GemmDispatch::linear_rows(const Tensor& x, const Tensor& w, Tensor& y) {
   SALA_CHECK(is_act(x) && is_act(w) && (is_act(y) || y.dtype == DType::F32));
   if (x.rows == 0) return;
   if (bf16_ && gemv_supported(x.data, x.cols, w.data, x.cols, x.rows)) {
-    GemvOut o{};
-    o.y[0] = y.data;
-    o.end[0] = w.rows;
-    o.cols[0] = y.cols;
-    o.nparts = 1;
-    o.f32 = y.dtype == DType::F32;
+    Tensor yv = y;
+    const GemvOut o = gemv_parts({&yv});
     launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_);
     timer_.tick(y.dtype == DType::F32 ? "gemv lm_head" : "gemv");
     return;
@@ -188,15 +209,7 @@ bool GemmDispatch::linear_multi(const Tensor& x, const Weight& wt, const std::ve
   const bool ok = parts_ok && gemv_supported(x.data, x.cols, w.data, x.cols, x.rows);
   const bool stacked = !ok && parts_ok && stacked_gemm(x, w);
   if (!ok && !stacked) return false;  // one GEMM per row slice
-  GemvOut o{};
-  int64_t end = 0;
-  for (size_t i = 0; i < ys.size(); ++i) {
-    end += ys[i]->cols;
-    o.y[i] = ys[i]->data;
-    o.end[i] = end;
-    o.cols[i] = ys[i]->cols;
-  }
-  o.nparts = int(ys.size());
+  const GemvOut o = gemv_parts(ys);
   if (stacked) {
     Tensor ws{stack_ws_, DType::BF16, x.rows, w.rows};
     linear_rows(x, w, ws);
@@ -221,12 +234,7 @@ bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g,
           x.cols == wt.cols && gemv_fp8_silu_pair_supported(wt.rows) &&
           gemv_fp8_supported(x.data, x.cols, wt.data, x.cols, x.rows)))
       return false;
-    GemvOut o{};
-    o.y[0] = g.data;
-    o.end[0] = wt.rows;
-    o.cols[0] = g.cols;
-    o.nparts = 1;
-    o.silu_pair = true;
+    const GemvOut o = gemv_silu_pair(g);
     launch_gemv_fp8(ptr<bf16>(x), x.cols, static_cast<const uint8_t*>(wt.data), wt.scales,
                     wt.rows, int(x.cols), int(x.rows), o, stream_);
     timer_.tick("gemv fp8 gate_up+silu");
@@ -245,12 +253,7 @@ bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g,
     return true;
   }
   if (!fused) return false;
-  GemvOut o{};
-  o.y[0] = g.data;
-  o.end[0] = w.rows;
-  o.cols[0] = g.cols;
-  o.nparts = 1;
-  o.silu_pair = true;
+  const GemvOut o = gemv_silu_pair(g);
   launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_);
   timer_.tick("gemv gate_up+silu");
   return true;

@@ -54,6 +54,10 @@ class GemmDispatch {
   void reserve_fp8_input(int64_t rows, int64_t cols);
 
  private:
+  // The skinny GEMMs' outputs: rows [r0, r0 + T) of each of ys (weight rows stacked in ys'
+  // order; o.f32 for fp32 outputs), or silu(gate) * up of a stacked [2I, K] weight into g.
+  static cuda::GemvOut gemv_parts(const std::vector<Tensor*>& ys, int64_t r0 = 0);
+  static cuda::GemvOut gemv_silu_pair(Tensor& g);
   struct AlgoEntry {  // one cached cuBLASLt GEMM
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;

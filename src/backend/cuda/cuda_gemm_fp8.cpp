@@ -93,21 +93,12 @@ void GemmDispatch::linear_fp8(const Tensor& x, const Weight& w, const std::vecto
   // Runs of ≤ kGemvMaxRows rows (decode steps, short sequences of a prefill step): the FP8
   // skinny GEMV, which quantizes its input rows itself with the same rounding, and whose rows
   // do not depend on the run (batch invariance); all parts in one launch.
-  const bool gemv_parts = ys.size() <= 4 && (ys.size() == 1 || std::all_of(ys.begin(), ys.end(),
+  const bool gemv_ok = ys.size() <= 4 && (ys.size() == 1 || std::all_of(ys.begin(), ys.end(),
                                                  [](const Tensor* y) { return is_bf16(*y); }));
   for_each_run(x.rows, [&](int64_t r0, int64_t T) {
     const bf16* xr = ptr<bf16>(x) + r0 * K;
-    if (gemv_parts && T <= kGemvMaxRows && gemv_fp8_supported(xr, K, w.data, K, T)) {
-      GemvOut o{};
-      int64_t end = 0;
-      for (size_t i = 0; i < ys.size(); ++i) {
-        end += ys[i]->cols;
-        o.y[i] = ys[i]->slice_rows(r0, T).data;
-        o.end[i] = end;
-        o.cols[i] = ys[i]->cols;
-      }
-      o.nparts = int(ys.size());
-      o.f32 = ys[0]->dtype == DType::F32;
+    if (gemv_ok && T <= kGemvMaxRows && gemv_fp8_supported(xr, K, w.data, K, T)) {
+      const GemvOut o = gemv_parts(ys, r0);
       launch_gemv_fp8(xr, K, static_cast<const uint8_t*>(w.data), w.scales, w.rows, int(K),
                       int(T), o, stream_);
       timer_.tick(o.f32 ? "gemv fp8 lm_head" : "gemv fp8");
