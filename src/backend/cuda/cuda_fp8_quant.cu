@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/cuda/cuda_common.cuh"  // pdl_trigger
 #include "backend/cuda/cuda_kernels.h"
 
 namespace sala::cuda {
@@ -86,6 +87,9 @@ __global__ void __launch_bounds__(kQuantThreads)
     quantize_rows_kernel(const bf16* __restrict__ x, int64_t cols, int64_t ldx,
                          uint8_t* __restrict__ codes, float* __restrict__ scales) {
   __shared__ float red[kQuantThreads / 32];
+  // A PDL-launched FP8 GEMV after this kernel may start its weight prologue now; it reads the
+  // codes only after its griddepcontrol.wait (this grid complete and visible).
+  pdl_trigger();
   const int64_t r = blockIdx.x;
   const bf16* xr = x + r * ldx;
   uint8_t* cr = codes + r * cols;

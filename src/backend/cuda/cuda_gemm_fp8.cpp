@@ -99,8 +99,11 @@ void GemmDispatch::linear_fp8(const Tensor& x, const Weight& w, const std::vecto
     const bf16* xr = ptr<bf16>(x) + r0 * K;
     if (gemv_ok && T <= kGemvMaxRows && gemv_fp8_supported(xr, K, w.data, K, T)) {
       const GemvOut o = gemv_parts(ys, r0);
-      launch_gemv_fp8(xr, K, static_cast<const uint8_t*>(w.data), w.scales, w.rows, int(K),
-                      int(T), o, stream_);
+      // The rows quantized once (the quantize kernel, bit-exact with the CPU), then the GEMV
+      // streams the codes: no activation work per tile in the GEMV.
+      launch_quantize_rows_fp8(xr, T, K, K, xq, sx, stream_);
+      launch_gemv_fp8_codes(xq, K, sx, static_cast<const uint8_t*>(w.data), w.scales, w.rows,
+                            int(K), int(T), o, stream_);
       timer_.tick(o.f32 ? "gemv fp8 lm_head" : "gemv fp8");
       return;
     }

@@ -45,6 +45,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_kernels.h"
@@ -204,7 +205,8 @@ struct XRows {
   const uint4* r[NT];
   float s[NT], rcp[NT];  // sx of the lane's rows and fl(1 / sx)
   bool v[NT];
-  __device__ XRows(const bf16* x, int64_t ldx, int M, int g, const float* sxs) {
+  __device__ XRows(const void* xv, int64_t ldx, int M, int g, const float* sxs) {
+    const bf16* x = static_cast<const bf16*>(xv);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       v[nt] = g + 8 * nt < M;
@@ -259,6 +261,57 @@ struct XRows {
 #endif
   }
 };
+
+// The B fragments from x already quantized (launch_gemv_fp8_codes): codes [M, ldx] (bytes)
+// with their scales, as launch_quantize_rows_fp8 writes them. load() gives what
+// XRows::quantize() gives: sm_89+ the codes (X[nt][u][0..3]: k 4j..4j+3 of chunk 4u + t),
+// older GPUs their f16x2 values (X[nt][u][0..7]: k 2i, 2i+1).
+template <int NT>
+struct XCodes {
+  const uint4* r[NT];
+  bool v[NT];
+  __device__ XCodes(const void* xv, int64_t ldx, int M, int g, const float* /*sxs*/) {
+    const uint8_t* x = static_cast<const uint8_t*>(xv);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      v[nt] = g + 8 * nt < M;
+      r[nt] = reinterpret_cast<const uint4*>(x + int64_t(v[nt] ? g + 8 * nt : 0) * ldx);
+    }
+  }
+  __device__ void load(uint32_t (&X)[NT][4][8], int c0, int t, int ce) const {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int c = c0 + 4 * u + t;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const uint4 a = c < ce && v[nt] ? __ldg(r[nt] + c) : make_uint4(0, 0, 0, 0);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+        X[nt][u][0] = a.x, X[nt][u][1] = a.y, X[nt][u][2] = a.z, X[nt][u][3] = a.w;
+#else
+        e4m3x4_to_f16x2(a.x, X[nt][u][0], X[nt][u][1]);
+        e4m3x4_to_f16x2(a.y, X[nt][u][2], X[nt][u][3]);
+        e4m3x4_to_f16x2(a.z, X[nt][u][4], X[nt][u][5]);
+        e4m3x4_to_f16x2(a.w, X[nt][u][6], X[nt][u][7]);
+#endif
+      }
+    }
+  }
+  __device__ void quantize(uint32_t (&)[NT][4][8]) const {}
+};
+
+// The per-row scales sx of the M rows into sxs[16] (1 past M): computed from x (row_scales),
+// or read (kCodes: the quantize kernel's).
+template <bool kCodes>
+__device__ __forceinline__ void stage_row_scales(const void* x, int64_t ldx, const float* sx_in,
+                                                 int K, int M, float* sxs,
+                                                 uint32_t (*part)[kGemvMaxRows]) {
+  if constexpr (kCodes) {
+    if (threadIdx.x < kGemvMaxRows) sxs[threadIdx.x] = int(threadIdx.x) < M ? sx_in[threadIdx.x] : 1.f;
+    __syncthreads();
+  } else {
+    row_scales(static_cast<const bf16*>(x), ldx, K, M, sxs, part);
+  }
+}
 
 // One group (16 chunks: 256 k of the warp's slice) of a 16-row tile: W0[v] / W8[v] = chunk
 // 4v + t of weight rows g / g + 8.
@@ -387,11 +440,11 @@ __device__ __forceinline__ uint4 lds(uint32_t a) {
 
 // x has no __restrict__: under PDL it is written by the preceding grid while this one runs,
 // so no load of it may be moved above pdl_wait().
-template <int NT>
+template <int NT, bool kCodes>
 __global__ void __launch_bounds__(kThreads, 1)
-    gemv8_ring_kernel(const bf16* x, int64_t ldx, const uint8_t* __restrict__ w,
-                      const float* __restrict__ ws, int64_t N, int K, int M, GemvOut o,
-                      int ntiles) {
+    gemv8_ring_kernel(const void* x, int64_t ldx, const float* sx_in,
+                      const uint8_t* __restrict__ w, const float* __restrict__ ws, int64_t N,
+                      int K, int M, GemvOut o, int ntiles) {
   extern __shared__ __align__(128) unsigned char smem[];
   pdl_trigger();  // a GEMV after this one may start its weight prologue
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -434,8 +487,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) issue(i);
   pdl_wait();  // every CTA, tiles or not: x and y only after the preceding grid completed
-  row_scales(x, ldx, K, M, sxs, part);
-  const XRows<NT> xr(x, ldx, M, g, sxs);
+  stage_row_scales<kCodes>(x, ldx, sx_in, K, M, sxs, part);
+  const std::conditional_t<kCodes, XCodes<NT>, XRows<NT>> xr(x, ldx, M, g, sxs);
   const uint4 z = make_uint4(0, 0, 0, 0);
   // x of stage u is loaded during stage u - 1 (from L2: its latency is then hidden behind
   // that stage's MMAs instead of stalling the quantization of stage u).
@@ -482,10 +535,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- tile kernel (fallback) ----
 // Two CTAs per SM for NT = 1; NT = 2 needs the registers of one (128 would spill).
-template <int NT>
+template <int NT, bool kCodes>
 __global__ void __launch_bounds__(kThreads, 3 - NT)
-    gemv8_tile_kernel(const bf16* __restrict__ x, int64_t ldx, const uint8_t* __restrict__ w,
-                      const float* __restrict__ ws, int64_t N, int K, int M, GemvOut o) {
+    gemv8_tile_kernel(const void* __restrict__ x, int64_t ldx, const float* sx_in,
+                      const uint8_t* __restrict__ w, const float* __restrict__ ws, int64_t N,
+                      int K, int M, GemvOut o) {
   __shared__ float red[kWarps][16][17];
   __shared__ float sxs[kGemvMaxRows];
   __shared__ uint32_t part[kWarps][kGemvMaxRows];
@@ -494,8 +548,8 @@ __global__ void __launch_bounds__(kThreads, 3 - NT)
   const Slice s(K, warp);
   const uint4* wa = reinterpret_cast<const uint4*>(w + min(n0 + g, N - 1) * int64_t(K));
   const uint4* wb = reinterpret_cast<const uint4*>(w + min(n0 + g + 8, N - 1) * int64_t(K));
-  row_scales(x, ldx, K, M, sxs, part);
-  const XRows<NT> xr(x, ldx, M, g, sxs);
+  stage_row_scales<kCodes>(x, ldx, sx_in, K, M, sxs, part);
+  const std::conditional_t<kCodes, XCodes<NT>, XRows<NT>> xr(x, ldx, M, g, sxs);
   const uint4 z = make_uint4(0, 0, 0, 0);
   float acc[1][NT][4] = {};
   for (int c0 = s.cb; c0 < s.ce; c0 += kCps) {
@@ -531,7 +585,8 @@ const Setup& setup() {
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     Setup r{optin >= kRingSmem, false, sms};
     if (r.ring) {
-      for (auto* k : {gemv8_ring_kernel<1>, gemv8_ring_kernel<2>})
+      for (auto* k : {gemv8_ring_kernel<1, false>, gemv8_ring_kernel<2, false>,
+                      gemv8_ring_kernel<1, true>, gemv8_ring_kernel<2, true>})
         CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingSmem));
       r.pdl = pdl_launch_enabled();
     }
@@ -540,9 +595,9 @@ const Setup& setup() {
   return s;
 }
 
-template <int NT>
-void launch_t(const bf16* x, int64_t ldx, const uint8_t* w, const float* ws, int64_t N, int K,
-              int M, const GemvOut& o, cudaStream_t st) {
+template <int NT, bool kCodes>
+void launch_t(const void* x, int64_t ldx, const float* sx, const uint8_t* w, const float* ws,
+              int64_t N, int K, int M, const GemvOut& o, cudaStream_t st) {
   const Setup& s = setup();
   if (o.silu_pair && (!s.ring || N % (2 * kRows) != 0)) {  // gemv_fp8_silu_pair_supported
     std::fprintf(stderr, "%s:%d: silu_pair FP8 GEMV on N = %lld rows unsupported\n", __FILE__,
@@ -550,7 +605,8 @@ void launch_t(const bf16* x, int64_t ldx, const uint8_t* w, const float* ws, int
     std::abort();
   }
   if (!s.ring) {
-    gemv8_tile_kernel<NT><<<unsigned((N + 15) / 16), kThreads, 0, st>>>(x, ldx, w, ws, N, K, M, o);
+    gemv8_tile_kernel<NT, kCodes>
+        <<<unsigned((N + 15) / 16), kThreads, 0, st>>>(x, ldx, sx, w, ws, N, K, M, o);
     CUDA_CHECK_LAUNCH();
     return;
   }
@@ -565,7 +621,8 @@ void launch_t(const bf16* x, int64_t ldx, const uint8_t* w, const float* ws, int
   cfg.stream = st;
   cfg.attrs = at;
   cfg.numAttrs = s.pdl ? 1 : 0;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv8_ring_kernel<NT>, x, ldx, w, ws, N, K, M, o, ntiles));
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv8_ring_kernel<NT, kCodes>, x, ldx, sx, w, ws, N, K, M,
+                                o, ntiles));
 }
 
 }  // namespace
@@ -594,9 +651,25 @@ void launch_gemv_fp8(const bf16* x, int64_t ldx, const uint8_t* w, const float* 
     std::abort();
   }
   if (M <= 8)
-    launch_t<1>(x, ldx, w, w_scales, N, K, M, o, st);
+    launch_t<1, false>(x, ldx, nullptr, w, w_scales, N, K, M, o, st);
   else
-    launch_t<2>(x, ldx, w, w_scales, N, K, M, o, st);
+    launch_t<2, false>(x, ldx, nullptr, w, w_scales, N, K, M, o, st);
+}
+
+void launch_gemv_fp8_codes(const uint8_t* xq, int64_t ldq, const float* sx, const uint8_t* w,
+                           const float* w_scales, int64_t N, int K, int M, const GemvOut& o,
+                           cudaStream_t st) {
+  const auto a16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  if (!(M >= 1 && M <= kGemvMaxRows && K > 0 && K % kChunkK == 0 && ldq % 16 == 0 && a16(xq) &&
+        a16(w) && sx && N >= 1)) {
+    std::fprintf(stderr, "%s:%d: FP8 GEMV (codes) unsupported: M = %d, K = %d, N = %lld, ldq = %lld\n",
+                 __FILE__, __LINE__, M, K, static_cast<long long>(N), static_cast<long long>(ldq));
+    std::abort();
+  }
+  if (M <= 8)
+    launch_t<1, true>(xq, ldq, sx, w, w_scales, N, K, M, o, st);
+  else
+    launch_t<2, true>(xq, ldq, sx, w, w_scales, N, K, M, o, st);
 }
 
 }  // namespace sala::cuda

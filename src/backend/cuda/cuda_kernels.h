@@ -95,7 +95,13 @@ void launch_gemv_fp8(const bf16* x, int64_t ldx, const uint8_t* w, const float* 
 // M in 1..16, K % 16 == 0, ldx % 8 == 0, x and w 16-byte aligned. The first call (outside any
 // stream capture) picks the kernel for the current device and sets its shared memory.
 bool gemv_fp8_supported(const void* x, int64_t ldx, const void* w, int64_t K, int64_t M);
-void gemv_fp8_init();  // that choice now (the backend's constructor, outside any capture)
+void gemv_fp8_init();
+// The same product from x already quantized (launch_quantize_rows_fp8's codes [M, ldq] and
+// scales [M]): no activation work in the GEMV (issue 17: A/B against launch_gemv_fp8, whose
+// in-kernel quantization made it ALU-bound). ldq % 16 == 0, xq and w 16-byte aligned.
+void launch_gemv_fp8_codes(const uint8_t* xq, int64_t ldq, const float* sx, const uint8_t* w,
+                           const float* w_scales, int64_t N, int K, int M, const GemvOut& o,
+                           cudaStream_t st);  // that choice now (the backend's constructor, outside any capture)
 // GemvOut::silu_pair runs on this GPU for N weight rows (the ring kernel, N % 64 == 0).
 bool gemv_fp8_silu_pair_supported(int64_t N);
 // ---- W8A8 FP8 (cuda_fp8_quant.cu; the GEMM itself is cuBLASLt: cuda_gemm_fp8.cpp) ----
