@@ -140,6 +140,10 @@ TEST(CudaFp8, QuantizeRowsBitExact) {
   check_quantize(a.bits, 9, 77, 77, 0, "quantize [9, 77]");
   check_quantize(b.bits, 5, 4096, 4104, 1, "quantize [5, 4096] ldx 4104, 2-byte aligned");
   check_quantize(c.bits, 33, 256, 256, 8, "quantize [33, 256] 16-byte aligned");
+  // The widest row held in registers (16384 columns) and one past it (the two-pass kernel).
+  const HostMat w = randn(3, 16384, 14, 3.f), v = randn(3, 16392, 15, 3.f);
+  check_quantize(w.bits, 3, 16384, 16384, 0, "quantize [3, 16384]");
+  check_quantize(v.bits, 3, 16392, 16392, 0, "quantize [3, 16392]");
 }
 
 // The sm_89+ conversion (cvt.rn.satfinite.e4m3x2.f32) equals the portable one on every fp32

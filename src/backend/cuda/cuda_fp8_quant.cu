@@ -10,8 +10,9 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "backend/cuda/cuda_common.cuh"  // pdl_trigger
+#include "backend/cuda/cuda_common.cuh"  // pdl_begin, aligned16
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_launch.cuh"
 
 namespace sala::cuda {
 namespace {
@@ -66,13 +67,14 @@ __device__ __forceinline__ float div_keep_nan_sign(float x, float s) {
   return isnan(q) ? copysignf(q, x) : q;
 }
 
+template <int kThreads>
 __device__ __forceinline__ float block_max(float v, float* red) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) red[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    v = lane < kQuantThreads / 32 ? red[lane] : 0.f;
+    v = lane < kThreads / 32 ? red[lane] : 0.f;
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     if (lane == 0) red[0] = v;
   }
@@ -80,16 +82,69 @@ __device__ __forceinline__ float block_max(float v, float* red) {
   return red[0];
 }
 
-// One block per row r of x [rows, ldx] (cols used): codes [rows, cols], scales [rows]. 16-byte
-// loads of 8 bf16 where the row allows them. fmaxf ignores NaN as std::max(amax, NaN) does.
+// Eight codes of the eight bf16 of v, divided by s.
+template <bool kPortable>
+__device__ __forceinline__ uint2 codes8(const uint4& v, float s) {
+  const bf16* e = reinterpret_cast<const bf16*>(&v);
+  uint32_t lo = 0, hi = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    lo |= e4m3<kPortable>(div_keep_nan_sign(__bfloat162float(e[j]), s)) << (8 * j);
+    hi |= e4m3<kPortable>(div_keep_nan_sign(__bfloat162float(e[j + 4]), s)) << (8 * j);
+  }
+  return make_uint2(lo, hi);
+}
+
+__device__ __forceinline__ float amax8(float amax, const uint4& v) {
+  const bf16* e = reinterpret_cast<const bf16*>(&v);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(__bfloat162float(e[j])));
+  return amax;
+}
+
+// Rows of up to kRegCols columns (the decode rows of every projection: K <= 16384): one block
+// of kRegThreads per row holds its row in registers (kRegLoads 16-byte loads per thread, all
+// in flight at once), so the row is read once and the decode step waits one L2 round trip,
+// not one per 2048 columns and pass.
+constexpr int kRegThreads = 1024, kRegLoads = 2, kRegCols = kRegThreads * 8 * kRegLoads;
+
+template <bool kPortable>
+__global__ void __launch_bounds__(kRegThreads)
+    quantize_rows_reg_kernel(const bf16* x, int64_t cols, int64_t ldx,
+                             uint8_t* __restrict__ codes, float* __restrict__ scales) {
+  __shared__ float red[kRegThreads / 32];
+  // Launched with PDL after the kernel that writes x (the FP8 GEMV after this one likewise):
+  // trigger first so that GEMV may start its weight prologue, then wait for x.
+  pdl_begin();
+  const int64_t r = blockIdx.x;
+  const uint4* xr = reinterpret_cast<const uint4*>(x + r * ldx);
+  uint4 v[kRegLoads];
+  float amax = 0.f;
+#pragma unroll
+  for (int u = 0; u < kRegLoads; ++u) {
+    const int64_t c = (int64_t(u) * kRegThreads + threadIdx.x) * 8;
+    v[u] = c < cols ? xr[c / 8] : make_uint4(0, 0, 0, 0);
+    amax = amax8(amax, v[u]);
+  }
+  amax = block_max<kRegThreads>(amax, red);
+  const float s = amax > 0.f ? __fdiv_rn(amax, kE4m3Max) : 1.f;
+  if (threadIdx.x == 0) scales[r] = s;
+#pragma unroll
+  for (int u = 0; u < kRegLoads; ++u) {
+    const int64_t c = (int64_t(u) * kRegThreads + threadIdx.x) * 8;
+    if (c < cols) *reinterpret_cast<uint2*>(codes + r * cols + c) = codes8<kPortable>(v[u], s);
+  }
+}
+
+// Any row (prefill steps, long or unaligned rows): one block per row r of x [rows, ldx] (cols
+// used), two passes over the row. 16-byte loads of 8 bf16 where the row allows them. fmaxf
+// ignores NaN as std::max(amax, NaN) does.
 template <bool kPortable>
 __global__ void __launch_bounds__(kQuantThreads)
-    quantize_rows_kernel(const bf16* __restrict__ x, int64_t cols, int64_t ldx,
+    quantize_rows_kernel(const bf16* x, int64_t cols, int64_t ldx,
                          uint8_t* __restrict__ codes, float* __restrict__ scales) {
   __shared__ float red[kQuantThreads / 32];
-  // A PDL-launched FP8 GEMV after this kernel may start its weight prologue now; it reads the
-  // codes only after its griddepcontrol.wait (this grid complete and visible).
-  pdl_trigger();
+  pdl_begin();
   const int64_t r = blockIdx.x;
   const bf16* xr = x + r * ldx;
   uint8_t* cr = codes + r * cols;
@@ -97,31 +152,18 @@ __global__ void __launch_bounds__(kQuantThreads)
                    (reinterpret_cast<uintptr_t>(cr) % 8) == 0;
   float amax = 0.f;
   if (vec) {
-    for (int64_t c = int64_t(threadIdx.x) * 8; c < cols; c += kQuantThreads * 8) {
-      const uint4 v = *reinterpret_cast<const uint4*>(xr + c);
-      const bf16* e = reinterpret_cast<const bf16*>(&v);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(__bfloat162float(e[j])));
-    }
+    for (int64_t c = int64_t(threadIdx.x) * 8; c < cols; c += kQuantThreads * 8)
+      amax = amax8(amax, *reinterpret_cast<const uint4*>(xr + c));
   } else {
     for (int64_t c = threadIdx.x; c < cols; c += kQuantThreads)
       amax = fmaxf(amax, fabsf(__bfloat162float(xr[c])));
   }
-  amax = block_max(amax, red);
+  amax = block_max<kQuantThreads>(amax, red);
   const float s = amax > 0.f ? __fdiv_rn(amax, kE4m3Max) : 1.f;
   if (threadIdx.x == 0) scales[r] = s;
   if (vec) {
-    for (int64_t c = int64_t(threadIdx.x) * 8; c < cols; c += kQuantThreads * 8) {
-      const uint4 v = *reinterpret_cast<const uint4*>(xr + c);
-      const bf16* e = reinterpret_cast<const bf16*>(&v);
-      uint32_t lo = 0, hi = 0;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        lo |= e4m3<kPortable>(div_keep_nan_sign(__bfloat162float(e[j]), s)) << (8 * j);
-        hi |= e4m3<kPortable>(div_keep_nan_sign(__bfloat162float(e[j + 4]), s)) << (8 * j);
-      }
-      *reinterpret_cast<uint2*>(cr + c) = make_uint2(lo, hi);
-    }
+    for (int64_t c = int64_t(threadIdx.x) * 8; c < cols; c += kQuantThreads * 8)
+      *reinterpret_cast<uint2*>(cr + c) = codes8<kPortable>(*reinterpret_cast<const uint4*>(xr + c), s);
   } else {
     for (int64_t c = threadIdx.x; c < cols; c += kQuantThreads)
       cr[c] = uint8_t(e4m3<kPortable>(div_keep_nan_sign(__bfloat162float(xr[c]), s)));
@@ -166,12 +208,13 @@ void launch_quantize_rows_fp8(const bf16* x, int64_t rows, int64_t cols, int64_t
                               uint8_t* codes, float* scales, cudaStream_t st,
                               bool force_portable) {
   if (rows <= 0) return;
-  const unsigned grid = unsigned(rows);
-  if (force_portable)
-    quantize_rows_kernel<true><<<grid, kQuantThreads, 0, st>>>(x, cols, ldx, codes, scales);
-  else
-    quantize_rows_kernel<false><<<grid, kQuantThreads, 0, st>>>(x, cols, ldx, codes, scales);
-  CUDA_CHECK_LAUNCH();
+  const dim3 grid{unsigned(rows)};
+  const bool reg = cols <= kRegCols && cols % 8 == 0 && ldx % 8 == 0 && aligned16(x) &&
+                   reinterpret_cast<uintptr_t>(codes) % 8 == 0;
+  using Kernel = void (*)(const bf16*, int64_t, int64_t, uint8_t*, float*);
+  const Kernel k = reg ? (force_portable ? quantize_rows_reg_kernel<true> : quantize_rows_reg_kernel<false>)
+                       : (force_portable ? quantize_rows_kernel<true> : quantize_rows_kernel<false>);
+  launch_pdl(k, grid, dim3(reg ? kRegThreads : kQuantThreads), 0, st, x, cols, ldx, codes, scales);
 }
 
 void launch_fp8_apply_scales(const float* acc, int64_t T, int64_t N, const float* sx,

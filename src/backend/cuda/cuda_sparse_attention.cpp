@@ -153,8 +153,11 @@ void SparseRunner::attention_t(int si, const Tensor& q, const Tensor& k, const T
   // bf16: dense rows not on the flash kernel go through the stage-2 kernel (every block
   // selected) where its shapes allow and a dense row's tiles fit its list; else (and in fp32
   // mode) attention_kernel.
+  // A dense call is shorter than dense_len and than the pool's longest sequence: a small pool
+  // (a short-context server, `bench offline` at B = 1) still takes the stage-2 kernel.
+  const int64_t dense_max = std::min<int64_t>(sp.dense_len, select_max_len_);
   const bool dense_mma = kBf16 && GH == 16 && infllm_head_dim_supported(d) &&
-                         (sp.dense_len + 63) / 64 <= attn_list_cap_;
+                         (dense_max + 63) / 64 <= attn_list_cap_;
   const bool dense_rows = sd.n_sparse_seqs < sd.S;
   const size_t attn_smem = attention_smem_bytes(GH, d);
   if (dense_rows && !dense_mma) {
