@@ -357,16 +357,26 @@ __device__ __forceinline__ void group_mma(float (&acc)[NT][4], const uint4 (&W0)
     for (int i = 0; i < 4; ++i) acc[nt][i] += part[nt][i];
 }
 
+// The weight scale this thread applies in finish<ROWS> for the tile of rows from n0.
+template <int ROWS>
+__device__ __forceinline__ float tile_scale(const float* __restrict__ ws, int64_t n0, int64_t N) {
+  static_assert(kThreads % ROWS == 0, "finish's thread -> row map");
+  return __ldg(ws + min(n0 + int64_t(threadIdx.x % ROWS), N - 1));
+}
+
 enum class Epi { kStore, kKeepGate, kSiluMul };
 
 // Epilogue of a tile of ROWS = 16 R weight rows from n0 (cuda_gemv.cu's finish, plus the
 // scales): partial tiles summed in warp order, then (sum · sx[m]) · ws[n], rounded once.
+// Thread i only finishes weight row n0 + i % ROWS (kThreads is a multiple of ROWS), whose
+// scale wsn = ws[n0 + i % ROWS] it loaded when the tile started (tile_scale): a load from
+// DRAM here would stall every tile's epilogue by its latency.
 // c0, c1 of acc[rt][nt]: (weight row rt·16 + g, input rows nt·8 + 2t, + 1); c2, c3: weight
 // row rt·16 + g + 8. kKeepGate / kSiluMul: gate [ROWS][16] holds the gate tile's bf16 values.
 template <int ROWS, int R, int NT>
 __device__ __forceinline__ void finish(float (*red)[ROWS][17], const float (&acc)[R][NT][4],
                                        int64_t n0, int64_t N, int M, const float* sxs,
-                                       const float* __restrict__ ws, const GemvOut& o,
+                                       float wsn, const GemvOut& o,
                                        Epi epi = Epi::kStore, float* gate = nullptr) {
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
 #pragma unroll
@@ -384,7 +394,7 @@ __device__ __forceinline__ void finish(float (*red)[ROWS][17], const float (&acc
     float v = red[0][nl][m];
 #pragma unroll
     for (int q = 1; q < kWarps; ++q) v += red[q][nl][m];
-    v = __fmul_rn(__fmul_rn(v, sxs[m]), __ldg(ws + n));
+    v = __fmul_rn(__fmul_rn(v, sxs[m]), wsn);
     if (epi == Epi::kKeepGate) {
       gate[i] = rb(v);
       continue;
@@ -497,6 +507,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   int u = 0;
   for (int ti = 0; ti < ntc; ++ti) {
     float acc[2][NT][4] = {};
+    const float wsn = tile_scale<kRows>(ws, int64_t(tile_of(ti)) * kRows, N);  // used in finish
     for (int st = 0; st < nst; ++st, ++u) {
       const int c0 = s.cb + st * kCps;
       __syncwarp();            // every lane's reads of slot (u - 1) % S (iteration u - 1) done
@@ -527,7 +538,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int i = 0; i < 8; ++i) X[nt][v][i] = Xn[nt][v][i];
     }
     const Epi epi = !pair ? Epi::kStore : (ti & 1) ? Epi::kSiluMul : Epi::kKeepGate;
-    finish<kRows>(red, acc, int64_t(tile_of(ti)) * kRows, N, M, sxs, ws, o, epi, gate);
+    finish<kRows>(red, acc, int64_t(tile_of(ti)) * kRows, N, M, sxs, wsn, o, epi, gate);
     __syncthreads();  // red is reused by the next tile
   }
   cp_wait<0>();  // only empty groups can remain
@@ -565,7 +576,7 @@ __global__ void __launch_bounds__(kThreads, 3 - NT)
     xr.quantize(X);
     group_mma(acc[0], W0, W8, X);
   }
-  finish<16>(red, acc, n0, N, M, sxs, ws, o);
+  finish<16>(red, acc, n0, N, M, sxs, tile_scale<16>(ws, n0, N), o);
 }
 
 // ---- host side ----
