@@ -223,6 +223,10 @@ class Backend {
     }
   }
   virtual void synchronize() {}
+  // Copies the lightning state of slot src (every lightning layer) over slot dst, in order
+  // with the steps: the snapshot before a speculative verify step and the rollback to it, so
+  // that rejected draft tokens leave no trace in the recurrent state (issue 21).
+  virtual void copy_state_slot(int32_t src, int32_t dst) = 0;
 
   // ---- recorded steps (CUDA graphs) ----
   // A backend that can record the work of a step and launch the recording again later says

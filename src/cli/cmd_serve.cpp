@@ -46,6 +46,8 @@ struct ServeOpts {
   int tp_size = 1;
   bool disable_radix_cache = false, disable_cuda_graph = false, skip_server_warmup = false;
   bool trust_remote_code = false, dense_as_sparse = false, enable_metrics = false;
+  std::string speculative_algorithm;  // "" or NGRAM
+  int speculative_num_draft_tokens = 4, speculative_ngram_min = 1, speculative_ngram_max = 4;
 };
 
 int g_sig_pipe[2] = {-1, -1};
@@ -110,6 +112,20 @@ int run_serve(const ServeOpts& o) {
   lo.engine.max_context_len = o.context_length;
   lo.engine.dense_as_sparse = o.dense_as_sparse;
   lo.engine.schedule_policy = sala::parse_schedule_policy(o.schedule_policy);
+  if (!o.speculative_algorithm.empty()) {
+    if (o.speculative_algorithm != "NGRAM")
+      throw sala::Error(fmt::format("--speculative-algorithm {}: only NGRAM is implemented "
+                                    "(draft models are not yet)", o.speculative_algorithm));
+    if (o.speculative_ngram_min > o.speculative_ngram_max)
+      throw sala::Error(fmt::format("--speculative-ngram-min-match-window-size {} is larger than "
+                                    "--speculative-ngram-max-match-window-size {}",
+                                    o.speculative_ngram_min, o.speculative_ngram_max));
+    if (o.device != "cpu")
+      throw sala::Error("--speculative-algorithm NGRAM runs on --device cpu only so far: its "
+                        "verify steps are not yet checked against decoding on the GPU");
+    lo.engine.speculative = {o.speculative_num_draft_tokens, o.speculative_ngram_min,
+                             o.speculative_ngram_max};
+  }
   lo.max_total_tokens = o.max_total_tokens;
   lo.kv_memory_bytes = size_t(o.kv_memory_mb) << 20;
   if (o.mem_fraction_static > 0) lo.mem_fraction_static = o.mem_fraction_static;
@@ -147,6 +163,9 @@ int run_serve(const ServeOpts& o) {
       {"max_total_tokens", L.max_total_tokens}, {"context_length", L.max_context_len},
       {"stream_interval", o.stream_interval}, {"kv_cache_dtype", o.kv_cache_dtype},
       {"dense_as_sparse", o.dense_as_sparse}, {"disable_radix_cache", true},
+      {"speculative_algorithm", o.speculative_algorithm.empty() ? nlohmann::json(nullptr)
+                                                                : nlohmann::json(o.speculative_algorithm)},
+      {"speculative_num_draft_tokens", lo.engine.speculative.num_draft_tokens},
       {"api_key_set", !api_key.empty()}, {"tp_size", 1}, {"dp_size", 1}};
 
   sala::server::HttpServer server(so, *L.engine, *L.tok, L.tmpl.get());
@@ -182,6 +201,17 @@ sala::cli::Registrar reg("serve", "Serve a model over HTTP (SGLang /generate + O
                  "then admission in arrival order")
       ->capture_default_str()->check(CLI::IsMember({"fair", "fcfs"}));
   app.add_option("--max-running-requests", o->max_running_requests, "Max requests decoding together")->capture_default_str();
+  app.add_option("--speculative-algorithm", o->speculative_algorithm,
+                 "NGRAM: greedy requests draft tokens by prompt lookup and verify them in one "
+                 "step (output unchanged; CPU only so far)")
+      ->check(CLI::IsMember({"NGRAM", "STANDALONE", "EAGLE", "EAGLE3"}));
+  app.add_option("--speculative-num-draft-tokens", o->speculative_num_draft_tokens,
+                 "Drafts per verify step, at most (adapted per request to its acceptance)")
+      ->capture_default_str()->check(CLI::Range(1, 15));
+  app.add_option("--speculative-ngram-min-match-window-size", o->speculative_ngram_min,
+                 "NGRAM: shortest suffix that may match")->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--speculative-ngram-max-match-window-size", o->speculative_ngram_max,
+                 "NGRAM: longest suffix tried")->capture_default_str()->check(CLI::Range(1, 64));
   app.add_option("--max-queued-requests", o->max_queued_requests, "Queue bound; beyond it requests get 429")->capture_default_str();
   app.add_option("--max-total-tokens", o->max_total_tokens, "KV pool size in tokens (default: from --kv-memory-mb)");
   app.add_option("--context-length", o->context_length, "Max prompt + output tokens of one request (default: the model's)");

@@ -120,20 +120,29 @@ struct Request : Sequence {
 class EngineImpl final : public Engine {
  public:
   EngineImpl(std::unique_ptr<Model> model, const EngineOptions& opts)
-      : model_(std::move(model)), inbox_(std::make_shared<Inbox>()) {
+      : model_(std::move(model)), inbox_(std::make_shared<Inbox>()),
+        speculator_(opts.speculative, model_->limits().caches.num_slots / 2) {
     const ModelConfig& cfg = model_->config();
     const ModelLimits& lim = model_->limits();
     EngineOptions o = opts;
-    o.max_running_requests =
-        std::min({o.max_running_requests, lim.caches.num_slots, lim.max_logit_rows});
+    const SpeculativeOptions& so = o.speculative;
+    SALA_CHECK(so.num_draft_tokens >= 0 && so.num_draft_tokens <= 15 && so.ngram_min >= 1 &&
+                   so.ngram_max >= so.ngram_min,
+               "speculative options: {} drafts (0..15), n-grams {}..{}", so.num_draft_tokens,
+               so.ngram_min, so.ngram_max);
+    // With speculation the upper half of the state slots holds the snapshots, and a running
+    // request may take 1 + num_draft_tokens rows and logit rows per step.
+    const int32_t rows = 1 + so.num_draft_tokens;
+    const int32_t slots = lim.caches.num_slots / (so.enabled() ? 2 : 1);
+    o.max_running_requests = std::min({o.max_running_requests, slots, lim.max_logit_rows / rows});
     o.max_step_tokens = std::min(o.max_step_tokens, lim.max_step_tokens);
-    // Room for a whole chunk beside a decode row of every running request, so that prefill
-    // chunks (fixed boundaries, see scheduler.h) never starve behind decodes.
+    // Room for a whole chunk beside a decode row (verify call) of every running request, so
+    // that prefill chunks (fixed boundaries, see scheduler.h) never starve behind decodes.
     o.max_step_tokens = std::min(std::max(o.max_step_tokens,
-                                          o.chunked_prefill_size + o.max_running_requests),
+                                          o.chunked_prefill_size + o.max_running_requests * rows),
                                  lim.max_step_tokens);
-    o.chunked_prefill_size =
-        std::max(1, std::min(o.chunked_prefill_size, o.max_step_tokens - o.max_running_requests));
+    o.chunked_prefill_size = std::max(
+        1, std::min(o.chunked_prefill_size, o.max_step_tokens - o.max_running_requests * rows));
     if (o.max_context_len <= 0) o.max_context_len = cfg.max_position_embeddings;
     SALA_CHECK(o.max_running_requests > 0 && o.max_step_tokens > 0 &&
                    o.chunked_prefill_size > 0 && o.max_context_len > 0,
@@ -144,17 +153,17 @@ class EngineImpl final : public Engine {
     info_.vocab_size = cfg.vocab_size;
     info_.page_size = lim.caches.page_size;
     info_.num_pages = lim.caches.num_pages;
-    info_.num_slots = lim.caches.num_slots;
+    info_.num_slots = slots;
     info_.max_total_tokens = int64_t(lim.caches.num_pages) * lim.caches.page_size;
     info_.eos_token_ids.assign(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end());
     blocks_ = std::make_unique<BlockPool>(lim.caches.num_pages, lim.caches.page_size);
-    states_ = std::make_unique<StatePool>(lim.caches.num_slots);
+    states_ = std::make_unique<StatePool>(slots);
     scheduler_ = std::make_unique<Scheduler>(
         SchedulerOptions{o.max_running_requests, o.chunked_prefill_size, o.max_step_tokens,
                          cfg.sparse.first_sparse_len(o.dense_as_sparse), o.schedule_policy},
         *blocks_, *states_);
     stats_.kv_pages_total = lim.caches.num_pages;
-    stats_.state_slots_total = lim.caches.num_slots;
+    stats_.state_slots_total = slots;
     requests_.reserve(size_t(o.max_running_requests + o.max_queued_requests) * 2);
     alive_ = true;
     thread_ = std::thread([this] { loop(); });
@@ -300,7 +309,19 @@ class EngineImpl final : public Engine {
       finish(requests_.begin()->second.get(), FinishReason::Error, -1, msg);
   }
 
+  // Drafts for this step's greedy requests: at most the tokens they may still generate
+  // beyond the step's bonus token, within the context.
+  int32_t draft_cap(const Sequence& s) const {
+    const auto& r = static_cast<const Request&>(s);
+    if (!r.sampler.plain_greedy(r.sampling) || r.lp.opts.output) return 0;
+    const int64_t left = std::min<int64_t>(r.sampling.max_new_tokens - r.generated,
+                                           info_.max_context_len - int64_t(r.tokens.size())) - 1;
+    return int32_t(std::clamp<int64_t>(left, 0, opts_.speculative.num_draft_tokens));
+  }
+
   void step() {
+    speculator_.draft(scheduler_->running(), *scheduler_,
+                      [this](const Sequence& s) { return draft_cap(s); });
     scheduler_->schedule(plan_);
     sync_waiting_count();  // before any event of this step reaches a client
     for (Sequence* s : plan_.out_of_memory)  // the KV pool is this request's context limit
@@ -319,9 +340,11 @@ class EngineImpl final : public Engine {
     meta_.dense_as_sparse = opts_.dense_as_sparse;
     for (const ScheduledSeq& it : plan_.items) {
       const Sequence* s = it.seq;
+      const bool verify = it.sample && s->spec.drafts > 0;  // logits of every row
       meta_.add_seq(s->tokens.data() + s->num_computed, it.num_tokens, s->num_computed, s->slot,
-                    s->pages, false, it.sample);
+                    s->pages, verify, it.sample && !verify);
     }
+    speculator_.snapshot(plan_, model_->backend());
     // A step whose sampled rows are all plain greedy takes the argmax on the device and
     // moves R ids instead of R × vocab logits to the host.
     bool greedy_only = true;
@@ -350,6 +373,24 @@ class EngineImpl final : public Engine {
     for (const ScheduledSeq& it : plan_.items) {
       if (!it.sample) continue;
       Request* r = static_cast<Request*>(it.seq);
+      if (r->spec.drafts > 0) {  // a verify call: its rows' argmax decide what is kept
+        const size_t n = size_t(r->spec.drafts) + 1;
+        predicted_.resize(n);
+        for (size_t i = 0; i < n; ++i)
+          predicted_[i] = greedy_only ? argmax_[row + i]
+                                      : argmax(logits_.data() + (row + i) * size_t(V), V);
+        row += n;
+        // Emitted one by one (no logprobs: draft_cap), so that a stop token or the length
+        // limit ends the request at its own token and the rest is dropped.
+        for (int32_t tok : speculator_.resolve(*r, predicted_.data(), model_->backend())) {
+          r->sampler.observe(tok);
+          r->tokens.push_back(tok);
+          ++r->generated;
+          ++generated;
+          if (!on_token(r, tok, nullptr)) break;  // finished (and freed)
+        }
+        continue;
+      }
       const size_t this_row = row++;
       if (r->sampling.max_new_tokens == 0) {  // scoring: its prompt logprobs are out, no token
         finish(r, FinishReason::Length);
@@ -382,10 +423,14 @@ class EngineImpl final : public Engine {
       TokenLogprob lp = logprob_at(sampled_lp_, li++, tok, r->lp.opts.top_n);
       on_token(r, tok, &lp);
     }
+    speculator_.end_step();
     std::lock_guard lk(stats_mu_);
     ++stats_.steps;
     stats_.step_tokens_total += plan_.num_tokens;
     stats_.generated_tokens_total += generated;
+    stats_.spec_verify_calls = speculator_.verify_calls();
+    stats_.spec_drafted_tokens = speculator_.drafted_tokens();
+    stats_.spec_accepted_tokens = speculator_.accepted_tokens();
   }
 
   bool is_stop(const Request* r, int32_t tok) const {
@@ -398,24 +443,27 @@ class EngineImpl final : public Engine {
            sp.stop_token_ids.end();
   }
 
-  void on_token(Request* r, int32_t tok, const TokenLogprob* lp) {
+  // false: the request finished (and is freed).
+  bool on_token(Request* r, int32_t tok, const TokenLogprob* lp) {
     if (is_stop(r, tok)) {  // not shown, but counted, and its logprob reported
       finish(r, FinishReason::StopToken, tok, {}, nullptr, 0, lp);
-      return;
+      return false;
     }
     const bool length = r->generated >= r->sampling.max_new_tokens ||
                         int64_t(r->tokens.size()) >= info_.max_context_len;
     if (length) {
       finish(r, FinishReason::Length, -1, {}, &tok, 1, lp);
-      return;
+      return false;
     }
     r->handle->emit(&tok, 1, false, FinishReason::None, -1, {}, int32_t(r->prompt_len), r->generated,
                     lp, lp ? 1 : 0);
+    return true;
   }
 
   // Frees the request's pages and slot, sends its final event and forgets it.
   void finish(Request* r, FinishReason reason, int32_t matched = -1, const std::string& err = {},
               const int32_t* toks = nullptr, size_t n = 0, const TokenLogprob* lps = nullptr) {
+    speculator_.forget(r);
     scheduler_->remove(r);
     // lps: one per token of toks, or the matched stop token's (toks empty).
     r->handle->emit(toks, n, true, reason, matched, err, int32_t(r->prompt_len), r->generated, lps,
@@ -462,6 +510,8 @@ class EngineImpl final : public Engine {
   std::unordered_map<uint64_t, std::unique_ptr<Request>> requests_;  // engine thread only
   Sampler sampler_;
   std::vector<int32_t> argmax_;  // greedy-only steps: one id per logit row
+  Speculator speculator_;
+  std::vector<int32_t> predicted_;  // a verify call's argmax per row
   PromptLogprobRows prompt_rows_;       // this step's prompt-logprob rows
   std::vector<std::pair<Request*, int32_t>> sampled_;  // this step's sampled tokens
   RowLogprobs sampled_lp_;              // logit rows of sampled tokens that want logprobs

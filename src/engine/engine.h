@@ -100,6 +100,9 @@ struct EngineOptions {
   int32_t max_context_len = 0;          // 0: model's max_position_embeddings
   bool dense_as_sparse = false;
   SchedulePolicy schedule_policy = SchedulePolicy::Fair;  // see scheduler.h
+  // n-gram speculative decoding of greedy requests (speculative.h); plan_limits gives it a
+  // snapshot state slot per request and 1 + num_draft_tokens logit rows per request.
+  SpeculativeOptions speculative;
 };
 
 struct EngineStats {
@@ -110,6 +113,9 @@ struct EngineStats {
   int64_t prompt_tokens_total = 0, generated_tokens_total = 0;
   int64_t steps = 0;
   int64_t step_tokens_total = 0;  // rows of all forwards (prefill + recompute + decode)
+  // Speculative decoding: verify calls, drafted tokens, accepted drafts (bonus tokens not
+  // counted); tokens per verify call = accepted / verifies + 1.
+  int64_t spec_verify_calls = 0, spec_drafted_tokens = 0, spec_accepted_tokens = 0;
 };
 
 // Static facts for /get_server_info and request validation in the HTTP layer.
@@ -147,8 +153,9 @@ class Engine {
 std::unique_ptr<Engine> make_engine(std::unique_ptr<Model> model, const EngineOptions& opts);
 
 // Cache sizing for the CLI, before the Model is built: page_size = sparse block_size,
-// num_slots = max_running_requests, max_step_tokens = max(opts.max_step_tokens,
-// chunked_prefill_size + max_running_requests), max_logit_rows = max_running_requests. num_pages: from max_total_tokens when > 0 (SGLang's
+// num_slots = max_running_requests (twice that with speculation: a snapshot slot each),
+// max_step_tokens = max(opts.max_step_tokens, chunked_prefill_size + max_running_requests ·
+// (1 + num_draft_tokens)), max_logit_rows = max_running_requests · (1 + num_draft_tokens). num_pages: from max_total_tokens when > 0 (SGLang's
 // --max-total-tokens, taken as given), else from memory_budget_bytes (after the state slots),
 // but never fewer than one request of max_context_len needs.
 ModelLimits plan_limits(const ModelConfig& cfg, const EngineOptions& opts,

@@ -25,12 +25,15 @@ ModelLimits plan_limits(const ModelConfig& cfg, const EngineOptions& opts,
                         size_t memory_budget_bytes, int64_t max_total_tokens,
                         size_t kv_element_bytes) {
   ModelLimits lim;
-  // A whole prefill chunk beside one decode row per running request (see make_engine).
+  // A whole prefill chunk beside one decode row (a verify call with speculation) per running
+  // request (see make_engine).
+  const int32_t rows = 1 + std::max(0, opts.speculative.num_draft_tokens);
+  const int32_t running = std::max(1, opts.max_running_requests);
   lim.max_step_tokens = std::max({1, opts.max_step_tokens,
-                                  opts.chunked_prefill_size + opts.max_running_requests});
-  lim.max_logit_rows = std::max(1, opts.max_running_requests);
+                                  opts.chunked_prefill_size + running * rows});
+  lim.max_logit_rows = running * rows;
   lim.caches.page_size = cfg.sparse.block_size;
-  lim.caches.num_slots = std::max(1, opts.max_running_requests);
+  lim.caches.num_slots = running * (opts.speculative.enabled() ? 2 : 1);
   const int64_t ps = lim.caches.page_size;
   const int64_t ctx = opts.max_context_len > 0 ? opts.max_context_len
                                                : cfg.max_position_embeddings;

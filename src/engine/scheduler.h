@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "engine/block_pool.h"
+#include "engine/speculative.h"
 #include "engine/state_pool.h"
 
 namespace sala {
@@ -63,6 +64,7 @@ struct Sequence {
   int32_t num_preemptions = 0;
   int64_t last_step = 0;        // scheduler step that last gave it rows (fair ordering)
   bool running = false;
+  SpecState spec;               // speculative decoding (drafts appended to tokens in a step)
   int64_t pending() const { return int64_t(tokens.size()) - num_computed; }
 };
 
@@ -118,6 +120,9 @@ class Scheduler {
   const std::vector<Sequence*>& running() const { return running_; }
   int64_t preemptions() const { return preemptions_; }
   const SchedulerOptions& options() const { return opts_; }
+  // End (exclusive) of s's next call if it were planned now (the chunk boundary rule above):
+  // speculative drafts are trimmed so that a verify call is never cut.
+  int64_t call_end(const Sequence& s) const { return chunk_end(s); }
 
  private:
   // End (exclusive) of the next chunk of s: see the boundary rule above.

@@ -251,6 +251,7 @@ json usage_of(const std::vector<Seq>& seqs);  // OpenAI usage: prompts counted o
 bool stream_step(StreamState& st, httplib::DataSink& sink, Metrics& metrics,
                  const std::atomic<bool>& aborting, const LogprobFormatter& lpfmt);
 json stats_json(const EngineStats& s);
+json internal_states_json(const EngineStats& s);  // /get_server_info's internal_states
 
 inline std::string random_hex(size_t n) {
   static thread_local std::mt19937_64 rng(std::random_device{}() ^

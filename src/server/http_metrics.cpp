@@ -25,6 +25,9 @@ std::string render_metrics(const EngineStats& s, const Metrics& metrics, const G
   counter("sala_prompt_tokens_total", "Prompt tokens processed", double(s.prompt_tokens_total));
   counter("sala_generation_tokens_total", "Tokens generated", double(s.generated_tokens_total));
   counter("sala_engine_steps_total", "Engine forward steps", double(s.steps));
+  counter("sala_spec_verify_calls_total", "Speculative verify calls", double(s.spec_verify_calls));
+  counter("sala_spec_draft_tokens_total", "Speculative draft tokens verified", double(s.spec_drafted_tokens));
+  counter("sala_spec_accepted_tokens_total", "Speculative draft tokens accepted", double(s.spec_accepted_tokens));
   gauge("sala_num_running_reqs", "Requests running in the engine", double(s.running));
   gauge("sala_num_queued_reqs", "Requests waiting in the engine queue", double(s.queued));
   gauge("sala_kv_pages_used", "KV pages in use (sparse layers)", double(s.kv_pages_used));
@@ -47,7 +50,17 @@ json stats_json(const EngineStats& s) {
           {"requests_total", s.requests_total}, {"requests_finished", s.requests_finished},
           {"requests_aborted", s.requests_aborted}, {"preemptions", s.preemptions},
           {"prompt_tokens_total", s.prompt_tokens_total},
-          {"generated_tokens_total", s.generated_tokens_total}, {"steps", s.steps}};
+          {"generated_tokens_total", s.generated_tokens_total}, {"steps", s.steps},
+          {"spec_verify_calls", s.spec_verify_calls}, {"spec_drafted_tokens", s.spec_drafted_tokens},
+          {"spec_accepted_tokens", s.spec_accepted_tokens}};
+}
+
+json internal_states_json(const EngineStats& s) {
+  // SGLang's field, read by its benchmark client: tokens per verify call, bonus included
+  // (1.0 without speculation).
+  const double accept_len =
+      s.spec_verify_calls ? 1.0 + double(s.spec_accepted_tokens) / double(s.spec_verify_calls) : 1.0;
+  return json::array({{{"avg_spec_accept_length", accept_len}}});
 }
 
 }  // namespace sala::server::detail

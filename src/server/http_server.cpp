@@ -441,7 +441,7 @@ struct HttpServer::Impl {
       j["version"] = kVersion;
       j["uptime_s"] = seconds_since(started);
       j["engine_stats"] = stats_json(engine.stats());
-      j["internal_states"] = json::array({json::object()});
+      j["internal_states"] = internal_states_json(engine.stats());
       send_json(res, j);
     };
     svr.Get("/get_server_info", info);

@@ -8,13 +8,10 @@ Other quantized modes go through the same gate with their flags as one more argu
 "--kv-cache-dtype fp8_e4m3" (FP8 KV cache) or "--kv-cache-dtype fp8_e4m3 --quantization fp8";
 several such arguments are each compared with the same baseline.
 Usage: tiny_chat_fp8_gate.py SALA_BINARY EVAL_DIR WORK_DIR [QUANTIZED_FLAGS ...]"""
-import json
 import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
+
+from eval_server import evaluate as evaluate_server
 
 sala, eval_dir, work = sys.argv[1:4]
 modes = [m.split() for m in sys.argv[4:]] or [["--quantization", "fp8"]]
@@ -22,37 +19,9 @@ os.makedirs(work, exist_ok=True)
 data = os.path.join(eval_dir, "tiny-chat.jsonl")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def evaluate(name, flags):
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    # The pipe is read only if the server dies: no per-request log lines to fill it.
-    server = subprocess.Popen([sala, "serve", "--port", str(port), "--no-request-log", *flags],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        for _ in range(600):
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if server.poll() is not None:
-                sys.exit(f"{name}: sala serve exited: " + server.stdout.read())
-            time.sleep(0.1)
-        preds, summary = (os.path.join(work, f"{name}.{x}") for x in ("preds.jsonl", "summary.json"))
-        subprocess.run([sala, "eval", "--url", url, "--data", data, "--out", preds,
-                        "--summary", summary, "--quiet", "--concurrency", "16"], check=True)
-        answers = {json.loads(l)["index"]: json.loads(l)["prediction"] for l in open(preds)}
-        return json.load(open(summary))["ori_accuracy"], answers
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    accuracy, answers, _ = evaluate_server(sala, data, work, name, flags)
+    return accuracy, answers
 
 
 failures = []

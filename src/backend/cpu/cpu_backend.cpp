@@ -90,6 +90,16 @@ void CpuBackend::init_caches(const ModelConfig& cfg, const CacheShape& shape) {
   const size_t d = size_t(cfg.lightning_head_dim);
   states_.assign(size_t(shape.num_slots) * cfg.num_lightning_layers() * cfg.lightning_nh * d * d,
                  0.f);
+  num_slots_ = shape.num_slots;
+}
+
+void CpuBackend::copy_state_slot(int32_t src, int32_t dst) {
+  const size_t slot = num_slots_ > 0 ? states_.size() / size_t(num_slots_) : 0;
+  SALA_CHECK(src >= 0 && src < num_slots_ && dst >= 0 && dst < num_slots_,
+             "state slots {} -> {} of {}", src, dst, num_slots_);
+  if (src != dst)
+    std::memcpy(states_.data() + size_t(dst) * slot, states_.data() + size_t(src) * slot,
+                slot * sizeof(float));
 }
 
 void CpuBackend::download_f32(const Tensor& src, float* dst) {
@@ -149,7 +159,10 @@ void CpuBackend::linear(const Tensor& x, const Weight& wt, Tensor& y) {
 #pragma omp parallel for schedule(static)
   for (int64_t p = 0; p < parts; ++p) {
     const int64_t n0 = N * p / parts, n1 = N * (p + 1) / parts;
-    if (x.rows <= 4) {  // decode rows: GEMV streams W once; sgemm would pack it first
+    // Steps of up to 16 rows (decode steps, speculative verify rows): one GEMV per row, so a
+    // row's result does not depend on what shares its step (batch invariance, and verify
+    // rows bit-identical to decode rows: issue 21). Longer steps: sgemm.
+    if (x.rows <= 16) {
       for (int64_t r = 0; r < x.rows; ++r)
         cblas_sgemv(CblasRowMajor, CblasNoTrans, int(n1 - n0), int(x.cols), 1.f,
                     static_cast<const float*>(w.data) + n0 * w.cols, int(w.cols),

@@ -27,6 +27,7 @@ class CpuBackend : public Backend {
   Weight upload_fp8(const TensorView& codes, const std::vector<float>& scales) override;
   void set_kv_scales(const std::vector<KvScales>& per_sparse_layer) override;
   void init_caches(const ModelConfig& cfg, const CacheShape& shape) override;
+  void copy_state_slot(int32_t src, int32_t dst) override;
   size_t kv_element_bytes() const override { return kv_is_fp8(kv_dtype_) ? 1 : 4; }
   void download_f32(const Tensor& src, float* dst) override;
   void begin_step(const StepMeta& meta) override { meta_ = &meta; }
@@ -76,6 +77,7 @@ class CpuBackend : public Backend {
   CacheShape cache_shape_;
   std::vector<SparseLayerCache> sparse_;  // per sparse layer
   std::vector<float> states_;  // [num_slots, n_lightning, nh, d, d] fp32
+  int32_t num_slots_ = 0;
 };
 
 }  // namespace sala

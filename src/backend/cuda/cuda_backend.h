@@ -61,6 +61,7 @@ class CudaBackend : public Backend {
   // A compressed-tensors FP8 checkpoint's codes and per-channel scales, uploaded as they are.
   Weight upload_fp8(const TensorView& codes, const std::vector<float>& scales) override;
   void init_caches(const ModelConfig& cfg, const CacheShape& shape) override;
+  void copy_state_slot(int32_t src, int32_t dst) override { lightning_.copy_slot(src, dst); }
   void download_f32(const Tensor& src, float* dst) override;
 
   void begin_step(const StepMeta& meta) override;

@@ -27,6 +27,16 @@ void LightningRunner::init_states(const ModelConfig& cfg, const CacheShape& shap
   CUDA_CHECK(cudaMemsetAsync(states_, 0, std::max<size_t>(state_floats * 4, 1), stream_));
 }
 
+void LightningRunner::copy_slot(int32_t src, int32_t dst) {
+  SALA_CHECK(src >= 0 && src < num_slots_ && dst >= 0 && dst < num_slots_,
+             "state slots {} -> {} of {}", src, dst, num_slots_);
+  const size_t d = size_t(cfg_.lightning_head_dim);
+  const size_t slot = size_t(cfg_.num_lightning_layers()) * cfg_.lightning_nh * d * d;
+  if (src != dst && slot > 0)
+    CUDA_CHECK(cudaMemcpyAsync(states_ + size_t(dst) * slot, states_ + size_t(src) * slot,
+                               slot * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+}
+
 void LightningRunner::init_tables() {
   if (cfg_.lightning_nh > 0) upload_tables(cfg_.lightning_slopes());
 }

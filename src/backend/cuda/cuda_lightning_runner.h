@@ -27,6 +27,7 @@ class LightningRunner {
   LightningRunner& operator=(const LightningRunner&) = delete;
 
   void init_states(const ModelConfig& cfg, const CacheShape& shape);  // the state slots
+  void copy_slot(int32_t src, int32_t dst);  // Backend::copy_state_slot, on the stream
   void init_tables();  // the model's decay tables (after init_states)
   void attention(int li, const Tensor& q, const Tensor& k, const Tensor& v,
                  const std::vector<float>& slopes, float scale, Tensor& out);

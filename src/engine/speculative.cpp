@@ -1,0 +1,113 @@
+#include "engine/speculative.h"
+
+#include <algorithm>
+
+#include "backend/backend.h"
+#include "core/check.h"
+#include "engine/scheduler.h"
+
+namespace sala {
+
+std::vector<int32_t> ngram_draft(const std::vector<int32_t>& tokens, int32_t k,
+                                 int32_t ngram_min, int32_t ngram_max) {
+  const int64_t L = int64_t(tokens.size());
+  if (k <= 0 || L < 2 || ngram_min < 1 || ngram_max < ngram_min) return {};
+  // One backward scan over the earlier positions j whose token equals the last one; the
+  // match length there is how far tokens[.. j] and tokens[.. L - 1] agree backwards (at most
+  // ngram_max). The first (latest) j of the longest match wins; a full-length match ends the
+  // scan. O(L) per call plus ngram_max per candidate.
+  const int32_t last = tokens[size_t(L - 1)];
+  int64_t best_j = -1, best_len = 0;
+  for (int64_t j = L - 2; j >= 0; --j) {
+    if (tokens[size_t(j)] != last) continue;
+    int64_t m = 1;
+    while (m < ngram_max && j - m >= 0 && tokens[size_t(j - m)] == tokens[size_t(L - 1 - m)]) ++m;
+    if (m > best_len) {
+      best_len = m;
+      best_j = j;
+      if (m == ngram_max) break;
+    }
+  }
+  if (best_len < ngram_min) return {};
+  const int64_t from = best_j + 1, to = std::min<int64_t>(L, from + k);
+  return {tokens.begin() + from, tokens.begin() + to};
+}
+
+int32_t accepted_prefix(const int32_t* drafts, int32_t k, const int32_t* predicted) {
+  int32_t a = 0;
+  while (a < k && drafts[a] == predicted[a]) ++a;
+  return a;
+}
+
+void adapt_draft_len(SpecState& s, int32_t drafted, int32_t accepted, int32_t max_drafts) {
+  if (drafted <= 0) return;
+  s.draft_len = accepted == drafted ? std::min(max_drafts, s.draft_len + 1)
+                                    : std::max(1, accepted + 1);
+}
+
+void Speculator::draft(const std::vector<Sequence*>& running, const Scheduler& sch,
+                       const std::function<int32_t(const Sequence&)>& cap) {
+  SALA_CHECK(step_seqs_.empty(), "drafts of the previous step were not dropped");
+  if (!enabled()) return;
+  for (Sequence* s : running) {
+    if (s->pending() != 1 || s->slot < 0) continue;  // prefilling, or a recompute pending
+    if (s->spec.draft_len == 0) s->spec.draft_len = opts_.num_draft_tokens;
+    const int32_t k = std::min(s->spec.draft_len, cap(*s));
+    if (k <= 0) continue;
+    const std::vector<int32_t> d = ngram_draft(s->tokens, k, opts_.ngram_min, opts_.ngram_max);
+    if (d.empty()) continue;
+    s->spec.base = int64_t(s->tokens.size());
+    s->tokens.insert(s->tokens.end(), d.begin(), d.end());
+    s->spec.drafts = int32_t(d.size());
+    // A call never crosses a chunk boundary (dense_len - 1 among them: the dense / sparse
+    // choice is per call); drafts past the boundary wait for a later step.
+    while (s->spec.drafts > 0 && sch.call_end(*s) < int64_t(s->tokens.size())) {
+      s->tokens.pop_back();
+      --s->spec.drafts;
+    }
+    if (s->spec.drafts > 0) step_seqs_.push_back(s);
+  }
+}
+
+void Speculator::snapshot(const SchedulePlan& plan, Backend& be) {
+  for (const ScheduledSeq& it : plan.items)
+    if (it.seq->spec.drafts > 0 && it.sample)
+      be.copy_state_slot(it.seq->slot, it.seq->slot + snapshot_offset_);
+}
+
+std::vector<int32_t> Speculator::resolve(Sequence& s, const int32_t* predicted, Backend& be) {
+  const int32_t d = s.spec.drafts;
+  const int64_t base = s.spec.base;  // tokens before the drafts; base - 1 was pending
+  SALA_CHECK(d > 0 && int64_t(s.tokens.size()) == base + d && s.num_computed == base + d,
+             "sequence {}: {} drafts, {} tokens, {} computed, base {}", s.id, d, s.tokens.size(),
+             s.num_computed, base);
+  const int32_t a = accepted_prefix(s.tokens.data() + base, d, predicted);
+  std::vector<int32_t> emit(s.tokens.begin() + base, s.tokens.begin() + base + a);
+  emit.push_back(predicted[a]);
+  s.tokens.resize(size_t(base));
+  if (a == d) {
+    s.num_computed = base + d;  // every row computed is a kept token
+  } else {
+    // The state saw rejected rows: back to the snapshot, and the last token plus the
+    // accepted drafts are computed again in the next call.
+    be.copy_state_slot(s.slot + snapshot_offset_, s.slot);
+    s.num_computed = base - 1;
+  }
+  s.spec.drafts = 0;
+  adapt_draft_len(s.spec, d, a, opts_.num_draft_tokens);
+  drafted_ += d;
+  accepted_ += a;
+  ++verifies_;
+  return emit;
+}
+
+void Speculator::end_step() {
+  for (Sequence* s : step_seqs_) {
+    if (s->spec.drafts == 0) continue;  // resolved
+    s->tokens.resize(size_t(s->spec.base));
+    s->spec.drafts = 0;
+  }
+  step_seqs_.clear();
+}
+
+}  // namespace sala

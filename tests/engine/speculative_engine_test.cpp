@@ -1,0 +1,130 @@
+// Speculative decoding in the engine (issue 21), CPU fp32 on the bundled tiny model: with
+// n-gram drafts, greedy outputs are token for token those without speculation, drafts are
+// both accepted and rejected (so rollbacks really happen), requests near dense_len verify
+// across it, stop tokens and max_new_tokens end a verify call's tokens where they should, and
+// nothing leaks.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "engine_test_util.h"
+
+namespace sala {
+namespace {
+
+// Prompts the n-gram drafter finds matches in: a repeated phrase (copy-like), a random one,
+// and lengths that start below dense_len (256) and generate across it.
+std::vector<int32_t> repeating_prompt(int n, uint32_t seed) {
+  const auto phrase = make_prompt(13, seed);
+  std::vector<int32_t> p{1};
+  while (int(p.size()) < n) p.insert(p.end(), phrase.begin() + 1, phrase.end());
+  p.resize(size_t(n));
+  return p;
+}
+
+struct Outputs {
+  std::vector<std::vector<int32_t>> tokens;
+  EngineStats stats;
+};
+
+// The requests one after another (each alone in its steps: the CPU's per-row GEMVs make its
+// rows bit-identical with and without drafts) or all at once.
+Outputs run(int32_t drafts, const std::vector<GenerationRequest>& reqs, bool together) {
+  EngineSetup s;
+  s.step_tokens = 512;
+  s.opts.chunked_prefill_size = 64;
+  s.opts.speculative.num_draft_tokens = drafts;
+  auto e = start(s);
+  Outputs r;
+  if (together) {
+    std::vector<std::shared_ptr<RequestHandle>> hs;
+    for (const auto& g : reqs) hs.push_back(e->submit(g));
+    for (auto& h : hs) r.tokens.push_back(collect(*h).tokens);
+  } else {
+    for (const auto& g : reqs) r.tokens.push_back(collect(*e->submit(g)).tokens);
+  }
+  expect_idle(*e);
+  r.stats = e->stats();
+  return r;
+}
+
+std::vector<GenerationRequest> requests() {
+  std::vector<GenerationRequest> reqs;
+  const int lens[] = {40, 120, 230, 250, 300};
+  for (int i = 0; i < 5; ++i) {
+    reqs.push_back(greedy(repeating_prompt(lens[i], 70 + uint32_t(i)), 48));
+    reqs.push_back(greedy(make_prompt(lens[i], 90 + uint32_t(i)), 48));
+  }
+  return reqs;
+}
+
+TEST(Speculative, GreedyOutputUnchanged) {
+  const auto reqs = requests();
+  const Outputs plain = run(0, reqs, false);
+  for (int32_t k : {1, 4, 8}) {
+    const Outputs spec = run(k, reqs, false);
+    for (size_t i = 0; i < reqs.size(); ++i)
+      EXPECT_EQ(spec.tokens[i], plain.tokens[i]) << "k " << k << ", request " << i;
+    const EngineStats& st = spec.stats;
+    std::printf("k %d: %lld verify calls, %lld drafted, %lld accepted (%.2f tokens per call), "
+                "%lld steps vs %lld\n", k, (long long)st.spec_verify_calls,
+                (long long)st.spec_drafted_tokens, (long long)st.spec_accepted_tokens,
+                1.0 + double(st.spec_accepted_tokens) / double(std::max<int64_t>(1, st.spec_verify_calls)),
+                (long long)st.steps, (long long)plain.stats.steps);
+    EXPECT_GT(st.spec_verify_calls, 0) << "k " << k;
+    EXPECT_GT(st.spec_accepted_tokens, 0) << "k " << k << ": no draft was ever accepted";
+    EXPECT_GT(st.spec_drafted_tokens, st.spec_accepted_tokens) << "k " << k << ": no rollback";
+    EXPECT_LT(st.steps, plain.stats.steps) << "k " << k << ": speculation saved no step";
+    EXPECT_EQ(st.generated_tokens_total, plain.stats.generated_tokens_total);
+  }
+  EXPECT_EQ(plain.stats.spec_verify_calls, 0);
+}
+
+// Several requests verifying in the same steps. Steps of more than 16 rows take the CPU's
+// sgemm, whose rows may differ from the per-row GEMV in the last bits (batched == alone holds
+// only to rounding on the CPU, with or without speculation), so a near-tie may pick another
+// token: at most one of the ten requests may differ from its plain run alone.
+TEST(Speculative, BatchedVerifyCallsMatchAloneUpToCpuRounding) {
+  const auto reqs = requests();
+  const Outputs spec = run(4, reqs, true);
+  EXPECT_GT(spec.stats.spec_accepted_tokens, 0);
+  const Outputs alone = run(0, reqs, false);
+  size_t equal = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) equal += spec.tokens[i] == alone.tokens[i];
+  std::printf("batched speculative == alone plain: %zu of %zu requests\n", equal, reqs.size());
+  EXPECT_GE(equal, reqs.size() - 1);
+}
+
+TEST(Speculative, StopTokenAndLengthEndTheVerifiedTokens) {
+  const auto reqs = requests();
+  const Outputs plain = run(0, reqs, false);
+  // A stop token that greedy decoding meets midway (the 20th generated token of request 0):
+  // the speculative run must end exactly there, with nothing after it.
+  std::vector<GenerationRequest> stop = {reqs[0]};
+  const int32_t tok = plain.tokens[0][19];
+  stop[0].sampling.stop_token_ids = {tok};
+  size_t first = 0;
+  while (plain.tokens[0][first] != tok) ++first;
+  const Outputs got = run(6, stop, false);
+  EXPECT_EQ(got.tokens[0], std::vector<int32_t>(plain.tokens[0].begin(), plain.tokens[0].begin() + long(first)));
+  // max_new_tokens inside what a verify call could accept.
+  std::vector<GenerationRequest> few = {reqs[0], reqs[2]};
+  for (auto& g : few) g.sampling.max_new_tokens = 7;
+  const Outputs g7 = run(8, few, false);
+  EXPECT_EQ(g7.tokens[0], std::vector<int32_t>(plain.tokens[0].begin(), plain.tokens[0].begin() + 7));
+  EXPECT_EQ(g7.tokens[1], std::vector<int32_t>(plain.tokens[2].begin(), plain.tokens[2].begin() + 7));
+}
+
+// Sampled requests (temperature > 0) never draft: their outputs with a seed are those of the
+// engine without speculation.
+TEST(Speculative, SampledRequestsDoNotDraft) {
+  GenerationRequest g = greedy(repeating_prompt(100, 5), 32);
+  g.sampling.temperature = 0.8f;
+  g.sampling.seed = 7;
+  const Outputs a = run(0, {g}, false), b = run(4, {g}, false);
+  EXPECT_EQ(a.tokens[0], b.tokens[0]);
+  EXPECT_EQ(b.stats.spec_verify_calls, 0);
+}
+
+}  // namespace
+}  // namespace sala
