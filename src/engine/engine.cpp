@@ -313,7 +313,7 @@ class EngineImpl final : public Engine {
   // beyond the step's bonus token, within the context.
   int32_t draft_cap(const Sequence& s) const {
     const auto& r = static_cast<const Request&>(s);
-    if (!r.sampler.plain_greedy(r.sampling) || r.lp.opts.output) return 0;
+    if (!r.sampler.plain(r.sampling) || r.lp.opts.output) return 0;
     const int64_t left = std::min<int64_t>(r.sampling.max_new_tokens - r.generated,
                                            info_.max_context_len - int64_t(r.tokens.size())) - 1;
     return int32_t(std::clamp<int64_t>(left, 0, opts_.speculative.num_draft_tokens));
@@ -373,16 +373,13 @@ class EngineImpl final : public Engine {
     for (const ScheduledSeq& it : plan_.items) {
       if (!it.sample) continue;
       Request* r = static_cast<Request*>(it.seq);
-      if (r->spec.drafts > 0) {  // a verify call: its rows' argmax decide what is kept
-        const size_t n = size_t(r->spec.drafts) + 1;
-        predicted_.resize(n);
-        for (size_t i = 0; i < n; ++i)
-          predicted_[i] = greedy_only ? argmax_[row + i]
-                                      : argmax(logits_.data() + (row + i) * size_t(V), V);
-        row += n;
+      if (r->spec.drafts > 0) {  // a verify call: its rows decide which drafts are kept
+        const int32_t a = verify(*r, row, greedy_only);
+        row += size_t(r->spec.drafts) + 1;
+        speculator_.settle(*r, a, model_->backend());
         // Emitted one by one (no logprobs: draft_cap), so that a stop token or the length
         // limit ends the request at its own token and the rest is dropped.
-        for (int32_t tok : speculator_.resolve(*r, predicted_.data(), model_->backend())) {
+        for (int32_t tok : spec_emit_) {
           r->sampler.observe(tok);
           r->tokens.push_back(tok);
           ++r->generated;
@@ -441,6 +438,35 @@ class EngineImpl final : public Engine {
       return true;
     return std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), tok) !=
            sp.stop_token_ids.end();
+  }
+
+  // The tokens a verify call of r (its rows from `row`) emits, into spec_emit_: the drafts
+  // while accepted (equal to the argmax, or by speculative sampling), then one more token
+  // from the first row that rejected its draft, or from the last row. Returns how many
+  // drafts were accepted.
+  int32_t verify(Request& r, size_t row, bool greedy_only) {
+    const int32_t d = r.spec.drafts, V = info_.vocab_size;
+    const int32_t* drafts = r.tokens.data() + r.spec.base;
+    spec_emit_.clear();
+    for (int32_t i = 0; i <= d; ++i) {
+      float* lg = logits_.data() + (row + size_t(i)) * size_t(V);
+      if (i == d) {
+        spec_emit_.push_back(greedy_only ? argmax_[row + size_t(i)]
+                                         : sampler_.sample(lg, V, r.sampling, r.sampler));
+        return d;
+      }
+      bool accepted = false;
+      int32_t tok;
+      if (greedy_only) {
+        tok = argmax_[row + size_t(i)];
+        accepted = tok == drafts[i];
+      } else {
+        tok = sampler_.sample_draft(lg, V, r.sampling, r.sampler, drafts[i], accepted);
+      }
+      spec_emit_.push_back(tok);
+      if (!accepted) return i;
+    }
+    return d;
   }
 
   // false: the request finished (and is freed).
@@ -511,7 +537,7 @@ class EngineImpl final : public Engine {
   Sampler sampler_;
   std::vector<int32_t> argmax_;  // greedy-only steps: one id per logit row
   Speculator speculator_;
-  std::vector<int32_t> predicted_;  // a verify call's argmax per row
+  std::vector<int32_t> spec_emit_;  // a verify call's tokens to emit
   PromptLogprobRows prompt_rows_;       // this step's prompt-logprob rows
   std::vector<std::pair<Request*, int32_t>> sampled_;  // this step's sampled tokens
   RowLogprobs sampled_lp_;              // logit rows of sampled tokens that want logprobs

@@ -49,8 +49,8 @@ int32_t argmax(const float* x, int32_t n) {
   return best;
 }
 
-int32_t Sampler::sample(float* logits, int32_t vocab, const SamplingParams& p,
-                        SamplerState& st) {
+int64_t Sampler::weigh(float* logits, int32_t vocab, const SamplingParams& p, SamplerState& st,
+                       double& sum) {
   SALA_CHECK(vocab > 0);
   if (st.penalties_) {
     // Repetition (HF): prompt + generated tokens, divides positive logits, multiplies
@@ -63,7 +63,7 @@ int32_t Sampler::sample(float* logits, int32_t vocab, const SamplingParams& p,
       if (c > 0) l -= p.frequency_penalty * float(c) + p.presence_penalty;
     }
   }
-  if (p.temperature <= 0.0f || p.top_k == 1) return argmax(logits, vocab);
+  if (p.temperature <= 0.0f || p.top_k == 1) return -1;
 
   // Candidates, sorted by logit (descending, ties to the lower id) when top-k / top-p need
   // an order; otherwise all ids in id order.
@@ -86,13 +86,13 @@ int32_t Sampler::sample(float* logits, int32_t vocab, const SamplingParams& p,
   float mx = -INFINITY;
   for (size_t i = 0; i < n; ++i) mx = std::max(mx, cand_[i].first);
   probs_.resize(n);
-  double sum = 0;
+  sum = 0;
   for (size_t i = 0; i < n; ++i) {
     const float e = std::exp((cand_[i].first - mx) * inv_t);  // -inf logits give 0
     probs_[i] = e;
     sum += e;
   }
-  if (!(sum > 0)) return argmax(logits, vocab);  // all -inf / NaN: fall back to greedy
+  if (!(sum > 0)) return -1;  // all -inf / NaN: fall back to greedy
   if (use_p) {  // smallest prefix whose mass reaches top_p (at least one token)
     double acc = 0;
     size_t keep = 0;
@@ -109,6 +109,10 @@ int32_t Sampler::sample(float* logits, int32_t vocab, const SamplingParams& p,
   }
   sum = 0;
   for (size_t i = 0; i < n; ++i) sum += probs_[i];
+  return int64_t(n);
+}
+
+int32_t Sampler::draw(size_t n, double sum, SamplerState& st) {
   // One 53-bit uniform draw from the request's stream (portable across standard libraries).
   const double u = double(st.rng_() >> 11) * 0x1.0p-53 * sum;
   double acc = 0;
@@ -120,6 +124,38 @@ int32_t Sampler::sample(float* logits, int32_t vocab, const SamplingParams& p,
     if (u < acc) return cand_[i].second;
   }
   return cand_[last].second;
+}
+
+int32_t Sampler::sample(float* logits, int32_t vocab, const SamplingParams& p,
+                        SamplerState& st) {
+  double sum = 0;
+  const int64_t n = weigh(logits, vocab, p, st, sum);
+  return n < 0 ? argmax(logits, vocab) : draw(size_t(n), sum, st);
+}
+
+int32_t Sampler::sample_draft(float* logits, int32_t vocab, const SamplingParams& p,
+                              SamplerState& st, int32_t draft, bool& accepted) {
+  double sum = 0;
+  const int64_t n = weigh(logits, vocab, p, st, sum);
+  if (n < 0) {
+    const int32_t t = argmax(logits, vocab);
+    accepted = t == draft;
+    return t;
+  }
+  size_t at = size_t(n);  // the draft's candidate, if it has one
+  for (size_t i = 0; i < size_t(n); ++i)
+    if (cand_[i].second == draft) at = i;
+  const double pd = at < size_t(n) ? double(probs_[at]) : 0.0;
+  const double u = double(st.rng_() >> 11) * 0x1.0p-53 * sum;
+  accepted = u < pd;
+  if (accepted) return draft;
+  // Rejected: the residual max(0, p - q) with q one-hot at the draft is p without it. Its
+  // mass is positive: u < sum, so pd < sum.
+  if (at < size_t(n)) {
+    sum -= pd;
+    probs_[at] = 0;
+  }
+  return draw(size_t(n), sum, st);
 }
 
 }  // namespace sala

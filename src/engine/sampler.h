@@ -24,8 +24,12 @@ class SamplerState {
   // True when sampling is the plain argmax of the raw logits (no penalty, bias or stop-token
   // mask changes them).
   bool plain_greedy(const SamplingParams& p) const {
-    return !penalties_ && p.logit_bias.empty() && p.min_new_tokens == 0 &&
-           (p.temperature <= 0.0f || p.top_k == 1);
+    return plain(p) && (p.temperature <= 0.0f || p.top_k == 1);
+  }
+  // True when the distribution of a row depends only on the row and p's temperature / top-k /
+  // top-p / min-p (no penalty, bias or stop-token mask): what speculation may verify.
+  bool plain(const SamplingParams& p) const {
+    return !penalties_ && p.logit_bias.empty() && p.min_new_tokens == 0;
   }
   uint64_t seed() const { return seed_; }
 
@@ -54,8 +58,21 @@ class Sampler {
   // Samples one token from `logits` [vocab]; the row is modified in place (penalties,
   // temperature). Scratch buffers are kept between calls.
   int32_t sample(float* logits, int32_t vocab, const SamplingParams& p, SamplerState& st);
+  // Speculative sampling of a drafted token (one-hot draft distribution): accepts `draft`
+  // with its probability p(draft) under the row's distribution (one uniform draw), else
+  // returns a token drawn from p with the draft removed (a second draw). The returned token is
+  // distributed exactly as sample()'s. Greedy parameters: the argmax, accepted iff equal.
+  int32_t sample_draft(float* logits, int32_t vocab, const SamplingParams& p, SamplerState& st,
+                       int32_t draft, bool& accepted);
 
  private:
+  // The row's candidates cand_[0, n) and their weights probs_ (unnormalised, summing to sum)
+  // after penalties, temperature, top-k, top-p and min-p; -1 when sampling is the argmax.
+  int64_t weigh(float* logits, int32_t vocab, const SamplingParams& p, SamplerState& st,
+                double& sum);
+  // One draw from the weights of weigh() (the request's stream).
+  int32_t draw(size_t n, double sum, SamplerState& st);
+
   std::vector<std::pair<float, int32_t>> cand_;
   std::vector<float> probs_;
 };

@@ -33,12 +33,6 @@ std::vector<int32_t> ngram_draft(const std::vector<int32_t>& tokens, int32_t k,
   return {tokens.begin() + from, tokens.begin() + to};
 }
 
-int32_t accepted_prefix(const int32_t* drafts, int32_t k, const int32_t* predicted) {
-  int32_t a = 0;
-  while (a < k && drafts[a] == predicted[a]) ++a;
-  return a;
-}
-
 void adapt_draft_len(SpecState& s, int32_t drafted, int32_t accepted, int32_t max_drafts) {
   if (drafted <= 0) return;
   s.draft_len = accepted == drafted ? std::min(max_drafts, s.draft_len + 1)
@@ -75,15 +69,13 @@ void Speculator::snapshot(const SchedulePlan& plan, Backend& be) {
       be.copy_state_slot(it.seq->slot, it.seq->slot + snapshot_offset_);
 }
 
-std::vector<int32_t> Speculator::resolve(Sequence& s, const int32_t* predicted, Backend& be) {
+void Speculator::settle(Sequence& s, int32_t a, Backend& be) {
   const int32_t d = s.spec.drafts;
   const int64_t base = s.spec.base;  // tokens before the drafts; base - 1 was pending
-  SALA_CHECK(d > 0 && int64_t(s.tokens.size()) == base + d && s.num_computed == base + d,
-             "sequence {}: {} drafts, {} tokens, {} computed, base {}", s.id, d, s.tokens.size(),
-             s.num_computed, base);
-  const int32_t a = accepted_prefix(s.tokens.data() + base, d, predicted);
-  std::vector<int32_t> emit(s.tokens.begin() + base, s.tokens.begin() + base + a);
-  emit.push_back(predicted[a]);
+  SALA_CHECK(d > 0 && a >= 0 && a <= d && int64_t(s.tokens.size()) == base + d &&
+                 s.num_computed == base + d,
+             "sequence {}: {} of {} drafts accepted, {} tokens, {} computed, base {}", s.id, a, d,
+             s.tokens.size(), s.num_computed, base);
   s.tokens.resize(size_t(base));
   if (a == d) {
     s.num_computed = base + d;  // every row computed is a kept token
@@ -98,7 +90,6 @@ std::vector<int32_t> Speculator::resolve(Sequence& s, const int32_t* predicted, 
   drafted_ += d;
   accepted_ += a;
   ++verifies_;
-  return emit;
 }
 
 void Speculator::end_step() {

@@ -7,10 +7,11 @@
 // verify row computes exactly what a decode step at its position computes (the CPU's GEMVs
 // per row for steps of <= 16 rows, the GLA recurrence below 64 rows, the per-call dense /
 // sparse choice kept by the scheduler's chunk boundaries: tests/model/test_verify_rows.cpp).
-// Row i's argmax predicts the token after position i; the drafts are accepted while they
-// equal those predictions (accepted_prefix), and the first prediction that differs (or the
-// one after the last draft) is the step's bonus token, so greedy output is token for token
-// the output without speculation.
+// Row i's distribution gives the token after position i; the drafts are accepted while they
+// pass (greedy: equal the argmax; sampled: Sampler::sample_draft), and the first row that
+// rejects its draft (or the one after the last draft) gives the step's last token, so greedy
+// output is token for token the output without speculation and sampled output has the same
+// distribution (EngineImpl::verify).
 //
 // Rollback: before the step the engine copies the sequence's lightning state to its snapshot
 // slot. All drafts accepted: the caches hold exactly the kept tokens. Otherwise the state is
@@ -42,9 +43,10 @@ struct SpeculativeOptions {
 std::vector<int32_t> ngram_draft(const std::vector<int32_t>& tokens, int32_t k,
                                  int32_t ngram_min, int32_t ngram_max);
 
-// The number of leading drafts equal to the model's prediction of their position:
-// drafts[i] is accepted while drafts[0..i] == predicted[0..i].
-int32_t accepted_prefix(const int32_t* drafts, int32_t k, const int32_t* predicted);
+// Speculative decoding keeps the output distribution of a sampled request exactly when its
+// rows' distributions are the plain ones (Sampler::sample_draft: a one-hot draft is accepted
+// with its probability, else the token comes from the rest); greedy is the special case
+// where the draft is accepted iff it is the argmax.
 
 // A request's speculation between steps: its adaptive draft length and, during a step, the
 // drafts appended to its tokens.
@@ -76,10 +78,11 @@ class Speculator {
              const std::function<int32_t(const Sequence&)>& cap);
   // Copies the state of every planned drafted sequence that will verify to its snapshot slot.
   void snapshot(const SchedulePlan& plan, Backend& be);
-  // A verified sequence after the forward (its 1 + drafts rows' argmax in `predicted`) and
-  // the scheduler's commit: removes the drafts, keeps the accepted ones' cache rows or rolls
-  // back, and returns the tokens to emit in order (accepted drafts, then the bonus token).
-  std::vector<int32_t> resolve(Sequence& s, const int32_t* predicted, Backend& be);
+  // A verified sequence after the forward and the scheduler's commit, whose first `accepted`
+  // drafts were kept (the caller decided them from its rows, greedy or by speculative
+  // sampling, and emits them and the bonus token): removes the drafts from its tokens, keeps
+  // the accepted ones' cache rows or rolls back.
+  void settle(Sequence& s, int32_t accepted, Backend& be);
   // Drops the drafts of sequences that were not verified this step (not planned, preempted).
   void end_step();
   // s is finished and freed during the step: no end_step for it.

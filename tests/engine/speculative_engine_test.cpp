@@ -115,15 +115,27 @@ TEST(Speculative, StopTokenAndLengthEndTheVerifiedTokens) {
   EXPECT_EQ(g7.tokens[1], std::vector<int32_t>(plain.tokens[2].begin(), plain.tokens[2].begin() + 7));
 }
 
-// Sampled requests (temperature > 0) never draft: their outputs with a seed are those of the
-// engine without speculation.
-TEST(Speculative, SampledRequestsDoNotDraft) {
-  GenerationRequest g = greedy(repeating_prompt(100, 5), 32);
-  g.sampling.temperature = 0.8f;
-  g.sampling.seed = 7;
-  const Outputs a = run(0, {g}, false), b = run(4, {g}, false);
-  EXPECT_EQ(a.tokens[0], b.tokens[0]);
-  EXPECT_EQ(b.stats.spec_verify_calls, 0);
+// Sampled requests (temperature > 0) speculate too (Sampler::sample_draft): drafts are
+// accepted and rejected, the same seed gives the same tokens run to run, and the tokens'
+// distribution is the model's (SampleDraft.ReturnsTheRowsDistribution; the random stream is
+// used differently, so the tokens of one seed differ from the run without speculation).
+// Requests with penalties never draft.
+TEST(Speculative, SampledRequestsSpeculateReproducibly) {
+  std::vector<GenerationRequest> reqs;
+  for (uint32_t i = 0; i < 4; ++i) {
+    GenerationRequest g = greedy(repeating_prompt(100 + 20 * int(i), 5 + i), 32);
+    g.sampling.temperature = 0.3f;
+    g.sampling.top_p = 0.9f;
+    g.sampling.seed = 7 + i;
+    reqs.push_back(g);
+  }
+  const Outputs a = run(4, reqs, false), b = run(4, reqs, true);
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(a.tokens[i], b.tokens[i]) << "request " << i;
+  EXPECT_GT(a.stats.spec_accepted_tokens, 0);
+  EXPECT_GT(a.stats.spec_drafted_tokens, a.stats.spec_accepted_tokens);
+  GenerationRequest pen = reqs[0];
+  pen.sampling.repetition_penalty = 1.2f;
+  EXPECT_EQ(run(4, {pen}, false).stats.spec_verify_calls, 0);
 }
 
 }  // namespace
