@@ -165,6 +165,8 @@ void GrammarMatcher::rollback(int n) { impl_->matcher.Rollback(n); }
 
 bool GrammarMatcher::is_completed() const { return impl_->matcher.IsCompleted(); }
 
+bool GrammarMatcher::is_terminated() const { return impl_->matcher.IsTerminated(); }
+
 bool GrammarMatcher::only_stop_allowed(const uint32_t* mask) const {
   const int32_t words = mask_words(vocab_size());
   const auto& stops = impl_->grammar->stop_ids;

@@ -90,6 +90,8 @@ class GrammarMatcher {
   void rollback(int n);
   // The output so far is a complete sentence of the grammar (a stop token may follow).
   bool is_completed() const;
+  // A stop token was accepted: nothing more can follow (no further mask to fill).
+  bool is_terminated() const;
   // A mask filled by fill_next_mask allows nothing but stop tokens: the output is complete
   // and cannot continue, so generation ends here.
   bool only_stop_allowed(const uint32_t* mask) const;

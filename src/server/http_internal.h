@@ -194,7 +194,8 @@ inline bool pump(Seq& s, std::chrono::milliseconds timeout, Metrics& m) {
       s.r.abort_message = ev.error.empty() ? "engine error" : ev.error;
       finish_seq(s, "abort");
       break;
-    case FinishReason::None: finish_seq(s, "stop"); break;
+    case FinishReason::None:
+    case FinishReason::GrammarComplete: finish_seq(s, "stop"); break;  // SGLang: matched null
   }
   return true;
 }

@@ -4,6 +4,7 @@
 #include "server/http_internal.h"
 #include "server/routes_extra.h"
 #include "server/http_policy.h"
+#include "server/structured_output.h"
 
 #include <cerrno>
 #include <cstring>
@@ -34,6 +35,7 @@ struct HttpServer::Impl {
   size_t max_token_bytes = 1;          // the longest token's text, for the byte-length check
   std::atomic<bool> aborting{false};   // shutdown timeout passed: end every response now
   LogprobFormatter lpfmt;
+  std::unique_ptr<grammar::GrammarCompiler> grammars;  // structured output (HTTP threads compile)
 
   Impl(ServerOptions o, Engine& e, const Tokenizer& t, const ChatTemplate* c)
       : opts(std::move(o)), engine(e), tok(t), tmpl(c), lpfmt(t) {
@@ -41,6 +43,7 @@ struct HttpServer::Impl {
     lim.vocab_size = opts.vocab_size > 0 ? opts.vocab_size : tok.vocab_size();
     lim.max_n = opts.max_n;
     model_id = opts.served_model_name.empty() ? opts.model_path : opts.served_model_name;
+    grammars = make_grammar_compiler(tok, lim.vocab_size, engine.info().eos_token_ids);
     max_seqs = engine.info().options.max_queued_requests;
     policy = {opts.api_key, opts.allowed_origins, opts.protect_metrics};
     // The normalizers we load (Prepend, Replace ' ' -> U+2581) only lengthen the text, so a
@@ -121,6 +124,8 @@ struct HttpServer::Impl {
         seqs.push_back(std::move(s));
       }
     }
+    // Compiled here, on this HTTP thread (cached by its text), never on the engine thread.
+    const auto grammar = compile_request_grammar(grammars.get(), sp);
     // Submit only after everything validated; on failure cancel what was submitted.
     try {
       for (auto& s : seqs) {
@@ -128,6 +133,7 @@ struct HttpServer::Impl {
         req.prompt = prompts[size_t(s.r.index) / size_t(n)];
         req.sampling = sp.params;
         req.logprobs = lps[size_t(s.r.index) / size_t(n)];
+        req.grammar = grammar;
         if (req.sampling.max_new_tokens < 0)
           req.sampling.max_new_tokens = int32_t(lim.max_context_len - int64_t(req.prompt.size()));
         if (req.sampling.seed && n > 1) req.sampling.seed = *req.sampling.seed + uint64_t(s.r.index % n);

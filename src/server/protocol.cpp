@@ -267,10 +267,6 @@ bool parse_stream_options(const json& o, bool stream) {
 void refuse_openai_unsupported(const json& o) {
   refuse_if_present(o, "tools", "tool calling is not implemented");
   refuse_if_present(o, "functions", "function calling is not implemented");
-  if (const json* rf = field(o, "response_format")) {
-    if (!rf->is_object() || rf->value("type", "") != "text")
-      bad_request("response_format", "only response_format {\"type\": \"text\"} is supported");
-  }
   if (auto v = get_int(o, "best_of"); v && *v != 1)
     bad_request("best_of", "'best_of' other than 1 is not supported");
 }
@@ -306,8 +302,6 @@ GenerateRequest parse_generate(const json& body, const ProtocolLimits& lim) {
     if (!field(*sp, "sampling_seed")) {
       if (auto v = get_int(*sp, "seed")) r.sampling.params.seed = uint64_t(*v);
     }
-    for (const char* k : {"regex", "json_schema", "ebnf", "structural_tag"})
-      refuse_if_present(*sp, k, "constrained decoding is not implemented");
     parse_generate_extras(*sp, lim, r.sampling);
   }
   refuse_generate_unsupported(body);

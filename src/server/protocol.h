@@ -5,7 +5,7 @@
 // Every validation failure throws ApiError, which carries the HTTP status and the OpenAI
 // error shape {"error": {"message", "type", "param", "code"}}. Unknown fields are ignored;
 // known fields with a wrong type, an out-of-range value or a feature we do not implement
-// (tools, logit_bias, ...) are refused with 400, never silently misread.
+// (audio, beam search, ...) are refused with 400, never silently misread.
 // Null counts as "not given" for every optional field (clients send "lora_path": null).
 #pragma once
 #include <cstdint>
@@ -18,6 +18,7 @@
 
 #include "engine/engine.h"
 #include "engine/request_check.h"
+#include "grammar/grammar.h"
 #include "tokenizer/chat_template.h"
 
 namespace sala::server {
@@ -77,6 +78,10 @@ struct Sampling {
   // SGLang's no_stop_trim).
   bool include_stop_str = false;
   int32_t stream_interval = 0;  // SGLang's per-request stream_interval; 0: the server's
+  // Structured output (structured_output.h): what the output must match, and the request
+  // parameter it came from (errors name it).
+  std::optional<grammar::GrammarSpec> grammar;
+  std::string grammar_param;
 };
 
 // A prompt: text to tokenize, or token ids.
