@@ -23,6 +23,7 @@
 #include "server/http_guard.h"
 #include "server/logprobs.h"
 #include "server/protocol.h"
+#include "server/tool_calls.h"
 #include "tokenizer/detokenizer.h"
 
 namespace sala::server::detail {
@@ -87,6 +88,7 @@ struct Seq {
   std::shared_ptr<RequestHandle> h;
   std::unique_ptr<IncrementalDetokenizer> detok;
   std::unique_ptr<StopStringMatcher> stop;
+  std::unique_ptr<ToolCallParser> tools;  // chat with tools: streamed tool calls
   SeqResult r;
   std::string id;
   bool counts_prompt = true;  // usage: count this sequence's prompt (false for n copies 2..n)
@@ -252,6 +254,11 @@ json usage_of(const std::vector<Seq>& seqs);  // OpenAI usage: prompts counted o
 bool stream_step(StreamState& st, httplib::DataSink& sink, Metrics& metrics,
                  const std::atomic<bool>& aborting, const LogprobFormatter& lpfmt);
 json stats_json(const EngineStats& s);
+// Non-streaming answers. A request that finishes within 2 s is answered with a plain JSON body;
+// a longer one with chunked encoding, a space a second while it runs, then the body.
+void respond_when_done(httplib::Response& res, std::vector<Seq> seqs,
+                       std::function<json(std::vector<Seq>&)> body, Metrics& metrics,
+                       const std::atomic<bool>& aborting);
 
 inline std::string random_hex(size_t n) {
   static thread_local std::mt19937_64 rng(std::random_device{}() ^

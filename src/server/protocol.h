@@ -100,6 +100,16 @@ struct GenerateRequest {
 };
 GenerateRequest parse_generate(const json& body, const ProtocolLimits& lim);
 
+// OpenAI tool calling (tool_calls.h): the tools offered, how the model must use them.
+struct ToolRequest {
+  json tools = nullptr;  // the validated `tools` array; null: none
+  enum class Choice { None, Auto, Required, Named } choice = Choice::Auto;
+  std::string named;     // Choice::Named: the function
+  bool parallel = true;  // parallel_tool_calls: several calls in one answer
+  // The answer is parsed for tool calls (tools given and tool_choice not "none").
+  bool active() const { return tools.is_array() && !tools.empty() && choice != Choice::None; }
+};
+
 // ---- OpenAI POST /v1/chat/completions ----
 struct ChatRequest {
   std::string model;
@@ -114,6 +124,7 @@ struct ChatRequest {
   bool continue_final_message = false;
   bool echo = false;
   bool add_special_tokens = false;  // BOS etc. on top of what the template renders
+  ToolRequest tools;
 };
 ChatRequest parse_chat(const json& body, const ProtocolLimits& lim);
 

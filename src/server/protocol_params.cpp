@@ -170,9 +170,8 @@ void parse_openai_extras(const json& body, const ProtocolLimits& lim, bool chat,
   if (auto v = get_bool(body, "store"); v && *v)
     bad_request("store", "'store' is not supported: completions are not stored; send false or omit it");
   if (!chat) return;
-  accept_only(body, "tool_choice", {"none", "auto"}, "tool calling is not implemented");
-  accept_only(body, "function_call", {"none", "auto"}, "function calling is not implemented");
-  (void)get_bool(body, "parallel_tool_calls");  // no tools: nothing to parallelize
+  // The deprecated functions API: use tools / tool_choice (tool_calls.cpp).
+  accept_only(body, "function_call", {"none", "auto"}, "the functions API is not implemented; use tools");
   if (const json* m = field(body, "modalities")) {
     if (!m->is_array() || m->size() != 1 || (*m)[0] != "text")
       bad_request("modalities", "only modalities [\"text\"] is supported");

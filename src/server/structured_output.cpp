@@ -16,13 +16,8 @@ using Kind = grammar::GrammarSpec::Kind;
 
 namespace {
 
-// One constraint per request: a second one is refused rather than one silently winning.
 void set_grammar(Sampling& s, Kind kind, std::string text, const std::string& param) {
-  if (s.grammar)
-    bad_request(param, fmt::format("'{}' cannot be combined with '{}': give one output constraint",
-                                   param, s.grammar_param));
-  s.grammar = grammar::GrammarSpec{kind, std::move(text)};
-  s.grammar_param = param;
+  set_request_grammar(s, kind, std::move(text), param);
 }
 
 // A JSON schema given as an object, or as a string holding one (vLLM and SGLang accept both).
@@ -104,6 +99,15 @@ void parse_structured_outputs(const json& so, Sampling& s) {
 
 }  // namespace
 
+// One constraint per request: a second one is refused rather than one silently winning.
+void set_request_grammar(Sampling& s, Kind kind, std::string text, const std::string& param) {
+  if (s.grammar)
+    bad_request(param, fmt::format("'{}' cannot be combined with '{}': give one output constraint",
+                                   param, s.grammar_param));
+  s.grammar = grammar::GrammarSpec{kind, std::move(text)};
+  s.grammar_param = param;
+}
+
 std::unique_ptr<grammar::GrammarCompiler> make_grammar_compiler(const Tokenizer& tok, int32_t vocab_size,
                                                                 std::vector<int32_t> eos_ids) {
   grammar::VocabInfo v;
@@ -114,6 +118,13 @@ std::unique_ptr<grammar::GrammarCompiler> make_grammar_compiler(const Tokenizer&
     return nullptr;
   }
   v.token_bytes.resize(std::min(v.token_bytes.size(), size_t(vocab_size)));
+  // Tokens with a raw control character other than \n and \r are never allowed under a
+  // grammar: xgrammar 0.2.8's length-bounded JSON strings (maxLength / minLength) admit them
+  // (json_schema_converter.cc, GenerateString: its class excludes only '"', '\\', CR, LF),
+  // and JSON forbids them (json.loads refuses the output). Newlines, spaces and escapes remain.
+  for (std::string& b : v.token_bytes)
+    if (std::any_of(b.begin(), b.end(), [](char c) { return uint8_t(c) < 0x20 && c != '\n' && c != '\r'; }))
+      b.clear();
   v.vocab_size = vocab_size;
   for (int32_t id : tok.eos_ids()) eos_ids.push_back(id);
   std::sort(eos_ids.begin(), eos_ids.end());

@@ -16,6 +16,10 @@
 
 namespace sala::server {
 
+// Sets the request's one output constraint (400 naming `param` if it already has one).
+void set_request_grammar(Sampling& s, grammar::GrammarSpec::Kind kind, std::string text,
+                         const std::string& param);
+
 // The OpenAI routes' constraints (chat and completions, as vLLM) into s.grammar.
 void parse_openai_grammar(const json& body, Sampling& s);
 // /generate's sampling_params constraints into s.grammar.

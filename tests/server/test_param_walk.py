@@ -53,10 +53,10 @@ CHAT = COMMON + [
     ("messages", None, I), ("max_completion_tokens", 3, I), ("top_logprobs", 2, L),
     ("audio", {"voice": "alloy", "format": "wav"}, R), ("function_call", {"name": "f"}, R),
     ("function_call", "none", N), ("functions", [{"name": "f", "parameters": {}}], R),
-    ("modalities", ["text"], I), ("modalities", ["text", "audio"], R), ("parallel_tool_calls", True, N),
+    ("modalities", ["text"], I), ("modalities", ["text", "audio"], R), ("parallel_tool_calls", True, I),
     ("prediction", {"type": "content", "content": "x"}, R), ("reasoning_effort", "low", I),
-    ("tool_choice", "none", N), ("tool_choice", "required", R),
-    ("tools", [{"type": "function", "function": {"name": "f"}}], R), ("verbosity", "low", R),
+    ("tool_choice", "none", I), ("tool_choice", "required", R),  # required without tools: 400
+    ("tools", [{"type": "function", "function": {"name": "f"}}], I), ("verbosity", "low", R),
     ("web_search_options", {}, R), ("moderation", {"enabled": True}, R), ("prompt_cache_options", {"a": 1}, N),
     ("add_generation_prompt", False, I), ("continue_final_message", True, I), ("echo", True, I),
     ("add_special_tokens", True, I), ("chat_template_kwargs", {"enable_thinking": False}, I),
