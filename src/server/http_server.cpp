@@ -175,6 +175,7 @@ struct HttpServer::Impl {
   void handle_generate(const httplib::Request& req, httplib::Response& res) {
     metrics.gen_requests++;
     GenerateRequest g = parse_generate(parse_body(req.body), lim);
+    restore_client_order(req.body, g.sampling, nullptr);
     std::vector<std::vector<int32_t>> prompts;
     // n copies were expanded by the parser: submit each item once.
     for (auto& p : g.prompts) prompts.push_back(encode_prompt(p, true));
@@ -215,6 +216,7 @@ struct HttpServer::Impl {
   void handle_chat(const httplib::Request& req, httplib::Response& res) {
     metrics.chat_requests++;
     ChatRequest c = parse_chat(parse_body(req.body), lim);
+    restore_client_order(req.body, c.sampling, &c.tools);
     check_model(c.model);
     if (c.tools.active() && opts.tool_call_parser == "none")
       throw ApiError(400, "tool calling is off on this server (--tool-call-parser none)", "tools");
@@ -234,6 +236,7 @@ struct HttpServer::Impl {
   void handle_completion(const httplib::Request& req, httplib::Response& res) {
     metrics.completion_requests++;
     CompletionRequest c = parse_completion(parse_body(req.body), lim);
+    restore_client_order(req.body, c.sampling, nullptr);
     check_model(c.model);
     std::vector<std::vector<int32_t>> prompts;
     std::vector<std::string> echo;

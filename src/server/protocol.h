@@ -82,6 +82,9 @@ struct Sampling {
   // parameter it came from (errors name it).
   std::optional<grammar::GrammarSpec> grammar;
   std::string grammar_param;
+  // A JSON schema's place in the body (a JSON pointer), so that restore_client_order
+  // (structured_output.h) can re-read it with the client's key order.
+  std::string grammar_pointer;
 };
 
 // A prompt: text to tokenize, or token ids.
@@ -102,7 +105,9 @@ GenerateRequest parse_generate(const json& body, const ProtocolLimits& lim);
 
 // OpenAI tool calling (tool_calls.h): the tools offered, how the model must use them.
 struct ToolRequest {
-  json tools = nullptr;  // the validated `tools` array; null: none
+  // The validated `tools` array (null: none), in the client's key order (restore_client_order):
+  // the template shows the tools, and the grammar orders the arguments, as the client wrote them.
+  nlohmann::ordered_json tools = nullptr;
   enum class Choice { None, Auto, Required, Named } choice = Choice::Auto;
   std::string named;     // Choice::Named: the function
   bool parallel = true;  // parallel_tool_calls: several calls in one answer

@@ -204,7 +204,7 @@ void parse_chat_extras(const json& body, ChatRequest& r) {
 void parse_generate_extras(const json& sp, const ProtocolLimits& lim, Sampling& s) {
   refuse_all(sp, std::begin(kConstraints), std::end(kConstraints));
   refuse_if_present(sp, "custom_params", "custom logit processors are not supported");
-  parse_generate_grammar(sp, s);
+  parse_generate_grammar(sp, s, "/sampling_params");
   sampling_extras(sp, lim, "min_new_tokens", s);
   if (auto v = get_int(sp, "stream_interval")) {
     if (*v < 1) bad_request("stream_interval", fmt::format("'stream_interval' must be >= 1, got {}", *v));

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "server/protocol_fields.h"
+#include "server/tool_calls.h"
 #include "tokenizer/token_bytes.h"
 
 namespace sala::server {
@@ -68,8 +69,10 @@ void parse_response_format(const json& rf, Sampling& s) {
     (void)get_bool(*js, "strict");  // outputs always follow the schema strictly
     const json* schema = field(*js, "schema");
     if (!schema) return set_grammar(s, Kind::JsonObject, "", "response_format");
-    return set_grammar(s, Kind::JsonSchema, schema_text(*schema, "response_format.json_schema.schema"),
-                       "response_format");
+    set_grammar(s, Kind::JsonSchema, schema_text(*schema, "response_format.json_schema.schema"),
+                "response_format");
+    s.grammar_pointer = "/response_format/json_schema/schema";
+    return;
   }
   bad_request("response_format", fmt::format("response_format type must be 'text', 'json_object' or "
                                               "'json_schema', got '{}'", type));
@@ -81,7 +84,10 @@ void parse_structured_outputs(const json& so, Sampling& s) {
   for (const auto& [k, v] : so.items()) {
     if (v.is_null()) continue;
     const std::string param = "structured_outputs." + k;
-    if (k == "json") set_grammar(s, Kind::JsonSchema, schema_text(v, param), "structured_outputs");
+    if (k == "json") {
+      set_grammar(s, Kind::JsonSchema, schema_text(v, param), "structured_outputs");
+      s.grammar_pointer = "/structured_outputs/json";
+    }
     else if (k == "regex") set_grammar(s, Kind::Regex, string_of(v, param), "structured_outputs");
     else if (k == "grammar") set_grammar(s, Kind::Ebnf, string_of(v, param), "structured_outputs");
     else if (k == "choice") set_grammar(s, Kind::Regex, choice_regex(choices_of(v, param)), "structured_outputs");
@@ -150,8 +156,11 @@ std::string choice_regex(const std::vector<std::string>& choices) {
 
 void parse_openai_grammar(const json& body, Sampling& s) {
   if (const json* rf = field(body, "response_format")) parse_response_format(*rf, s);
-  parse_generate_grammar(body, s);  // SGLang's OpenAI routes take regex / ebnf / json_schema too
-  if (const json* v = field(body, "guided_json")) set_grammar(s, Kind::JsonSchema, schema_text(*v, "guided_json"), "guided_json");
+  parse_generate_grammar(body, s, "");  // SGLang's OpenAI routes take regex / ebnf / json_schema too
+  if (const json* v = field(body, "guided_json")) {
+    set_grammar(s, Kind::JsonSchema, schema_text(*v, "guided_json"), "guided_json");
+    s.grammar_pointer = "/guided_json";
+  }
   if (const json* v = field(body, "guided_regex")) set_grammar(s, Kind::Regex, string_of(*v, "guided_regex"), "guided_regex");
   if (const json* v = field(body, "guided_grammar")) set_grammar(s, Kind::Ebnf, string_of(*v, "guided_grammar"), "guided_grammar");
   if (const json* v = field(body, "guided_choice"))
@@ -162,11 +171,34 @@ void parse_openai_grammar(const json& body, Sampling& s) {
                                                        "'auto' (this server's grammar engine), got '{}'", *b));
 }
 
-void parse_generate_grammar(const json& sp, Sampling& s) {
+void parse_generate_grammar(const json& sp, Sampling& s, const std::string& pointer_prefix) {
   if (const json* v = field(sp, "regex")) set_grammar(s, Kind::Regex, string_of(*v, "regex"), "regex");
   if (const json* v = field(sp, "ebnf")) set_grammar(s, Kind::Ebnf, string_of(*v, "ebnf"), "ebnf");
-  if (const json* v = field(sp, "json_schema"))
+  if (const json* v = field(sp, "json_schema")) {
     set_grammar(s, Kind::JsonSchema, schema_text(*v, "json_schema"), "json_schema");
+    s.grammar_pointer = pointer_prefix + "/json_schema";
+  }
+}
+
+void restore_client_order(const std::string& raw_body, Sampling& s, ToolRequest* tools) {
+  const bool schema = s.grammar && s.grammar->kind == Kind::JsonSchema && !s.grammar_pointer.empty();
+  const bool has_tools = tools && tools->tools.is_array() && !tools->tools.empty();
+  if (!schema && !has_tools) return;
+  nlohmann::ordered_json body;
+  try {
+    body = nlohmann::ordered_json::parse(raw_body);  // parsed before: cannot fail
+  } catch (const nlohmann::json::exception&) {
+    return;
+  }
+  if (schema) {
+    const auto& v = body.at(nlohmann::ordered_json::json_pointer(s.grammar_pointer));
+    s.grammar->text = v.is_string() ? nlohmann::ordered_json::parse(v.get<std::string>()).dump() : v.dump();
+  }
+  if (has_tools) {
+    const auto& given = body.at("tools");  // validated: same length, each with a function
+    for (size_t i = 0; i < tools->tools.size(); ++i) tools->tools[i]["function"] = given.at(i).at("function");
+    if (s.grammar && s.grammar_param == "tool_choice") s.grammar->text = tool_call_structural_tag(*tools);
+  }
 }
 
 std::shared_ptr<const grammar::CompiledGrammar> compile_request_grammar(

@@ -22,8 +22,15 @@ void set_request_grammar(Sampling& s, grammar::GrammarSpec::Kind kind, std::stri
 
 // The OpenAI routes' constraints (chat and completions, as vLLM) into s.grammar.
 void parse_openai_grammar(const json& body, Sampling& s);
-// /generate's sampling_params constraints into s.grammar.
-void parse_generate_grammar(const json& sampling_params, Sampling& s);
+// /generate's sampling_params constraints into s.grammar (pointer_prefix: where the object is in
+// the body, "/sampling_params").
+void parse_generate_grammar(const json& sampling_params, Sampling& s, const std::string& pointer_prefix);
+
+// The request JSON is parsed with sorted keys (nlohmann::json); a JSON schema's property order
+// (the order of the generated fields) and the tools (as the template shows them; the order of
+// the arguments) must be the client's: they are re-read from the raw body here, after parsing
+// validated it. tools may be null.
+void restore_client_order(const std::string& raw_body, Sampling& s, ToolRequest* tools);
 
 // The request's compiled grammar (nullptr: unconstrained). compiler null: this server has no
 // grammar engine for its tokenizer, and a constrained request is a 400.

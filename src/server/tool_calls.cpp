@@ -21,15 +21,15 @@ std::string call_id() {
   return fmt::format("call_{:016x}{:08x}", rng(), uint32_t(rng()));
 }
 
-const json* find_tool(const json& tools, const std::string& name) {
-  for (const json& t : tools)
-    if (t["function"]["name"] == name) return &t;
-  return nullptr;
+bool has_tool(const nlohmann::ordered_json& tools, const std::string& name) {
+  for (const auto& t : tools)
+    if (t["function"]["name"] == name) return true;
+  return false;
 }
 
-json validated_tools(const json& v) {
+nlohmann::ordered_json validated_tools(const json& v) {
   if (!v.is_array()) bad_request("tools", fmt::format("'tools' must be an array, got {}", type_name(v)));
-  json out = json::array();
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (size_t i = 0; i < v.size(); ++i) {
     const json& t = v[i];
     const std::string where = fmt::format("tools[{}]", i);
@@ -39,11 +39,11 @@ json validated_tools(const json& v) {
     if (!f || !f->is_object()) bad_request(where + ".function", fmt::format("'{}.function' must be an object", where));
     auto name = get_string(*f, "name");
     if (!name || name->empty()) bad_request(where + ".function.name", fmt::format("'{}.function.name' is required", where));
-    if (find_tool(out, *name)) bad_request(where + ".function.name", fmt::format("two tools are named '{}'", *name));
+    if (has_tool(out, *name)) bad_request(where + ".function.name", fmt::format("two tools are named '{}'", *name));
     (void)get_string(*f, "description");
     if (const json* p = field(*f, "parameters"); p && !p->is_object())
       bad_request(where + ".function.parameters", fmt::format("'{}.function.parameters' must be a JSON schema object", where));
-    out.push_back({{"type", "function"}, {"function", *f}});
+    out.push_back({{"type", "function"}, {"function", nlohmann::ordered_json::parse(f->dump())}});
   }
   return out;
 }
@@ -66,7 +66,7 @@ void parse_tools(const json& body, ChatRequest& r) {
     } else if (c->is_object() && field(*c, "function") && (*c)["function"].is_object()) {
       t.choice = ToolRequest::Choice::Named;
       t.named = get_string((*c)["function"], "name").value_or("");
-      if (!has_tools || !find_tool(t.tools, t.named))
+      if (!has_tools || !has_tool(t.tools, t.named))
         bad_request("tool_choice", fmt::format("'tool_choice' names function '{}', which is not in 'tools'", t.named));
     } else {
       bad_request("tool_choice", "'tool_choice' must be a string or {\"type\": \"function\", \"function\": {\"name\": ...}}");
@@ -97,23 +97,24 @@ void parse_message_tool_fields(const json& m, const std::string& where, ChatMess
 }
 
 std::string tool_call_structural_tag(const ToolRequest& t) {
-  json tags = json::array();
-  for (const json& tool : t.tools) {
-    const json& f = tool["function"];
+  using ojson = nlohmann::ordered_json;
+  ojson tags = ojson::array();
+  for (const auto& tool : t.tools) {
+    const auto& f = tool["function"];
     const std::string name = f["name"].get<std::string>();
     if (t.choice == ToolRequest::Choice::Named && name != t.named) continue;
-    json params = f.contains("parameters") && f["parameters"].is_object() ? f["parameters"]
-                                                                            : json{{"type", "object"}};
+    ojson params = f.contains("parameters") && f["parameters"].is_object() ? f["parameters"]
+                                                                             : ojson{{"type", "object"}};
     // The block up to the arguments is fixed text; the arguments follow the schema, with runs
     // of at most one whitespace character (a model cannot pad forever).
     tags.push_back({{"type", "tag"},
-                    {"begin", "<tool_call>\n{\"name\": " + json(name).dump() + ", \"arguments\": "},
+                    {"begin", "<tool_call>\n{\"name\": " + ojson(name).dump() + ", \"arguments\": "},
                     {"content", {{"type", "json_schema"}, {"json_schema", params}, {"max_whitespace_cnt", 1}}},
                     {"end", "}\n</tool_call>"}});
   }
-  json format = {{"type", "tags_with_separator"}, {"tags", tags}, {"separator", "\n"},
-                 {"at_least_one", true}, {"stop_after_first", !t.parallel || t.choice == ToolRequest::Choice::Named}};
-  return json{{"type", "structural_tag"}, {"format", format}}.dump();
+  ojson format = {{"type", "tags_with_separator"}, {"tags", tags}, {"separator", "\n"},
+                  {"at_least_one", true}, {"stop_after_first", !t.parallel || t.choice == ToolRequest::Choice::Named}};
+  return ojson{{"type", "structural_tag"}, {"format", format}}.dump();
 }
 
 // ---------------------------------------------------------------- parsing the answer

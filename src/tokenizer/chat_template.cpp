@@ -120,11 +120,11 @@ std::unique_ptr<ChatTemplate> ChatTemplate::load(const std::string& model_dir, c
 }
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages_in, bool add_generation_prompt,
-                                 const nlohmann::json& kwargs, const nlohmann::json& tools) const {
+                                 const nlohmann::json& kwargs, const nlohmann::ordered_json& tools) const {
   const bool has_tools = tools.is_array() && !tools.empty();
-  const bool has_calls = std::any_of(messages_in.begin(), messages_in.end(), [](const ChatMessage& m) {
-    return !m.tool_calls.is_null() || m.role == "tool";
-  });
+  // A role "tool" message alone (no tools, no calls) renders as the template has it.
+  const bool has_calls = std::any_of(messages_in.begin(), messages_in.end(),
+                                     [](const ChatMessage& m) { return !m.tool_calls.is_null(); });
   std::vector<ChatMessage> folded;
   if ((has_tools || has_calls) && !renders_tools_) folded = hermes_tool_messages(messages_in, tools);
   const std::vector<ChatMessage>& messages = folded.empty() ? messages_in : folded;
@@ -139,8 +139,7 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages_in, bo
     nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
     for (auto& m : messages) msgs.push_back(template_message(m));
     ctx["messages"] = std::move(msgs);
-    ctx["tools"] = has_tools && renders_tools_ ? nlohmann::ordered_json::parse(tools.dump())
-                                               : nlohmann::ordered_json(nullptr);
+    ctx["tools"] = has_tools && renders_tools_ ? tools : nlohmann::ordered_json(nullptr);
     ctx["documents"] = nullptr;
     ctx["add_generation_prompt"] = add_generation_prompt;
     return jinja_->render(ctx);

@@ -51,7 +51,7 @@ class ChatTemplate {
   // chat_tools.h folded into plain messages, so the model sees the tools either way.
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                      const nlohmann::json& template_kwargs = nlohmann::json::object(),
-                     const nlohmann::json& tools = nullptr) const;
+                     const nlohmann::ordered_json& tools = nullptr) const;
   // The template renders tools and tool calls itself.
   bool renders_tools() const { return renders_tools_; }
   const std::string& name() const { return name_; }

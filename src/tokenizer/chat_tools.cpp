@@ -36,7 +36,7 @@ std::string hermes_call_json(const std::string& name, const std::string& argumen
 }
 
 std::vector<ChatMessage> hermes_tool_messages(const std::vector<ChatMessage>& messages,
-                                              const nlohmann::json& tools) {
+                                              const nlohmann::ordered_json& tools) {
   std::vector<ChatMessage> out;
   size_t first = 0;
   if (tools.is_array() && !tools.empty()) {
@@ -47,7 +47,7 @@ std::vector<ChatMessage> hermes_tool_messages(const std::vector<ChatMessage>& me
     }
     sys += "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
            "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
-    for (const auto& t : tools) sys += "\n" + tojson(nlohmann::ordered_json::parse(t.dump()));
+    for (const auto& t : tools) sys += "\n" + tojson(t);
     sys += "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
            "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
            "\"arguments\": <args-json-object>}\n</tool_call>";

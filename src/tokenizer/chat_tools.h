@@ -16,7 +16,7 @@ namespace sala {
 //     <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>;
 //   * a run of tool messages as one user message of <tool_response>\n...\n</tool_response> parts.
 std::vector<ChatMessage> hermes_tool_messages(const std::vector<ChatMessage>& messages,
-                                              const nlohmann::json& tools);
+                                              const nlohmann::ordered_json& tools);
 
 // A message as a template sees it: role, content, and where given tool_calls (arguments as a
 // JSON object when their text is one, as vLLM passes them), tool_call_id, name.

@@ -28,7 +28,7 @@ TEST(CudaOps, MaskLogitsEqualsHostTwin) {
     // Rows 7, 0, 3 (out of order), each mask another pattern.
     const std::vector<int32_t> rows = {7, 0, 3};
     std::vector<uint32_t> masks(rows.size() * size_t(words));
-    std::mt19937 rng(uint32_t(V));
+    std::mt19937 rng{uint32_t(V)};
     for (int32_t w = 0; w < words; ++w) {
       masks[size_t(w)] = rng();                                  // random bits
       masks[size_t(words + w)] = (w % 3 == 0) ? ~0u : 0u;        // whole words on / off
@@ -48,7 +48,7 @@ TEST(CudaOps, MaskLogitsEqualsHostTwin) {
       neg_inf += std::isinf(ref[j]);
     }
     EXPECT_GT(neg_inf, V);  // the masks did mask
-    std::vector<int32_t> picks(size_t(R));
+    std::vector<int32_t> picks(static_cast<size_t>(R));
     p.gpu->argmax_rows(logits.g, picks.data());
     EXPECT_EQ(picks[3], int32_t(words / 2) * 32 + 5) << "the one allowed token of row 3";
     for (size_t i = 0; i < rows.size(); ++i) {
