@@ -29,6 +29,18 @@ const char* kind_name(GrammarSpec::Kind k) {
   return "grammar";
 }
 
+// xgrammar's messages start with "[hh:mm:ss] path/file.cc:line: " (its logging macro): the
+// user gets the reason alone.
+std::string user_message(std::string m) {
+  if (!m.empty() && m[0] == '[') {
+    const size_t close = m.find("] ");
+    const size_t colon = close == std::string::npos ? close : m.find(": ", close + 2);
+    if (colon != std::string::npos && m.find(".cc:", close) < colon) m.erase(0, colon + 2);
+  }
+  while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+  return m;
+}
+
 std::string cache_key(const GrammarSpec& s) {
   return fmt::format("{}:{}", int(s.kind), s.text);
 }
@@ -108,7 +120,7 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const GrammarSpe
     g = std::make_shared<CompiledGrammar>(CompiledGrammar{impl_->build(spec), impl_->vocab.vocab_size,
                                                           impl_->vocab.stop_ids});
   } catch (const std::exception& e) {  // xgrammar reports every invalid input by exception
-    throw GrammarError(fmt::format("invalid {}: {}", kind_name(spec.kind), e.what()));
+    throw GrammarError(fmt::format("invalid {}: {}", kind_name(spec.kind), user_message(e.what())));
   }
   std::lock_guard lk(impl_->mu);
   ++impl_->compilations;

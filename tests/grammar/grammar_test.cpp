@@ -109,6 +109,14 @@ TEST(Grammar, InvalidInputIsAGrammarError) {
   EXPECT_THROW(c.compile({GrammarSpec::Kind::Ebnf, "root ::= undefined_rule"}), GrammarError);
   EXPECT_THROW(c.compile({GrammarSpec::Kind::StructuralTag, "{}"}), GrammarError);
   EXPECT_EQ(c.compilations(), 0);
+  try {  // the reason, without xgrammar's "[time] file.cc:line: " prefix
+    c.compile({GrammarSpec::Kind::JsonSchema, R"({"type": "no-such-type"})"});
+  } catch (const GrammarError& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m.rfind("invalid JSON schema: ", 0), 0u) << m;
+    EXPECT_EQ(m.find(".cc:"), std::string::npos) << m;
+    EXPECT_NE(m.find("no-such-type"), std::string::npos) << m;
+  }
 }
 
 TEST(Grammar, CompiledGrammarsAreCachedByText) {
