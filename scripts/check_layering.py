@@ -29,13 +29,15 @@ ALLOWED = {
     "backend/cpu": {"backend", "core"},
     "backend/cuda": {"backend", "core"},
     "model": {"backend", "core"},
-    "engine": {"model", "backend", "core"},
+    # The engine keeps each request's grammar matcher (src/grammar, core only).
+    "grammar": {"core"},
+    "engine": {"model", "backend", "core", "grammar"},
     "tokenizer": {"core"},
-    "server": {"engine", "model", "backend", "core", "tokenizer"},
+    "server": {"engine", "model", "backend", "core", "tokenizer", "grammar"},
     # bench serve counts tokens with the served model's tokenizer (harness/token_count.cpp),
     # exactly as the server does; the tokenizer depends on core only.
     "harness": {"core", "tokenizer"},
-    "cli": {"server", "engine", "model", "backend", "core", "tokenizer", "harness"},
+    "cli": {"server", "engine", "model", "backend", "core", "tokenizer", "harness", "grammar"},
 }
 
 # CMake targets of each part (third-party targets are not parts and are ignored).
@@ -46,6 +48,7 @@ TARGET_PART = {
     "sala_model": "model",
     "sala_engine": "engine",
     "sala_tokenizer": "tokenizer",
+    "sala_grammar": "grammar",
     "sala_server": "server",
     "sala_harness": "harness",
     "sala": "cli",

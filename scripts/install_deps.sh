@@ -2,8 +2,11 @@
 # Installs the Debian packages SALA needs (Debian 12 "bookworm" names). Only what is
 # missing is installed; when everything is there it does nothing and takes well under a second.
 #
-#   scripts/install_deps.sh           build + run: what scripts/demo.sh and `sala serve` need
-#   scripts/install_deps.sh --tests   also what the tests need (GoogleTest, python3-venv, ccache),
+#   scripts/install_deps.sh           build + run: what scripts/demo.sh and `sala serve` need,
+#                                     and xgrammar's sdist from PyPI (scripts/fetch_xgrammar.sh:
+#                                     the grammar engine's sources, checked by sha256, cached in
+#                                     $SALA_DEPS_DIR, default ~/.cache/sala-deps)
+#   scripts/install_deps.sh --tests   also what the tests need (GoogleTest, ccache),
 #                                     then the PyPI packages of tests/requirements.txt into .venv
 #                                     and of tests/requirements-torch.txt into .venv-torch
 #                                     (scripts/setup_venv.sh; its stub CUDA libraries need gcc)
@@ -16,14 +19,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Build: compiler, CMake + Ninja, pkg-config (openblas, cpp-httplib and sentencepiece are found
-# through it), and the libraries of src/*/CMakeLists.txt (OpenMP comes with g++).
+# through it), and the libraries of src/*/CMakeLists.txt (OpenMP comes with g++); python3-venv
+# for pip, which fetches xgrammar's sdist (scripts/fetch_xgrammar.sh).
 BUILD_PKGS="g++ cmake ninja-build pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev
-  libcpp-httplib-dev libsentencepiece-dev libopenblas-dev"
+  libcpp-httplib-dev libsentencepiece-dev libopenblas-dev python3-venv"
 # Run: scripts/demo.sh talks to the server with curl and reads the JSON answer with python3.
 RUN_PKGS="curl python3"
 # Tests: the C++ tests link GoogleTest (no gmock); the Python tests run in a venv; ccache is an
 # optional speedup that CMake uses when it is present.
-TEST_PKGS="libgtest-dev python3-venv ccache"
+TEST_PKGS="libgtest-dev ccache"
 
 tests=0 check=0
 for arg in "$@"; do
@@ -69,6 +73,15 @@ if [ -n "$missing" ]; then
     echo "install_deps.sh: apt-get failed; the packages needed are: $missing" >&2
     exit 1
   fi
+fi
+
+xgrammar_sdist() {  # the name fetch_xgrammar.sh gives the cached file
+  echo "${SALA_DEPS_DIR:-$HOME/.cache/sala-deps}/xgrammar-$(sed -n 's/^VERSION=//p' scripts/fetch_xgrammar.sh).tar.gz"
+}
+if [ "$check" = 1 ]; then
+  [ -f "$(xgrammar_sdist)" ] || { echo "missing: $(xgrammar_sdist) (scripts/fetch_xgrammar.sh)"; exit 1; }
+else
+  bash scripts/fetch_xgrammar.sh >/dev/null
 fi
 
 if [ "$tests" = 1 ] && [ "$check" = 0 ]; then

@@ -20,6 +20,7 @@
 #include "core/safetensors.h"
 #include "backend/kv_cache_dtype.h"
 #include "backend/logprobs.h"
+#include "backend/token_mask.h"
 #include "backend/step.h"
 
 namespace sala {
@@ -205,6 +206,12 @@ class Backend {
       out[r] = int32_t(best);
     }
   }
+  // Structured output: for each i < n, row rows[i] of fp32 logits [R, V] gets -inf wherever
+  // masks[i * words ..] (host memory, LogitMasks' layout) has the token's bit clear; the same
+  // numbers as mask_logits_row on the host (token_mask.h). In place, on the device's logits,
+  // so a greedy step still takes its argmax there.
+  virtual void mask_logits(Tensor& logits, const int32_t* rows, int64_t n, const uint32_t* masks,
+                           int32_t words) = 0;
   // Log-probabilities without moving logits to the host (logprobs of sampled and prompt
   // tokens): for each i < n, row rows[i] of fp32 logits [R, V]: logprob[i] =
   // log_softmax(row)[targets[i]] (NaN where targets[i] < 0) and the top_n (<= 20) largest

@@ -104,6 +104,7 @@ int run_generate(const GenOpts& o) {
         case sala::FinishReason::Aborted: reason = "aborted"; break;
         case sala::FinishReason::Error: reason = "error: " + ev.error; break;
         case sala::FinishReason::None: reason = "none"; break;
+        case sala::FinishReason::GrammarComplete: reason = "grammar complete"; break;
       }
       break;
     }

@@ -34,6 +34,7 @@ struct ServeOpts {
   int port = 30000;
   int chunked_prefill_size = 8192;
   std::string schedule_policy = "fair";
+  std::string tool_call_parser = "hermes";
   int max_running_requests = 64;
   int max_queued_requests = 1024;
   int64_t max_total_tokens = 0;
@@ -146,6 +147,7 @@ int run_serve(const ServeOpts& o) {
   so.max_connections = o.max_connections;
   so.max_body_bytes = size_t(o.max_body_mb) << 20;
   so.log_requests = !o.no_request_log;
+  so.tool_call_parser = o.tool_call_parser;
   so.stream_interval = o.stream_interval;
   so.http_threads = std::max(o.http_threads, 2 * o.max_running_requests + 64);
   so.max_context_len = L.max_context_len;
@@ -237,6 +239,10 @@ sala::cli::Registrar reg("serve", "Serve a model over HTTP (SGLang /generate + O
                  "else new ones get 503")->capture_default_str();
   app.add_option("--max-body-mb", o->max_body_mb, "Largest request body (compressed bodies are refused with 415)")->capture_default_str();
   app.add_flag("--no-request-log", o->no_request_log, "Do not print one JSON line per request on stderr");
+  app.add_option("--tool-call-parser", o->tool_call_parser,
+                 "Tool-call format of answers: hermes (<tool_call>{json}</tool_call>, ChatML / Qwen models; "
+                 "qwen25 is the same) or none (requests with tools get 400)")
+      ->check(CLI::IsMember({"hermes", "qwen25", "none"}))->capture_default_str();
   app.add_option("--device", o->device, "cpu | cuda")->capture_default_str();
   app.add_option("--cpu-threads", o->cpu_threads, "CPU backend threads (0: all cores)")->capture_default_str();
   app.add_option("--http-threads", o->http_threads, "HTTP worker threads (>= max concurrent connections)")->capture_default_str();

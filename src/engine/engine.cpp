@@ -17,105 +17,31 @@
 #include "core/error.h"
 #include "engine/block_pool.h"
 #include "engine/engine.h"
+#include "engine/engine_handle.h"
 #include "engine/request_check.h"
+#include "engine/request_grammar.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/state_pool.h"
 #include "engine/step_logprobs.h"
 
 namespace sala {
-namespace {
-
-// What HTTP threads hand to the engine thread. Shared with handles so that cancel() stays
-// safe after the engine is gone.
-struct Inbox {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<struct Request*> incoming;  // owned (released into the engine's map on drain)
-  std::vector<uint64_t> cancels;
-  bool stop = false;
-};
-
-class Handle final : public RequestHandle {
- public:
-  Handle(uint64_t id, std::shared_ptr<Inbox> inbox) : id_(id), inbox_(std::move(inbox)) {}
-
-  bool next(TokenEvent& ev, std::chrono::milliseconds timeout) override {
-    std::unique_lock lk(mu_);
-    if (!cv_.wait_for(lk, timeout, [&] { return !events_.empty() || final_read_; }))
-      return false;
-    if (events_.empty()) {  // the final event was read before
-      ev = final_;
-      return true;
-    }
-    ev = std::move(events_.front());
-    events_.pop_front();
-    if (ev.finished) final_read_ = true;
-    return true;
-  }
-
-  void cancel() override {
-    if (cancelled_.exchange(true)) return;
-    std::lock_guard lk(inbox_->mu);
-    inbox_->cancels.push_back(id_);
-    inbox_->cv.notify_one();
-  }
-
-  uint64_t id() const override { return id_; }
-  bool cancelled() const { return cancelled_.load(); }
-
-  // Engine thread: new tokens, merged into the last unread event when there is one.
-  // lps: n_lps log-probabilities (toks', then a matched stop token's); prompt_lps: moved in.
-  void emit(const int32_t* toks, size_t n, bool finished, FinishReason reason, int32_t matched,
-            const std::string& error, int32_t prompt_tokens, int32_t completion_tokens,
-            const TokenLogprob* lps = nullptr, size_t n_lps = 0,
-            std::vector<TokenLogprob>* prompt_lps = nullptr) {
-    {
-      std::lock_guard lk(mu_);
-      if (final_pushed_) return;
-      if (events_.empty()) events_.emplace_back();
-      TokenEvent& ev = events_.back();
-      ev.tokens.insert(ev.tokens.end(), toks, toks + n);
-      if (lps) ev.logprobs.insert(ev.logprobs.end(), lps, lps + n_lps);
-      if (prompt_lps) {
-        for (auto& lp : *prompt_lps) ev.prompt_logprobs.push_back(std::move(lp));
-        prompt_lps->clear();
-      }
-      ev.finished = finished;
-      ev.reason = reason;
-      ev.matched_stop_token = matched;
-      ev.error = error;
-      ev.prompt_tokens = prompt_tokens;
-      ev.completion_tokens = completion_tokens;
-      if (finished) {
-        final_pushed_ = true;
-        final_ = ev;
-        final_.tokens.clear();
-        final_.logprobs.clear();
-        final_.prompt_logprobs.clear();
-      }
-    }
-    cv_.notify_all();
-  }
-
- private:
-  const uint64_t id_;
-  std::shared_ptr<Inbox> inbox_;
-  std::atomic<bool> cancelled_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<TokenEvent> events_;
-  TokenEvent final_;
-  bool final_pushed_ = false, final_read_ = false;
-};
-
+namespace engine_detail {
 struct Request : Sequence {
   std::shared_ptr<Handle> handle;
   SamplingParams sampling;
   SamplerState sampler;
   int32_t generated = 0;
   LogprobState lp;
+  std::unique_ptr<RequestGrammar> grammar;  // structured output (request_grammar.h)
+  bool grammar_complete = false;            // the last token completed the grammar
 };
+}  // namespace engine_detail
+
+namespace {
+using engine_detail::Handle;
+using engine_detail::Inbox;
+using engine_detail::Request;
 
 class EngineImpl final : public Engine {
  public:
@@ -205,6 +131,12 @@ class EngineImpl final : public Engine {
     r->lp.opts = lo;
     r->lp.prompt_next = lo.prompt_start;
     r->sampler.init(r->sampling, req.prompt, info_.vocab_size);
+    if (req.grammar) {  // the first mask is filled here, on the caller's thread
+      r->grammar = std::make_unique<RequestGrammar>(std::move(req.grammar));
+      SALA_CHECK(r->grammar->vocab_size() == info_.vocab_size,
+                 "grammar compiled for a vocabulary of {}, the model's is {}",
+                 r->grammar->vocab_size(), info_.vocab_size);
+    }
     r->tokens = std::move(req.prompt);
     r->tokens.reserve(size_t(std::min<int64_t>(n + r->sampling.max_new_tokens,
                                                info_.max_context_len)));
@@ -313,7 +245,7 @@ class EngineImpl final : public Engine {
   // beyond the step's bonus token, within the context.
   int32_t draft_cap(const Sequence& s) const {
     const auto& r = static_cast<const Request&>(s);
-    if (!r.sampler.plain(r.sampling) || r.lp.opts.output) return 0;
+    if (!r.sampler.plain(r.sampling) || r.lp.opts.output || r.grammar) return 0;  // grammar: masked rows
     const int64_t left = std::min<int64_t>(r.sampling.max_new_tokens - r.generated,
                                            info_.max_context_len - int64_t(r.tokens.size())) - 1;
     return int32_t(std::clamp<int64_t>(left, 0, opts_.speculative.num_draft_tokens));
@@ -355,8 +287,11 @@ class EngineImpl final : public Engine {
     prompt_rows_.plan(plan_, meta_, [](Sequence* s) -> LogprobState& {
       return static_cast<Request*>(s)->lp;
     });
+    collect_grammar_masks(plan_, masks_, [](const Sequence* s) {
+      return static_cast<const Request*>(s)->grammar.get();
+    });
     model_->forward(meta_, logits_, nullptr, greedy_only ? &argmax_ : nullptr,
-                    &prompt_rows_.rows());
+                    &prompt_rows_.rows(), &masks_);
     prompt_rows_.collect();
     for (const ScheduledSeq& it : plan_.items) {
       Request* r = static_cast<Request*>(it.seq);
@@ -397,6 +332,7 @@ class EngineImpl final : public Engine {
       if (!greedy_only) adjust_logits(row_logits, V, r->sampling, r->generated, info_.eos_token_ids);
       const int32_t tok =
           greedy_only ? argmax_[this_row] : sampler_.sample(row_logits, V, r->sampling, r->sampler);
+      if (r->grammar && !advance_grammar(r, tok)) continue;
       r->sampler.observe(tok);
       r->tokens.push_back(tok);
       ++r->generated;
@@ -469,10 +405,28 @@ class EngineImpl final : public Engine {
     return d;
   }
 
+  // The sampled token through the request's grammar; false if the request ended (the grammar
+  // refused the token: an engine bug, reported as the request's error, not a crash).
+  bool advance_grammar(Request* r, int32_t tok) {
+    switch (r->grammar->accept(tok)) {
+      case RequestGrammar::Next::Continue: return true;
+      case RequestGrammar::Next::Complete:
+        r->grammar_complete = !is_stop(r, tok);  // a stop token ends the request anyway
+        return true;
+      case RequestGrammar::Next::Refused: break;
+    }
+    finish(r, FinishReason::Error, -1, fmt::format("the grammar refused sampled token {}", tok));
+    return false;
+  }
+
   // false: the request finished (and is freed).
   bool on_token(Request* r, int32_t tok, const TokenLogprob* lp) {
     if (is_stop(r, tok)) {  // not shown, but counted, and its logprob reported
       finish(r, FinishReason::StopToken, tok, {}, nullptr, 0, lp);
+      return false;
+    }
+    if (r->grammar_complete) {  // a complete output that cannot go on: done, as with a stop
+      finish(r, FinishReason::GrammarComplete, -1, {}, &tok, 1, lp);
       return false;
     }
     const bool length = r->generated >= r->sampling.max_new_tokens ||
@@ -541,6 +495,7 @@ class EngineImpl final : public Engine {
   PromptLogprobRows prompt_rows_;       // this step's prompt-logprob rows
   std::vector<std::pair<Request*, int32_t>> sampled_;  // this step's sampled tokens
   RowLogprobs sampled_lp_;              // logit rows of sampled tokens that want logprobs
+  LogitMasks masks_;                    // this step's grammar masks
   SchedulePlan plan_;
   StepMeta meta_;
   std::vector<float> logits_;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/scheduler.h"    // SchedulePolicy
+#include "grammar/grammar.h"     // CompiledGrammar (structured output)
 #include "model/minicpm_sala.h"  // Model, ModelLimits, ModelConfig
 
 namespace sala {
@@ -58,9 +59,14 @@ struct GenerationRequest {
   std::vector<int32_t> prompt;  // already tokenized (BOS included if wanted)
   SamplingParams sampling;      // max_new_tokens 0 only with prompt logprobs (scoring)
   LogprobOptions logprobs;
+  // Structured output: every generated token is one the grammar allows (compiled on the HTTP
+  // thread by grammar::GrammarCompiler for this model's vocabulary); generation ends when
+  // the output is a complete sentence that cannot go on (FinishReason::GrammarComplete).
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
-enum class FinishReason { None, Length, StopToken, Aborted, Error };
+// GrammarComplete: the grammar allows nothing but a stop token next (not sampled, not counted).
+enum class FinishReason { None, Length, StopToken, Aborted, Error, GrammarComplete };
 
 // One event per engine step that produced something for this request. When the reader is
 // slower than the engine, the engine appends new tokens to the last unread event instead of

@@ -67,7 +67,7 @@ int Model::graph_bucket(const StepMeta& meta, ForwardTrace* trace) const {
 }
 
 void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTrace* trace,
-                    std::vector<int32_t>* argmax, RowLogprobs* extra) {
+                    std::vector<int32_t>* argmax, RowLogprobs* extra, const LogitMasks* masks) {
   const int64_t T = meta.num_tokens();
   const int64_t R = int64_t(meta.logit_rows.size());
   SALA_CHECK(T > 0 && T <= limits_.max_step_tokens, "step has {} tokens (max {})", T,
@@ -101,7 +101,12 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
     if (argmax) argmax->clear();
     return;
   }
-  const Tensor out{logits_.data, DType::F32, R, cfg_.vocab_size};
+  Tensor out{logits_.data, DType::F32, R, cfg_.vocab_size};
+  if (masks && !masks->empty()) {
+    SALA_CHECK(masks->bits.size() == masks->rows.size() * size_t(masks->words));
+    be.mask_logits(out, masks->rows.data(), int64_t(masks->rows.size()), masks->bits.data(),
+                   masks->words);
+  }
   if (argmax) {
     argmax->resize(size_t(R));
     be.argmax_rows(out, argmax->data());

@@ -51,8 +51,12 @@ class Model {
   // the step computes as well (prompt logprobs); they go through the logits workspace in
   // groups of max_logit_rows rows, so a prompt of any length takes no more memory, and only
   // their results reach the host. A step with extra rows is never a recorded one.
+  // `masks`: structured output's allowed tokens of some logit rows, applied to the logits
+  // (Backend::mask_logits) before the argmax or the download; later `logprobs` calls see the
+  // masked rows too (as vLLM: a grammar's logprobs are those of the masked distribution).
   void forward(const StepMeta& meta, std::vector<float>& logits, ForwardTrace* trace = nullptr,
-               std::vector<int32_t>* argmax = nullptr, RowLogprobs* extra = nullptr);
+               std::vector<int32_t>* argmax = nullptr, RowLogprobs* extra = nullptr,
+               const LogitMasks* masks = nullptr);
   // After forward: log-probabilities of some of its logit rows (indexes into
   // meta.logit_rows), from the logits still in the workspace (never downloaded whole).
   void logprobs(RowLogprobs& lp);

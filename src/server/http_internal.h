@@ -23,6 +23,7 @@
 #include "server/http_guard.h"
 #include "server/logprobs.h"
 #include "server/protocol.h"
+#include "server/tool_calls.h"
 #include "tokenizer/detokenizer.h"
 
 namespace sala::server::detail {
@@ -87,6 +88,7 @@ struct Seq {
   std::shared_ptr<RequestHandle> h;
   std::unique_ptr<IncrementalDetokenizer> detok;
   std::unique_ptr<StopStringMatcher> stop;
+  std::unique_ptr<ToolCallParser> tools;  // chat with tools: streamed tool calls
   SeqResult r;
   std::string id;
   bool counts_prompt = true;  // usage: count this sequence's prompt (false for n copies 2..n)
@@ -194,7 +196,8 @@ inline bool pump(Seq& s, std::chrono::milliseconds timeout, Metrics& m) {
       s.r.abort_message = ev.error.empty() ? "engine error" : ev.error;
       finish_seq(s, "abort");
       break;
-    case FinishReason::None: finish_seq(s, "stop"); break;
+    case FinishReason::None:
+    case FinishReason::GrammarComplete: finish_seq(s, "stop"); break;  // SGLang: matched null
   }
   return true;
 }
@@ -252,6 +255,11 @@ bool stream_step(StreamState& st, httplib::DataSink& sink, Metrics& metrics,
                  const std::atomic<bool>& aborting, const LogprobFormatter& lpfmt);
 json stats_json(const EngineStats& s);
 json internal_states_json(const EngineStats& s);  // /get_server_info's internal_states
+// Non-streaming answers. A request that finishes within 2 s is answered with a plain JSON body;
+// a longer one with chunked encoding, a space a second while it runs, then the body.
+void respond_when_done(httplib::Response& res, std::vector<Seq> seqs,
+                       std::function<json(std::vector<Seq>&)> body, Metrics& metrics,
+                       const std::atomic<bool>& aborting);
 
 inline std::string random_hex(size_t n) {
   static thread_local std::mt19937_64 rng(std::random_device{}() ^

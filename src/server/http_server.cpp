@@ -4,6 +4,7 @@
 #include "server/http_internal.h"
 #include "server/routes_extra.h"
 #include "server/http_policy.h"
+#include "server/structured_output.h"
 
 #include <cerrno>
 #include <cstring>
@@ -34,6 +35,7 @@ struct HttpServer::Impl {
   size_t max_token_bytes = 1;          // the longest token's text, for the byte-length check
   std::atomic<bool> aborting{false};   // shutdown timeout passed: end every response now
   LogprobFormatter lpfmt;
+  std::unique_ptr<grammar::GrammarCompiler> grammars;  // structured output (HTTP threads compile)
 
   Impl(ServerOptions o, Engine& e, const Tokenizer& t, const ChatTemplate* c)
       : opts(std::move(o)), engine(e), tok(t), tmpl(c), lpfmt(t) {
@@ -41,6 +43,7 @@ struct HttpServer::Impl {
     lim.vocab_size = opts.vocab_size > 0 ? opts.vocab_size : tok.vocab_size();
     lim.max_n = opts.max_n;
     model_id = opts.served_model_name.empty() ? opts.model_path : opts.served_model_name;
+    grammars = make_grammar_compiler(tok, lim.vocab_size, engine.info().eos_token_ids);
     max_seqs = engine.info().options.max_queued_requests;
     policy = {opts.api_key, opts.allowed_origins, opts.protect_metrics};
     // The normalizers we load (Prepend, Replace ' ' -> U+2581) only lengthen the text, so a
@@ -121,6 +124,8 @@ struct HttpServer::Impl {
         seqs.push_back(std::move(s));
       }
     }
+    // Compiled here, on this HTTP thread (cached by its text), never on the engine thread.
+    const auto grammar = compile_request_grammar(grammars.get(), sp);
     // Submit only after everything validated; on failure cancel what was submitted.
     try {
       for (auto& s : seqs) {
@@ -128,6 +133,7 @@ struct HttpServer::Impl {
         req.prompt = prompts[size_t(s.r.index) / size_t(n)];
         req.sampling = sp.params;
         req.logprobs = lps[size_t(s.r.index) / size_t(n)];
+        req.grammar = grammar;
         if (req.sampling.max_new_tokens < 0)
           req.sampling.max_new_tokens = int32_t(lim.max_context_len - int64_t(req.prompt.size()));
         if (req.sampling.seed && n > 1) req.sampling.seed = *req.sampling.seed + uint64_t(s.r.index % n);
@@ -169,6 +175,7 @@ struct HttpServer::Impl {
   void handle_generate(const httplib::Request& req, httplib::Response& res) {
     metrics.gen_requests++;
     GenerateRequest g = parse_generate(parse_body(req.body), lim);
+    restore_client_order(req.body, g.sampling, nullptr);
     std::vector<std::vector<int32_t>> prompts;
     // n copies were expanded by the parser: submit each item once.
     for (auto& p : g.prompts) prompts.push_back(encode_prompt(p, true));
@@ -201,58 +208,18 @@ struct HttpServer::Impl {
     });
   }
 
-  // Non-streaming answers. A request that finishes within kQuickAnswer is answered with a
-  // plain JSON body. A longer one is answered with chunked transfer encoding: a space (JSON
-  // allows leading whitespace) every second while it runs, then the body. The spaces are how
-  // a client that went away is noticed (cpp-httplib gives handlers no socket): the write
-  // fails, and the request is cancelled, its KV pages and state slot freed.
   void respond_when_done(httplib::Response& res, std::vector<Seq> seqs,
                          std::function<json(std::vector<Seq>&)> body) {
-    static constexpr auto kQuickAnswer = std::chrono::seconds(2);
-    const auto deadline = Clock::now() + kQuickAnswer;
-    while (!all_finished(seqs) && Clock::now() < deadline) pump_any(seqs, metrics, 100ms);
-    if (all_finished(seqs)) {
-      for (auto& s : seqs) metrics.e2e.observe(s.r.e2e_latency);
-      note_usage(seqs);
-      send_json(res, body(seqs));
-      return;
-    }
-    auto st = std::make_shared<std::vector<Seq>>(std::move(seqs));
-    auto last_space = std::make_shared<Clock::time_point>(Clock::now());
-    res.set_chunked_content_provider(
-        "application/json", [this, st, body, last_space](size_t, httplib::DataSink& sink) {
-          if (aborting)  // shutdown timeout: the engine ends them, the body says "abort"
-            for (auto& s : *st)
-              if (s.h) s.h->cancel();
-          pump_any(*st, metrics, 1000ms);
-          if (!all_finished(*st)) {
-            if (Clock::now() - *last_space < std::chrono::seconds(1)) return true;
-            *last_space = Clock::now();
-            if (!sink.is_writable() || !sink.write(" ", 1)) {
-              metrics.client_disconnects++;
-              for (auto& s : *st)
-                if (s.h) s.h->cancel();
-              return false;
-            }
-            return true;
-          }
-          for (auto& s : *st) metrics.e2e.observe(s.r.e2e_latency);
-          note_usage(*st);
-          const std::string out = dump(body(*st));
-          sink.write(out.data(), out.size());
-          sink.done();
-          return true;
-        },
-        [st](bool) {
-          for (auto& s : *st)  // ended early (client gone): nothing may keep running
-            if (s.h && !s.r.finished) s.h->cancel();
-        });
+    detail::respond_when_done(res, std::move(seqs), std::move(body), metrics, aborting);
   }
 
   void handle_chat(const httplib::Request& req, httplib::Response& res) {
     metrics.chat_requests++;
     ChatRequest c = parse_chat(parse_body(req.body), lim);
+    restore_client_order(req.body, c.sampling, &c.tools);
     check_model(c.model);
+    if (c.tools.active() && opts.tool_call_parser == "none")
+      throw ApiError(400, "tool calling is off on this server (--tool-call-parser none)", "tools");
     const std::string rendered = chat_prompt_text(c, tmpl);
     check_prompt_bytes(rendered.size(), "messages");
     std::vector<std::vector<int32_t>> prompts{tok.encode(rendered, c.add_special_tokens)};
@@ -260,6 +227,8 @@ struct HttpServer::Impl {
     std::vector<std::string> echo;
     if (c.echo) echo.push_back(chat_echo_text(c));
     std::vector<Seq> seqs = submit_all(prompts, echo, c.sampling, c.sampling.n, id, false);
+    if (c.tools.active())
+      for (auto& s : seqs) s.tools = std::make_unique<ToolCallParser>();
     respond_openai(res, Route::Chat, std::move(seqs), id, c.stream, c.include_usage,
                    c.sampling.logprobs);
   }
@@ -267,6 +236,7 @@ struct HttpServer::Impl {
   void handle_completion(const httplib::Request& req, httplib::Response& res) {
     metrics.completion_requests++;
     CompletionRequest c = parse_completion(parse_body(req.body), lim);
+    restore_client_order(req.body, c.sampling, nullptr);
     check_model(c.model);
     std::vector<std::vector<int32_t>> prompts;
     std::vector<std::string> echo;
@@ -302,6 +272,8 @@ struct HttpServer::Impl {
       for (auto& s : ss) rs.push_back(s.r);
       json j = route == Route::Chat ? chat_response(id, model_id, created, rs, usage_of(ss))
                                     : completion_response(id, model_id, created, rs, usage_of(ss));
+      for (size_t i = 0; i < ss.size(); ++i)
+        if (ss[i].tools) apply_tool_calls(j["choices"][i], rs[i].text);
       for (size_t i = 0; lp.enabled && i < rs.size(); ++i) {
         int64_t offset = 0;
         j["choices"][i]["logprobs"] = lpfmt.openai(route == Route::Chat, lp, rs[i], 0, lp.prompt, &offset);

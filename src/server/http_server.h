@@ -41,6 +41,7 @@ struct ServerOptions {
   int max_connections = 0;         // 0: http_threads - 16 (the rest answer 503 at once)
   size_t max_body_bytes = size_t(256) << 20;
   bool log_requests = true;        // one JSON line per request on stderr
+  std::string tool_call_parser = "hermes";  // the tool-call format of answers; "none": no tools
   nlohmann::json server_args = nlohmann::json::object();  // echoed by /get_server_info
 };
 

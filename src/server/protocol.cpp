@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "server/protocol_fields.h"
+#include "server/tool_calls.h"
 
 namespace sala::server {
 
@@ -265,12 +266,7 @@ bool parse_stream_options(const json& o, bool stream) {
 }
 
 void refuse_openai_unsupported(const json& o) {
-  refuse_if_present(o, "tools", "tool calling is not implemented");
   refuse_if_present(o, "functions", "function calling is not implemented");
-  if (const json* rf = field(o, "response_format")) {
-    if (!rf->is_object() || rf->value("type", "") != "text")
-      bad_request("response_format", "only response_format {\"type\": \"text\"} is supported");
-  }
   if (auto v = get_int(o, "best_of"); v && *v != 1)
     bad_request("best_of", "'best_of' other than 1 is not supported");
 }
@@ -306,8 +302,6 @@ GenerateRequest parse_generate(const json& body, const ProtocolLimits& lim) {
     if (!field(*sp, "sampling_seed")) {
       if (auto v = get_int(*sp, "seed")) r.sampling.params.seed = uint64_t(*v);
     }
-    for (const char* k : {"regex", "json_schema", "ebnf", "structural_tag"})
-      refuse_if_present(*sp, k, "constrained decoding is not implemented");
     parse_generate_extras(*sp, lim, r.sampling);
   }
   refuse_generate_unsupported(body);
@@ -362,8 +356,8 @@ ChatRequest parse_chat(const json& body, const ProtocolLimits& lim) {
     } else {
       bad_request(where + ".content", fmt::format("'{}.content' must be a string or an array of text parts, got {}", where, type_name(*c)));
     }
-    if (field(m, "tool_calls")) bad_request(where + ".tool_calls", "tool calls are not supported");
     r.messages.push_back({rs, std::move(content)});
+    parse_message_tool_fields(m, where, r.messages.back());
   }
   refuse_openai_unsupported(body);
   parse_chat_logprobs(body, r.sampling.logprobs);
@@ -376,6 +370,7 @@ ChatRequest parse_chat(const json& body, const ProtocolLimits& lim) {
   }
   parse_openai_extras(body, lim, /*chat=*/true, r.sampling);
   parse_chat_extras(body, r);
+  parse_tools(body, r);  // after response_format: tool_choice "required" cannot have both
   return r;
 }
 

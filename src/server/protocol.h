@@ -5,7 +5,7 @@
 // Every validation failure throws ApiError, which carries the HTTP status and the OpenAI
 // error shape {"error": {"message", "type", "param", "code"}}. Unknown fields are ignored;
 // known fields with a wrong type, an out-of-range value or a feature we do not implement
-// (tools, logit_bias, ...) are refused with 400, never silently misread.
+// (audio, beam search, ...) are refused with 400, never silently misread.
 // Null counts as "not given" for every optional field (clients send "lora_path": null).
 #pragma once
 #include <cstdint>
@@ -18,6 +18,7 @@
 
 #include "engine/engine.h"
 #include "engine/request_check.h"
+#include "grammar/grammar.h"
 #include "tokenizer/chat_template.h"
 
 namespace sala::server {
@@ -77,6 +78,13 @@ struct Sampling {
   // SGLang's no_stop_trim).
   bool include_stop_str = false;
   int32_t stream_interval = 0;  // SGLang's per-request stream_interval; 0: the server's
+  // Structured output (structured_output.h): what the output must match, and the request
+  // parameter it came from (errors name it).
+  std::optional<grammar::GrammarSpec> grammar;
+  std::string grammar_param;
+  // A JSON schema's place in the body (a JSON pointer), so that restore_client_order
+  // (structured_output.h) can re-read it with the client's key order.
+  std::string grammar_pointer;
 };
 
 // A prompt: text to tokenize, or token ids.
@@ -95,6 +103,18 @@ struct GenerateRequest {
 };
 GenerateRequest parse_generate(const json& body, const ProtocolLimits& lim);
 
+// OpenAI tool calling (tool_calls.h): the tools offered, how the model must use them.
+struct ToolRequest {
+  // The validated `tools` array (null: none), in the client's key order (restore_client_order):
+  // the template shows the tools, and the grammar orders the arguments, as the client wrote them.
+  nlohmann::ordered_json tools = nullptr;
+  enum class Choice { None, Auto, Required, Named } choice = Choice::Auto;
+  std::string named;     // Choice::Named: the function
+  bool parallel = true;  // parallel_tool_calls: several calls in one answer
+  // The answer is parsed for tool calls (tools given and tool_choice not "none").
+  bool active() const { return tools.is_array() && !tools.empty() && choice != Choice::None; }
+};
+
 // ---- OpenAI POST /v1/chat/completions ----
 struct ChatRequest {
   std::string model;
@@ -109,6 +129,7 @@ struct ChatRequest {
   bool continue_final_message = false;
   bool echo = false;
   bool add_special_tokens = false;  // BOS etc. on top of what the template renders
+  ToolRequest tools;
 };
 ChatRequest parse_chat(const json& body, const ProtocolLimits& lim);
 

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "server/protocol_fields.h"
+#include "server/structured_output.h"
 
 namespace sala::server {
 
@@ -23,19 +24,10 @@ struct Refused {
   const char* why;
 };
 
-// Structured output and other decoding constraints: the output would be unconstrained.
+// Decoding constraints this server does not implement (the others: structured_output.cpp).
 constexpr Refused kConstraints[] = {
-    {"regex", "constrained decoding is not implemented"},
-    {"ebnf", "constrained decoding is not implemented"},
-    {"json_schema", "constrained decoding is not implemented"},
-    {"structural_tag", "constrained decoding is not implemented"},
-    {"guided_json", "constrained decoding is not implemented"},
-    {"guided_regex", "constrained decoding is not implemented"},
-    {"guided_choice", "constrained decoding is not implemented"},
-    {"guided_grammar", "constrained decoding is not implemented"},
-    {"guided_decoding_backend", "constrained decoding is not implemented"},
-    {"guided_whitespace_pattern", "constrained decoding is not implemented"},
-    {"structured_outputs", "constrained decoding is not implemented"},
+    {"structural_tag", "structural tags are not implemented (use json_schema, regex or ebnf)"},
+    {"guided_whitespace_pattern", "whitespace patterns are not implemented (JSON output is compact)"},
     {"stop_regex", "regular-expression stops are not implemented"},
     {"bad_words", "bad_words is not implemented"},
     {"allowed_token_ids", "allowed_token_ids is not implemented"},
@@ -167,6 +159,7 @@ void parse_openai_extras(const json& body, const ProtocolLimits& lim, bool chat,
     bad_request("web_search_options", "'web_search_options' is not supported (web search is not available)");
   refuse_all(body, std::begin(kConstraints), std::end(kConstraints));
   refuse_all(body, std::begin(kOpenAIRefused), std::end(kOpenAIRefused));
+  parse_openai_grammar(body, s);
   sampling_extras(body, lim, "min_tokens", s);
   // Ids, caching hints and metadata: no meaning for generation. Types are still checked.
   for (const char* k : {"user", "safety_identifier", "prompt_cache_key", "prompt_cache_retention", "request_id"})
@@ -177,9 +170,8 @@ void parse_openai_extras(const json& body, const ProtocolLimits& lim, bool chat,
   if (auto v = get_bool(body, "store"); v && *v)
     bad_request("store", "'store' is not supported: completions are not stored; send false or omit it");
   if (!chat) return;
-  accept_only(body, "tool_choice", {"none", "auto"}, "tool calling is not implemented");
-  accept_only(body, "function_call", {"none", "auto"}, "function calling is not implemented");
-  (void)get_bool(body, "parallel_tool_calls");  // no tools: nothing to parallelize
+  // The deprecated functions API: use tools / tool_choice (tool_calls.cpp).
+  accept_only(body, "function_call", {"none", "auto"}, "the functions API is not implemented; use tools");
   if (const json* m = field(body, "modalities")) {
     if (!m->is_array() || m->size() != 1 || (*m)[0] != "text")
       bad_request("modalities", "only modalities [\"text\"] is supported");
@@ -212,6 +204,7 @@ void parse_chat_extras(const json& body, ChatRequest& r) {
 void parse_generate_extras(const json& sp, const ProtocolLimits& lim, Sampling& s) {
   refuse_all(sp, std::begin(kConstraints), std::end(kConstraints));
   refuse_if_present(sp, "custom_params", "custom logit processors are not supported");
+  parse_generate_grammar(sp, s, "/sampling_params");
   sampling_extras(sp, lim, "min_new_tokens", s);
   if (auto v = get_int(sp, "stream_interval")) {
     if (*v < 1) bad_request("stream_interval", fmt::format("'stream_interval' must be >= 1, got {}", *v));

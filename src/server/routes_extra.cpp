@@ -13,7 +13,8 @@ using namespace fields;
 std::string chat_prompt_text(const ChatRequest& c, const ChatTemplate* tmpl) {
   if (!tmpl)
     throw ApiError(400, "This model has no chat template; use /v1/completions or /generate", "messages");
-  std::string text = tmpl->render(c.messages, c.add_generation_prompt, c.template_kwargs);
+  // Tools are rendered even with tool_choice "none" (vLLM's default): the model knows them.
+  std::string text = tmpl->render(c.messages, c.add_generation_prompt, c.template_kwargs, c.tools.tools);
   if (c.continue_final_message) {
     try {
       text = cut_after_final_message(text, c.messages.back().content);

@@ -1,11 +1,13 @@
 #include "tokenizer/chat_template.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
 
 #include "core/error.h"
+#include "tokenizer/chat_tools.h"
 #include "tokenizer/jinja.h"
 
 namespace sala {
@@ -77,6 +79,7 @@ std::unique_ptr<ChatTemplate> ChatTemplate::from_text(const std::string& text, c
   t->name_ = "jinja";
   t->source_ = text;
   t->jinja_ = std::move(parsed);
+  t->renders_tools_ = text.find("tools") != std::string::npos || text.find("tool_calls") != std::string::npos;
   t->bos_ = tok.bos_token();
   t->eos_ = tok.eos_token();
   return t;
@@ -116,8 +119,15 @@ std::unique_ptr<ChatTemplate> ChatTemplate::load(const std::string& model_dir, c
        model_dir);
 }
 
-std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                                 const nlohmann::json& kwargs) const {
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages_in, bool add_generation_prompt,
+                                 const nlohmann::json& kwargs, const nlohmann::ordered_json& tools) const {
+  const bool has_tools = tools.is_array() && !tools.empty();
+  // A role "tool" message alone (no tools, no calls) renders as the template has it.
+  const bool has_calls = std::any_of(messages_in.begin(), messages_in.end(),
+                                     [](const ChatMessage& m) { return !m.tool_calls.is_null(); });
+  std::vector<ChatMessage> folded;
+  if ((has_tools || has_calls) && !renders_tools_) folded = hermes_tool_messages(messages_in, tools);
+  const std::vector<ChatMessage>& messages = folded.empty() ? messages_in : folded;
   if (jinja_) {
     // Same globals as transformers' apply_chat_template: the template kwargs, the
     // special tokens, then messages / tools / documents / add_generation_prompt.
@@ -127,9 +137,9 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool 
     if (kwargs.is_object())
       for (auto& [k, v] : kwargs.items()) ctx[k] = nlohmann::ordered_json::parse(v.dump());
     nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
-    for (auto& m : messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
+    for (auto& m : messages) msgs.push_back(template_message(m));
     ctx["messages"] = std::move(msgs);
-    ctx["tools"] = nullptr;
+    ctx["tools"] = has_tools && renders_tools_ ? tools : nlohmann::ordered_json(nullptr);
     ctx["documents"] = nullptr;
     ctx["add_generation_prompt"] = add_generation_prompt;
     return jinja_->render(ctx);

@@ -29,6 +29,10 @@ class Template;
 struct ChatMessage {
   std::string role;
   std::string content;
+  // Tool calling (OpenAI shapes): an assistant message's tool_calls ([{id, type, function:
+  // {name, arguments}}], arguments a JSON text) or null; a tool message's tool_call_id / name.
+  nlohmann::json tool_calls = nullptr;
+  std::string tool_call_id, name;
 };
 
 class ChatTemplate {
@@ -40,8 +44,16 @@ class ChatTemplate {
   static std::unique_ptr<ChatTemplate> from_text(const std::string& text, const Tokenizer& tok,
                                                  const std::string& origin = "chat template");
 
+  // tools: OpenAI's tools array (null: none). A Jinja template that renders tools itself
+  // (its text names `tools` or `tool_calls`) gets them, and the messages' tool calls, as
+  // transformers' apply_chat_template passes them (arguments as objects, as vLLM does); any
+  // other template (the native ChatML ones) gets the Hermes / Qwen2.5 rendering of
+  // chat_tools.h folded into plain messages, so the model sees the tools either way.
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                     const nlohmann::json& template_kwargs = nlohmann::json::object()) const;
+                     const nlohmann::json& template_kwargs = nlohmann::json::object(),
+                     const nlohmann::ordered_json& tools = nullptr) const;
+  // The template renders tools and tool calls itself.
+  bool renders_tools() const { return renders_tools_; }
   const std::string& name() const { return name_; }
   const std::string& source() const { return source_; }  // the template text (/tokenizer_info)
 
@@ -50,7 +62,7 @@ class ChatTemplate {
   std::string name_;
   std::string source_;
   std::string bos_;
-  bool with_bos_ = false, with_think_ = false;
+  bool with_bos_ = false, with_think_ = false, renders_tools_ = false;
   std::string eos_;
   std::shared_ptr<const jinja::Template> jinja_;  // non-null: rendered by the interpreter
 };

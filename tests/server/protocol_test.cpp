@@ -1,5 +1,6 @@
 // Request parsing and validation of the server's protocol layer (no model, no HTTP).
 #include "server/protocol.h"
+#include "server/tool_calls.h"
 
 #include <gtest/gtest.h>
 
@@ -173,6 +174,96 @@ TEST(Protocol, Responses) {
 
 // Parameters beyond the basic sampling fields (protocol_params.cpp): implemented ones land in
 // the typed request, unsupported ones are a 400 naming them.
+TEST(Protocol, StructuredOutputAndTools) {
+  using Kind = sala::grammar::GrammarSpec::Kind;
+  auto chat = [](const std::string& extra) {
+    return parse_chat(json::parse(R"({"messages": [{"role": "user", "content": "x"}])" + extra + "}"), lim());
+  };
+  auto c = chat(R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "n",
+      "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}})");
+  ASSERT_TRUE(c.sampling.grammar.has_value());
+  EXPECT_EQ(c.sampling.grammar->kind, Kind::JsonSchema);
+  EXPECT_EQ(json::parse(c.sampling.grammar->text)["properties"]["a"]["type"], "integer");
+  EXPECT_EQ(c.sampling.grammar_param, "response_format");
+  EXPECT_EQ(chat(R"(, "response_format": {"type": "json_object"})").sampling.grammar->kind, Kind::JsonObject);
+  EXPECT_FALSE(chat(R"(, "response_format": {"type": "text"})").sampling.grammar.has_value());
+  EXPECT_EQ(chat(R"(, "guided_choice": ["a.b", "c"])").sampling.grammar->text, "(a\\.b)|(c)");
+  EXPECT_EQ(chat(R"(, "regex": "[0-9]+")").sampling.grammar->kind, Kind::Regex);
+  auto g = parse_generate(json::parse(R"({"text": "a", "sampling_params": {"ebnf": "root ::= \"x\""}})"), lim());
+  ASSERT_TRUE(g.sampling.grammar.has_value());
+  EXPECT_EQ(g.sampling.grammar->kind, Kind::Ebnf);
+  std::string param;
+  EXPECT_EQ(status_of([&] { chat(R"(, "regex": "a", "guided_json": {"type": "object"})"); }, &param), 400);
+  EXPECT_EQ(param, "guided_json");  // the second constraint is named
+  EXPECT_EQ(status_of([&] { chat(R"(, "response_format": {"type": "yaml"})"); }, &param), 400);
+  EXPECT_EQ(param, "response_format");
+  // Tools: validated, tool_choice required / named becomes a structural-tag grammar.
+  const std::string tools = R"(, "tools": [{"type": "function", "function": {"name": "f",
+      "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}])";
+  auto t = chat(tools + R"(, "tool_choice": "required", "parallel_tool_calls": false)");
+  EXPECT_TRUE(t.tools.active());
+  EXPECT_FALSE(t.tools.parallel);
+  ASSERT_TRUE(t.sampling.grammar.has_value());
+  EXPECT_EQ(t.sampling.grammar->kind, Kind::StructuralTag);
+  EXPECT_EQ(json::parse(t.sampling.grammar->text)["format"]["stop_after_first"], true);
+  EXPECT_FALSE(chat(tools).sampling.grammar.has_value());  // auto: free text, parsed afterwards
+  EXPECT_FALSE(chat(tools + R"(, "tool_choice": "none")").tools.active());
+  EXPECT_EQ(chat(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}})").tools.named, "f");
+  EXPECT_EQ(status_of([&] { chat(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}})"); }, &param), 400);
+  EXPECT_EQ(param, "tool_choice");
+  EXPECT_EQ(status_of([&] { chat(R"(, "tools": [{"type": "function", "function": {}}])"); }, &param), 400);
+  EXPECT_EQ(param, "tools[0].function.name");
+  EXPECT_EQ(status_of([&] { chat(tools + R"(, "tool_choice": "required", "response_format": {"type": "json_object"})"); }, &param), 400);
+  EXPECT_EQ(param, "tool_choice");
+  // History: an assistant's tool_calls and the tool's answer.
+  auto h = parse_chat(json::parse(R"({"messages": [{"role": "user", "content": "x"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+          "function": {"name": "f", "arguments": "{\"x\": 1}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "2"}]})"), lim());
+  EXPECT_EQ(h.messages[1].tool_calls[0]["function"]["name"], "f");
+  EXPECT_EQ(h.messages[2].tool_call_id, "c1");
+  EXPECT_EQ(status_of([] { parse_chat(json::parse(R"({"messages": [{"role": "user", "content": "x",
+      "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]}]})"), lim()); }, &param), 400);
+  EXPECT_EQ(param, "messages[0].tool_calls");
+  EXPECT_EQ(status_of([] { parse_chat(json::parse(R"({"messages": [{"role": "assistant", "content": "x",
+      "tool_calls": [{"function": {"name": "f", "arguments": {}}}]}]})"), lim()); }, &param), 400);
+}
+
+TEST(Protocol, ToolCallParserStreams) {
+  // The same calls whether the answer comes whole or a character at a time; text around them
+  // is content, whitespace between calls is not, a broken block stays content.
+  const std::string answer = "Let me check.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>\n"
+                             "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>";
+  for (size_t step : {answer.size(), size_t(1), size_t(7)}) {
+    ToolCallParser p;
+    std::string content;
+    json calls = json::array();
+    for (size_t i = 0; i < answer.size(); i += step) {
+      auto o = p.push(answer.substr(i, step));
+      content += o.content;
+      for (auto& c : o.calls) calls.push_back(c);
+    }
+    auto o = p.finish();
+    content += o.content;
+    for (auto& c : o.calls) calls.push_back(c);
+    EXPECT_EQ(content, "Let me check.\n") << step;
+    ASSERT_EQ(calls.size(), 2u) << step;
+    EXPECT_EQ(calls[0]["index"], 0);
+    EXPECT_EQ(calls[0]["function"]["name"], "f");
+    EXPECT_EQ(json::parse(calls[0]["function"]["arguments"].get<std::string>())["x"], 1);
+    EXPECT_EQ(calls[1]["function"]["name"], "g");
+    EXPECT_NE(calls[0]["id"], calls[1]["id"]);
+  }
+  json choice = {{"message", {{"role", "assistant"}, {"content", "x"}}}, {"finish_reason", "stop"}};
+  apply_tool_calls(choice, "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>");
+  EXPECT_TRUE(choice["message"]["content"].is_null());
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  choice = {{"message", {{"role", "assistant"}, {"content", "x"}}}, {"finish_reason", "stop"}};
+  apply_tool_calls(choice, "a <tool_call>{not json}</tool_call> <tool");
+  EXPECT_EQ(choice["message"]["content"], "x");  // no valid call: the text stays as it is
+  EXPECT_EQ(choice["finish_reason"], "stop");
+}
+
 TEST(Protocol, ExtraParams) {
   auto c = parse_chat(json::parse(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 9,
       "min_tokens": 3, "logit_bias": {"5": -100, "7": 2.5}, "include_stop_str_in_output": true,
@@ -197,12 +288,13 @@ TEST(Protocol, ExtraParams) {
   EXPECT_EQ(chat(R"(, "logit_bias": {"900": 1})"), 400);  // beyond the vocabulary
   EXPECT_EQ(chat(R"(, "continue_final_message": true)"), 400);
   EXPECT_EQ(param, "continue_final_message");
-  for (const char* k : {"regex", "guided_json", "structured_outputs", "json_schema", "ebnf"}) {
+  for (const char* k : {"guided_json", "structured_outputs", "json_schema"}) {  // "a" is no schema
     EXPECT_EQ(chat((std::string(", \"") + k + "\": \"a\"").c_str()), 400) << k;
     EXPECT_EQ(param, k);
   }
   EXPECT_EQ(chat(R"(, "tool_choice": "none", "store": false, "service_tier": "auto", "user": "u")"), 200);
-  EXPECT_EQ(chat(R"(, "tool_choice": "required")"), 400);
+  EXPECT_EQ(chat(R"(, "tool_choice": "required")"), 400);  // no tools
+  EXPECT_EQ(param, "tool_choice");
   EXPECT_EQ(chat(R"(, "web_search_options": {})"), 400);
   auto g = parse_generate(json::parse(R"({"text": "a", "sampling_params": {"min_new_tokens": 2,
       "no_stop_trim": true, "stream_interval": 3, "logit_bias": {"1": 1}}})"), lim());

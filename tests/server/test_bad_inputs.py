@@ -36,7 +36,14 @@ CASES = [
     ("stop wrong type", CHAT, {"messages": MSG, "stop": 5}, 400),
     ("stop empty string", CHAT, {"messages": MSG, "stop": [""]}, 400),
     ("top_logprobs past 20", CHAT, {"messages": MSG, "logprobs": True, "top_logprobs": 21}, 400),
-    ("tools", CHAT, {"messages": MSG, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400),
+    ("tools not a list", CHAT, {"messages": MSG, "tools": {"name": "f"}}, 400),
+    ("tool without a name", CHAT, {"messages": MSG, "tools": [{"type": "function", "function": {}}]}, 400),
+    ("tool parameters not a schema", CHAT, {"messages": MSG, "tools": [{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "no-such-type"}}}], "tool_choice": "required"}, 400),
+    ("response_format schema not compilable", CHAT, {"messages": MSG, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "minProperties": "x"}}}}, 400),
+    ("regex not compilable", "/generate", {"text": "a", "sampling_params": {"regex": "[z-a]"}}, 400),
+    ("ebnf without root", "/generate", {"text": "a", "sampling_params": {"ebnf": "start ::= \"a\""}}, 400),
     ("unknown model", CHAT, {"model": "gpt-9", "messages": MSG}, 404),
     ("unknown model completions", "/v1/completions", {"model": "gpt-9", "prompt": "a"}, 404),
     ("seed string", CHAT, {"messages": MSG, "seed": "x"}, 400),

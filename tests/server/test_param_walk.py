@@ -16,13 +16,14 @@ from common import Check, Server, log
 
 I, N, R, L = "implemented", "no effect", "refused", "logprobs"
 
-CONSTRAINTS = [  # structured output: refused until it exists
-    ("regex", "a+", R), ("ebnf", "root ::= \"a\"", R), ("json_schema", "{\"type\": \"object\"}", R),
-    ("structural_tag", "{}", R), ("guided_json", {"type": "object"}, R), ("guided_regex", "a+", R),
-    ("guided_choice", ["a", "b"], R), ("guided_grammar", "root ::= \"a\"", R),
-    ("guided_decoding_backend", "xgrammar", R), ("guided_whitespace_pattern", " ", R),
-    ("structured_outputs", {"regex": "a"}, R), ("stop_regex", "a+", R), ("bad_words", ["x"], R),
-    ("allowed_token_ids", [1, 2], R),
+CONSTRAINTS = [  # structured output (xgrammar; effects: test_structured_output.py)
+    ("regex", "a+", I), ("ebnf", "root ::= \"a\"", I), ("json_schema", "{\"type\": \"object\"}", I),
+    ("structural_tag", "{}", R), ("guided_json", {"type": "object"}, I), ("guided_regex", "a+", I),
+    ("guided_choice", ["a", "b"], I), ("guided_grammar", "root ::= \"a\"", I),
+    ("guided_decoding_backend", "xgrammar", N), ("guided_decoding_backend", "outlines", R),
+    ("guided_whitespace_pattern", " ", R),
+    ("structured_outputs", {"regex": "a"}, I), ("structured_outputs", {"structural_tag": "{}"}, R),
+    ("stop_regex", "a+", R), ("bad_words", ["x"], R), ("allowed_token_ids", [1, 2], R),
 ]
 
 # Shared by chat and completions: OpenAI's sampling fields and the vLLM / SGLang extensions.
@@ -35,8 +36,9 @@ COMMON = [
     ("stop_token_ids", [5], I), ("ignore_eos", True, I), ("skip_special_tokens", False, I),
     ("include_stop_str_in_output", True, I), ("no_stop_trim", True, I),
     ("spaces_between_special_tokens", False, I), ("request_id", "req-1", N),
-    ("response_format", {"type": "text"}, I), ("response_format", {"type": "json_object"}, R),
-    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}, R),
+    ("response_format", {"type": "text"}, I), ("response_format", {"type": "json_object"}, I),
+    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}, I),
+    ("response_format", {"type": "structural_tag"}, R),
     ("service_tier", "auto", N), ("service_tier", "priority", R), ("store", False, N), ("store", True, R),
     ("metadata", {"a": "b"}, N), ("safety_identifier", "s", N), ("prompt_cache_key", "k", N),
     ("prompt_cache_retention", "24h", N),
@@ -51,10 +53,10 @@ CHAT = COMMON + [
     ("messages", None, I), ("max_completion_tokens", 3, I), ("top_logprobs", 2, L),
     ("audio", {"voice": "alloy", "format": "wav"}, R), ("function_call", {"name": "f"}, R),
     ("function_call", "none", N), ("functions", [{"name": "f", "parameters": {}}], R),
-    ("modalities", ["text"], I), ("modalities", ["text", "audio"], R), ("parallel_tool_calls", True, N),
+    ("modalities", ["text"], I), ("modalities", ["text", "audio"], R), ("parallel_tool_calls", True, I),
     ("prediction", {"type": "content", "content": "x"}, R), ("reasoning_effort", "low", I),
-    ("tool_choice", "none", N), ("tool_choice", "required", R),
-    ("tools", [{"type": "function", "function": {"name": "f"}}], R), ("verbosity", "low", R),
+    ("tool_choice", "none", I), ("tool_choice", "required", R),  # required without tools: 400
+    ("tools", [{"type": "function", "function": {"name": "f"}}], I), ("verbosity", "low", R),
     ("web_search_options", {}, R), ("moderation", {"enabled": True}, R), ("prompt_cache_options", {"a": 1}, N),
     ("add_generation_prompt", False, I), ("continue_final_message", True, I), ("echo", True, I),
     ("add_special_tokens", True, I), ("chat_template_kwargs", {"enable_thinking": False}, I),
@@ -72,7 +74,7 @@ GENERATE_SAMPLING = [  # SGLang SamplingParams (python/sglang/srt/sampling/sampl
     ("ignore_eos", True, I), ("skip_special_tokens", False, I), ("spaces_between_special_tokens", False, I),
     ("no_stop_trim", True, I), ("custom_params", {"a": 1}, R), ("stream_interval", 2, I),
     ("logit_bias", {"5": 1.0}, I), ("sampling_seed", 5, I),
-    ("json_schema", "{}", R), ("regex", "a+", R), ("ebnf", "root ::= \"a\"", R), ("structural_tag", "{}", R),
+    ("json_schema", "{}", I), ("regex", "a+", I), ("ebnf", "root ::= \"a\"", I), ("structural_tag", "{}", R),
     ("stop_regex", "a+", R),
 ]
 

@@ -8,8 +8,11 @@ For each template in assets/chat_templates/*.jinja and each conversation x
 add_generation_prompt x enable_thinking (absent/true/false) x tools (none / a list):
   * kind "jinja": the interpreter with the full context (tool calls, reasoning_content, ...)
     vs transformers' compiled template rendered with the same globals;
-  * kind "chat": sala::ChatTemplate (the server path: role/content only, bos/eos from the
-    model's tokenizer) vs tokenizer.apply_chat_template(chat_template=...).
+  * kind "chat": sala::ChatTemplate (the server path, bos/eos from the model's tokenizer) vs
+    tokenizer.apply_chat_template(chat_template=...): role/content conversations, and for
+    templates that render tools themselves also the tool conversations with and without tools
+    (OpenAI's shapes on our side: tool_calls' arguments as JSON text, which the server hands to
+    the template as objects, as vLLM does; so transformers gets them as objects).
 A case where jinja2 raises must fail in SALA too (error vs error). Templates named
 unsupported-*.jinja must be refused at parse time; edge-*.jinja are small synthetic
 templates for whitespace control / literals / filters corner cases. Zero mismatches are
@@ -69,6 +72,30 @@ RICH = [
 ]
 
 
+def openai_messages(conv):
+    """As a client sends them: tool_calls' arguments as JSON text."""
+    out = []
+    for m in conv:
+        m = dict(m)
+        if "tool_calls" in m:
+            m["tool_calls"] = [{**c, "function": {**c["function"], "arguments": c["function"]["arguments"]
+                                if isinstance(c["function"]["arguments"], str)
+                                else json.dumps(c["function"]["arguments"])}} for c in m["tool_calls"]]
+        out.append(m)
+    return out
+
+
+def hf_messages(conv):
+    """As the server hands them to the template: arguments as objects (vLLM does the same)."""
+    out = []
+    for m in openai_messages(conv):
+        if "tool_calls" in m:
+            m["tool_calls"] = [{**c, "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"])}}
+                               for c in m["tool_calls"]]
+        out.append(m)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tool", required=True)
@@ -109,15 +136,21 @@ def main():
                             exp = {"error": f"{type(e).__name__}: {e}"}
                         cases.append({"kind": "jinja", "context": ctx})
                         expect.append(exp)
-                    if conv in PLAIN:
-                        try:
-                            exp = {"text": tok.apply_chat_template(conv, chat_template=text, tokenize=False,
-                                                                   add_generation_prompt=add_gen, **kwargs)}
-                        except Exception as e:
-                            exp = {"error": f"{type(e).__name__}: {e}"}
-                        cases.append({"kind": "chat", "messages": conv, "add_generation_prompt": add_gen,
-                                      "kwargs": kwargs})
-                        expect.append(exp)
+                    renders_tools = "tools" in text or "tool_calls" in text
+                    if conv in PLAIN or (renders_tools and not any("reasoning_content" in m for m in conv)):
+                        for tools in ((None, TOOLS) if renders_tools else (None,)):
+                            try:
+                                exp = {"text": tok.apply_chat_template(
+                                    hf_messages(conv), chat_template=text, tokenize=False,
+                                    add_generation_prompt=add_gen, tools=tools, **kwargs)}
+                            except Exception as e:
+                                exp = {"error": f"{type(e).__name__}: {e}"}
+                            case = {"kind": "chat", "messages": openai_messages(conv),
+                                    "add_generation_prompt": add_gen, "kwargs": kwargs}
+                            if tools:
+                                case["tools"] = tools
+                            cases.append(case)
+                            expect.append(exp)
         with tempfile.TemporaryDirectory() as tmp:
             cin, cout = os.path.join(tmp, "cases.jsonl"), os.path.join(tmp, "out.jsonl")
             with open(cin, "w", encoding="utf-8") as f:

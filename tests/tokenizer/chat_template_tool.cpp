@@ -3,8 +3,9 @@
 // The template is parsed once with sala::jinja::Template and once through
 // sala::ChatTemplate::from_text (with MODEL_DIR's tokenizer). Case kinds:
 //   {"kind":"jinja","context":{...}}  -> {"text":S} | {"error":S}   (interpreter, full context)
-//   {"kind":"chat","messages":[{role,content}],"add_generation_prompt":B,"kwargs":{}}
-//                                     -> {"text":S,"name":S} | {"error":S}  (ChatTemplate)
+//   {"kind":"chat","messages":[{role,content[,tool_calls,tool_call_id]}],"add_generation_prompt":B,
+//    "kwargs":{}[,"tools":[...]]}    -> {"text":S,"name":S} | {"error":S}  (ChatTemplate, the
+//                                        server's path; tool_calls' arguments as JSON text)
 // A template the interpreter refuses gives {"error":...} for every case.
 #include <fmt/core.h>
 
@@ -58,9 +59,14 @@ int main(int argc, char** argv) {
         } else if (kind == "chat") {
           if (!ct) sala::fail("{}", ct_err);
           std::vector<sala::ChatMessage> msgs;
-          for (auto& m : c.at("messages")) msgs.push_back({m.at("role"), m.at("content")});
+          for (auto& m : c.at("messages")) {
+            msgs.push_back({m.at("role"), m.at("content").is_null() ? "" : m.at("content")});
+            if (m.contains("tool_calls")) msgs.back().tool_calls = nlohmann::json::parse(m["tool_calls"].dump());
+            if (m.contains("tool_call_id")) msgs.back().tool_call_id = m["tool_call_id"];
+          }
+          const ojson tools = c.contains("tools") ? c["tools"] : ojson();
           r["text"] = ct->render(msgs, c.value("add_generation_prompt", false),
-                                 nlohmann::json::parse(c.value("kwargs", ojson::object()).dump()));
+                                 nlohmann::json::parse(c.value("kwargs", ojson::object()).dump()), tools);
           r["name"] = ct->name();
         } else {
           r["error"] = "unknown kind " + kind;

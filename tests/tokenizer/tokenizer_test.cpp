@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/detokenizer.h"
+#include "tokenizer/token_bytes.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -167,3 +168,24 @@ TEST(ChatTemplate, RendersAndRefuses) {
 }
 
 }  // namespace
+
+// The grammar engine's view of the vocabulary: the bytes of a text's tokens, concatenated, are
+// the text (after the normalizer's leading space), byte-fallback tokens included; special
+// tokens are empty (no grammar may produce them).
+TEST(TokenBytes, ConcatenationIsTheText) {
+  for (const std::string dir : {std::string(SALA_SOURCE_DIR) + "/models/sala-tiny-chat", asset("spm-1200"),
+                                asset("hfbpe-3000")}) {
+    auto tok = sala::Tokenizer::load(dir);
+    const std::vector<std::string> bytes = sala::grammar_token_bytes(*tok);
+    ASSERT_EQ(bytes.size(), size_t(tok->vocab_size())) << dir;
+    for (const std::string text : {"Hello world, 123!", "{\"a\": [1, 2.5e3]}", "caf\xc3\xa9 \xe2\x82\xac\xf0\x9f\x99\x82 ok"}) {
+      const std::vector<int32_t> ids = tok->encode(text, /*add_special_tokens=*/false);
+      std::string joined;
+      for (int32_t id : ids) joined += bytes[size_t(id)];
+      // SentencePiece-style normalizers prepend a space that decode strips.
+      EXPECT_TRUE(joined == text || joined == " " + text) << dir << ": '" << joined << "'";
+    }
+    for (int32_t id = 0; id < tok->vocab_size(); ++id)
+      if (tok->is_special(id)) EXPECT_EQ(bytes[size_t(id)], "") << dir << " special token " << id;
+  }
+}

@@ -247,6 +247,16 @@ void CpuBackend::argmax_rows(const Tensor& logits, int32_t* out) {
   }
 }
 
+void CpuBackend::mask_logits(Tensor& logits, const int32_t* rows, int64_t n, const uint32_t* masks,
+                             int32_t words) {
+  SALA_CHECK(logits.dtype == DType::F32, "mask_logits of {}", dtype_name(logits.dtype));
+  for (int64_t i = 0; i < n; ++i) {
+    SALA_CHECK(rows[i] >= 0 && rows[i] < logits.rows, "mask row {} of {}", rows[i], logits.rows);
+    mask_logits_row(static_cast<float*>(logits.data) + rows[i] * logits.cols, logits.cols,
+                    masks + i * words, words);
+  }
+}
+
 // The logits are host memory: the rows are read in place, one thread per row.
 void CpuBackend::logprobs_rows(const Tensor& logits, const int32_t* rows, const int32_t* targets,
                                int64_t n, int top_n, float* logprob, int32_t* top_ids,

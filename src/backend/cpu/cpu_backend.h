@@ -47,6 +47,8 @@ class CpuBackend : public Backend {
                         Tensor& out) override;
   void gather_logit_rows(const Tensor& x, Tensor& out) override;
   void argmax_rows(const Tensor& logits, int32_t* out) override;
+  void mask_logits(Tensor& logits, const int32_t* rows, int64_t n, const uint32_t* masks,
+                   int32_t words) override;
   void logprobs_rows(const Tensor& logits, const int32_t* rows, const int32_t* targets, int64_t n,
                      int top_n, float* logprob, int32_t* top_ids, float* top_logprobs) override;
 

@@ -95,6 +95,8 @@ class CudaBackend : public Backend {
                                     const Tensor& gate, Tensor& out) override;
   void gather_logit_rows(const Tensor& x, Tensor& out) override;
   void argmax_rows(const Tensor& logits, int32_t* out) override;
+  void mask_logits(Tensor& logits, const int32_t* rows, int64_t n, const uint32_t* masks,
+                   int32_t words) override;
   void synchronize() override;
 
   bool graphs_enabled() const override { return graphs_.enabled(); }
@@ -132,6 +134,11 @@ class CudaBackend : public Backend {
   int32_t* argmax_host_ = nullptr;  // pinned copy
   int64_t argmax_cap_ = 0;
   void* pinned_dl_ = nullptr;  // staging buffer of large download_f32 calls
+  // mask_logits' rows and bitmasks on the device: [mask_cap_] int32 rows, then
+  // [mask_cap_, mask_words_] uint32 masks.
+  void* mask_dev_ = nullptr;
+  int64_t mask_cap_ = 0;
+  int32_t mask_words_ = 0;
   size_t pinned_dl_bytes_ = 0;
 };
 

@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_argmax.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_host_util.h"
+#include "backend/cuda/cuda_token_mask.h"
 #include "core/check.h"
 
 namespace sala {
@@ -160,6 +161,31 @@ void CudaBackend::argmax_rows(const Tensor& logits, int32_t* out) {
   stream_.sync();
   std::memcpy(out, argmax_host_, size_t(logits.rows) * 4);
   tick("argmax_rows");
+}
+
+void CudaBackend::mask_logits(Tensor& logits, const int32_t* rows, int64_t n, const uint32_t* masks,
+                              int32_t words) {
+  SALA_CHECK(logits.dtype == DType::F32, "mask_logits of {}", dtype_name(logits.dtype));
+  if (n == 0) return;
+  for (int64_t i = 0; i < n; ++i)
+    SALA_CHECK(rows[i] >= 0 && rows[i] < logits.rows, "mask row {} of {}", rows[i], logits.rows);
+  if (n > mask_cap_ || words > mask_words_) {  // grows to max_logit_rows x the vocab's words once
+    // Nothing in flight reads the old buffer: every step ends with a synchronizing download
+    // (argmax_rows / download_f32), and recorded steps never read it.
+    if (mask_dev_) arena_.release(mask_dev_);
+    mask_cap_ = std::max<int64_t>({n, mask_cap_, 64});
+    mask_words_ = std::max(words, mask_words_);
+    mask_dev_ = arena_.device(size_t(mask_cap_) * 4 * (1 + size_t(mask_words_)));
+  }
+  auto* rows_dev = static_cast<int32_t*>(mask_dev_);
+  auto* masks_dev = reinterpret_cast<uint32_t*>(rows_dev + mask_cap_);
+  // From pageable memory: the call returns once the host arrays are staged, so the caller may
+  // reuse them at once, and it does not wait for the step's queued work.
+  CUDA_CHECK(cudaMemcpyAsync(rows_dev, rows, size_t(n) * 4, cudaMemcpyHostToDevice, st()));
+  CUDA_CHECK(cudaMemcpyAsync(masks_dev, masks, size_t(n) * size_t(words) * 4,
+                             cudaMemcpyHostToDevice, st()));
+  cuda::launch_mask_logits(ptr<float>(logits), logits.cols, rows_dev, n, masks_dev, words, st());
+  tick("mask_logits");
 }
 
 // ---- mixers ------------------------------------------------------------------------------
