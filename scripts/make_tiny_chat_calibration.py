@@ -4,7 +4,8 @@
 escaped as \\n, which `sala quantize` unescapes): a question of each of the eval set's four kinds
 (arith, mcq, needle, copy) in the eval set's wording, and its correct answer, made from a seed
 of its own, so no sample is an eval question (checked below).
-Usage: make_tiny_chat_calibration.py EVAL_JSONL OUT_TXT [N_PER_KIND]"""
+Usage: make_tiny_chat_calibration.py EVAL_JSONL OUT_TXT [N_PER_KIND [SEED]] (another SEED: a
+held-out set of the same kind, e.g. a `sala fidelity --corpus`)"""
 import json
 import random
 import sys
@@ -14,7 +15,7 @@ per_kind = int(sys.argv[3]) if len(sys.argv) > 3 else 16
 WORDS = ("amber beacon canyon cedar cloud comet copper drift echo ember falcon frost garden "
          "glacier harbor harvest ivory lantern maple marble meadow orbit pebble prism quartz raven "
          "river saffron silver sparrow stone summit thunder tide velvet violet willow").split()
-rng = random.Random(22022)
+rng = random.Random(int(sys.argv[4]) if len(sys.argv) > 4 else 22022)
 eval_questions = {json.loads(line)["question"] for line in open(eval_path)}
 
 

@@ -121,6 +121,10 @@ int run(const Args& a) {
     std::string line;
     while (std::getline(in, line))
       if (!line.empty()) {
+        // "\n" in a line is a newline (as `sala quantize --calibration` reads it), so one line
+        // can hold a whole chat.
+        for (size_t i = line.find("\\n"); i != std::string::npos; i = line.find("\\n", i + 1))
+          line.replace(i, 2, "\n");
         auto ids = tok->encode(line, true);
         if (int(ids.size()) > a.length) ids.resize(size_t(a.length));
         seqs.push_back(ids);
@@ -201,7 +205,7 @@ sala::cli::Registrar reg("fidelity", "Teacher-forced comparison of two engine co
                                           "configuration B's model directory (default: --model-path)");
                            app.add_option("--config-a", a->a, "device:mode[:dense-as-sparse][:fp8|:w4][:kv8|:kv=DTYPE]");
                            app.add_option("--config-b", a->b, "device:mode[:dense-as-sparse][:fp8|:w4][:kv8|:kv=DTYPE]");
-                           app.add_option("--corpus", a->corpus, "text file, one sequence per line");
+                           app.add_option("--corpus", a->corpus, "text file, one sequence per line (\\n: a newline)");
                            app.add_option("--random", a->random, "random sequences when no corpus");
                            app.add_option("--length", a->length, "tokens per sequence (max)");
                            app.add_option("--greedy", a->greedy, "greedy continuation length");

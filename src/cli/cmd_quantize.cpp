@@ -123,8 +123,11 @@ int run(const Args& a) {
   q.gptq_opts.act_order = a.act_order;
   const bool need_text = q.gptq || a.scheme == "mixed";
   const auto seqs = need_text ? calibration_tokens(a) : std::vector<std::vector<int32_t>>{};
-  const sala::Int4CodeMap codes = sala::quantize_int4(a.in, seqs, q, note);
-  fmt::print(stderr, "\n");
+  // Plain RTN needs no model run: the writer quantizes tensor by tensor (the same codes).
+  const bool plain_rtn = !q.gptq && a.scheme == "w4a16";
+  const sala::Int4CodeMap codes =
+      plain_rtn ? sala::Int4CodeMap{} : sala::quantize_int4(a.in, seqs, q, note);
+  if (!plain_rtn) fmt::print(stderr, "\n");
   sala::QuantPlan plan = sala::uniform_plan(cfg, {sala::QuantScheme::W4A16, a.group_size}, o);
   nlohmann::json record = nlohmann::json::object();
   if (a.scheme == "mixed") {

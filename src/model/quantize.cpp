@@ -126,8 +126,11 @@ void write_quantized_checkpoint(const std::string& in_dir, const std::string& ou
     }
   }
   json cfg_json = json::parse(std::ifstream(cfg_path));
-  cfg_json["quantization_config"] = quantization_config(cfg, plan);
-  for (auto& [k, v] : extra_config.items()) cfg_json["quantization_config"][k] = v;
+  // An empty plan (a mixed plan that kept everything dense) is a plain copy: no config groups.
+  if (!plan.empty()) {
+    cfg_json["quantization_config"] = quantization_config(cfg, plan);
+    for (auto& [k, v] : extra_config.items()) cfg_json["quantization_config"][k] = v;
+  }
   fs::create_directories(out_dir);
 
   // Shards of at most shard_bytes (a tensor larger than that is a shard of its own); a
