@@ -9,6 +9,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -89,6 +90,21 @@ class Backend {
   virtual Weight upload_fp8(const TensorView& codes, const std::vector<float>& /*scales*/) {
     fail("{}: the {} backend has no FP8 GEMM; this checkpoint is FP8 (compressed-tensors)",
          codes.name, name());
+  }
+  // A pre-quantized W4A16 weight (a compressed-tensors "pack-quantized" checkpoint, core/int4.h):
+  // packed int4 codes (I32 [out, in / 8]) and scales [out, in / group] widened to fp32.
+  // sala::Error where the backend has no W4A16 GEMM (the CUDA backend so far).
+  virtual Weight upload_int4(const TensorView& packed, const std::vector<float>& /*scales*/,
+                             int32_t /*group*/) {
+    fail("{}: the {} backend has no W4A16 (int4) GEMM yet; this checkpoint stores it as "
+         "compressed-tensors pack-quantized int4 (the CPU backend runs it)", packed.name, name());
+  }
+  // Calibration (sala quantize --method gptq): `observer(w, x)` is called with the input rows
+  // x [T, w.cols] of every linear() before its GEMM (null: none). A backend that cannot
+  // observe its GEMM inputs refuses (the CPU backend can).
+  using LinearInputObserver = std::function<void(const Weight& w, const Tensor& x)>;
+  virtual void set_linear_observer(LinearInputObserver /*observer*/) {
+    fail("the {} backend cannot observe GEMM inputs (calibration runs on the CPU)", name());
   }
   // Allocates the paged KV pool and compressed-key pages of the sparse layers and the
   // lightning state slots.
@@ -274,6 +290,11 @@ struct BackendOptions {
   // GEMV for <= 16 rows; quantize kernel + cuBLASLt FP8 GEMMs above, cuda_gemm_fp8.cpp) and
   // refuses it in fp32 mode (sala::Error).
   bool fp8_weights = false;
+  // W4A16 at load (`sala serve --quantization w4a16`): the projections are quantized to
+  // symmetric int4 with one bf16 scale per this many input columns (core/int4.h RTN, the bits
+  // of `sala quantize --scheme w4a16 --method rtn`); lm_head, the embedding and the norms stay
+  // dense. 0: off. The CPU backend (the oracle) implements it; the CUDA backend refuses it.
+  int32_t int4_group_size = 0;
   // The sparse layers' KV pages and compressed keys (levels 1 and 2): the activation type's
   // cache, or FP8 codes with one K and one V scale per layer (backend/kv_cache_dtype.h),
   // dequantized wherever attention reads them. `sala serve --kv-cache-dtype`. The CPU

@@ -15,15 +15,18 @@ namespace sala {
 
 // The formats a backend stores weights in. BF16 / F32: dense. FP8_E4M3: e4m3fn codes
 // (core/fp8.h) with one fp32 scale per output channel (group == cols): W ≈ code value · scale,
-// the compressed-tensors FP8 layout. A further format (packed int4 with group scales) is one
-// more enumerator with its bits here, and a backend that implements its GEMMs.
-enum class WeightFormat : uint8_t { BF16, F32, FP8_E4M3 };
+// the compressed-tensors FP8 layout. INT4_GROUPED (W4A16): symmetric int4 codes packed eight per
+// uint32 word in compressed-tensors' order (core/int4.h; [rows, cols / 8] words) with one fp32
+// scale per `group` input columns (the checkpoint's bf16 / fp16 / fp32 scale, widened):
+// W ≈ q · scale; activations stay in the activation type.
+enum class WeightFormat : uint8_t { BF16, F32, FP8_E4M3, INT4_GROUPED };
 
 inline int weight_format_bits(WeightFormat f) {
   switch (f) {
     case WeightFormat::BF16: return 16;
     case WeightFormat::F32: return 32;
     case WeightFormat::FP8_E4M3: return 8;
+    case WeightFormat::INT4_GROUPED: return 4;
   }
   return 0;
 }
@@ -32,6 +35,7 @@ inline const char* weight_format_name(WeightFormat f) {
     case WeightFormat::BF16: return "bf16";
     case WeightFormat::F32: return "fp32";
     case WeightFormat::FP8_E4M3: return "fp8_e4m3";
+    case WeightFormat::INT4_GROUPED: return "int4_w4a16";
   }
   return "?";
 }
@@ -71,7 +75,8 @@ struct Weight {
 // The element type of a dense format (and of the dense tensors beside quantized weights:
 // embedding, norms, which stay in the activation type).
 inline DType dense_dtype(WeightFormat f) {
-  SALA_CHECK(f != WeightFormat::FP8_E4M3, "fp8_e4m3 is not a dense format");
+  SALA_CHECK(f == WeightFormat::BF16 || f == WeightFormat::F32, "{} is not a dense format",
+             weight_format_name(f));
   return f == WeightFormat::BF16 ? DType::BF16 : DType::F32;
 }
 

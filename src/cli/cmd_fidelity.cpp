@@ -2,10 +2,13 @@
 // Teacher-forced comparison of two engine configurations on the same tokens: top-1
 // agreement, mean / max KL(a‖b), logit cosine per position, and the length of the common
 // prefix of their greedy continuations. SPEC is
-//   device:mode[:dense-as-sparse][:fp8][:kv8 | :kv=DTYPE]
+//   device:mode[:dense-as-sparse][:fp8 | :w4][:kv8 | :kv=DTYPE]
 // e.g. cpu:fp32, cpu:bf16, cuda:bf16, cpu:bf16:fp8 (W8A8 FP8 projections,
 // BackendOptions::fp8_weights), cpu:bf16:kv8 (FP8 e4m3 KV cache) or cpu:bf16:fp8:kv=fp8_e5m2
-// (DTYPE: a `--kv-cache-dtype` value, BackendOptions::kv_cache_dtype; kv8 is kv=fp8_e4m3).
+// (DTYPE: a `--kv-cache-dtype` value, BackendOptions::kv_cache_dtype; kv8 is kv=fp8_e4m3), or
+// cpu:bf16:w4 (W4A16 RTN at load, group 128: BackendOptions::int4_group_size).
+// --model-path-b: configuration B reads another checkpoint (e.g. `sala quantize`'s output) with
+// the same tokenizer and vocabulary.
 // Options may come in any order. This is how a quantization or kernel change proves it keeps
 // the model's behaviour.
 // requires: sala_model sala_tokenizer
@@ -27,7 +30,7 @@
 namespace {
 
 struct Args {
-  std::string model, a = "cpu:fp32", b = "cpu:bf16", corpus;
+  std::string model, model_b, a = "cpu:fp32", b = "cpu:bf16", corpus;
   int random = 4, length = 256, greedy = 32;
   uint32_t seed = 1;
 };
@@ -37,6 +40,7 @@ struct Spec {
   sala::NumericMode mode = sala::NumericMode::F32;
   bool dense_as_sparse = false;
   bool fp8 = false;  // BackendOptions::fp8_weights
+  bool w4 = false;   // BackendOptions::int4_group_size = 128
   sala::KvCacheDtype kv = sala::KvCacheDtype::Auto;  // BackendOptions::kv_cache_dtype
   std::string text;
 };
@@ -57,6 +61,7 @@ Spec parse_spec(const std::string& s) {
   for (size_t i = 2; i < parts.size(); ++i) {
     if (parts[i] == "dense-as-sparse") p.dense_as_sparse = true;
     else if (parts[i] == "fp8") p.fp8 = true;
+    else if (parts[i] == "w4") p.w4 = true;
     else if (parts[i] == "kv8") p.kv = sala::KvCacheDtype::FP8_E4M3;
     else if (parts[i].starts_with("kv="))
       p.kv = sala::parse_kv_cache_dtype(parts[i].substr(3), fmt::format("config '{}': kv=", s));
@@ -75,6 +80,7 @@ std::unique_ptr<sala::Model> load(const Spec& s, const std::string& dir, int32_t
                 cfg.sparse.block_size, 1};
   sala::BackendOptions bo{s.mode, 0};
   bo.fp8_weights = s.fp8;
+  bo.int4_group_size = s.w4 ? 128 : 0;
   bo.kv_cache_dtype = s.kv;
   return std::make_unique<sala::Model>(cfg, sala::make_backend(s.device, bo), ck, lim);
 }
@@ -115,6 +121,10 @@ int run(const Args& a) {
     std::string line;
     while (std::getline(in, line))
       if (!line.empty()) {
+        // "\n" in a line is a newline (as `sala quantize --calibration` reads it), so one line
+        // can hold a whole chat.
+        for (size_t i = line.find("\\n"); i != std::string::npos; i = line.find("\\n", i + 1))
+          line.replace(i, 2, "\n");
         auto ids = tok->encode(line, true);
         if (int(ids.size()) > a.length) ids.resize(size_t(a.length));
         seqs.push_back(ids);
@@ -132,7 +142,7 @@ int run(const Args& a) {
   int32_t max_len = 0;
   for (auto& s : seqs) max_len = std::max<int32_t>(max_len, int32_t(s.size()));
   auto ma = load(sa, a.model, max_len + a.greedy);
-  auto mb = load(sb, a.model, max_len + a.greedy);
+  auto mb = load(sb, a.model_b.empty() ? a.model : a.model_b, max_len + a.greedy);
   const int64_t V = cfg.vocab_size;
   int64_t positions = 0, agree = 0;
   double kl_sum = 0, kl_max = 0, cos_min = 1, cos_sum = 0;
@@ -172,8 +182,8 @@ int run(const Args& a) {
       prefix_lens.push_back(n);
     }
   }
-  fmt::print("fidelity {}  A={}  B={}  ({} sequences, {} positions)\n", a.model, sa.text, sb.text,
-             seqs.size(), positions);
+  fmt::print("fidelity {}  A={}  B={}{}  ({} sequences, {} positions)\n", a.model, sa.text,
+             sb.text, a.model_b.empty() ? "" : " on " + a.model_b, seqs.size(), positions);
   fmt::print("top-1 agreement   {:.4f} %\n", 100.0 * double(agree) / double(positions));
   fmt::print("KL(A||B)          mean {:.3g}  max {:.3g}\n", kl_sum / double(positions), kl_max);
   fmt::print("logit cosine      mean {:.6f}  min {:.6f}\n", cos_sum / double(positions), cos_min);
@@ -191,9 +201,11 @@ sala::cli::Registrar reg("fidelity", "Teacher-forced comparison of two engine co
                          [](CLI::App& app) {
                            auto a = std::make_shared<Args>();
                            app.add_option("--model-path", a->model, "model directory")->required();
-                           app.add_option("--config-a", a->a, "device:mode[:dense-as-sparse][:fp8][:kv8|:kv=DTYPE]");
-                           app.add_option("--config-b", a->b, "device:mode[:dense-as-sparse][:fp8][:kv8|:kv=DTYPE]");
-                           app.add_option("--corpus", a->corpus, "text file, one sequence per line");
+                           app.add_option("--model-path-b", a->model_b,
+                                          "configuration B's model directory (default: --model-path)");
+                           app.add_option("--config-a", a->a, "device:mode[:dense-as-sparse][:fp8|:w4][:kv8|:kv=DTYPE]");
+                           app.add_option("--config-b", a->b, "device:mode[:dense-as-sparse][:fp8|:w4][:kv8|:kv=DTYPE]");
+                           app.add_option("--corpus", a->corpus, "text file, one sequence per line (\\n: a newline)");
                            app.add_option("--random", a->random, "random sequences when no corpus");
                            app.add_option("--length", a->length, "tokens per sequence (max)");
                            app.add_option("--greedy", a->greedy, "greedy continuation length");

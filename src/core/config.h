@@ -38,16 +38,40 @@ struct SparseConfig {
   int first_sparse_len(bool dense_as_sparse) const { return dense_as_sparse ? 1 : dense_len; }
 };
 
-// A checkpoint's `quantization_config` (config.json): the one layout read is compressed-tensors'
-// "float-quantized" W8A8 FP8 (llm-compressor's FP8_DYNAMIC; vLLM and SGLang load it): Linear
-// weights e4m3 with one scale per output channel (`<name>.weight_scale` [out, 1]), input
-// activations quantized per token at run time. Anything else is refused when config.json is
-// read (quant_config.cpp), naming what is not implemented.
+// A checkpoint's `quantization_config` (config.json), compressed-tensors' layouts that vLLM and
+// SGLang load, per Linear module:
+//   FP8_W8A8  "float-quantized" (llm-compressor's FP8_DYNAMIC): e4m3 weights with one scale per
+//             output channel (`<m>.weight` F8_E4M3, `<m>.weight_scale` [out, 1]), input
+//             activations quantized per token at run time;
+//   W4A16     "pack-quantized" (llm-compressor's W4A16 / GPTQ): symmetric int4 with one scale
+//             per group of input columns (`<m>.weight_packed` I32 [out, in / 8],
+//             `<m>.weight_scale` [out, in / group], `<m>.weight_shape` I32 [2]; core/int4.h).
+// config_groups give each a list of targets ("Linear", an exact module name or a "re:" regex,
+// matched from the name's start as Python's re.match); `ignore` leaves modules dense. One
+// checkpoint may mix the schemes (format "mixed-precision", each group with its own
+// "format"). Anything else is refused when config.json is read (quant_config.cpp), naming what
+// is not implemented.
+enum class QuantScheme : uint8_t { None, FP8_W8A8, W4A16 };
+struct ModuleQuant {
+  QuantScheme scheme = QuantScheme::None;
+  int32_t group_size = 0;  // W4A16: input columns per scale (0: one per output channel)
+  bool operator==(const ModuleQuant&) const = default;
+};
+struct QuantGroup {
+  std::string name;                  // config_groups key, for messages
+  std::vector<std::string> targets;  // "Linear", names, "re:" regexes
+  ModuleQuant quant;
+};
 struct QuantizationConfig {
-  bool fp8 = false;                 // the layout above
+  std::vector<QuantGroup> groups;   // empty: not quantized
   std::vector<std::string> ignore;  // modules left dense: names ("lm_head") or "re:" regexes
+  bool any() const { return !groups.empty(); }
   // Whether module `name` (a tensor name without ".weight") is left dense.
   bool ignores(const std::string& name) const;
+  // The scheme of Linear module `name`: None when ignored or not targeted; an exact name
+  // beats a regex, which beats "Linear"; two groups at the same rank with different schemes
+  // are a sala::Error naming both (`source`: config.json, for the message).
+  ModuleQuant scheme_of(const std::string& name, const std::string& source) const;
 };
 
 struct ModelConfig {

@@ -9,12 +9,14 @@
 namespace sala {
 
 // F8_E4M3: fp8 e4m3fn codes (core/fp8.h), as quantized checkpoints store weights.
-enum class DType : uint8_t { F32, BF16, F16, I32, F8_E4M3 };
+// I64: integer metadata only (compressed-tensors' weight_shape, torch.tensor(shape)).
+enum class DType : uint8_t { F32, BF16, F16, I32, F8_E4M3, I64 };
 
 inline size_t dtype_size(DType t) {
   switch (t) {
     case DType::F32: return 4;
     case DType::I32: return 4;
+    case DType::I64: return 8;
     case DType::BF16: return 2;
     case DType::F16: return 2;
     case DType::F8_E4M3: return 1;
@@ -26,6 +28,7 @@ inline const char* dtype_name(DType t) {
   switch (t) {
     case DType::F32: return "F32";
     case DType::I32: return "I32";
+    case DType::I64: return "I64";
     case DType::BF16: return "BF16";
     case DType::F16: return "F16";
     case DType::F8_E4M3: return "F8_E4M3";

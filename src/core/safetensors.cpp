@@ -52,6 +52,11 @@ float TensorView::get_f32(int64_t i) const {
       std::memcpy(&v, data + 4 * i, 4);
       return float(v);
     }
+    case DType::I64: {
+      int64_t v;
+      std::memcpy(&v, data + 8 * i, 8);
+      return float(v);
+    }
     case DType::F8_E4M3: return fp8_e4m3_to_f32(data[i]);  // the code's value, unscaled
   }
   return 0.f;
@@ -98,8 +103,9 @@ static DType parse_dtype(const std::string& s, const std::string& file, const st
   if (s == "BF16") return DType::BF16;
   if (s == "F16") return DType::F16;
   if (s == "I32") return DType::I32;
+  if (s == "I64") return DType::I64;
   if (s == "F8_E4M3") return DType::F8_E4M3;
-  fail("{}: tensor '{}' has unsupported dtype '{}' (supported: F32, BF16, F16, I32, F8_E4M3)",
+  fail("{}: tensor '{}' has unsupported dtype '{}' (supported: F32, BF16, F16, I32, I64, F8_E4M3)",
        file, name,
        s);
 }

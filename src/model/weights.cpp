@@ -15,9 +15,35 @@ std::string module_of(const std::string& name) {
                                    : name;
 }
 
+ModuleQuant stored_scheme(const ModelConfig& c, const std::string& name, size_t ndim) {
+  if (!c.quantization.any() || ndim != 2 || name == "model.embed_tokens.weight" ||
+      !name.ends_with(".weight"))
+    return {};
+  return c.quantization.scheme_of(module_of(name), c.source);
+}
+
 bool stored_fp8(const ModelConfig& c, const std::string& name, size_t ndim) {
-  return c.quantization.fp8 && ndim == 2 && name != "model.embed_tokens.weight" &&
-         name.ends_with(".weight") && !c.quantization.ignores(module_of(name));
+  return stored_scheme(c, name, ndim).scheme == QuantScheme::FP8_W8A8;
+}
+
+int32_t int4_group(const ModelConfig& c, const ModuleQuant& q, const std::string& module,
+                   int64_t in) {
+  const int64_t g = q.group_size > 0 ? q.group_size : in;
+  if (in % g != 0 || in % 8 != 0)
+    fail("{}: module '{}' has {} input columns: the int4 group size {} must divide them, and "
+         "they must be a multiple of 8 (eight int4 values per int32)", c.source, module, in, g);
+  return int32_t(g);
+}
+
+std::string scheme_name(const ModuleQuant& q) {
+  switch (q.scheme) {
+    case QuantScheme::None: return "dense";
+    case QuantScheme::FP8_W8A8: return "fp8";
+    case QuantScheme::W4A16:
+      return q.group_size > 0 ? fmt::format("w4a16 (group {})", q.group_size)
+                              : "w4a16 (per channel)";
+  }
+  return "?";
 }
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const ModelConfig& c) {
@@ -53,20 +79,41 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const
       t.push_back({p + "self_attn.o_norm.weight", {ld}});
     }
   }
-  const size_t n = t.size();
-  for (size_t i = 0; i < n; ++i)  // per-output-channel scales of the FP8 weights: [out, 1]
-    if (stored_fp8(c, t[i].first, t[i].second.size()))
-      t.push_back({module_of(t[i].first) + ".weight_scale", {t[i].second[0], 1}});
-  return t;
+  // Quantized modules: FP8 adds per-output-channel scales [out, 1]; W4A16 replaces the weight
+  // by its packed codes [out, in / 8], group scales [out, in / group] and its shape [2].
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out, scales;
+  for (auto& [name, shape] : t) {
+    const ModuleQuant q = stored_scheme(c, name, shape.size());
+    const std::string m = module_of(name);
+    if (q.scheme == QuantScheme::W4A16) {
+      const int64_t g = int4_group(c, q, m, shape[1]);
+      out.push_back({m + ".weight_packed", {shape[0], shape[1] / 8}});
+      scales.push_back({m + ".weight_scale", {shape[0], shape[1] / g}});
+      scales.push_back({m + ".weight_shape", {2}});
+      continue;
+    }
+    out.push_back({name, shape});
+    if (q.scheme == QuantScheme::FP8_W8A8) scales.push_back({m + ".weight_scale", {shape[0], 1}});
+  }
+  out.insert(out.end(), scales.begin(), scales.end());
+  return out;
 }
 
-size_t planned_weight_bytes(const ModelConfig& c, WeightFormat linear, WeightFormat dense) {
+size_t planned_weight_bytes(const ModelConfig& c, WeightFormat linear, WeightFormat dense,
+                            int32_t at_load_group) {
   size_t bytes = 0;
   for (auto& [name, shape] : expected_tensors(c)) {
     // A pre-quantized checkpoint's FP8 tensors are uploaded as FP8 whatever the backend's
     // linear format (load_weights: upload_fp8); their "<module>.weight_scale" tensors are the
     // scales that storage_bytes counts with them.
-    if (name.ends_with(".weight_scale")) continue;
+    if (name.ends_with(".weight_scale") || name.ends_with(".weight_shape")) continue;
+    if (name.ends_with(".weight_packed")) {  // W4A16: codes and one fp32 scale per group
+      const std::string m = name.substr(0, name.size() - std::string(".weight_packed").size());
+      const int64_t in = shape[1] * 8;
+      const int32_t g = int4_group(c, c.quantization.scheme_of(m, c.source), m, in);
+      bytes += Weight::storage_bytes(WeightFormat::INT4_GROUPED, shape[0], in, g);
+      continue;
+    }
     const bool projection =
         shape.size() == 2 && name != "model.embed_tokens.weight" && name != "lm_head.weight";
     const WeightFormat f = stored_fp8(c, name, shape.size()) ? WeightFormat::FP8_E4M3
@@ -74,6 +121,8 @@ size_t planned_weight_bytes(const ModelConfig& c, WeightFormat linear, WeightFor
                                                              : dense;
     if (f == WeightFormat::FP8_E4M3)  // one scale per output channel
       bytes += Weight::storage_bytes(f, shape[0], shape[1], int32_t(shape[1]));
+    else if (f == WeightFormat::INT4_GROUPED)  // quantized at load (BackendOptions)
+      bytes += Weight::storage_bytes(f, shape[0], shape[1], at_load_group);
     else
       bytes += size_t(shape[0]) * size_t(shape.size() == 2 ? shape[1] : 1) *
                dtype_size(dense_dtype(f));
@@ -132,6 +181,34 @@ static bool is_rope_buffer(const std::string& name) {
   return false;
 }
 
+// A W4A16 module's "<m>.weight_packed" / "<m>.weight_shape" (shapes already checked): I32,
+// the shape tensor equal to the module's [out, in]; and no tensor of a variant we do not
+// implement beside them (a g_idx of activation ordering "group", zero points).
+static void check_int4_tensor(const ModelConfig& c, const Checkpoint& ckpt, const TensorView& t) {
+  const bool shape_tensor = t.name.ends_with(".weight_shape");  // I32, or I64 as torch saves it
+  if (t.dtype != DType::I32 && !(shape_tensor && t.dtype == DType::I64))
+    fail("{}: tensor '{}' is {}; {}'s quantization_config (compressed-tensors pack-quantized "
+         "int4) makes it I32", t.file, t.name, dtype_name(t.dtype), c.source);
+  if (t.name.ends_with(".weight_packed")) {
+    const std::string m = t.name.substr(0, t.name.size() - std::string(".weight_packed").size());
+    for (const char* extra : {".weight_g_idx", ".weight_zero_point"})
+      if (const TensorView* e = ckpt.find(m + extra))
+        fail("{}: tensor '{}': {} is not implemented for int4 weights (only symmetric int4 "
+             "without activation-order indices)", e->file, e->name,
+             std::string(extra) == ".weight_g_idx" ? "a g_idx (activation ordering \"group\")"
+                                                   : "a zero point (asymmetric int4)");
+    return;
+  }
+  const std::string m = t.name.substr(0, t.name.size() - std::string(".weight_shape").size());
+  for (auto& [name, shape] : expected_tensors(c))
+    if (name == m + ".weight_packed") {
+      const int64_t rows = t.get_f32(0), cols = t.get_f32(1);
+      if (rows != shape[0] || cols != shape[1] * 8)
+        fail("{}: tensor '{}' says [{}, {}]; the model's '{}' is [{}, {}]", t.file, t.name, rows,
+             cols, m, shape[0], shape[1] * 8);
+    }
+}
+
 ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend& backend,
                           std::vector<std::string>* unused) {
   const auto expected = expected_tensors(c);
@@ -142,8 +219,14 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
     if (t->shape != shape)
       fail("{}: tensor '{}' has shape {}, expected [{}] from {}", t->file, name, t->shape_str(),
            fmt::join(shape, ", "), c.source);
-    if (t->dtype == DType::I32)
-      fail("{}: tensor '{}' is I32; weights must be BF16, F16 or F32", t->file, name);
+    if (name.ends_with(".weight_packed") || name.ends_with(".weight_shape")) {
+      check_int4_tensor(c, ckpt, *t);
+      wanted.insert(name);
+      continue;
+    }
+    if (t->dtype == DType::I32 || t->dtype == DType::I64)
+      fail("{}: tensor '{}' is {}; weights must be BF16, F16 or F32", t->file, name,
+           dtype_name(t->dtype));
     const bool fp8 = stored_fp8(c, name, shape.size());
     if (fp8 && t->dtype != DType::F8_E4M3)
       fail("{}: tensor '{}' is {}; {}'s quantization_config (compressed-tensors FP8) makes it "
@@ -165,30 +248,47 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
   // Projections in the backend's linear format (quantized when BackendOptions asks); lm_head
   // stays in the dense format.
   const WeightFormat proj = backend.linear_format();
-  // A quantized checkpoint's FP8 weights keep their codes and scales (Backend::upload_fp8).
-  auto scales_of = [&](const std::string& name) {  // [out] from "<module>.weight_scale"
+  // A quantized checkpoint's weights keep their codes and scales (Backend::upload_fp8 /
+  // upload_int4); projections stacked at load must share one scheme.
+  auto scales_of = [&](const std::string& name) {  // from "<module>.weight_scale", row-major
     const TensorView& s = ckpt.get(module_of(name) + ".weight_scale");
     std::vector<float> v(size_t(s.numel()));
     s.to_f32(v.data());
     return v;
   };
+  auto scheme = [&](const std::string& name) { return stored_scheme(c, name, 2); };
+  auto packed_of = [&](const std::string& name) -> const TensorView& {
+    return ckpt.get(module_of(name) + ".weight_packed");
+  };
+  auto group_of = [&](const std::string& name) {
+    return int4_group(c, scheme(name), module_of(name), packed_of(name).shape[1] * 8);
+  };
   auto up_linear = [&](const std::string& name, WeightFormat f) {
+    if (scheme(name).scheme == QuantScheme::W4A16)
+      return backend.upload_int4(packed_of(name), scales_of(name), group_of(name));
     const TensorView& t = ckpt.get(name);
     return t.dtype == DType::F8_E4M3 ? backend.upload_fp8(t, scales_of(name))
                                       : backend.upload_linear(t, f);
   };
   // Several [N_i, K] weights stacked into one [Σ N_i, K] upload (one dtype: the checkpoint's
-  // if all parts share it, else fp32), returned with its row-slice views.
+  // if all parts share it, else fp32; W4A16 parts: their packed rows and scales stacked),
+  // returned with its row-slice views.
   auto up_stacked = [&](const std::vector<std::string>& names, std::vector<Weight*> views) {
+    for (auto& n : names)
+      if (!(scheme(n) == scheme(names[0])))
+        fail("{}: '{}' ({}) and '{}' ({}) are stacked at load (one GEMM) and must share one "
+             "quantization scheme", c.source, module_of(names[0]), scheme_name(scheme(names[0])),
+             module_of(n), scheme_name(scheme(n)));
+    const bool int4 = scheme(names[0]).scheme == QuantScheme::W4A16;
     std::vector<const TensorView*> parts;
-    for (auto& n : names) parts.push_back(&ckpt.get(n));
+    for (auto& n : names) parts.push_back(int4 ? &packed_of(n) : &ckpt.get(n));
     bool same = true;
     for (auto* t : parts) same &= t->dtype == parts[0]->dtype;
     const bool fp8 = parts[0]->dtype == DType::F8_E4M3;
     if (fp8 && !same)
       fail("{}: '{}' and the projections stacked with it must all be F8_E4M3 or all dense",
            parts[0]->file, names[0]);
-    const int64_t K = parts[0]->shape.back();
+    const int64_t K = parts[0]->shape.back();  // packed int4: K / 8 words
     int64_t rows = 0;
     for (auto* t : parts) rows += t->numel() / K;
     TensorView v;
@@ -210,12 +310,14 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
     v.data = buf.data();
     v.nbytes = buf.size();
     std::vector<float> scales;
-    if (fp8)
+    if (fp8 || int4)
       for (auto& n : names) {
         const std::vector<float> s = scales_of(n);
         scales.insert(scales.end(), s.begin(), s.end());
       }
-    Weight all = fp8 ? backend.upload_fp8(v, scales) : backend.upload_linear(v, proj);
+    Weight all = int4  ? backend.upload_int4(v, scales, group_of(names[0]))
+                 : fp8 ? backend.upload_fp8(v, scales)
+                       : backend.upload_linear(v, proj);
     int64_t r0 = 0;
     for (size_t i = 0; i < parts.size(); ++i) {
       const int64_t n = parts[i]->numel() / K;

@@ -43,10 +43,19 @@ struct ModelWeights {
 
 // "x.weight" -> "x": the module name a quantization_config's ignore list speaks of.
 std::string module_of(const std::string& name);
-// Whether a checkpoint with c's quantization_config stores tensor `name` (of `ndim` dims) as
-// FP8 codes with "<module>.weight_scale" [out, 1] beside it: every Linear weight (2-D, not
-// the embedding) that the config does not ignore.
+// The scheme a checkpoint with c's quantization_config stores tensor `name` (of `ndim` dims)
+// in: every Linear weight (2-D, not the embedding) has its module's scheme (None: dense).
+//   FP8_W8A8: "<m>.weight" F8_E4M3 codes and "<m>.weight_scale" [out, 1];
+//   W4A16: "<m>.weight_packed" I32 [out, in / 8], "<m>.weight_scale" [out, in / group],
+//          "<m>.weight_shape" I32 [2] instead of "<m>.weight" (core/int4.h).
+ModuleQuant stored_scheme(const ModelConfig& c, const std::string& name, size_t ndim);
 bool stored_fp8(const ModelConfig& c, const std::string& name, size_t ndim);
+// The group size of a W4A16 module with `in` input columns (group_size 0: one per channel);
+// sala::Error naming the module unless it divides `in`, which is a multiple of 8.
+int32_t int4_group(const ModelConfig& c, const ModuleQuant& q, const std::string& module,
+                   int64_t in);
+// "fp8", "w4a16 (group 128)", "bf16 (dense)": for messages and plans.
+std::string scheme_name(const ModuleQuant& q);
 
 // Names and shapes of every tensor the model needs, in load order.
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const ModelConfig& c);
@@ -56,7 +65,9 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const
 // Bytes load_weights will allocate for the checkpoint of `c` on a backend whose projections
 // are stored in format `linear` (Backend::linear_format) and lm_head, the embedding and the
 // norms in the dense format `dense` (Backend::weight_format).
-size_t planned_weight_bytes(const ModelConfig& c, WeightFormat linear, WeightFormat dense);
+// With linear == INT4_GROUPED (W4A16 at load), int4_group is BackendOptions::int4_group_size.
+size_t planned_weight_bytes(const ModelConfig& c, WeightFormat linear, WeightFormat dense,
+                            int32_t int4_group = 128);
 
 // The FP8 KV scales of each sparse layer, in layer order: model.layers.N.self_attn.k_scale /
 // v_scale (compressed-tensors' kv_cache_scheme, as vLLM / SGLang name them; a scalar or [1]

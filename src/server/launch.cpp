@@ -43,8 +43,9 @@ Loaded launch(const LaunchOptions& o) {
   else if (o.dtype == "bfloat16" || o.dtype == "bf16") bo.mode = NumericMode::BF16;
   else fail("--dtype '{}' is not supported (auto, float32, bfloat16)", o.dtype);
   if (o.quantization == "fp8") bo.fp8_weights = true;
+  else if (o.quantization == "w4a16") bo.int4_group_size = 128;  // RTN, group 128 (core/int4.h)
   else if (!o.quantization.empty())
-    fail("--quantization '{}' is not supported (fp8, or none)", o.quantization);
+    fail("--quantization '{}' is not supported (fp8, w4a16, or none)", o.quantization);
   bo.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
   Checkpoint ckpt(o.model_path);
   if (o.device == "cuda") {
@@ -57,7 +58,7 @@ Loaded launch(const LaunchOptions& o) {
     // SGLang's --mem-fraction-static: weights + KV pool + state slots take this fraction of
     // the GPU; activations, cuBLASLt workspace and graphs get a fixed reserve of the rest.
     const size_t weight_bytes = planned_weight_bytes(L.cfg, backend->linear_format(),
-                                                     backend->weight_format());
+                                                     backend->weight_format(), bo.int4_group_size);
     const size_t total = backend->device_memory_total();
     const size_t reserve = size_t(6) << 30;
     const double usable = o.mem_fraction_static * double(total);

@@ -15,7 +15,7 @@ struct LaunchOptions {
   std::string model_path;          // resolved directory
   std::string device = "cpu";      // cpu | cuda
   std::string dtype = "auto";      // auto | float32 | bfloat16 (CPU numeric mode)
-  std::string quantization;        // "" | fp8 (BackendOptions::fp8_weights; CPU, and CUDA in bf16 mode)
+  std::string quantization;        // "" | fp8 (BackendOptions::fp8_weights; CPU, and CUDA in bf16 mode) | w4a16 (int4_group_size 128; CPU)
   std::string kv_cache_dtype = "auto";  // auto | fp8_e4m3 | fp8_e5m2 (BackendOptions::kv_cache_dtype)
   int cpu_threads = 0;             // 0: all cores
   EngineOptions engine;

@@ -30,7 +30,8 @@ for name, flags in (("bf16", ["--dtype", "bf16"]),
     base, base_answers = evaluate(name, flags)
     for mode in modes:
         label = " ".join(mode)
-        fp8, fp8_answers = evaluate(name + "-" + "".join(m.strip("-") for m in mode), flags + mode)
+        tag = "".join(m.strip("-") for m in mode).replace("/", "_")
+        fp8, fp8_answers = evaluate(name + "-" + tag, flags + mode)
         changed = sum(base_answers[i] != fp8_answers.get(i) for i in base_answers)
         print(f"{name}: accuracy {base:.3f} -> {label} {fp8:.3f} ({fp8 - base:+.3f} points); "
               f"{changed} of {len(base_answers)} answers changed")

@@ -43,7 +43,9 @@ TEST(QuantizeFp8, CheckpointGivesTheBitsOfQuantizingAtLoad) {
   TempDir out("bits");
   quantize_checkpoint_fp8(tiny_chat_dir(), out.str(), {});
   const ModelConfig cfg = load_model_config(out.str());
-  ASSERT_TRUE(cfg.quantization.fp8);
+  ASSERT_TRUE(cfg.quantization.any());
+  EXPECT_EQ(cfg.quantization.scheme_of("model.layers.0.mlp.down_proj", cfg.source).scheme,
+            QuantScheme::FP8_W8A8);
   EXPECT_EQ(cfg.quantization.ignore, std::vector<std::string>{"lm_head"});
   EXPECT_TRUE(fs::exists(out.p / "tokenizer.json"));
   auto fly = load(tiny_chat_dir(), true), ckpt = load(out.str(), false);

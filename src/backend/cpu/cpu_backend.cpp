@@ -16,6 +16,7 @@ namespace sala {
 CpuBackend::CpuBackend(const BackendOptions& opts)
     : bf16_(opts.mode == NumericMode::BF16),
       fp8_(opts.fp8_weights),
+      int4_group_(opts.int4_group_size),
       kv_dtype_(opts.kv_cache_dtype) {
   // One thread pool: OpenMP. OpenBLAS runs single-threaded inside OpenMP work items; two
   // pools that both spin-wait starve each other (decode many times slower on 2 cores).
@@ -145,7 +146,9 @@ void CpuBackend::add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, con
 }
 
 void CpuBackend::linear(const Tensor& x, const Weight& wt, Tensor& y) {
+  if (observer_) observer_(wt, x);
   if (wt.format == WeightFormat::FP8_E4M3) return linear_fp8(x, wt, y);
+  if (wt.format == WeightFormat::INT4_GROUPED) return linear_int4(x, wt, y);
   SALA_CHECK(wt.format == WeightFormat::F32, "the CPU backend has no {} GEMM",
              weight_format_name(wt.format));
   const Tensor w = dense_view(wt);  // [N, K] fp32

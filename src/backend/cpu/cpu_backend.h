@@ -20,11 +20,18 @@ class CpuBackend : public Backend {
   Tensor alloc(int64_t rows, int64_t cols, DType dtype) override;
   Tensor upload_weight(const TensorView& src) override;
   WeightFormat linear_format() const override {
-    return fp8_ ? WeightFormat::FP8_E4M3 : WeightFormat::F32;
+    return fp8_ ? WeightFormat::FP8_E4M3
+                : int4_group_ > 0 ? WeightFormat::INT4_GROUPED : WeightFormat::F32;
   }
-  // FP8_E4M3: quantized per output channel (cpu_fp8.cpp); F32: upload_weight.
+  // FP8_E4M3: quantized per output channel (cpu_fp8.cpp); INT4_GROUPED: RTN with
+  // BackendOptions::int4_group_size (cpu_int4.cpp); F32: upload_weight.
   Weight upload_linear(const TensorView& src, WeightFormat format) override;
   Weight upload_fp8(const TensorView& codes, const std::vector<float>& scales) override;
+  Weight upload_int4(const TensorView& packed, const std::vector<float>& scales,
+                     int32_t group) override;
+  void set_linear_observer(LinearInputObserver observer) override {
+    observer_ = std::move(observer);
+  }
   void set_kv_scales(const std::vector<KvScales>& per_sparse_layer) override;
   void init_caches(const ModelConfig& cfg, const CacheShape& shape) override;
   void copy_state_slot(int32_t src, int32_t dst) override;
@@ -68,9 +75,16 @@ class CpuBackend : public Backend {
   void* alloc_bytes(size_t bytes);  // zeroed, 64-byte aligned, freed with the backend
   // linear() of an FP8_E4M3 weight: the W8A8 recipe of cpu_fp8.cpp.
   void linear_fp8(const Tensor& x, const Weight& w, Tensor& y);
+  // linear() of an INT4_GROUPED weight: dequantized exactly to fp32, then sgemm (cpu_int4.cpp).
+  void linear_int4(const Tensor& x, const Weight& w, Tensor& y);
+  // upload_linear's RTN quantization of one fp32 matrix [rows, cols] with `group`.
+  Weight int4_weight_rtn(const std::string& name, const float* w, int64_t rows, int64_t cols,
+                         int32_t group);
 
   bool bf16_;
   bool fp8_;  // BackendOptions::fp8_weights
+  int32_t int4_group_;  // BackendOptions::int4_group_size
+  LinearInputObserver observer_;  // set_linear_observer (calibration)
   KvCacheDtype kv_dtype_;  // BackendOptions::kv_cache_dtype
   std::vector<KvScales> kv_scales_;  // per sparse layer (set_kv_scales); empty: defaults
   std::vector<void*> allocations_;

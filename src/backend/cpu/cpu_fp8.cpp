@@ -26,11 +26,14 @@
 namespace sala {
 
 Weight CpuBackend::upload_linear(const TensorView& src, WeightFormat format) {
-  if (format != WeightFormat::FP8_E4M3) return Backend::upload_linear(src, format);
-  SALA_CHECK(src.shape.size() == 2, "{}: an fp8 weight must be 2-D", src.name);
+  if (format != WeightFormat::FP8_E4M3 && format != WeightFormat::INT4_GROUPED)
+    return Backend::upload_linear(src, format);
+  SALA_CHECK(src.shape.size() == 2, "{}: a quantized weight must be 2-D", src.name);
   const int64_t rows = src.shape[0], cols = src.shape[1];
   std::vector<float> w(size_t(rows * cols));
   src.to_f32(w.data());
+  if (format == WeightFormat::INT4_GROUPED)
+    return int4_weight_rtn(src.name, w.data(), rows, cols, int4_group_);
   auto* codes = static_cast<uint8_t*>(alloc_bytes(size_t(rows * cols)));
   auto* scales = static_cast<float*>(alloc_bytes(size_t(rows) * sizeof(float)));
   fp8_quantize_rows(w.data(), rows, cols, codes, scales);

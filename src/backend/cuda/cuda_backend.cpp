@@ -190,6 +190,9 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts) {
   if (opts.fp8_weights && opts.mode != NumericMode::BF16)
     fail("FP8 weights (--quantization fp8) run on the CUDA backend in bf16 mode only (fp32 mode "
          "is the fp32 correctness contract, which FP8 tensor-core GEMMs do not keep)");
+  if (opts.int4_group_size > 0)
+    fail("W4A16 weights (--quantization w4a16) are not implemented on the CUDA backend yet "
+         "(no int4 GEMM kernel); the CPU backend runs them");
   if (kv_is_fp8(opts.kv_cache_dtype))
     fail("an FP8 KV cache (--kv-cache-dtype {}) is not implemented on the CUDA backend yet; "
          "the CPU backend runs it", kv_cache_dtype_name(opts.kv_cache_dtype));
