@@ -68,7 +68,10 @@ QuantizationConfig parse_quantization_config(const json& q, const std::string& s
   const json& groups = q.value("config_groups", json::object());
   if (!groups.is_object() || groups.size() != 1)
     fail("{}: quantization_config.config_groups must hold exactly one group", source);
-  const auto& [gname, g] = *groups.items().begin();
+  // Not `const auto& [k, v] = *groups.items().begin()`: that binds to a temporary proxy that
+  // is gone by the next line (ASan: stack-use-after-scope, found by tests/fuzz/fuzz_config).
+  const std::string gname = groups.begin().key();
+  const json& g = *groups.begin();
   const std::string where = "quantization_config.config_groups." + gname;
   const json targets = g.value("targets", json::array());
   if (targets != json::array({"Linear"}))
@@ -83,7 +86,17 @@ QuantizationConfig parse_quantization_config(const json& q, const std::string& s
     fail("{}: {}.output_activations is set; it is not implemented", source, where);
   for (const json& i : q.value("ignore", json::array())) {
     if (!i.is_string()) fail("{}: quantization_config.ignore must hold strings", source);
-    c.ignore.push_back(i.get<std::string>());
+    const std::string p = i.get<std::string>();
+    // A "re:" pattern is compiled here so that a bad one is refused with the file named,
+    // not thrown as std::regex_error when the loader first matches a module name.
+    if (p.rfind("re:", 0) == 0) {
+      try {
+        std::regex re(p.substr(3));
+      } catch (const std::regex_error& e) {
+        fail("{}: quantization_config.ignore pattern \"{}\" is not a valid regex: {}", source, p, e.what());
+      }
+    }
+    c.ignore.push_back(p);
   }
   c.fp8 = true;
   return c;
