@@ -38,7 +38,9 @@ case "$kind" in
     dir=build-tsan
     flags=(-DSALA_SANITIZE=thread -DSALA_SKIP_DIRS=harness)
     targets=(engine_unit_test engine_model_test server_protocol_test sala)
-    tests_re='^(engine\.|server\.(concurrency|nonstream_disconnect|graceful_shutdown|http_guard|slow_clients|bad_inputs)$)'
+    # (server.http_guard is left to the ASan stage: it times a 15 MB JSON parse against a
+    # bound meant for an uninstrumented build, 3 s; TSan takes 8 s.)
+    tests_re='^(engine\.|server\.(concurrency|nonstream_disconnect|graceful_shutdown|slow_clients|bad_inputs)$)'
     # libgomp is not built with TSan: its barriers are invisible to it, so every OpenMP
     # parallel loop would be reported. One OpenMP thread means no libgomp worker threads; the
     # threads under test (HTTP workers, the engine thread, streams) are all ours.

@@ -153,20 +153,27 @@ int run_serve(const ServeOpts& o) {
 
   sala::server::HttpServer server(so, *L.engine, *L.tok, L.tmpl.get());
   const int port = server.bind();
+  // The waiter is joined, not detached: a detached one could still be inside
+  // server.shutdown() when run() returns and `server` is destroyed (a use after free that
+  // the TSan build reported on every SIGTERM). Byte 0 on the pipe (no signal is 0) ends it
+  // when run() returns on its own.
   std::thread waiter([&server] {
     unsigned char sig = 0;
     while (::read(g_sig_pipe[0], &sig, 1) < 0 && errno == EINTR) {
     }
+    if (sig == 0) return;
     fmt::print(stderr, "sala serve: signal {}, shutting down\n", int(sig));
     server.shutdown();
   });
-  waiter.detach();
   fmt::print(stderr, "sala serve: model '{}', context {} tokens, KV pool {} tokens ({} KV cache), "
              "{} running max\n", server.model_id(), L.max_context_len, L.max_total_tokens,
              o.kv_cache_dtype, o.max_running_requests);
   fmt::print("sala serve: listening on http://{}:{}\n", o.host, port);
   std::fflush(stdout);
   server.run();
+  const unsigned char wake = 0;
+  [[maybe_unused]] ssize_t n = ::write(g_sig_pipe[1], &wake, 1);
+  waiter.join();
   L.engine->shutdown();
   return 0;
 }
