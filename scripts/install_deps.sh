@@ -6,7 +6,8 @@
 #                                     and xgrammar's sdist from PyPI (scripts/fetch_xgrammar.sh:
 #                                     the grammar engine's sources, checked by sha256, cached in
 #                                     $SALA_DEPS_DIR, default ~/.cache/sala-deps)
-#   scripts/install_deps.sh --tests   also what the tests need (GoogleTest, ccache),
+#   scripts/install_deps.sh --tests   also what the tests need (GoogleTest, python3-venv, ccache,
+#                                     clang-14 + libclang-rt-14-dev + libomp-14-dev for fuzzing),
 #                                     then the PyPI packages of tests/requirements.txt into .venv
 #                                     and of tests/requirements-torch.txt into .venv-torch
 #                                     (scripts/setup_venv.sh; its stub CUDA libraries need gcc)
@@ -26,8 +27,9 @@ BUILD_PKGS="g++ cmake ninja-build pkg-config nlohmann-json3-dev libcli11-dev lib
 # Run: scripts/demo.sh talks to the server with curl and reads the JSON answer with python3.
 RUN_PKGS="curl python3"
 # Tests: the C++ tests link GoogleTest (no gmock); the Python tests run in a venv; ccache is an
-# optional speedup that CMake uses when it is present.
-TEST_PKGS="libgtest-dev ccache"
+# optional speedup that CMake uses when it is present. The libFuzzer harnesses (tests/fuzz,
+# SALA_FUZZ=ON) need clang with its runtime (libFuzzer, ASan, UBSan) and clang's OpenMP.
+TEST_PKGS="libgtest-dev python3-venv ccache clang-14 libclang-rt-14-dev libomp-14-dev"
 
 tests=0 check=0
 for arg in "$@"; do

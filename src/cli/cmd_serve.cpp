@@ -30,7 +30,7 @@ struct ServeOpts {
   std::string attention_backend, tokenizer_path, api_key_file;
   std::vector<std::string> allowed_origins;
   bool protect_metrics = false, no_request_log = false;
-  int shutdown_timeout = 30, header_timeout = 10, max_connections = 0, max_body_mb = 256;
+  int shutdown_timeout = 30, header_timeout = 10, body_timeout = 60, max_connections = 0, max_body_mb = 256;
   int port = 30000;
   int chunked_prefill_size = 8192;
   std::string schedule_policy = "fair";
@@ -95,6 +95,7 @@ int run_serve(const ServeOpts& o) {
     if (const char* env = std::getenv("SALA_API_KEY"); env && *env) api_key = env;
   if (o.shutdown_timeout < 0) sala::fail("--shutdown-timeout must be >= 0");
   if (o.header_timeout < 1) sala::fail("--header-timeout must be >= 1");
+  if (o.body_timeout < 1) sala::fail("--body-timeout must be >= 1");
   if (o.max_body_mb < 1) sala::fail("--max-body-mb must be >= 1");
 
   sala::server::LaunchOptions lo;
@@ -144,6 +145,7 @@ int run_serve(const ServeOpts& o) {
   so.protect_metrics = o.protect_metrics;
   so.shutdown_timeout_s = o.shutdown_timeout;
   so.header_timeout_s = o.header_timeout;
+  so.body_timeout_s = o.body_timeout;
   so.max_connections = o.max_connections;
   so.max_body_bytes = size_t(o.max_body_mb) << 20;
   so.log_requests = !o.no_request_log;
@@ -172,20 +174,27 @@ int run_serve(const ServeOpts& o) {
 
   sala::server::HttpServer server(so, *L.engine, *L.tok, L.tmpl.get());
   const int port = server.bind();
+  // The waiter is joined, not detached: a detached one could still be inside
+  // server.shutdown() when run() returns and `server` is destroyed (a use after free that
+  // the TSan build reported on every SIGTERM). Byte 0 on the pipe (no signal is 0) ends it
+  // when run() returns on its own.
   std::thread waiter([&server] {
     unsigned char sig = 0;
     while (::read(g_sig_pipe[0], &sig, 1) < 0 && errno == EINTR) {
     }
+    if (sig == 0) return;
     fmt::print(stderr, "sala serve: signal {}, shutting down\n", int(sig));
     server.shutdown();
   });
-  waiter.detach();
   fmt::print(stderr, "sala serve: model '{}', context {} tokens, KV pool {} tokens ({} KV cache), "
              "{} running max\n", server.model_id(), L.max_context_len, L.max_total_tokens,
              o.kv_cache_dtype, o.max_running_requests);
   fmt::print("sala serve: listening on http://{}:{}\n", o.host, port);
   std::fflush(stdout);
   server.run();
+  const unsigned char wake = 0;
+  [[maybe_unused]] ssize_t n = ::write(g_sig_pipe[1], &wake, 1);
+  waiter.join();
   L.engine->shutdown();
   return 0;
 }
@@ -235,6 +244,7 @@ sala::cli::Registrar reg("serve", "Serve a model over HTTP (SGLang /generate + O
                  "SIGTERM/SIGINT: seconds running requests may finish (new ones get 503); then streams end "
                  "with an error event")->capture_default_str();
   app.add_option("--header-timeout", o->header_timeout, "Seconds a client has to send a request's headers")->capture_default_str();
+  app.add_option("--body-timeout", o->body_timeout, "Seconds a client has, after the headers, to send the whole body (else 408)")->capture_default_str();
   app.add_option("--max-connections", o->max_connections,
                  "Open connections at once (0: --http-threads - 16); when full the oldest idle one is closed, "
                  "else new ones get 503")->capture_default_str();

@@ -1,5 +1,6 @@
 #include "core/config.h"
 
+#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -24,6 +25,10 @@ struct Reader {
   int get_int(const char* key) const {
     const json& v = at(key);
     if (!v.is_number_integer()) fail("{}: key '{}{}' must be an integer", source, prefix, key);
+    // Out of int range would be truncated into another, valid-looking value (2^32 + 256 -> 256).
+    if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(INT_MAX)
+                               : (v.get<int64_t>() > INT_MAX || v.get<int64_t>() < INT_MIN))
+      fail("{}: key '{}{}' is out of range ({})", source, prefix, key, v.dump());
     return v.get<int>();
   }
   int get_pos_int(const char* key) const {
@@ -99,7 +104,8 @@ std::vector<float> ModelConfig::lightning_slopes() const {
 // quant_config.cpp
 QuantizationConfig parse_quantization_config(const json& q, const std::string& source);
 
-ModelConfig parse_model_config(const std::string& text, const std::string& source) {
+namespace {
+ModelConfig parse_model_config_json(const std::string& text, const std::string& source) {
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) fail("{}: not a valid JSON object", source);
   Reader r{j, source, ""};
@@ -134,10 +140,16 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   c.bos_token_id = j.contains("bos_token_id") ? r.get_int("bos_token_id") : 1;
   if (j.contains("eos_token_id")) {
     const json& e = j["eos_token_id"];
-    if (e.is_number_integer()) c.eos_token_ids = {e.get<int>()};
+    if (e.is_number_integer()) {
+      if (e.get<int64_t>() < 0 || e.get<int64_t>() > INT_MAX)
+        fail("{}: key 'eos_token_id' is {}, not a token id", source, e.dump());
+      c.eos_token_ids = {e.get<int>()};
+    }
     else if (e.is_array())
       for (auto& x : e) {
         if (!x.is_number_integer()) fail("{}: key 'eos_token_id' must hold integers", source);
+        if (x.get<int64_t>() < 0 || x.get<int64_t>() > INT_MAX)
+          fail("{}: key 'eos_token_id' holds {}, not a token id", source, x.dump());
         c.eos_token_ids.push_back(x.get<int>());
       }
     else fail("{}: key 'eos_token_id' must be an integer or a list", source);
@@ -173,7 +185,7 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
     fail("{}: num_attention_heads / num_key_value_heads = {}/{}; the InfLLM-v2 sparse layers "
          "need a group ratio of exactly 16", source, c.num_attention_heads,
          c.num_key_value_heads);
-  if (c.num_attention_heads * c.head_dim != c.hidden_size)
+  if (int64_t(c.num_attention_heads) * c.head_dim != c.hidden_size)
     fail("{}: num_attention_heads * head_dim ({} * {}) must equal hidden_size ({})", source,
          c.num_attention_heads, c.head_dim, c.hidden_size);
   if (c.head_dim % 2) fail("{}: key 'head_dim' must be even (rotate-half RoPE)", source);
@@ -223,6 +235,17 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   if (c.sparse.kernel_size < c.sparse.kernel_stride)
     fail("{}: sparse_config.kernel_size must be >= kernel_stride", source);
   return c;
+}
+}  // namespace
+
+ModelConfig parse_model_config(const std::string& text, const std::string& source) {
+  // A value of an unexpected JSON type deep inside (e.g. a config group that is not an
+  // object) surfaces as nlohmann's type_error: still a bad file, refused naming the file.
+  try {
+    return parse_model_config_json(text, source);
+  } catch (const json::exception& e) {
+    fail("{}: invalid config: {}", source, e.what());
+  }
 }
 
 ModelConfig load_model_config(const std::string& path_or_dir) {

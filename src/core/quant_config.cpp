@@ -182,7 +182,17 @@ QuantizationConfig parse_quantization_config(const json& q, const std::string& s
     c.groups.push_back(parse_group(gname, g, format, source));
   for (const json& i : q.value("ignore", json::array())) {
     if (!i.is_string()) fail("{}: quantization_config.ignore must hold strings", source);
-    c.ignore.push_back(i.get<std::string>());
+    const std::string p = i.get<std::string>();
+    // A "re:" pattern is compiled here so that a bad one is refused with the file named,
+    // not thrown as std::regex_error when the loader first matches a module name.
+    if (p.rfind("re:", 0) == 0) {
+      try {
+        std::regex re(p.substr(3));
+      } catch (const std::regex_error& e) {
+        fail("{}: quantization_config.ignore pattern \"{}\" is not a valid regex: {}", source, p, e.what());
+      }
+    }
+    c.ignore.push_back(p);
   }
   return c;
 }

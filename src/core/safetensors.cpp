@@ -139,9 +139,14 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
     t.name = name;
     t.file = path;
     t.dtype = parse_dtype(v["dtype"].get<std::string>(), path, name);
+    // The byte count is computed with overflow checks: a shape whose product wraps (e.g.
+    // [2^62 + 1, 4] F32 "needs" 16 bytes) would pass the size check below and describe a
+    // tensor far larger than its data (and numel() would overflow: UB).
+    uint64_t want = dtype_size(t.dtype);
     for (auto& d : v["shape"]) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0)
-        fail("{}: tensor '{}' has an invalid shape", path, name);
+      if (!d.is_number_integer() || d.get<int64_t>() < 0 ||
+          __builtin_mul_overflow(want, d.get<uint64_t>(), &want) || want > uint64_t(INT64_MAX))
+        fail("{}: tensor '{}' has an invalid shape {}", path, name, v["shape"].dump());
       t.shape.push_back(d.get<int64_t>());
     }
     auto& off = v["data_offsets"];
@@ -151,7 +156,6 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
     if (b > e || e > data_size)
       fail("{}: tensor '{}' data [{}, {}) lies outside the {} data bytes (truncated file?)", path,
            name, b, e, data_size);
-    const uint64_t want = uint64_t(t.numel()) * dtype_size(t.dtype);
     if (e - b != want)
       fail("{}: tensor '{}' {} {} needs {} bytes but its offsets span {}", path, name,
            dtype_name(t.dtype), t.shape_str(), want, e - b);

@@ -101,7 +101,8 @@ void log_line(const nlohmann::json& j) {
 // read past the end of one request (a pipelined next request) stay buffered for the next.
 class ConnStream final : public httplib::Stream {
  public:
-  ConnStream(int fd, const GuardOptions& g) : fd_(fd), read_ms_(g.read_timeout_s * 1000), write_ms_(g.write_timeout_s * 1000) {}
+  ConnStream(int fd, const GuardOptions& g)
+      : fd_(fd), read_ms_(g.read_timeout_s * 1000), write_ms_(g.write_timeout_s * 1000), body_s_(g.body_timeout_s) {}
 
   bool is_readable() const override { return buffered() > 0 || wait_fd(fd_, POLLIN, read_ms_) > 0; }
   // As httplib's SocketStream: writable and the peer has not closed (a client gone away
@@ -115,7 +116,15 @@ class ConnStream final : public httplib::Stream {
   ssize_t read(char* ptr, size_t size) override {
     if (budget_ == 0) return -1;  // the body is larger than the payload cap
     if (buffered() == 0) {
-      ssize_t n = fill(read_ms_);
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(body_deadline_ - Clock::now()).count();
+      if (left <= 0) {  // the error handler turns httplib's 400 into a 408 naming the limit
+        if (tl_record) tl_record->body_timed_out = true;
+        errno = ETIMEDOUT;
+        return -1;
+      }
+      ssize_t n = fill(int(std::min<int64_t>(read_ms_, left)));
+      // (poll's millisecond rounding may wake it just before the deadline itself)
+      if (n < 0 && errno == ETIMEDOUT && left <= read_ms_ && tl_record) tl_record->body_timed_out = true;
       if (n <= 0) return n;
     }
     size_t k = std::min({size, buffered(), budget_});
@@ -167,6 +176,7 @@ class ConnStream final : public httplib::Stream {
   void begin_request(size_t budget) {
     budget_ = budget;
     consumed_ = 0;
+    body_deadline_ = Clock::now() + std::chrono::seconds(body_s_);
   }
   size_t consumed() const { return consumed_; }
 
@@ -204,6 +214,8 @@ class ConnStream final : public httplib::Stream {
 
   int fd_;
   int read_ms_, write_ms_;
+  int body_s_;
+  Clock::time_point body_deadline_ = Clock::time_point::max();
   std::string buf_;
   size_t off_ = 0;
   size_t budget_ = SIZE_MAX, consumed_ = 0;

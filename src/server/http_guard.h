@@ -35,6 +35,10 @@ struct GuardOptions {
   int header_timeout_s = 10;     // whole request line + headers, from the first byte
   int keep_alive_timeout_s = 5;  // idle wait for the next request on a connection
   int read_timeout_s = 60;       // one body read
+  // The whole body, from the end of the headers: a client trickling a body a byte at a time
+  // otherwise holds a worker (connections in a request are never evicted) for as long as it
+  // likes; 600 of them took every worker (found by tests/soak). Answered with 408.
+  int body_timeout_s = 60;
   int write_timeout_s = 60;
   int max_connections = 0;       // open connections at once; 0: no cap
   size_t max_header_bytes = size_t(64) << 10;
@@ -52,6 +56,7 @@ struct RequestRecord {
   double ttft_s = -1;
   std::string error;    // error message (also what the client was told)
   bool close_after = false;  // the body was left unread: the connection cannot be reused
+  bool body_timed_out = false;  // GuardOptions::body_timeout_s passed while reading the body
 };
 
 // The record of the request being processed on this thread; null outside a request.

@@ -1,7 +1,22 @@
 // /metrics (Prometheus text) and the engine stats of /get_server_info.
 #include "server/http_internal.h"
 
+#include <cstdlib>
+#include <fstream>
+
 namespace sala::server::detail {
+
+namespace {
+// A value of /proc/self/status in its unit (kB for Vm*), -1 where it cannot be read (not
+// Linux). The soak test (tests/soak) checks threads and RSS through /metrics.
+int64_t proc_status(const std::string& key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.compare(0, key.size() + 1, key + ":") == 0) return std::strtoll(line.c_str() + key.size() + 1, nullptr, 10);
+  return -1;
+}
+}  // namespace
 
 std::string render_metrics(const EngineStats& s, const Metrics& metrics, const GuardedServer& svr) {
   std::string o;
@@ -37,6 +52,10 @@ std::string render_metrics(const EngineStats& s, const Metrics& metrics, const G
   gauge("sala_kv_usage_ratio", "Fraction of KV pages in use",
         s.kv_pages_total ? double(s.kv_pages_used) / double(s.kv_pages_total) : 0.0);
   gauge("sala_http_in_flight", "HTTP generation requests in flight", double(metrics.in_flight.load()));
+  // Prometheus' standard process metrics (the names client libraries export).
+  gauge("process_resident_memory_bytes", "Resident memory size in bytes", 
+        proc_status("VmRSS") < 0 ? -1.0 : double(proc_status("VmRSS")) * 1024);
+  gauge("process_threads", "OS threads of the server process", double(proc_status("Threads")));
   metrics.ttft.render(o, "sala_time_to_first_token_seconds", "Time to first token (server side)");
   metrics.itl.render(o, "sala_inter_token_latency_seconds", "Inter-token latency (server side)");
   metrics.e2e.render(o, "sala_e2e_request_latency_seconds", "End-to-end request latency");

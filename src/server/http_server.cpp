@@ -336,6 +336,7 @@ struct HttpServer::Impl {
     svr.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
     GuardOptions g;
     g.header_timeout_s = opts.header_timeout_s;
+    g.body_timeout_s = opts.body_timeout_s;
     g.keep_alive_timeout_s = opts.keep_alive_timeout_s;
     // Workers beyond the cap stay free to refuse (or make room for) new connections at once.
     g.max_connections = opts.max_connections > 0 ? std::min(opts.max_connections, threads - 16) : threads - 16;
@@ -363,11 +364,16 @@ struct HttpServer::Impl {
       }
     });
     // Fill the body only for errors that have none (unknown route, bad method).
-    svr.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+    const int body_timeout_s = g.body_timeout_s;
+    svr.set_error_handler(httplib::Server::HandlerWithResponse([body_timeout_s](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-      const std::string msg = res.status == 404 ? fmt::format("Unknown route {} {}", req.method, req.path)
-                                                : fmt::format("HTTP error {}", res.status);
-      if (RequestRecord* r = current_request()) r->error = msg;
+      RequestRecord* r = current_request();
+      if (r && r->body_timed_out) res.status = 408;  // httplib says 400 for any failed body read
+      const std::string msg =
+          res.status == 404   ? fmt::format("Unknown route {} {}", req.method, req.path)
+          : res.status == 408 ? fmt::format("request body not received within {} s", body_timeout_s)
+                              : fmt::format("HTTP error {}", res.status);
+      if (r) r->error = msg;
       res.set_content(dump(error_body(res.status, msg)), "application/json");
       return httplib::Server::HandlerResponse::Handled;
     }));

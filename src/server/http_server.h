@@ -38,6 +38,7 @@ struct ServerOptions {
   bool protect_metrics = false;    // /metrics needs the API key too
   int shutdown_timeout_s = 30;     // drain: how long running requests may finish
   int header_timeout_s = 10;       // a request's line + headers must arrive within this
+  int body_timeout_s = 60;         // and its whole body within this after the headers
   int max_connections = 0;         // 0: http_threads - 16 (the rest answer 503 at once)
   size_t max_body_bytes = size_t(256) << 20;
   bool log_requests = true;        // one JSON line per request on stderr

@@ -128,7 +128,10 @@ struct Unary : Expr {
     const ojson& j = J(v, "unary operator");
     if (!is_num(j)) rt_fail("bad operand type for unary " + op);
     if (op == "+") return Value::of(j);
-    if (is_int(j)) return Value::of(-as_int(j));
+    if (is_int(j)) {
+      if (as_int(j) == INT64_MIN) rt_fail("integer overflow (past 64 bits)");
+      return Value::of(-as_int(j));
+    }
     return Value::of(-as_num(j));
   }
 };
@@ -168,6 +171,10 @@ struct Binary : Expr {
     if (op == "*") {
       if ((x.is_string() || x.is_array()) && is_int(y)) {
         ojson r = x.is_string() ? ojson("") : ojson::array();
+        // Python would build any size; a template must not take the process's memory.
+        const size_t unit = x.is_string() ? x.get_ref<const std::string&>().size() : x.size();
+        if (as_int(y) > 0 && unit > 0 && uint64_t(as_int(y)) > kMaxRepeat / unit)
+          rt_fail("sequence repetition too large");
         std::string s;
         for (int64_t i = 0; i < as_int(y); ++i) {
           if (x.is_string()) s += x.get<std::string>();
@@ -183,11 +190,17 @@ struct Binary : Expr {
       return Value::of(as_num(x) / as_num(y));
     }
     if (ints) {
-      int64_t p = as_int(x), q = as_int(y);
-      if (op == "+") return Value::of(p + q);
-      if (op == "-") return Value::of(p - q);
-      if (op == "*") return Value::of(p * q);
+      int64_t p = as_int(x), q = as_int(y), out = 0;
+      // Python ints are unbounded; ours are 64-bit: overflow is refused, never wrapped (UB).
+      if (op == "+" || op == "-" || op == "*") {
+        const bool ovf = op == "+"   ? __builtin_add_overflow(p, q, &out)
+                         : op == "-" ? __builtin_sub_overflow(p, q, &out)
+                                     : __builtin_mul_overflow(p, q, &out);
+        if (ovf) rt_fail("integer overflow (past 64 bits) in " + op);
+        return Value::of(out);
+      }
       if (q == 0) rt_fail("division by zero");
+      if (p == INT64_MIN && q == -1) rt_fail("integer overflow (past 64 bits) in " + op);
       int64_t d = p / q, m = p % q;
       if (m != 0 && ((m < 0) != (q < 0))) {
         d -= 1;
@@ -285,9 +298,10 @@ struct FuncCall : Expr {
       }
       if (step == 0) rt_fail("range() step must not be zero");
       ojson r = ojson::array();
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+      for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
         r.push_back(i);
         if (r.size() > 1000000) rt_fail("range() too large");
+        if (__builtin_add_overflow(i, step, &i)) break;  // past 64 bits: past stop too
       }
       return Value::of(r);
     }

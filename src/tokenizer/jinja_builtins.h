@@ -102,7 +102,10 @@ inline Value apply_filter(const std::string& f, const Value& v, const Args& a) {
                                 opt_int(a.get(2, "count"), -1)));
   }
   if (f == "int") {
-    if (v.is_json() && is_num(v.j())) return Value::of(static_cast<int64_t>(as_num(v.j())));
+    if (v.is_json() && is_num(v.j())) {
+      if (std::isnan(as_num(v.j()))) return Value::of(opt_int(a.get(0, "default"), 0));  // jinja2: ValueError
+      return Value::of(as_int(v.j()));
+    }
     try {
       return Value::of(static_cast<int64_t>(std::stoll(to_str(v))));
     } catch (...) {

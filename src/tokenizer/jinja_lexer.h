@@ -70,8 +70,16 @@ inline std::vector<Tok> lex_tag(const std::string& src, size_t& pos, const std::
       for (size_t k = pos; k < e; ++k)
         if (src[k] != '_') num += src[k];
       Tok t{flt ? Tok::Float : Tok::Int, num};
-      if (flt) t.f = std::stod(num);
-      else t.i = std::stoll(num);
+      // strtod / from_chars, not stod / stoll: those throw std::out_of_range (not a clear
+      // error) for 1e999 or a 30-digit literal. A float literal past double is inf as in
+      // Python; an integer literal past 64 bits is refused.
+      if (flt) {
+        t.f = std::strtod(num.c_str(), nullptr);
+      } else {
+        auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), t.i);
+        if (ec != std::errc() || end != num.data() + num.size())
+          syn_fail("integer literal " + num + " out of 64-bit range");
+      }
       toks.push_back(t);
       pos = e;
     } else if (c == '\'' || c == '"') {

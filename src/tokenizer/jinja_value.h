@@ -3,6 +3,10 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <charconv>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -48,6 +52,8 @@ struct Value {
 };
 
 [[noreturn]] inline void rt_fail(const std::string& msg) { throw Error("chat template: " + msg); }
+// Largest string / list a repetition ('x' * n) may build: far beyond any real prompt.
+constexpr uint64_t kMaxRepeat = uint64_t(64) << 20;
 
 inline const ojson& J(const Value& v, const char* what) {
   if (v.k != Value::K::Json) rt_fail(fmt::format("{} of an undefined value or namespace", what));
@@ -211,7 +217,18 @@ inline bool truthy(const Value& v) {
 }
 
 inline bool is_int(const ojson& j) { return j.is_number_integer() || j.is_boolean(); }
-inline int64_t as_int(const ojson& j) { return j.is_boolean() ? (j.get<bool>() ? 1 : 0) : j.get<int64_t>(); }
+// Truncates a float as Python's int() does; one outside 64 bits (or NaN / inf) is refused
+// (a cast would be UB).
+inline int64_t float_to_int(double d) {
+  if (!(d > -9223372036854775808.0 && d < 9223372036854775808.0)) rt_fail("float out of integer range");
+  return static_cast<int64_t>(d);
+}
+inline int64_t as_int(const ojson& j) {
+  if (j.is_boolean()) return j.get<bool>() ? 1 : 0;
+  if (j.is_number_float()) return float_to_int(j.get<double>());
+  if (j.is_number_unsigned() && j.get<uint64_t>() > uint64_t(INT64_MAX)) rt_fail("integer out of 64-bit range");
+  return j.get<int64_t>();
+}
 inline double as_num(const ojson& j) { return j.is_boolean() ? (j.get<bool>() ? 1 : 0) : j.get<double>(); }
 inline bool is_num(const ojson& j) { return j.is_number() || j.is_boolean(); }
 
@@ -292,10 +309,17 @@ inline std::vector<int64_t> slice_indices(int64_t n, const std::optional<int64_t
   std::vector<int64_t> idx;
   if (step > 0) {
     int64_t s = norm(a, 0, false), e = norm(b, n, false);
-    for (int64_t i = s; i < e; i += step) idx.push_back(i);
+    // A huge step would overflow i (UB): the loop ends when the next index is past the end.
+    for (int64_t i = s; i < e;) {
+      idx.push_back(i);
+      if (__builtin_add_overflow(i, step, &i)) break;
+    }
   } else {
     int64_t s = norm(a, n - 1, true), e = norm(b, -1, true);
-    for (int64_t i = s; i > e; i += step) idx.push_back(i);
+    for (int64_t i = s; i > e;) {
+      idx.push_back(i);
+      if (__builtin_add_overflow(i, step, &i)) break;
+    }
   }
   return idx;
 }

@@ -1,7 +1,8 @@
 """Slow-header clients (issue 23): more clients trickling their headers than the server has
 worker threads. Before: each held a worker for 60 s per read with no header deadline, so a
 probe waited behind them. Now the oldest header-phase connection makes room for a new one
-(and each has --header-timeout in all), so the probe answers at once."""
+(and each has --header-timeout in all), so the probe answers at once. A body trickled a
+byte at a time gets 408 after --body-timeout (found by tests/soak)."""
 import socket
 import time
 
@@ -34,6 +35,34 @@ def main():
         for sk in swarm:
             sk.close()
         ck(s.alive(), "server alive")
+    # A body trickled a byte at a time: before, every byte restarted the 60 s read timeout, so
+    # the client held its worker as long as it liked (never evicted: it is in a request).
+    # Now the whole body must arrive within --body-timeout: 408, connection closed.
+    with Server(["--body-timeout", "2"]) as s:
+        sk = socket.create_connection((s.host, s.port), timeout=10)
+        sk.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: 1000\r\n\r\n")
+        t0, answer = time.time(), b""
+        sk.settimeout(0.3)
+        while time.time() - t0 < 8 and b"\r\n\r\n" not in answer:
+            try:
+                sk.sendall(b"a")
+                data = sk.recv(4096)
+                if not data:
+                    break
+                answer += data
+            except socket.timeout:
+                pass
+            except OSError:
+                break
+        sk.close()
+        took = time.time() - t0
+        log(f"slow body: answered after {took:.1f} s: {answer[:120]!r}")
+        ck(answer.startswith(b"HTTP/1.1 408"), f"slow body gets 408, got {answer[:60]!r}")
+        ck(b"body not received within 2 s" in answer, "the 408 names the body timeout")
+        ck(1.5 < took < 5, f"408 after about --body-timeout (2 s): {took:.1f} s")
+        st, _ = s.post("/generate", {"text": "Hello", "sampling_params": {"max_new_tokens": 2}})
+        ck(st == 200, f"a normal POST still works: {st}")
     ck.done()
 
 
