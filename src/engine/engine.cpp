@@ -309,7 +309,10 @@ class EngineImpl final : public Engine {
       if (!it.sample) continue;
       Request* r = static_cast<Request*>(it.seq);
       if (r->spec.drafts > 0) {  // a verify call: its rows decide which drafts are kept
-        const int32_t a = verify(*r, row, greedy_only);
+        const int32_t a = verify_rows(
+            r->tokens.data() + r->spec.base, r->spec.drafts,
+            greedy_only ? argmax_.data() + row : nullptr, logits_.data() + row * size_t(V), V,
+            sampler_, r->sampling, r->sampler, spec_emit_);
         row += size_t(r->spec.drafts) + 1;
         speculator_.settle(*r, a, model_->backend());
         // Emitted one by one (no logprobs: draft_cap), so that a stop token or the length
@@ -374,35 +377,6 @@ class EngineImpl final : public Engine {
       return true;
     return std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), tok) !=
            sp.stop_token_ids.end();
-  }
-
-  // The tokens a verify call of r (its rows from `row`) emits, into spec_emit_: the drafts
-  // while accepted (equal to the argmax, or by speculative sampling), then one more token
-  // from the first row that rejected its draft, or from the last row. Returns how many
-  // drafts were accepted.
-  int32_t verify(Request& r, size_t row, bool greedy_only) {
-    const int32_t d = r.spec.drafts, V = info_.vocab_size;
-    const int32_t* drafts = r.tokens.data() + r.spec.base;
-    spec_emit_.clear();
-    for (int32_t i = 0; i <= d; ++i) {
-      float* lg = logits_.data() + (row + size_t(i)) * size_t(V);
-      if (i == d) {
-        spec_emit_.push_back(greedy_only ? argmax_[row + size_t(i)]
-                                         : sampler_.sample(lg, V, r.sampling, r.sampler));
-        return d;
-      }
-      bool accepted = false;
-      int32_t tok;
-      if (greedy_only) {
-        tok = argmax_[row + size_t(i)];
-        accepted = tok == drafts[i];
-      } else {
-        tok = sampler_.sample_draft(lg, V, r.sampling, r.sampler, drafts[i], accepted);
-      }
-      spec_emit_.push_back(tok);
-      if (!accepted) return i;
-    }
-    return d;
   }
 
   // The sampled token through the request's grammar; false if the request ended (the grammar

@@ -4,6 +4,7 @@
 
 #include "backend/backend.h"
 #include "core/check.h"
+#include "engine/sampler.h"
 #include "engine/scheduler.h"
 
 namespace sala {
@@ -31,6 +32,30 @@ std::vector<int32_t> ngram_draft(const std::vector<int32_t>& tokens, int32_t k,
   if (best_len < ngram_min) return {};
   const int64_t from = best_j + 1, to = std::min<int64_t>(L, from + k);
   return {tokens.begin() + from, tokens.begin() + to};
+}
+
+int32_t verify_rows(const int32_t* drafts, int32_t d, const int32_t* argmax_rows, float* logits,
+                    int32_t vocab, Sampler& sampler, const SamplingParams& p, SamplerState& st,
+                    std::vector<int32_t>& emit) {
+  emit.clear();
+  for (int32_t i = 0; i <= d; ++i) {
+    float* row = logits + size_t(i) * size_t(vocab);
+    if (i == d) {
+      emit.push_back(argmax_rows ? argmax_rows[i] : sampler.sample(row, vocab, p, st));
+      return d;
+    }
+    bool accepted = false;
+    int32_t tok;
+    if (argmax_rows) {
+      tok = argmax_rows[i];
+      accepted = tok == drafts[i];
+    } else {
+      tok = sampler.sample_draft(row, vocab, p, st, drafts[i], accepted);
+    }
+    emit.push_back(tok);
+    if (!accepted) return i;
+  }
+  return d;
 }
 
 void adapt_draft_len(SpecState& s, int32_t drafted, int32_t accepted, int32_t max_drafts) {

@@ -27,6 +27,9 @@
 namespace sala {
 
 class Backend;
+class Sampler;
+class SamplerState;
+struct SamplingParams;
 struct Sequence;
 struct SchedulePlan;
 class Scheduler;
@@ -56,6 +59,15 @@ struct SpecState {
   int32_t drafts = 0;     // drafts at the end of Sequence::tokens during this step
   int64_t base = 0;       // tokens.size() before the drafts were appended
 };
+
+// The tokens a verify call emits, into `emit`: the drafts while accepted (greedy: equal to
+// the row's argmax; sampled: Sampler::sample_draft), then one more token from the first row
+// that rejected its draft, or from the last row. Returns how many drafts were accepted.
+// argmax_rows: the rows' argmax when the step took it on the device (greedy-only steps), else
+// null and the rows' logits [d + 1, vocab] (modified in place) decide.
+int32_t verify_rows(const int32_t* drafts, int32_t d, const int32_t* argmax_rows, float* logits,
+                    int32_t vocab, Sampler& sampler, const SamplingParams& p, SamplerState& st,
+                    std::vector<int32_t>& emit);
 
 // Adapts s.draft_len to a verify step that accepted `accepted` of `drafted` drafts.
 void adapt_draft_len(SpecState& s, int32_t drafted, int32_t accepted, int32_t max_drafts);
