@@ -1,6 +1,7 @@
 // Speculative decoding with n-gram drafts (issue 21; SGLang's --speculative-algorithm NGRAM).
 //
-// A running greedy request whose last token is pending drafts up to k tokens by prompt
+// A running request (greedy, or sampled without penalties, bias or min_tokens; no grammar,
+// no logprobs) whose last token is pending drafts up to k tokens by prompt
 // lookup: the tokens that followed the latest earlier occurrence of its longest suffix
 // (ngram_draft). The engine appends them to Sequence::tokens for one step, so the scheduler
 // plans one call of 1 + k rows (the last token and the drafts) with logits for every row; a
@@ -11,7 +12,7 @@
 // pass (greedy: equal the argmax; sampled: Sampler::sample_draft), and the first row that
 // rejects its draft (or the one after the last draft) gives the step's last token, so greedy
 // output is token for token the output without speculation and sampled output has the same
-// distribution (EngineImpl::verify).
+// distribution (verify_rows).
 //
 // Rollback: before the step the engine copies the sequence's lightning state to its snapshot
 // slot. All drafts accepted: the caches hold exactly the kept tokens. Otherwise the state is
