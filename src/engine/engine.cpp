@@ -241,7 +241,7 @@ class EngineImpl final : public Engine {
       finish(requests_.begin()->second.get(), FinishReason::Error, -1, msg);
   }
 
-  // Drafts for this step's greedy requests: at most the tokens they may still generate
+  // Drafts for this step's plain requests (speculative.h): at most the tokens they may still generate
   // beyond the step's bonus token, within the context.
   int32_t draft_cap(const Sequence& s) const {
     const auto& r = static_cast<const Request&>(s);
