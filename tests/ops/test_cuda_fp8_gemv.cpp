@@ -1,8 +1,9 @@
-// The W8A8 FP8 skinny GEMV (cuda_gemv_fp8.cu, launch_gemv_fp8; not yet behind a Backend
-// entry point) against its CPU oracle, CpuBackend::linear_fp8 in NumericMode::BF16, fed the
-// same e4m3 codes and per-channel scales (upload_fp8) and the same bf16 x. Both quantize x per
-// row (sx = amax / 448, x / sx by IEEE division, e4m3 nearest-even saturating), multiply
-// exactly and sum in fp32, then scale and round to bf16; only the summation order differs.
+// The W8A8 FP8 skinny GEMV (cuda_gemv_fp8.cu: launch_quantize_rows_fp8 then launch_gemv_fp8,
+// what GemmDispatch runs) against its CPU oracle, CpuBackend::linear_fp8 in NumericMode::BF16,
+// fed the same e4m3 codes and per-channel scales (upload_fp8) and the same bf16 x. Both
+// quantize x per row (sx = amax / 448, x / sx by IEEE division, e4m3 nearest-even
+// saturating), multiply exactly and sum in fp32, then scale and round to bf16; only the
+// summation order differs.
 //
 //   QuantizationBitExact  one-hot weights: every output is one product, so every x element's
 //                         quantization (ties, subnormals, saturation, zero rows) is compared
@@ -161,7 +162,7 @@ struct Gpu {
   std::vector<float> run(int M, const std::vector<int64_t>& cols, bool f32, bool silu = false,
                          int r0 = 0) {
     const cuda::bf16* xp = x.as<const cuda::bf16>() + int64_t(r0) * fw.K;
-    EXPECT_TRUE(cuda::gemv_fp8_supported(xp, fw.K, w.p, fw.K, M));
+    EXPECT_TRUE(cuda::gemv_fp8_supported(w.p, fw.K, M));
     GemvOut o{};
     std::vector<std::unique_ptr<DevBuf>> ys;
     int64_t end = 0, total = 0;
@@ -176,7 +177,10 @@ struct Gpu {
     o.nparts = int(cols.size());
     o.f32 = f32;
     o.silu_pair = silu;
-    cuda::launch_gemv_fp8(xp, fw.K, w.as<uint8_t>(), s.as<float>(), fw.N, int(fw.K), M, o, 0);
+    DevBuf xq(size_t(M * fw.K)), sx(size_t(M) * 4);
+    cuda::launch_quantize_rows_fp8(xp, M, fw.K, fw.K, xq.as<uint8_t>(), sx.as<float>(), 0);
+    cuda::launch_gemv_fp8(xq.as<uint8_t>(), fw.K, sx.as<float>(), w.as<uint8_t>(), s.as<float>(),
+                          fw.N, int(fw.K), M, o, 0);
     CUDA_OK(cudaGetLastError());
     CUDA_OK(cudaDeviceSynchronize());
     std::vector<float> r(size_t(M * total));
@@ -405,84 +409,33 @@ TEST(CudaFp8Gemv, Speed) {
     GemvOut o{};
     o.y[0] = y.p, o.end[0] = N, o.cols[0] = N, o.nparts = 1;
     for (int M : {1, 8, 16}) {
-      auto launch = [&](int i) {
-        cuda::launch_gemv_fp8(x.as<const cuda::bf16>(), K, w.as<uint8_t>() + (i % copies) * bytes,
-                              s.as<float>(), N, int(K), M, o, 0);
-      };
-      for (int i = 0; i < 3; ++i) launch(i);
-      CUDA_OK(cudaDeviceSynchronize());
-      const int iters = 60;
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) launch(i);
-      CUDA_OK(cudaDeviceSynchronize());
-      const double us =
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-          iters;
-      std::printf("[ gemv fp8 ] %8lld x %-12lld %4d %10.2f %10.0f\n", (long long)N, (long long)K, M,
-                  us, double(bytes) / us / 1e3);
-      // The pre-quantized variant: the quantize kernel + the codes GEMV (what GemmDispatch
-      // runs), and the codes GEMV alone.
+      // The quantize kernel + the GEMV (what GemmDispatch runs), and the GEMV alone.
       DevBuf xq(size_t(16 * K)), sx(16 * 4);
       for (bool with_quantize : {true, false}) {
-        auto launch_codes = [&](int i) {
+        auto launch = [&](int i) {
           if (with_quantize)
             cuda::launch_quantize_rows_fp8(x.as<const cuda::bf16>(), M, K, K, xq.as<uint8_t>(),
                                            sx.as<float>(), 0);
-          cuda::launch_gemv_fp8_codes(xq.as<uint8_t>(), K, sx.as<float>(),
-                                      w.as<uint8_t>() + (i % copies) * bytes, s.as<float>(), N,
-                                      int(K), M, o, 0);
+          cuda::launch_gemv_fp8(xq.as<uint8_t>(), K, sx.as<float>(),
+                                w.as<uint8_t>() + (i % copies) * bytes, s.as<float>(), N, int(K),
+                                M, o, 0);
         };
         cuda::launch_quantize_rows_fp8(x.as<const cuda::bf16>(), M, K, K, xq.as<uint8_t>(),
                                        sx.as<float>(), 0);
-        for (int i = 0; i < 3; ++i) launch_codes(i);
+        for (int i = 0; i < 3; ++i) launch(i);
         CUDA_OK(cudaDeviceSynchronize());
-        const auto t1 = std::chrono::steady_clock::now();
-        for (int i = 0; i < iters; ++i) launch_codes(i);
+        const int iters = 60;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < iters; ++i) launch(i);
         CUDA_OK(cudaDeviceSynchronize());
-        const double us2 = std::chrono::duration<double, std::micro>(
-                               std::chrono::steady_clock::now() - t1).count() / iters;
+        const double us = std::chrono::duration<double, std::micro>(
+                              std::chrono::steady_clock::now() - t0).count() / iters;
         std::printf("[ gemv fp8 %s ] %8lld x %-12lld %4d %10.2f %10.0f\n",
-                    with_quantize ? "quantize+codes" : "codes alone  ", (long long)N,
-                    (long long)K, M, us2, double(bytes) / us2 / 1e3);
+                    with_quantize ? "quantize+gemv" : "gemv alone   ", (long long)N,
+                    (long long)K, M, us, double(bytes) / us / 1e3);
       }
     }
   }
-}
-
-// The pre-quantized GEMV (launch_quantize_rows_fp8 + launch_gemv_fp8_codes) gives the bits of
-// the GEMV that quantizes in-kernel: both quantizations are core/fp8.h's, bit for bit, and the
-// MMAs, their order and the epilogue are the same.
-TEST(CudaFp8Gemv, CodesEqualInKernelQuantization) {
-  REQUIRE_GPU();
-  int64_t bad = 0, total = 0;
-  for (auto [N, K] : {std::pair<int64_t, int64_t>{4096, 4096}, {1000, 2048}, {130, 48}, {4096, 16384}}) {
-    const HostMat hx = activations(K, 17 + uint32_t(K));  // zero, outlier, tie, tiny rows
-    const Fp8W hw = random_weight(N, K, 5 + uint32_t(N));
-    DevBuf x(hx.bits.size() * 2), w(hw.codes.size()), s(hw.scales.size() * 4), xq(size_t(16 * K)),
-        sx(16 * 4), ya(size_t(16 * N) * 2), yb(size_t(16 * N) * 2);
-    CUDA_OK(cudaMemcpy(x.p, hx.bits.data(), hx.bits.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(w.p, hw.codes.data(), hw.codes.size(), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(s.p, hw.scales.data(), hw.scales.size() * 4, cudaMemcpyHostToDevice));
-    for (int M : {1, 5, 8, 9, 16}) {
-      GemvOut oa{}, ob{};
-      oa.y[0] = ya.p, ob.y[0] = yb.p;
-      oa.end[0] = ob.end[0] = N;
-      oa.cols[0] = ob.cols[0] = N;
-      oa.nparts = ob.nparts = 1;
-      cuda::launch_gemv_fp8(x.as<const cuda::bf16>(), K, w.as<uint8_t>(), s.as<float>(), N,
-                            int(K), M, oa, 0);
-      cuda::launch_quantize_rows_fp8(x.as<const cuda::bf16>(), M, K, K, xq.as<uint8_t>(),
-                                     sx.as<float>(), 0);
-      cuda::launch_gemv_fp8_codes(xq.as<uint8_t>(), K, sx.as<float>(), w.as<uint8_t>(),
-                                  s.as<float>(), N, int(K), M, ob, 0);
-      std::vector<uint16_t> a(size_t(M * N)), b(size_t(M * N));
-      CUDA_OK(cudaMemcpy(a.data(), ya.p, a.size() * 2, cudaMemcpyDeviceToHost));
-      CUDA_OK(cudaMemcpy(b.data(), yb.p, b.size() * 2, cudaMemcpyDeviceToHost));
-      for (size_t i = 0; i < a.size(); ++i) bad += a[i] != b[i];
-      total += int64_t(a.size());
-    }
-  }
-  EXPECT_EQ(bad, 0) << "of " << total << " outputs differ between the two GEMV inputs";
 }
 
 }  // namespace

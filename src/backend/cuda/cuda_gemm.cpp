@@ -232,20 +232,13 @@ bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g,
   if (wt.format == WeightFormat::FP8_E4M3) {
     if (!(bf16_ && is_bf16(g) && g.rows == x.rows && wt.rows == 2 * g.cols && is_act(x) &&
           x.cols == wt.cols && gemv_fp8_silu_pair_supported(wt.rows) &&
-          gemv_fp8_supported(x.data, x.cols, wt.data, x.cols, x.rows)))
+          gemv_fp8_supported(wt.data, x.cols, x.rows)))
       return false;
     const GemvOut o = gemv_silu_pair(g);
-    if (size_t(x.rows) * size_t(x.cols) <= fp8_codes_cap_ && x.rows <= fp8_rows_cap_) {
-      // x quantized once by the quantize kernel, then the GEMV streams codes (linear_fp8).
-      auto* xq = static_cast<uint8_t*>(fp8_ws_);
-      auto* sx = reinterpret_cast<float*>(static_cast<char*>(fp8_ws_) + fp8_codes_cap_);
-      launch_quantize_rows_fp8(ptr<bf16>(x), x.rows, x.cols, x.cols, xq, sx, stream_);
-      launch_gemv_fp8_codes(xq, x.cols, sx, static_cast<const uint8_t*>(wt.data), wt.scales,
-                            wt.rows, int(x.cols), int(x.rows), o, stream_);
-    } else {
-      launch_gemv_fp8(ptr<bf16>(x), x.cols, static_cast<const uint8_t*>(wt.data), wt.scales,
-                      wt.rows, int(x.cols), int(x.rows), o, stream_);
-    }
+    const Fp8Input in = fp8_input(x.rows, x.cols);  // x quantized once, as in linear_fp8
+    launch_quantize_rows_fp8(ptr<bf16>(x), x.rows, x.cols, x.cols, in.codes, in.scales, stream_);
+    launch_gemv_fp8(in.codes, x.cols, in.scales, static_cast<const uint8_t*>(wt.data), wt.scales,
+                    wt.rows, int(x.cols), int(x.rows), o, stream_);
     timer_.tick("gemv fp8 gate_up+silu");
     return true;
   }

@@ -78,6 +78,13 @@ class GemmDispatch {
   void fp8_gemm(const uint8_t* xq, const float* sx, int64_t T, const Weight& w, Tensor& y);
   // Grows the FP8 workspace to `codes` bytes of codes and `rows` scales (outside recordings).
   void grow_fp8_ws(size_t codes, int64_t rows);
+  // The workspace for the codes [rows, cols] and scales [rows] of an FP8 GEMM's input, grown
+  // (with a warning: reserve_fp8_input sizes it ahead) when too small.
+  struct Fp8Input {
+    uint8_t* codes;
+    float* scales;
+  };
+  Fp8Input fp8_input(int64_t rows, int64_t cols);
   // cuBLASLt plan of an FP8 GEMM [T, K] x [N, K]ᵀ -> D of type dt, with the outer-vector scales
   // (scaled) or none; false: the heuristic has no algorithm.
   bool plan_fp8(int N, int T, int K, cudaDataType_t dt, int align, bool scaled, AlgoEntry& e);

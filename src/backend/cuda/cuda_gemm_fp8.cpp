@@ -57,6 +57,20 @@ void GemmDispatch::grow_fp8_ws(size_t codes, int64_t rows) {
   fp8_ws_ = arena_.device(fp8_codes_cap_ + size_t(rows) * sizeof(float));
 }
 
+GemmDispatch::Fp8Input GemmDispatch::fp8_input(int64_t rows, int64_t cols) {
+  const size_t codes = size_t(rows) * size_t(cols);
+  if (codes > fp8_codes_cap_ || rows > fp8_rows_cap_) {
+    if (fp8_ws_)
+      std::fprintf(stderr,
+                   "warning: cuda backend: FP8 GEMM input of %lld x %lld exceeds the FP8 "
+                   "workspace (%zu bytes, %lld rows); growing it\n",
+                   (long long)rows, (long long)cols, fp8_codes_cap_, (long long)fp8_rows_cap_);
+    grow_fp8_ws(std::max(codes, fp8_codes_cap_), std::max(rows, fp8_rows_cap_));
+  }
+  return {static_cast<uint8_t*>(fp8_ws_),
+          reinterpret_cast<float*>(static_cast<char*>(fp8_ws_) + fp8_codes_cap_)};
+}
+
 void GemmDispatch::linear_fp8(const Tensor& x, const Weight& w, const std::vector<Tensor*>& ys) {
   SALA_CHECK(bf16_, "FP8 weights on the CUDA backend need bf16 mode");
   SALA_CHECK(w.format == WeightFormat::FP8_E4M3 && w.scales && w.group == w.cols,
@@ -77,33 +91,23 @@ void GemmDispatch::linear_fp8(const Tensor& x, const Weight& w, const std::vecto
              "FP8 linear x [{},{}] · w [{},{}]ᵀ: cuBLASLt's FP8 GEMM needs K % 16 == 0", x.rows,
              K, w.rows, w.cols);
   if (x.rows == 0) return;
-  const size_t codes = size_t(x.rows) * size_t(K);
-  if (codes > fp8_codes_cap_ || x.rows > fp8_rows_cap_) {
-    if (fp8_ws_)
-      std::fprintf(stderr,
-                   "warning: cuda backend: FP8 GEMM input of %lld x %lld exceeds the FP8 "
-                   "workspace (%zu bytes, %lld rows); growing it\n",
-                   (long long)x.rows, (long long)K, fp8_codes_cap_, (long long)fp8_rows_cap_);
-    grow_fp8_ws(std::max(codes, fp8_codes_cap_), std::max(x.rows, fp8_rows_cap_));
-  }
-  auto* xq = static_cast<uint8_t*>(fp8_ws_);  // [T, K] codes of the current run
-  auto* sx = reinterpret_cast<float*>(static_cast<char*>(fp8_ws_) + fp8_codes_cap_);  // [T]
+  const Fp8Input in = fp8_input(x.rows, K);
+  uint8_t* xq = in.codes;  // [T, K] codes of the current run
+  float* sx = in.scales;   // [T]
   // Each run is quantized into the start of the workspace (the scales stay 256-byte aligned);
   // the next run's quantization follows the previous run's GEMMs in stream order.
   // Runs of ≤ kGemvMaxRows rows (decode steps, short sequences of a prefill step): the FP8
-  // skinny GEMV, which quantizes its input rows itself with the same rounding, and whose rows
-  // do not depend on the run (batch invariance); all parts in one launch.
+  // skinny GEMV on the run's codes, whose rows do not depend on the run (batch invariance);
+  // all parts in one launch.
   const bool gemv_ok = ys.size() <= 4 && (ys.size() == 1 || std::all_of(ys.begin(), ys.end(),
                                                  [](const Tensor* y) { return is_bf16(*y); }));
   for_each_run(x.rows, [&](int64_t r0, int64_t T) {
     const bf16* xr = ptr<bf16>(x) + r0 * K;
-    if (gemv_ok && T <= kGemvMaxRows && gemv_fp8_supported(xr, K, w.data, K, T)) {
+    if (gemv_ok && T <= kGemvMaxRows && gemv_fp8_supported(w.data, K, T)) {
       const GemvOut o = gemv_parts(ys, r0);
-      // The rows quantized once (the quantize kernel, bit-exact with the CPU), then the GEMV
-      // streams the codes: no activation work per tile in the GEMV.
       launch_quantize_rows_fp8(xr, T, K, K, xq, sx, stream_);
-      launch_gemv_fp8_codes(xq, K, sx, static_cast<const uint8_t*>(w.data), w.scales, w.rows,
-                            int(K), int(T), o, stream_);
+      launch_gemv_fp8(xq, K, sx, static_cast<const uint8_t*>(w.data), w.scales, w.rows, int(K),
+                      int(T), o, stream_);
       timer_.tick(o.f32 ? "gemv fp8 lm_head" : "gemv fp8");
       return;
     }

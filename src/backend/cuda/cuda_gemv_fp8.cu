@@ -1,19 +1,20 @@
 // W8A8 FP8 skinny GEMM for decode rows (M <= 16), the GPU twin of CpuBackend::linear_fp8
 // (cpu_fp8.cpp): y[m, n] = (Σ_k xq[m, k] · wq[n, k]) · sx[m] · w_scales[n], with wq the e4m3
-// codes w[N, K], sx[m] = amax|x[m, :]| / 448 (1 for a zero row) and xq = e4m3(x / sx)
-// (core/fp8.h: nearest-even, saturating), the activation quantized here, per row.
+// codes w[N, K] and xq [M, K] / sx [M] the activation codes and scales written by
+// launch_quantize_rows_fp8 (cuda_fp8_quant.cu: sx[m] = amax|x[m, :]| / 448, xq = e4m3(x / sx),
+// core/fp8.h's rounding bit for bit). Quantizing inside this kernel (every CTA redoing the
+// whole row, two e4m3 conversions per pair in the inner loop) made it ALU-bound at 1.2–1.8
+// TB/s; on pre-quantized codes it streams at 2–4 TB/s (docs/PERF.md).
 //
-// Numerics. sx uses IEEE division (__fdiv_rn, whatever the compile flags), xq =
-// e4m3(fl(x / sx)) (quant_codes_scaled: the same codes, mostly without dividing), then
-// (sum · sx[m]) · w_scales[n] in that order, rounded once to bf16 (o.f32: a bf16-rounded
-// fp32). Products of two e4m3 values are exact. sm_89+ (the H200): mma.sync m16n8k32 e4m3 on
-// the codes themselves (no conversion of the weights: a conversion per weight byte made the
-// kernel issue-bound at ~1.3 TB/s); the FP8 MMA's accumulator keeps fewer bits than fp32, so
-// each group of 256 k sums into fresh registers, added to the fp32 totals (group_mma). Older
-// GPUs (the sm_80 build): the codes as exact f16 values (e4m3 ⊂ f16) through f16 MMAs with
-// fp32 accumulation, the same grouping. Only the summation (and the FP8 MMA's internal
-// rounding) differs from the CPU's sgemm. NaN weight codes (never produced by the saturating
-// quantizer) decode as 480 on the sm_80 path.
+// Numerics. (sum · sx[m]) · w_scales[n] in that order, rounded once to bf16 (o.f32: a
+// bf16-rounded fp32). Products of two e4m3 values are exact. sm_89+ (the H200): mma.sync
+// m16n8k32 e4m3 on the codes themselves (no conversion of the weights: a conversion per weight
+// byte made the kernel issue-bound at ~1.3 TB/s); the FP8 MMA's accumulator keeps fewer bits
+// than fp32, so each group of 256 k sums into fresh registers, added to the fp32 totals
+// (group_mma). Older GPUs (the sm_80 build): the codes as exact f16 values (e4m3 ⊂ f16)
+// through f16 MMAs with fp32 accumulation, the same grouping. Only the summation (and the FP8
+// MMA's internal rounding) differs from the CPU's sgemm. NaN weight codes (never produced by
+// the saturating quantizer) decode as 480 on the sm_80 path.
 //
 // Layout of the arithmetic (cuda_gemv.cu's, with 1-byte weights): a 16-byte chunk is 16 k.
 // W is the A operand (16 weight rows per m16 tile), the x rows B (NT = 1 n8 tile for M <= 8,
@@ -27,17 +28,15 @@
 // column of an mma sequence whose k order and K split depend only on K; other rows of x only
 // feed other columns of B. Row m's result is bit-identical for any M in 1..16.
 //
-// Streaming (ring kernel, as cuda_gemv.cu): persistent CTAs (one per SM, 215 KB of shared
+// Streaming (ring kernel, as cuda_gemv.cu): persistent CTAs (one per SM, 214 KB of shared
 // memory) walk tiles of 32 weight rows; each warp streams its K slice through a private
 // 3-stage cp.async ring (stage: 32 rows x 256 B = 256 k), across tile boundaries. The refill
-// of a slot is issued at the top of the next iteration, before the x quantization, so 3
-// stages (24 KB per warp, 192 KB per SM) are in flight while the ALUs quantize.
-// PDL (sm_90+): each CTA issues its first two weight stages, then griddepcontrol.wait; x is
-// read only after it. Then every CTA computes sx of the M rows (all 256 threads, 16-byte
-// loads from L2, all rows' loads in flight at once) before its first tile; each warp
-// quantizes the x chunks of a stage in registers as it loads them and uses them for both
-// 16-row halves of the tile. The sx prologue reads M·K·2 bytes of x per CTA from L2 (8 KB at
-// M = 1, K = 4096; 512 KB at M = 16, K = 16384). Speeds: docs/KERNELS.md, CudaFp8Gemv.Speed.
+// of a slot is issued at the top of the next iteration, so 3 stages (24 KB per warp, 192 KB
+// per SM) are in flight. Each thread loads the weight scale its epilogue applies when the tile
+// starts (a load in the epilogue stalled every tile by a DRAM round trip: 32768 x 4096 at
+// M = 1 went 42.8 -> 36.9 us). PDL (sm_90+): each CTA issues its first two weight stages, then
+// griddepcontrol.wait; the codes and sx are read only after it, x's codes a stage ahead of use.
+// Speeds: docs/PERF.md, CudaFp8Gemv.Speed.
 //
 // Fallback: a GPU whose per-block shared memory opt-in is below the ring's (A100) runs the
 // tile kernel: one CTA per 16 weight rows, W loaded straight into registers, the same slices
@@ -45,7 +44,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_kernels.h"
@@ -60,31 +58,6 @@ constexpr int kChunkK = 16;  // k per 16-byte chunk of a weight row
 
 // ---- e4m3 conversions and MMAs ----
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-// The e4m3 codes of x_lo / s (low byte) and x_hi / s (high byte) with IEEE division
-// (__fdiv_rn) and core/fp8.h's rounding, without dividing in the common case: q = x · r
-// (r = fl(1 / s)) is within 2.5 ulp of fl(x / s) (two roundings of 2^-24 each, plus fl's own
-// half ulp), so within 8 bit patterns even across a binade edge; rounding to e4m3 is monotonic
-// in |q|, so when the patterns |q| - 8 and |q| + 8 round to the same code, fl(x / s) rounds to
-// it too. Only values within a few ulp of an e4m3 rounding boundary (about 2^-16 of them) pay
-// for the two divisions. The sign is x's (s > 0; -0 stays -0).
-__device__ __forceinline__ uint32_t quant_codes_scaled(float xl, float xh, float s, float r) {
-  const uint32_t al = __float_as_uint(__fmul_rn(xl, r)) & 0x7fffffffu;
-  const uint32_t ah = __float_as_uint(__fmul_rn(xh, r)) & 0x7fffffffu;
-  const auto down = [](uint32_t a) { return __uint_as_float(a > 8u ? a - 8u : 0u); };
-  const auto up = [](uint32_t a) { return __uint_as_float(a + 8u); };
-  uint16_t c0, c1;  // the first source goes to the upper byte
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(c0) : "f"(down(ah)), "f"(down(al)));
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(c1) : "f"(up(ah)), "f"(up(al)));
-  if (c0 == c1)
-    return uint32_t(c0) | ((__float_as_uint(xl) >> 24) & 0x80u) |
-           ((__float_as_uint(xh) >> 16) & 0x8000u);
-  uint16_t c;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;"
-      : "=h"(c)
-      : "f"(__fdiv_rn(xh, s)), "f"(__fdiv_rn(xl, s)));
-  return c;
-}
-
 // D += A · B, m16n8k32, e4m3 x e4m3 -> fp32.
 __device__ __forceinline__ void mma_e4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                          uint32_t a3, uint32_t b0, uint32_t b1) {
@@ -108,29 +81,6 @@ __device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t c, uint32_t& lo, uint32
   };
   lo = f16(__byte_perm(c, 0, 0x1404));  // byte 1 -> bits 31..24, byte 0 -> bits 15..8
   hi = f16(__byte_perm(c, 0, 0x3424));  // byte 3, byte 2
-}
-
-// core/fp8.h's round_fp8_e4m3 on a fp32 value (NaN stays NaN; ±inf and overflow -> ±448).
-__device__ __forceinline__ float e4m3_round(float q) {
-  const float a = fabsf(q);
-  float r;
-  if (a >= 0x1p-6f) {  // normal range (and inf): 3 fraction bits, nearest-even, saturated
-    uint32_t u = __float_as_uint(a);
-    u = (u + 0x7ffffu + ((u >> 20) & 1u)) & 0xfff00000u;
-    r = fminf(__uint_as_float(u), 448.f);
-  } else {  // subnormals: multiples of 2^-9 (a · 512 is exact), nearest-even; NaN stays
-    r = rintf(a * 512.f) * (1.f / 512.f);
-  }
-  return copysignf(r, q);
-}
-
-// (e4m3(x_lo / s), e4m3(x_hi / s)) as f16x2, x_lo in the lower half (IEEE division).
-__device__ __forceinline__ uint32_t quant_pair_scaled(float xl, float xh, float s) {
-  uint32_t d;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;"
-      : "=r"(d)
-      : "f"(e4m3_round(__fdiv_rn(xh, s))), "f"(e4m3_round(__fdiv_rn(xl, s))));
-  return d;
 }
 
 __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -160,118 +110,15 @@ struct Slice {
   }
 };
 
-// sx[m] = amax|x[m, :]| / 448 (1 for a zero row and for m >= M) into sxs[16], by every
-// thread of the CTA (part: [kWarps][16] scratch). The max of |bf16| is taken on the bit
-// patterns (16-bit SIMD max of sign-cleared halves: the order of non-NaN magnitudes), so it
-// is exact and order-free; all rows' loads of an iteration are in flight together.
-__device__ __forceinline__ void row_scales(const bf16* x, int64_t ldx, int K, int M, float* sxs,
-                                           uint32_t (*part)[kGemvMaxRows]) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, kc = K / 8;
-  uint32_t mx[kGemvMaxRows] = {};
-#pragma unroll 2
-  for (int c = threadIdx.x; c < kc; c += kThreads)
-#pragma unroll
-    for (int m = 0; m < kGemvMaxRows; ++m)
-      if (m < M) {
-        const uint4 q = __ldg(reinterpret_cast<const uint4*>(x + int64_t(m) * ldx) + c);
-        constexpr uint32_t a = 0x7fff7fffu;
-        mx[m] = __vmaxu2(mx[m], __vmaxu2(__vmaxu2(q.x & a, q.y & a), __vmaxu2(q.z & a, q.w & a)));
-      }
-#pragma unroll
-  for (int m = 0; m < kGemvMaxRows; ++m)
-    if (m < M) {
-      uint32_t v = mx[m];
-#pragma unroll
-      for (int off = 16; off; off >>= 1) v = __vmaxu2(v, __shfl_xor_sync(~0u, v, off));
-      if (lane == 0) part[warp][m] = v;
-    }
-  __syncthreads();
-  if (threadIdx.x < kGemvMaxRows) {
-    const int m = threadIdx.x;
-    uint32_t v = 0;
-    if (m < M)
-      for (int q = 0; q < kWarps; ++q) v = __vmaxu2(v, part[q][m]);
-    const float amax = __uint_as_float(max(v & 0xffffu, v >> 16) << 16);
-    sxs[m] = amax > 0.f ? __fdiv_rn(amax, 448.f) : 1.f;
-  }
-  __syncthreads();
-}
-
-// B fragments: lane (g, t) feeds input rows g and g + 8 (NT = 2); zeros past M.
-// X[nt][v][i]: chunk c0 + 4v + t of row g + 8nt, k pair (2i, 2i + 1) as bf16x2, then (after
-// quantize) as the f16x2 of the e4m3-rounded x / sx.
+// The B fragments: lane (g, t) feeds input rows g and g + 8 (NT = 2); zeros past M. x is the
+// codes [M, ldx] (bytes) of launch_quantize_rows_fp8. load(X, c0, ...) gives, for chunks
+// c0 + 4u + t: sm_89+ the codes (X[nt][u][j], j < 4: k 4j..4j+3, byte i: k 4j + i), older GPUs
+// their f16x2 values (X[nt][u][i]: k 2i, 2i+1).
 template <int NT>
 struct XRows {
   const uint4* r[NT];
-  float s[NT], rcp[NT];  // sx of the lane's rows and fl(1 / sx)
   bool v[NT];
-  __device__ XRows(const void* xv, int64_t ldx, int M, int g, const float* sxs) {
-    const bf16* x = static_cast<const bf16*>(xv);
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      v[nt] = g + 8 * nt < M;
-      r[nt] = reinterpret_cast<const uint4*>(x + int64_t(v[nt] ? g + 8 * nt : 0) * ldx);
-      s[nt] = sxs[g + 8 * nt];  // 1 past M
-      rcp[nt] = __frcp_rn(s[nt]);
-    }
-  }
-  __device__ void load(uint32_t (&X)[NT][4][8], int c0, int t, int ce) const {
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int c = c0 + 4 * u + t;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const bool ok = c < ce && v[nt];
-        const uint4 a = ok ? __ldg(r[nt] + 2 * c) : make_uint4(0, 0, 0, 0);
-        const uint4 b = ok ? __ldg(r[nt] + 2 * c + 1) : make_uint4(0, 0, 0, 0);
-        X[nt][u][0] = a.x, X[nt][u][1] = a.y, X[nt][u][2] = a.z, X[nt][u][3] = a.w;
-        X[nt][u][4] = b.x, X[nt][u][5] = b.y, X[nt][u][6] = b.z, X[nt][u][7] = b.w;
-      }
-    }
-  }
-  // In place; zeros stay zeros. sm_89+: X[nt][u][j], j < 4, the e4m3 codes of k 4j..4j+3
-  // (byte i: k 4j + i) for the FP8 MMA; older GPUs: X[nt][u][i], the f16x2 of the e4m3 values
-  // of k 2i, 2i+1.
-  __device__ void quantize(uint32_t (&X)[NT][4][8]) const {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const uint32_t p = X[nt][u][2 * j], q = X[nt][u][2 * j + 1];
-          X[nt][u][j] = quant_codes_scaled(__uint_as_float(p << 16),
-                                           __uint_as_float(p & 0xffff0000u), s[nt], rcp[nt]) |
-                        quant_codes_scaled(__uint_as_float(q << 16),
-                                           __uint_as_float(q & 0xffff0000u), s[nt], rcp[nt])
-                            << 16;
-        }
-#else
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const uint32_t p = X[nt][u][i];
-          X[nt][u][i] = quant_pair_scaled(__uint_as_float(p << 16),
-                                          __uint_as_float(p & 0xffff0000u), s[nt]);
-        }
-#endif
-  }
-};
-
-// The B fragments from x already quantized (launch_gemv_fp8_codes): codes [M, ldx] (bytes)
-// with their scales, as launch_quantize_rows_fp8 writes them. load() gives what
-// XRows::quantize() gives: sm_89+ the codes (X[nt][u][0..3]: k 4j..4j+3 of chunk 4u + t),
-// older GPUs their f16x2 values (X[nt][u][0..7]: k 2i, 2i+1).
-template <int NT>
-struct XCodes {
-  const uint4* r[NT];
-  bool v[NT];
-  __device__ XCodes(const void* xv, int64_t ldx, int M, int g, const float* /*sxs*/) {
-    const uint8_t* x = static_cast<const uint8_t*>(xv);
+  __device__ XRows(const uint8_t* x, int64_t ldx, int M, int g) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       v[nt] = g + 8 * nt < M;
@@ -296,21 +143,12 @@ struct XCodes {
       }
     }
   }
-  __device__ void quantize(uint32_t (&)[NT][4][8]) const {}
 };
 
-// The per-row scales sx of the M rows into sxs[16] (1 past M): computed from x (row_scales),
-// or read (kCodes: the quantize kernel's).
-template <bool kCodes>
-__device__ __forceinline__ void stage_row_scales(const void* x, int64_t ldx, const float* sx_in,
-                                                 int K, int M, float* sxs,
-                                                 uint32_t (*part)[kGemvMaxRows]) {
-  if constexpr (kCodes) {
-    if (threadIdx.x < kGemvMaxRows) sxs[threadIdx.x] = int(threadIdx.x) < M ? sx_in[threadIdx.x] : 1.f;
-    __syncthreads();
-  } else {
-    row_scales(static_cast<const bf16*>(x), ldx, K, M, sxs, part);
-  }
+// sx of the M rows into sxs[16] (1 past M), for every thread of the CTA.
+__device__ __forceinline__ void load_row_scales(const float* sx, int M, float* sxs) {
+  if (threadIdx.x < kGemvMaxRows) sxs[threadIdx.x] = int(threadIdx.x) < M ? sx[threadIdx.x] : 1.f;
+  __syncthreads();
 }
 
 // One group (16 chunks: 256 k of the warp's slice) of a 16-row tile: W0[v] / W8[v] = chunk
@@ -422,8 +260,8 @@ __device__ __forceinline__ void finish(float (*red)[ROWS][17], const float (&acc
 constexpr int kRows = 32, kCps = 16, kStages = 3;
 constexpr int kHalf = kRows / 2 * kCps * 16, kStage = 2 * kHalf + 128;
 constexpr int kRingBytes = kWarps * kStages * kStage, kRedBytes = kWarps * kRows * 17 * 4;
-constexpr int kGateBytes = kRows * 16 * 4, kSxBytes = 16 * 4, kPartBytes = kWarps * 16 * 4;
-constexpr int kRingSmem = kRingBytes + kRedBytes + kGateBytes + kSxBytes + kPartBytes;  // 219,712
+constexpr int kGateBytes = kRows * 16 * 4, kSxBytes = 16 * 4;
+constexpr int kRingSmem = kRingBytes + kRedBytes + kGateBytes + kSxBytes;  // 219,200
 static_assert(kRingSmem <= 227 * 1024, "the ring does not fit an sm_90 SM");
 
 __device__ __forceinline__ uint32_t row_off(int r) {
@@ -448,11 +286,11 @@ __device__ __forceinline__ uint4 lds(uint32_t a) {
   return v;
 }
 
-// x has no __restrict__: under PDL it is written by the preceding grid while this one runs,
-// so no load of it may be moved above pdl_wait().
-template <int NT, bool kCodes>
+// x and sx have no __restrict__: under PDL they are written by the preceding grid (the
+// quantize kernel) while this one runs, so no load of them may be moved above pdl_wait().
+template <int NT>
 __global__ void __launch_bounds__(kThreads, 1)
-    gemv8_ring_kernel(const void* x, int64_t ldx, const float* sx_in,
+    gemv8_ring_kernel(const uint8_t* x, int64_t ldx, const float* sx,
                       const uint8_t* __restrict__ w, const float* __restrict__ ws, int64_t N,
                       int K, int M, GemvOut o, int ntiles) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -462,8 +300,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto red = reinterpret_cast<float(*)[kRows][17]>(smem + kRingBytes);
   float* gate = reinterpret_cast<float*>(smem + kRingBytes + kRedBytes);
   float* sxs = reinterpret_cast<float*>(smem + kRingBytes + kRedBytes + kGateBytes);
-  auto part = reinterpret_cast<uint32_t(*)[kGemvMaxRows]>(smem + kRingBytes + kRedBytes +
-                                                           kGateBytes + kSxBytes);
   const Slice s(K, warp);
   const int nst = s.ce > s.cb ? (s.ce - s.cb + kCps - 1) / kCps : 0;  // stages per tile
   const int bx = int(blockIdx.x), gx = int(gridDim.x);
@@ -497,11 +333,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) issue(i);
   pdl_wait();  // every CTA, tiles or not: x and y only after the preceding grid completed
-  stage_row_scales<kCodes>(x, ldx, sx_in, K, M, sxs, part);
-  const std::conditional_t<kCodes, XCodes<NT>, XRows<NT>> xr(x, ldx, M, g, sxs);
+  load_row_scales(sx, M, sxs);
+  const XRows<NT> xr(x, ldx, M, g);
   const uint4 z = make_uint4(0, 0, 0, 0);
   // x of stage u is loaded during stage u - 1 (from L2: its latency is then hidden behind
-  // that stage's MMAs instead of stalling the quantization of stage u).
+  // that stage's MMAs).
   uint32_t X[NT][4][8];
   xr.load(X, s.cb, t, U > 0 ? s.ce : 0);
   int u = 0;
@@ -512,7 +348,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int c0 = s.cb + st * kCps;
       __syncwarp();            // every lane's reads of slot (u - 1) % S (iteration u - 1) done
       issue(u + kStages - 1);  // refill it: stages u .. u + 2 in flight
-      xr.quantize(X);
       uint32_t Xn[NT][4][8];  // stage u + 1's x: the next chunks, or the next tile's first
       xr.load(Xn, st + 1 < nst ? c0 + kCps : s.cb, t, u + 1 < U ? s.ce : 0);
       cp_wait<kStages - 1>();  // this lane's copies of stage u landed
@@ -546,21 +381,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- tile kernel (fallback) ----
 // Two CTAs per SM for NT = 1; NT = 2 needs the registers of one (128 would spill).
-template <int NT, bool kCodes>
+template <int NT>
 __global__ void __launch_bounds__(kThreads, 3 - NT)
-    gemv8_tile_kernel(const void* __restrict__ x, int64_t ldx, const float* sx_in,
+    gemv8_tile_kernel(const uint8_t* __restrict__ x, int64_t ldx, const float* __restrict__ sx,
                       const uint8_t* __restrict__ w, const float* __restrict__ ws, int64_t N,
                       int K, int M, GemvOut o) {
   __shared__ float red[kWarps][16][17];
   __shared__ float sxs[kGemvMaxRows];
-  __shared__ uint32_t part[kWarps][kGemvMaxRows];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t n0 = int64_t(blockIdx.x) * 16;
   const Slice s(K, warp);
   const uint4* wa = reinterpret_cast<const uint4*>(w + min(n0 + g, N - 1) * int64_t(K));
   const uint4* wb = reinterpret_cast<const uint4*>(w + min(n0 + g + 8, N - 1) * int64_t(K));
-  stage_row_scales<kCodes>(x, ldx, sx_in, K, M, sxs, part);
-  const std::conditional_t<kCodes, XCodes<NT>, XRows<NT>> xr(x, ldx, M, g, sxs);
+  load_row_scales(sx, M, sxs);
+  const XRows<NT> xr(x, ldx, M, g);
   const uint4 z = make_uint4(0, 0, 0, 0);
   float acc[1][NT][4] = {};
   for (int c0 = s.cb; c0 < s.ce; c0 += kCps) {
@@ -573,7 +407,6 @@ __global__ void __launch_bounds__(kThreads, 3 - NT)
       W8[v] = c < s.ce ? ld_stream(wb + c) : z;
     }
     xr.load(X, c0, t, s.ce);
-    xr.quantize(X);
     group_mma(acc[0], W0, W8, X);
   }
   finish<16>(red, acc, n0, N, M, sxs, tile_scale<16>(ws, n0, N), o);
@@ -596,8 +429,7 @@ const Setup& setup() {
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     Setup r{optin >= kRingSmem, false, sms};
     if (r.ring) {
-      for (auto* k : {gemv8_ring_kernel<1, false>, gemv8_ring_kernel<2, false>,
-                      gemv8_ring_kernel<1, true>, gemv8_ring_kernel<2, true>})
+      for (auto* k : {gemv8_ring_kernel<1>, gemv8_ring_kernel<2>})
         CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingSmem));
       r.pdl = pdl_launch_enabled();
     }
@@ -606,8 +438,8 @@ const Setup& setup() {
   return s;
 }
 
-template <int NT, bool kCodes>
-void launch_t(const void* x, int64_t ldx, const float* sx, const uint8_t* w, const float* ws,
+template <int NT>
+void launch_t(const uint8_t* x, int64_t ldx, const float* sx, const uint8_t* w, const float* ws,
               int64_t N, int K, int M, const GemvOut& o, cudaStream_t st) {
   const Setup& s = setup();
   if (o.silu_pair && (!s.ring || N % (2 * kRows) != 0)) {  // gemv_fp8_silu_pair_supported
@@ -616,8 +448,7 @@ void launch_t(const void* x, int64_t ldx, const float* sx, const uint8_t* w, con
     std::abort();
   }
   if (!s.ring) {
-    gemv8_tile_kernel<NT, kCodes>
-        <<<unsigned((N + 15) / 16), kThreads, 0, st>>>(x, ldx, sx, w, ws, N, K, M, o);
+    gemv8_tile_kernel<NT><<<unsigned((N + 15) / 16), kThreads, 0, st>>>(x, ldx, sx, w, ws, N, K, M, o);
     CUDA_CHECK_LAUNCH();
     return;
   }
@@ -632,8 +463,7 @@ void launch_t(const void* x, int64_t ldx, const float* sx, const uint8_t* w, con
   cfg.stream = st;
   cfg.attrs = at;
   cfg.numAttrs = s.pdl ? 1 : 0;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv8_ring_kernel<NT, kCodes>, x, ldx, sx, w, ws, N, K, M,
-                                o, ntiles));
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv8_ring_kernel<NT>, x, ldx, sx, w, ws, N, K, M, o, ntiles));
 }
 
 }  // namespace
@@ -642,45 +472,28 @@ void gemv_fp8_init() {
   setup();
 }
 
-bool gemv_fp8_supported(const void* x, int64_t ldx, const void* w, int64_t K, int64_t M) {
+bool gemv_fp8_supported(const void* w, int64_t K, int64_t M) {
   setup();
-  const auto a16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
   return M >= 1 && M <= kGemvMaxRows && K > 0 && K % kChunkK == 0 && K <= (int64_t(1) << 30) &&
-         ldx % 8 == 0 && a16(x) && a16(w);
+         aligned16(w);
 }
 
 bool gemv_fp8_silu_pair_supported(int64_t N) {
   return setup().ring && N % (2 * kRows) == 0;
 }
 
-void launch_gemv_fp8(const bf16* x, int64_t ldx, const uint8_t* w, const float* w_scales,
-                     int64_t N, int K, int M, const GemvOut& o, cudaStream_t st) {
-  if (!gemv_fp8_supported(x, ldx, w, K, M) || N < 1) {  // callers ask gemv_fp8_supported
-    std::fprintf(stderr, "%s:%d: FP8 GEMV unsupported: M = %d, K = %d, N = %lld, ldx = %lld\n",
-                 __FILE__, __LINE__, M, K, static_cast<long long>(N),
-                 static_cast<long long>(ldx));
-    std::abort();
-  }
-  if (M <= 8)
-    launch_t<1, false>(x, ldx, nullptr, w, w_scales, N, K, M, o, st);
-  else
-    launch_t<2, false>(x, ldx, nullptr, w, w_scales, N, K, M, o, st);
-}
-
-void launch_gemv_fp8_codes(const uint8_t* xq, int64_t ldq, const float* sx, const uint8_t* w,
-                           const float* w_scales, int64_t N, int K, int M, const GemvOut& o,
-                           cudaStream_t st) {
-  const auto a16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  if (!(M >= 1 && M <= kGemvMaxRows && K > 0 && K % kChunkK == 0 && ldq % 16 == 0 && a16(xq) &&
-        a16(w) && sx && N >= 1)) {
-    std::fprintf(stderr, "%s:%d: FP8 GEMV (codes) unsupported: M = %d, K = %d, N = %lld, ldq = %lld\n",
+void launch_gemv_fp8(const uint8_t* xq, int64_t ldq, const float* sx, const uint8_t* w,
+                     const float* w_scales, int64_t N, int K, int M, const GemvOut& o,
+                     cudaStream_t st) {
+  if (!(gemv_fp8_supported(w, K, M) && ldq % 16 == 0 && aligned16(xq) && sx && N >= 1)) {
+    std::fprintf(stderr, "%s:%d: FP8 GEMV unsupported: M = %d, K = %d, N = %lld, ldq = %lld\n",
                  __FILE__, __LINE__, M, K, static_cast<long long>(N), static_cast<long long>(ldq));
     std::abort();
   }
   if (M <= 8)
-    launch_t<1, true>(xq, ldq, sx, w, w_scales, N, K, M, o, st);
+    launch_t<1>(xq, ldq, sx, w, w_scales, N, K, M, o, st);
   else
-    launch_t<2, true>(xq, ldq, sx, w, w_scales, N, K, M, o, st);
+    launch_t<2>(xq, ldq, sx, w, w_scales, N, K, M, o, st);
 }
 
 }  // namespace sala::cuda

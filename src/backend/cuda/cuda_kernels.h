@@ -85,23 +85,19 @@ void launch_gemv(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, in
 
 // ---- W8A8 FP8 skinny GEMM for decode rows (cuda_gemv_fp8.cu), CpuBackend::linear_fp8's twin ----
 // y[m, n] = (Σ_k xq[m,k] · wq[n,k]) · sx[m] · w_scales[n] for m < M <= 16, n < N, where
-// wq = e4m3 codes w[N, K] (uint8, row-major), sx[m] = amax|x[m,:]| / 448 (1 for a zero row),
-// xq[m,k] = e4m3(x[m,k] / sx[m]) (core/fp8.h's rounding: nearest-even, saturating) — the
-// activation quantization happens inside the kernel. Output through GemvOut exactly as
-// launch_gemv (nparts split, f32 logits holding bf16-rounded values, silu_pair). Batch
-// invariant: row m's result is bit-identical for any M in 1..16.
-void launch_gemv_fp8(const bf16* x, int64_t ldx, const uint8_t* w, const float* w_scales,
-                     int64_t N, int K, int M, const GemvOut& o, cudaStream_t st);
-// M in 1..16, K % 16 == 0, ldx % 8 == 0, x and w 16-byte aligned. The first call (outside any
-// stream capture) picks the kernel for the current device and sets its shared memory.
-bool gemv_fp8_supported(const void* x, int64_t ldx, const void* w, int64_t K, int64_t M);
+// wq = e4m3 codes w[N, K] (uint8, row-major) and xq [M, ldq] / sx [M] the activation codes and
+// scales of launch_quantize_rows_fp8 (quantized once per row before the GEMV: quantizing
+// inside it made it ALU-bound, issue 17). Output through GemvOut exactly as launch_gemv
+// (nparts split, f32 logits holding bf16-rounded values, silu_pair). Batch invariant: row m's
+// result is bit-identical for any M in 1..16. ldq % 16 == 0, xq 16-byte aligned.
+void launch_gemv_fp8(const uint8_t* xq, int64_t ldq, const float* sx, const uint8_t* w,
+                     const float* w_scales, int64_t N, int K, int M, const GemvOut& o,
+                     cudaStream_t st);
+// M in 1..16, K % 16 == 0, w 16-byte aligned. The first call (outside any stream capture)
+// picks the kernel for the current device and sets its shared memory; gemv_fp8_init makes
+// that choice now (the backend's constructor, outside any capture).
+bool gemv_fp8_supported(const void* w, int64_t K, int64_t M);
 void gemv_fp8_init();
-// The same product from x already quantized (launch_quantize_rows_fp8's codes [M, ldq] and
-// scales [M]): no activation work in the GEMV (issue 17: A/B against launch_gemv_fp8, whose
-// in-kernel quantization made it ALU-bound). ldq % 16 == 0, xq and w 16-byte aligned.
-void launch_gemv_fp8_codes(const uint8_t* xq, int64_t ldq, const float* sx, const uint8_t* w,
-                           const float* w_scales, int64_t N, int K, int M, const GemvOut& o,
-                           cudaStream_t st);  // that choice now (the backend's constructor, outside any capture)
 // GemvOut::silu_pair runs on this GPU for N weight rows (the ring kernel, N % 64 == 0).
 bool gemv_fp8_silu_pair_supported(int64_t N);
 // ---- W8A8 FP8 (cuda_fp8_quant.cu; the GEMM itself is cuBLASLt: cuda_gemm_fp8.cpp) ----
