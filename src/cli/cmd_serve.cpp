@@ -122,9 +122,6 @@ int run_serve(const ServeOpts& o) {
       throw sala::Error(fmt::format("--speculative-ngram-min-match-window-size {} is larger than "
                                     "--speculative-ngram-max-match-window-size {}",
                                     o.speculative_ngram_min, o.speculative_ngram_max));
-    if (o.device != "cpu")
-      throw sala::Error("--speculative-algorithm NGRAM runs on --device cpu only so far: its "
-                        "verify steps are not yet checked against decoding on the GPU");
     lo.engine.speculative = {o.speculative_num_draft_tokens, o.speculative_ngram_min,
                              o.speculative_ngram_max};
   }

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Speculative decoding vs plain decoding, token for token, on any device (issue 21).
+
+Runs a question set (tests/fixtures/eval/tiny-chat.jsonl shape: question, kind) greedy through
+two `sala serve` processes with the same flags, without and with `--speculative-algorithm
+NGRAM`, one request at a time, and compares every completion's text. The plain run asks for
+the top-2 log probabilities of each token (speculation is off for such requests, and they do
+not change greedy output), so a completion that differs is traced to its first differing
+token and the plain run's margin there: the gap between the chosen token's log probability
+and the runner-up's. On the GPU (bf16) a verify call computes its rows in other kernel
+shapes than a decode call (no split-K decode attention, other GEMM tiles), so a near-tie may
+flip; on the CPU (fp32, one GEMV per row) nothing may differ.
+
+Also reports, per task kind, tokens per verify call (from the speculating server's counters
+around each request) and the wall time of the whole set at concurrency 1 and 8, with and
+without speculation.
+
+Usage: spec_equality_check.py SALA_BINARY QUESTIONS_JSONL OUT_JSON [sala serve flags...]
+Exit 1 if a completion differs where the plain run's margin is >= --tie (default 0.1 nats,
+set by SPEC_TIE env)."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+STOP = ["</s>", "<|im_end|>"]
+MAX_TOKENS = int(os.environ.get("SPEC_MAX_TOKENS", "96"))
+TIE = float(os.environ.get("SPEC_TIE", "0.1"))
+SPEC = ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens",
+        os.environ.get("SPEC_K", "4")]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(url, path, body):
+    req = urllib.request.Request(url + path, json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return json.load(r)
+
+
+def get(url, path):
+    with urllib.request.urlopen(url + path, timeout=30) as r:
+        return json.load(r)
+
+
+class Server:
+    def __init__(self, sala, flags):
+        self.url = f"http://127.0.0.1:{free_port()}"
+        port = self.url.rsplit(":", 1)[1]
+        self.p = subprocess.Popen([sala, "serve", "--port", port, "--no-request-log", *flags],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(1200):
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
+                    if r.status == 200:
+                        self.model = get(self.url, "/v1/models")["data"][0]["id"]
+                        return
+            except OSError:
+                pass
+            if self.p.poll() is not None:
+                sys.exit("sala serve exited: " + self.p.stdout.read())
+            time.sleep(0.1)
+        sys.exit("sala serve did not become healthy")
+
+    def chat(self, q, logprobs):
+        body = {"model": self.model, "messages": [{"role": "user", "content": q}], "temperature": 0,
+                "max_tokens": MAX_TOKENS, "stop": STOP}
+        if logprobs:
+            body.update(logprobs=True, top_logprobs=2)
+        return post(self.url, "/v1/chat/completions", body)["choices"][0]
+
+    def stats(self):
+        return get(self.url, "/get_server_info")["engine_stats"]
+
+    def timed(self, questions, concurrency):
+        """(seconds, completion tokens) of the whole set at this concurrency."""
+        def one(q):
+            body = {"model": self.model, "messages": [{"role": "user", "content": q}],
+                    "temperature": 0, "max_tokens": MAX_TOKENS, "stop": STOP}
+            return post(self.url, "/v1/chat/completions", body)["usage"]["completion_tokens"]
+        t0 = time.time()
+        with ThreadPoolExecutor(concurrency) as ex:
+            toks = sum(ex.map(one, questions))
+        return time.time() - t0, toks
+
+    def close(self):
+        self.p.terminate()
+        self.p.wait(timeout=60)
+
+
+def first_difference(plain_choice, spec_text):
+    """(token index, plain token, margin in nats) where spec_text leaves the plain tokens."""
+    text = ""
+    for i, t in enumerate(plain_choice["logprobs"]["content"]):
+        nxt = text + t["token"]
+        if not spec_text.startswith(nxt):
+            top = t["top_logprobs"]
+            margin = top[0]["logprob"] - top[1]["logprob"] if len(top) > 1 else float("inf")
+            return i, t["token"], margin
+        text = nxt
+    return len(plain_choice["logprobs"]["content"]), "<end>", 0.0
+
+
+def main():
+    sala, data, out = sys.argv[1:4]
+    flags = sys.argv[4:]
+    rows = [json.loads(l) for l in open(data)]
+    plain = Server(sala, flags)
+    base = [plain.chat(r["question"], True) for r in rows]
+    plain_speed = {c: plain.timed([r["question"] for r in rows], c) for c in (1, 8)}
+    plain.close()
+
+    spec = Server(sala, flags + SPEC)
+    per_kind, texts = {}, []
+    for r in rows:
+        s0 = spec.stats()
+        texts.append(spec.chat(r["question"], False)["message"]["content"])
+        s1 = spec.stats()
+        k = per_kind.setdefault(r.get("kind", r.get("task", "?")), [0, 0, 0])
+        k[0] += s1["spec_verify_calls"] - s0["spec_verify_calls"]
+        k[1] += s1["spec_drafted_tokens"] - s0["spec_drafted_tokens"]
+        k[2] += s1["spec_accepted_tokens"] - s0["spec_accepted_tokens"]
+    spec_speed = {c: spec.timed([r["question"] for r in rows], c) for c in (1, 8)}
+    spec.close()
+
+    diffs, bad = [], 0
+    for i, (b, t) in enumerate(zip(base, texts)):
+        if b["message"]["content"] == t:
+            continue
+        pos, tok, margin = first_difference(b, t)
+        diffs.append({"index": i, "token": pos, "plain_token": tok, "margin": margin})
+        bad += margin >= TIE
+    print(f"{len(rows)} completions, {len(diffs)} differ ({bad} at a margin >= {TIE} nats)")
+    for d in diffs:
+        print(f"  #{d['index']}: token {d['token']} ({d['plain_token']!r}), plain margin "
+              f"{d['margin']:.4f} nats")
+    print("kind      verify calls  drafted  accepted  tokens/verify call")
+    for kind, (calls, drafted, acc) in sorted(per_kind.items()):
+        print(f"{kind:<9} {calls:>12} {drafted:>8} {acc:>9} {(calls + acc) / max(calls, 1):>19.3f}")
+    for c in (1, 8):
+        (ps, pt), (ss, st) = plain_speed[c], spec_speed[c]
+        print(f"concurrency {c}: plain {pt / ps:8.1f} tok/s, NGRAM {st / ss:8.1f} tok/s "
+              f"({ps / ss:.2f}x)")
+    json.dump({"flags": flags, "differ": diffs, "per_kind": per_kind,
+               "speed": {"plain": plain_speed, "ngram": spec_speed}}, open(out, "w"), indent=1)
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
