@@ -7,9 +7,9 @@ NGRAM`, one request at a time, and compares every completion's text. The plain r
 the top-2 log probabilities of each token (speculation is off for such requests, and they do
 not change greedy output), so a completion that differs is traced to its first differing
 token and the plain run's margin there: the gap between the chosen token's log probability
-and the runner-up's. On the GPU (bf16) a verify call computes its rows in other kernel
-shapes than a decode call (no split-K decode attention, other GEMM tiles), so a near-tie may
-flip; on the CPU (fp32, one GEMV per row) nothing may differ.
+and the runner-up's. A verify row computes the bits of a decode row on the CPU (fp32, one
+GEMV per row) and on the GPU (tests/ops/test_cuda_verify.cpp), so one request at a time
+nothing should differ; at concurrency > 1 batching changes GEMM shapes, not tested here.
 
 Also reports, per task kind, tokens per verify call (from the speculating server's counters
 around each request) and the wall time of the whole set at concurrency 1 and 8, with and

@@ -44,26 +44,48 @@ void Model::trace_rows(ForwardTrace* trace, const Tensor& t) {
   trace->hidden.push_back(std::move(rows));
 }
 
-// Batch-size buckets of recorded decode steps.
+// Batch-size buckets of recorded steps.
 static constexpr int kGraphBuckets[] = {1, 2, 4, 8, 16, 32, 64};
 static constexpr int kSparseGraphKey = 1 << 16;  // added to the bucket of steps with sparse rows
+// Verify steps' keys: kVerifyGraphKey + the id of their padded per-call row counts.
+static constexpr int kVerifyGraphKey = 1 << 20;
+static constexpr int kGraphMaxCallRows = 16;  // calls of at most this many rows qualify
+static constexpr size_t kMaxVerifyGraphs = 128;
 
-int Model::graph_bucket(const StepMeta& meta, ForwardTrace* trace) const {
-  if (!backend_->graphs_enabled() || trace || meta.capture || meta.dense_as_sparse) return 0;
-  const int S = int(meta.seqs.size());
-  if (S == 0 || meta.num_tokens() != S || int(meta.logit_rows.size()) != S) return 0;
+Model::GraphStep Model::graph_step(const StepMeta& meta, ForwardTrace* trace) {
+  if (!backend_->graphs_enabled() || trace || meta.capture || meta.dense_as_sparse) return {};
+  const int S = int(meta.seqs.size()), T = meta.num_tokens();
+  if (S == 0 || int(meta.logit_rows.size()) != T) return {};
+  // Every row's logits, in order (decode: one row per call; verify: 1 + k rows per call).
+  for (int i = 0; i < T; ++i)
+    if (meta.logit_rows[size_t(i)] != i) return {};
   bool any_sparse = false;
-  for (int i = 0; i < S; ++i) {
-    const SeqSlice& s = meta.seqs[size_t(i)];
-    // Decode rows only, every row's logits in order.
-    if (s.num_tokens != 1 || meta.logit_rows[size_t(i)] != i) return 0;
+  for (const SeqSlice& s : meta.seqs) {
+    if (s.num_tokens > kGraphMaxCallRows) return {};
     any_sparse |= cfg_.sparse.sparse_call(s.total_len(), meta.dense_as_sparse);
   }
+  int b = 0;
+  for (int x : kGraphBuckets)
+    if (x >= S) {
+      b = x;
+      break;
+    }
+  const int rows = T + (b - S);  // padded with one-row calls
+  if (b == 0 || rows > limits_.max_step_tokens || rows > limits_.max_logit_rows) return {};
   // Steps with an InfLLM-v2 row launch the selection kernels too: their own recordings.
-  for (int b : kGraphBuckets)
-    if (b >= S)
-      return b <= limits_.max_step_tokens && b <= limits_.max_logit_rows ? b + (any_sparse ? kSparseGraphKey : 0) : 0;
-  return 0;
+  if (T == S) return {b + (any_sparse ? kSparseGraphKey : 0), b};
+  // A verify step's kernels and grids follow its calls' row counts: one recording per
+  // distinct padded layout, up to kMaxVerifyGraphs of them (later layouts run directly).
+  std::vector<int32_t> layout;
+  for (const SeqSlice& s : meta.seqs) layout.push_back(s.num_tokens);
+  layout.resize(size_t(b), 1);
+  layout.push_back(any_sparse);
+  auto it = verify_graph_ids_.find(layout);
+  if (it == verify_graph_ids_.end()) {
+    if (verify_graph_ids_.size() >= kMaxVerifyGraphs) return {};
+    it = verify_graph_ids_.emplace(layout, int(verify_graph_ids_.size())).first;
+  }
+  return {kVerifyGraphKey + it->second, b};
 }
 
 void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTrace* trace,
@@ -76,24 +98,25 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
              limits_.max_logit_rows);
   Backend& be = *backend_;
   if (extra && extra->rows.empty()) extra = nullptr;
-  const int bucket = extra ? 0 : graph_bucket(meta, trace);
-  if (bucket == 0) {
+  const GraphStep g = extra ? GraphStep{} : graph_step(meta, trace);
+  if (g.key == 0) {
     be.begin_step(meta);
     run_layers(T, R, trace, extra);
   } else {
-    // All-decode step: pad to the bucket with rows that read and write only the scratch
-    // page and slot (token 0 at position 0), then launch the bucket's recording (made on
-    // its second occurrence; the first runs directly).
-    const int rows = bucket % kSparseGraphKey;
+    // Decode or verify step: pad to the bucket with one-row calls that read and write only
+    // the scratch page and slot (token 0 at position 0), then launch the key's recording
+    // (made on its second occurrence; the first runs directly).
     padded_ = meta;
     const std::vector<int32_t> page{scratch_page_};
     const int32_t tok = 0;
-    for (int64_t i = T; i < rows; ++i) padded_.add_seq(&tok, 1, 0, scratch_slot_, page, false, true);
+    for (size_t i = meta.seqs.size(); i < size_t(g.padded_seqs); ++i)
+      padded_.add_seq(&tok, 1, 0, scratch_slot_, page, false, true);
+    const int64_t rows = padded_.num_tokens();
     be.begin_step(padded_);
-    if (!be.graph_launch(bucket)) {
-      const bool recording = be.graph_capture_begin(bucket);
+    if (!be.graph_launch(g.key)) {
+      const bool recording = be.graph_capture_begin(g.key);
       run_layers(rows, rows, nullptr, nullptr);
-      if (recording) be.graph_capture_end(bucket);
+      if (recording) be.graph_capture_end(g.key);
     }
   }
   if (R == 0) {

@@ -1,6 +1,7 @@
 // MiniCPM-SALA: the one explicit forward pass (SPEC §5, §8, §9), written once against the
 // Backend ops so the CPU reference and the CUDA backend run the same model code.
 #pragma once
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,9 +74,14 @@ class Model {
   void run_layers(int64_t T, int64_t R, ForwardTrace* trace, RowLogprobs* extra);
   // The extra rows of run_layers, x: the final-normed hidden rows (divided in place).
   void extra_logprobs(Tensor& x, RowLogprobs& extra);
-  // Recorded decode steps: the bucket (batch size the step is padded to) of an all-decode
-  // step, or 0 if the step runs directly.
-  int graph_bucket(const StepMeta& meta, ForwardTrace* trace) const;
+  // Recorded steps (CUDA graphs): decode steps and speculative verify steps, whose calls
+  // each have at most 16 rows and want every row's logits in order. key: the recording's
+  // (0: the step runs directly); padded_seqs: the batch bucket the step is padded to with
+  // one-row calls.
+  struct GraphStep {
+    int key = 0, padded_seqs = 0;
+  };
+  GraphStep graph_step(const StepMeta& meta, ForwardTrace* trace);
 
   ModelConfig cfg_;
   ModelLimits limits_;
@@ -89,6 +95,9 @@ class Model {
   // engine's (allocated for them when the backend records steps).
   int32_t scratch_page_ = -1, scratch_slot_ = -1;
   StepMeta padded_;
+  // Verify steps' padded layouts (rows per call, then whether any call is sparse) -> the id
+  // of their recording.
+  std::map<std::vector<int32_t>, int> verify_graph_ids_;
   std::vector<int32_t> iota_;  // 0, 1, ..., max_logit_rows - 1: the rows of a logits group
 };
 

@@ -47,6 +47,11 @@ struct DevSeq {
   int32_t page_begin;
   int32_t num_pages;
   int32_t sparse;  // sparse-layer mode of this call: 1 = InfLLM-v2, 0 = dense
+  // Calls of at most kSplitCallRows rows (decode rows, speculative verify rows) split each
+  // row's keys into parts (attention) and entries (selection) as a decode row does: the
+  // index of the call's first row among the step's split rows (their partials' slots); -1
+  // for longer calls.
+  int32_t split_row;
   long long past_len;
 };
 

@@ -12,8 +12,8 @@
 // A warp computes only on the tiles its own row selected, masking keys of unselected blocks
 // (blocks smaller than 64 keys) and keys after the row. fp32 scores and online softmax in
 // log2 units; P·V with P split in two bf16 terms (hi + lo) as the dense prefill kernel, so
-// the probabilities are not rounded to bf16 (golden README §4). Decode rows (one-token
-// calls) divide the union into P.splits parts of consecutive tiles, whose partials (acc, m,
+// the probabilities are not rounded to bf16 (golden README §4). Rows of split calls
+// (decode and verify rows, DevSeq::split_row: one row per tile) divide the union into P.splits parts of consecutive tiles, whose partials (acc, m,
 // l) merge in combine_kernel; a block computes P.spb of them, one per consumer warp, with the
 // parts' tiles interleaved in the ring (tile j of each of its parts, then tile j + 1), so its
 // warps compute at once. The parts, and so the numbers, do not depend on spb: the launcher picks
@@ -98,9 +98,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const DevSeq s = R.seqs[si];
   const bool dense = !s.sparse;  // a dense row: every block up to its own (SPEC §9.1)
   if (dense && s.num_tokens >= P.dense_below) return;
-  // Only one-token calls (decode) split (see launch_attention): parts split0 .. split0 +
-  // ncons - 1 here, one per consumer warp; other calls: one part, consumer warp = row.
-  const bool decode = s.num_tokens == 1;
+  // Only rows of split calls (decode, verify: DevSeq::split_row, one row per tile) split (see
+  // launch_attention): parts split0 .. split0 + ncons - 1 here, one per consumer warp; other
+  // calls: one part, consumer warp = row.
+  const bool decode = s.split_row >= 0;
   const int g = blockIdx.y, nsplit = decode ? P.splits : 1;
   const int split0 = decode ? int(blockIdx.z) * P.spb : int(blockIdx.z);
   if (split0 >= nsplit) return;
@@ -330,8 +331,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
   const int split = split0 + warp;
-  const int64_t it0 = (int64_t(si) * P.nh + h0) * nsplit + split;
-  const int64_t it1 = (int64_t(si) * P.nh + h1) * nsplit + split;
+  const int64_t srow = s.split_row + (row - s.token_begin);  // the row's partials slot
+  const int64_t it0 = (srow * P.nh + h0) * nsplit + split;
+  const int64_t it1 = (srow * P.nh + h1) * nsplit + split;
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) {
     *reinterpret_cast<float2*>(part + it0 * D + n * 8 + qc) = make_float2(o[n][0], o[n][1]);

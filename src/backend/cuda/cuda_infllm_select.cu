@@ -5,8 +5,8 @@
 //     l = Σ exp(s2 − m) over the visible level-2 entries, in log2 units. A block is one
 //     tile of ≤ 8 rows (tokens) of one sequence × one KV head; warp w owns row w's 16 query
 //     heads as the 16 rows of mma m16n8k16, so the entries loaded into shared memory are
-//     shared by 8 tokens. grid.z splits the entries of rows of one-token calls (decode:
-//     one row per tile); their partial (m, l) go to SelectWork::ml and are merged by the
+//     shared by 8 tokens. grid.z splits the entries of rows of split calls (decode and
+//     verify rows, DevSeq::split_row: one row per tile); their partial (m, l) go to SelectWork::ml and are merged by the
 //     next kernel in part order.
 //  2. select_score_kernel: per (row, KV head) and level-1 entry j the score
 //     bf16(Σ_h exp(s1_h[j] − m_h) / l_h) (0 for invisible entries, NaN → 0), then the block
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kThreads) select_lse_kernel(
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, qc = (lane % 4) * 2;
   TileRow tr;
   if (!tile_row(R, tile, warp, tr)) return;
-  const int S = tr.s.num_tokens == 1 ? int(gridDim.z) : 1;  // parts of this row
+  const int S = tr.s.split_row >= 0 ? int(gridDim.z) : 1;  // parts of this row
   if (z >= S) return;
   const CacheGeom& G = P.g;
   const long long n2 = num_entries(tr.L, G.k2, G.s2);
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(kThreads) select_score_kernel(
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, qc = (lane % 4) * 2;
   TileRow tr;
   if (!tile_row(R, tile, warp, tr)) return;
-  const bool one = tr.s.num_tokens == 1;
+  const bool one = tr.s.split_row >= 0;  // a row of a split call: one row per tile
   const int S = one ? int(gridDim.z) : 1;  // parts of the entries
   if (z >= S) return;
   const CacheGeom& G = P.g;

@@ -176,6 +176,10 @@ struct CacheGeom {
 // step launches the same grids at every context length (fewer only where the partials
 // workspace is short); combine_kernel merges at most this many.
 inline constexpr int kDecodeAttnSplits = 16;
+// Calls of up to this many rows are split row by row (DevSeq::split_row): a verify call's rows
+// (its last token and up to 15 drafts) then compute exactly what decode rows at their
+// positions compute, and a short call no longer runs on a handful of blocks.
+inline constexpr int kSplitCallRows = 16;
 struct AttnParams {
   CacheGeom g;
   int G, nh;
@@ -197,13 +201,14 @@ void launch_compress(const StepRows& s, const CacheGeom& g, const T* kc, T* c1, 
                      cudaStream_t st);
 size_t attention_smem_bytes(int G, int d);
 // Dense rows (not sparse, fewer than flash_min tokens in their call): out[T, nh*d]. Rows of
-// one-token calls (decode) are split over `splits` parts of their keys, the partials
-// part[S*nh*splits, d], ml[S*nh*splits, 2] (by sequence) merged by launch_combine; other
-// rows are never split, so a row's numbers do not depend on what else is in its step.
+// split calls (DevSeq::split_row: decode and verify rows) are split over `splits` parts of
+// their keys, the partials part[R*nh*splits, d], ml[R*nh*splits, 2] (R: the step's split
+// rows, by split_row) merged by launch_combine; other rows are never split, so a row's
+// numbers do not depend on what else is in its step.
 template <typename T>
 void launch_attention(const T* q, const StepRows& s, const T* kc, const T* vc, const AttnParams& p,
                       int splits, T* out, float* part, float* ml, int max_smem, cudaStream_t st);
-// out[r, h] = merge of the splits' partials for the row r of every one-token call (after
+// out[r, h] = merge of the splits' partials for every row r of a split call (after
 // launch_attention and launch_sparse_attention wrote the partials of their rows); with a
 // gate [T, nh*d]: times sigmoid(gate), as launch_mul_sigmoid would.
 template <typename T>
@@ -225,9 +230,9 @@ struct SelectParams {
   int init_blocks, local_blocks, total_topk;
   int nb_stride;                  // blocks per (row, kv head) in SelectWork::bscore
   int et_stride;                  // entry tiles per (row, kv head) in SelectWork::edge
-  // grid.z of the two scoring kernels; only rows of one-token calls use more than one part
-  // (their level-2 partials merge in a fixed order), so a row's numbers depend only on its
-  // own call.
+  // grid.z of the two scoring kernels; only rows of split calls (DevSeq::split_row) use more
+  // than one part (their level-2 partials merge in a fixed order), so a row's numbers depend
+  // only on its own row.
   int lse_splits, score_splits;
 };
 struct SelectWork {  // rows = launched tiles * kSparseTileRows

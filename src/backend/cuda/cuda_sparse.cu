@@ -61,8 +61,8 @@ constexpr int kKeyTile = 64;
 
 // 3. Attention of the G query heads of one kv head for one dense row over its key blocks
 //    0..qb, keys p <= t. Split z of gridDim.z takes a contiguous part of the blocks (rows
-//    of one-token calls only); with one split it writes T output directly, else fp32
-//    partials (acc, m, l) per sequence for combine_kernel. kSel (fp32 mode's InfLLM-v2 stage
+//    of split calls only, DevSeq::split_row); with one split it writes T output directly,
+//    else fp32 partials (acc, m, l) per split row for combine_kernel. kSel (fp32 mode's InfLLM-v2 stage
 //    2): the sparse rows instead, over their selected blocks sel[r, g, 0 .. sel_cnt[r, g])
 //    (ascending), keys p <= t of each.
 //    grid: (T, kvh, splits), block: 256
@@ -82,9 +82,9 @@ __global__ void __launch_bounds__(256) attention_kernel(
   } else {
     if (s.sparse || s.num_tokens >= P.flash_min) return;  // sparse_attn / flash_prefill rows
   }
-  // Rows of one-token calls (decode) split over grid.z, all others not: a row's numbers
-  // depend only on its own call.
-  const int split = blockIdx.z, nsplit = s.num_tokens == 1 ? int(gridDim.z) : 1;
+  // Rows of split calls (decode, verify; DevSeq::split_row) split over grid.z, all others
+  // not: a row's numbers depend only on its own row.
+  const int split = blockIdx.z, nsplit = s.split_row >= 0 ? int(gridDim.z) : 1;
   if (split >= nsplit) return;
   const CacheGeom& G = P.g;
   const int d = G.d, GH = P.G;
@@ -172,31 +172,27 @@ __global__ void __launch_bounds__(256) attention_kernel(
       out[r * int64_t(P.nh) * d + int64_t(g) * GH * d + e] = cvt<T>(acc[e] / lrow[h]);
     }
   } else {
+    const int64_t srow = s.split_row + (r - s.token_begin);  // the row's partials slot
     for (int e = tid; e < GH * d; e += nt) {
       const int h = e / d, x = e % d;
-      const int64_t item = (int64_t(si) * P.nh + int64_t(g) * GH + h) * nsplit + split;
+      const int64_t item = (srow * P.nh + int64_t(g) * GH + h) * nsplit + split;
       part[item * d + x] = acc[e];
     }
     for (int h = tid; h < GH; h += nt) {
-      const int64_t item = (int64_t(si) * P.nh + int64_t(g) * GH + h) * nsplit + split;
+      const int64_t item = (srow * P.nh + int64_t(g) * GH + h) * nsplit + split;
       ml[2 * item] = mrow[h];
       ml[2 * item + 1] = lrow[h];
     }
   }
 }
 
-// Merge of the split partials of one-token calls (indexed by sequence).
-//                                                            grid: (S, nh), block: d
+// Row r's merge of its nsplit partials from item0 (items (row slot · nh + h) · nsplit + z).
 template <typename T>
-__global__ void combine_kernel(const DevSeq* __restrict__ seqs, const float* __restrict__ part,
-                               const float* __restrict__ ml, int nsplit, int nh, int d,
-                               const T* __restrict__ gate, T* __restrict__ out) {
-  pdl_begin();  // launch_pdl: before any read or write
-  const DevSeq s = seqs[blockIdx.x];
-  if (s.num_tokens != 1) return;
-  const int64_t r = s.token_begin;
-  const int h = blockIdx.y;
-  const int64_t item0 = (int64_t(blockIdx.x) * nh + h) * nsplit;
+__device__ __forceinline__ void combine_row(int64_t r, int64_t item0, int h,
+                                            const float* __restrict__ part,
+                                            const float* __restrict__ ml, int nsplit, int nh,
+                                            int d, const T* __restrict__ gate,
+                                            T* __restrict__ out) {
   // The parts' (m, l) go through shared memory, one load per thread, and each part's factor
   // is computed once: the per-thread loops were chains of dependent global loads. Same
   // arithmetic and order as a per-thread loop over z.
@@ -221,6 +217,22 @@ __global__ void combine_kernel(const DevSeq* __restrict__ seqs, const float* __r
     const int64_t i = (r * nh + h) * d + x;
     // gate (sparse_attention_mul_sigmoid): mul_sigmoid's arithmetic on the rounded value
     out[i] = gate ? cvt<T>(MulSigmoid<T>{}(ld(gate[i]), rnd<T>(o / l))) : cvt<T>(o / l);
+  }
+}
+
+// Merge of the split partials of the rows of split calls (DevSeq::split_row), row by row.
+//                                                            grid: (S, nh), block: d
+template <typename T>
+__global__ void combine_kernel(const DevSeq* __restrict__ seqs, const float* __restrict__ part,
+                               const float* __restrict__ ml, int nsplit, int nh, int d,
+                               const T* __restrict__ gate, T* __restrict__ out) {
+  pdl_begin();  // launch_pdl: before any read or write
+  const DevSeq s = seqs[blockIdx.x];
+  if (s.split_row < 0) return;
+  for (int i = 0; i < s.num_tokens; ++i) {
+    __syncthreads();  // the previous row's sm / sl / sc are read
+    combine_row(s.token_begin + i, (int64_t(s.split_row + i) * nh + blockIdx.y) * nsplit,
+                int(blockIdx.y), part, ml, nsplit, nh, d, gate, out);
   }
 }
 

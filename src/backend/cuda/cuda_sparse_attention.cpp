@@ -22,14 +22,14 @@ void SparseRunner::attention(int si, const Tensor& q, const Tensor& k, const Ten
     attention_t<float>(si, q, k, v, out);
 }
 
-// Steps of one-token calls only (decode) whose attention is split: every row's output is
+// Steps of split calls only (decode, verify) whose attention is split: every row's output is
 // written by the combine kernel, which then applies the gate as mul_sigmoid would (same
 // roundings: the attention value rounded to T, times T(sigmoid(gate))); one kernel less per
 // sparse layer. Other steps: the two-op default.
 bool SparseRunner::attention_mul_sigmoid(int si, const Tensor& q, const Tensor& k,
                                          const Tensor& v, const Tensor& gate, Tensor& out) {
   const StepDev& sd = plan_.dev();
-  const bool fused = sd.n_one_token == sd.S && sd.S > 0 && decode_attn_splits() > 1 &&
+  const bool fused = sd.n_split_seqs == sd.S && sd.S > 0 && decode_attn_splits() > 1 &&
                      is_act(gate) && gate.rows == out.rows && gate.cols == out.cols;
   if (!fused) return false;
   SALA_CHECK(is_act(q) && is_act(k) && is_act(v) && is_act(out));
@@ -99,11 +99,11 @@ void SparseRunner::attention_t(int si, const Tensor& q, const Tensor& k, const T
   SALA_CHECK(!kBf16 || sd.n_sparse_seqs == 0 || (GH == 16 && infllm_head_dim_supported(d)),
              "InfLLM-v2 layers need 16 query heads per KV head and head_dim 16/32/64/128 (have {} "
              "and {})", GH, d);
-  // Selection needs each row's level-2 normaliser, then scores, then top-k. Rows of
-  // one-token calls (decode, one row per tile) split their entries over kSelectSplits
+  // Selection needs each row's level-2 normaliser, then scores, then top-k. Rows of split
+  // calls (decode and verify rows, one row per tile) split their entries over kSelectSplits
   // blocks; a step has that grid whenever it has such a row, so a recorded decode step
   // launches the same grids at every context length.
-  const bool one_token_calls = sd.n_one_token > 0;
+  const bool split_calls = sd.n_split_rows > 0;
   if (sd.n_sparse_seqs > 0) {
     SelectParams P{};
     P.g = geo;
@@ -114,8 +114,8 @@ void SparseRunner::attention_t(int si, const Tensor& q, const Tensor& k, const T
     P.total_topk = sp.total_topk();
     P.nb_stride = select_nb_stride_;
     P.et_stride = select_et_stride_;
-    P.lse_splits = one_token_calls ? kSelectSplits : 1;
-    P.score_splits = one_token_calls ? kScoreSplits : 1;
+    P.lse_splits = split_calls ? kSelectSplits : 1;
+    P.score_splits = split_calls ? kScoreSplits : 1;
     if constexpr (kBf16) {
       for (int t0 = 0; t0 < sd.n_tiles; t0 += kSelectChunkTiles)
         launch_infllm_select(d, ptr<const bf16>(q), rows, sd.tiles, t0,
@@ -132,7 +132,7 @@ void SparseRunner::attention_t(int si, const Tensor& q, const Tensor& k, const T
   // Attention: rows of one-token calls (decode) split over 16 parts of their keys (a fixed
   // count: a recorded decode step launches the same grid at every length), other rows never;
   // so a row's numbers depend only on its own call, not on what shares its step.
-  const int splits = one_token_calls ? decode_attn_splits() : 1;
+  const int splits = split_calls ? decode_attn_splits() : 1;
   // Long dense calls (prefill chunks) on the tensor cores; the rest (decode rows, short
   // calls) in attention_kernel; sparse rows in sparse_attn.
   constexpr int kFlashMin = 64;

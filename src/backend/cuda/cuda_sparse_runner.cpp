@@ -126,9 +126,9 @@ void SparseRunner::ensure_rows(int64_t rows, bool warn) {
   const int kvh = cfg_.num_key_value_heads, nh = cfg_.num_attention_heads, d = cfg_.head_dim;
   sel_ = static_cast<int32_t*>(arena_.device(size_t(rows) * kvh * cfg_.sparse.total_topk() * 4));
   sel_cnt_ = static_cast<int32_t*>(arena_.device(size_t(rows) * kvh * 4));
-  // Split-K partials are only used while rows * kvh is small (decode-like steps): room for
-  // 2048 (row, split) items per head.
-  attn_part_items_ = int64_t(std::max(nh, 1)) * 2048;
+  // Split-K partials of the rows of split calls (decode, verify): room for 256 rows of
+  // kDecodeAttnSplits parts per head (a B = 64 verify step of 1 + 3 rows each).
+  attn_part_items_ = int64_t(std::max(nh, 1)) * 256 * kDecodeAttnSplits;
   attn_part_ = static_cast<float*>(arena_.device(size_t(attn_part_items_) * std::max(d, 1) * 4));
   attn_ml_ = static_cast<float*>(arena_.device(size_t(attn_part_items_) * 2 * 4));
 }
@@ -147,12 +147,12 @@ void SparseRunner::check_step() const {
   }
 }
 
-// Parts of a decode row's attention (kDecodeAttnSplits, a fixed count so that a recorded
-// decode step launches the same grids at every length), fewer only where the step's
-// partials would not fit attn_part_ (sized for the engine's largest decode step).
+// Parts of a split row's attention (kDecodeAttnSplits, a fixed count so that a recorded
+// decode step launches the same grids at every length), fewer only where the partials of
+// the step's split rows would not fit attn_part_ (256 rows).
 int SparseRunner::decode_attn_splits() const {
   int splits = kDecodeAttnSplits;
-  const int64_t per_split = int64_t(plan_.dev().S) * cfg_.num_attention_heads;
+  const int64_t per_split = int64_t(plan_.dev().n_split_rows) * cfg_.num_attention_heads;
   while (splits > 1 && per_split * splits > attn_part_items_) --splits;
   return splits;
 }

@@ -41,8 +41,11 @@ void StepPlan::begin(const StepMeta& meta, const SparseConfig& sparse) {
             R = int(meta.logit_rows.size());
   constexpr int kSeqInts = int(sizeof(DevSeq) / 4);
   // Sizes in int32 units (the layout is below); tiles are (first row, rows) pairs.
+  // Rows of split calls (DevSeq::split_row) get a tile each: a split row's parts are what
+  // its block's warps share.
+  auto tile_rows = [](const SeqSlice& s) { return s.num_tokens <= kSplitCallRows ? 1 : kSparseTileRows; };
   int n_tiles = 0;
-  for (const SeqSlice& s : meta.seqs) n_tiles += (s.num_tokens + kSparseTileRows - 1) / kSparseTileRows;
+  for (const SeqSlice& s : meta.seqs) n_tiles += (s.num_tokens + tile_rows(s) - 1) / tile_rows(s);
   const size_t need = size_t(S) * kSeqInts + 3 * size_t(T) + size_t(P) + size_t(R) + 2 * size_t(S) +
                       2 * size_t(n_tiles) + 9;
   ensure_capacity(need, true);
@@ -66,6 +69,12 @@ void StepPlan::begin(const StepMeta& meta, const SparseConfig& sparse) {
     d.sparse = sparse.sparse_call(s.total_len(), meta.dense_as_sparse) ? 1 : 0;
     sd.n_sparse_seqs += d.sparse;
     sd.n_one_token += s.num_tokens == 1;
+    d.split_row = -1;
+    if (s.num_tokens <= kSplitCallRows) {
+      d.split_row = sd.n_split_rows;
+      sd.n_split_rows += s.num_tokens;
+      ++sd.n_split_seqs;
+    }
     hs[i] = d;
   }
   // Layout: seqs | ids | positions | row_seq | logit rows | short | long | tiles | pages. The
@@ -98,9 +107,9 @@ void StepPlan::begin(const StepMeta& meta, const SparseConfig& sparse) {
   off += off % 2;  // int2 alignment; the parity depends only on (S, T, R)
   sd.tiles = reinterpret_cast<const int2*>(dev(off));
   for (const SeqSlice& s : meta.seqs)
-    for (int r = 0; r < s.num_tokens; r += kSparseTileRows) {
+    for (int r = 0; r < s.num_tokens; r += tile_rows(s)) {
       h[off++] = s.token_begin + r;
-      h[off++] = std::min(kSparseTileRows, s.num_tokens - r);
+      h[off++] = std::min(tile_rows(s), s.num_tokens - r);
     }
   sd.n_tiles = n_tiles;
   std::memcpy(h + off, meta.page_table.data(), size_t(P) * 4);

@@ -33,10 +33,12 @@ struct StepDev {
   const int32_t* short_seqs = nullptr;  // lightning: seqs with < 64 tokens
   const int32_t* long_seqs = nullptr;   // lightning: seqs with >= 64 tokens
   int T = 0, S = 0, P = 0, R = 0, n_short = 0, n_long = 0;
-  const int2* tiles = nullptr;          // [n_tiles] (first row, rows) of <= 8 rows of one seq
+  // [n_tiles] (first row, rows) of <= 8 rows of one seq; one row each for split calls
+  const int2* tiles = nullptr;
   int n_tiles = 0;
   int n_sparse_seqs = 0;                // seqs whose sparse layers run InfLLM-v2
   int n_one_token = 0;                  // seqs with one token in this step (decode)
+  int n_split_seqs = 0, n_split_rows = 0;  // calls of <= kSplitCallRows rows, and their rows
 };
 
 class StepPlan {

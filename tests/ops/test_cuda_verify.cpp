@@ -1,0 +1,182 @@
+// Speculative decoding's contract on the CUDA backend (bf16), on the tiny golden models,
+// bit for bit (the CPU version: tests/model/test_verify_rows.cpp):
+//   - a verify call (the last token plus k drafts, 1 + k rows with every row's logits) gives,
+//     row for row, the logits of k + 1 decode calls: the skinny GEMVs are row-invariant,
+//     rows of calls of <= kSplitCallRows rows split their attention keys and selection
+//     entries as decode rows do (DevSeq::split_row), and the lightning recurrence runs row by
+//     row;
+//   - the same when several sequences verify in one step (each equals its call alone);
+//   - rolling back (the lightning state restored from a snapshot slot with
+//     CudaBackend::copy_state_slot, the length set back, the accepted rows computed again)
+//     and decoding on gives the logits of a run that never saw the rejected tokens.
+// Decode and verify calls run as they do in the engine: recorded CUDA graphs where the step
+// qualifies (Model::graph_step), each verify layout directly, then recorded, then replayed.
+// tiny-dense stays below dense_len; tiny-sparse starts past its dense_len (256), so its verify
+// rows run InfLLM-v2 selection and stage-2 attention.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/config.h"
+#include "core/safetensors.h"
+#include "cuda_test_util.h"
+#include "model/minicpm_sala.h"
+
+namespace sala::test {
+namespace {
+
+struct Case {
+  std::string dir;
+  int32_t prompt;
+};
+
+std::vector<Case> cases() {
+  const std::string g = std::string(SALA_SOURCE_DIR) + "/tests/fixtures/golden";
+  return {{g + "/tiny-dense", 150}, {g + "/tiny-sparse", 300}};
+}
+
+std::unique_ptr<Model> load_cuda(const std::string& dir, int32_t slots, bool fp8 = false) {
+  const ModelConfig cfg = load_model_config(dir);
+  Checkpoint ckpt(dir);
+  ModelLimits lim;
+  lim.max_step_tokens = 512;
+  lim.max_logit_rows = 64;
+  lim.caches = {64 * slots, cfg.sparse.block_size, slots};
+  BackendOptions bo{NumericMode::BF16, 0};
+  bo.fp8_weights = fp8;  // W8A8: the FP8 GEMV is row-invariant too
+  return std::make_unique<Model>(cfg, make_backend("cuda", bo), ckpt, lim);
+}
+
+std::vector<int32_t> tokens(int n, int vocab, uint32_t seed) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  uint32_t x = seed * 2654435761u + 1;
+  for (auto& v : t) {
+    x = x * 1664525u + 1013904223u;
+    v = 3 + int32_t((x >> 8) % uint32_t(vocab - 12));
+  }
+  return t;
+}
+
+std::vector<int32_t> pages_of(int32_t slot) {
+  std::vector<int32_t> p(64);
+  for (int32_t i = 0; i < 64; ++i) p[size_t(i)] = slot * 64 + i;
+  return p;
+}
+
+// One call per sequence in `calls` (ids, past, rows, slot, all); logits of every row of a
+// verify call (all), of the last row otherwise: [rows or 1, vocab] per call, concatenated.
+struct Call {
+  const std::vector<int32_t>* ids;
+  int64_t past;
+  int32_t rows, slot;
+  bool all = false;
+};
+std::vector<float> step(Model& m, const std::vector<Call>& calls) {
+  StepMeta meta;
+  for (const Call& c : calls)
+    meta.add_seq(c.ids->data() + c.past, c.rows, c.past, c.slot, pages_of(c.slot), c.all, !c.all);
+  std::vector<float> logits;
+  m.forward(meta, logits);
+  return logits;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+size_t first_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return i;
+  return std::min(a.size(), b.size());
+}
+
+TEST(CudaVerify, RowsEqualDecodeSteps) {
+  REQUIRE_GPU();
+  for (const Case& c : cases())
+  for (bool fp8 : {false, true}) {
+    auto m = load_cuda(c.dir, 4, fp8);
+    const int V = m->config().vocab_size;
+    for (int32_t k : {1, 4, 7, 15}) {
+      const auto ids = tokens(c.prompt + k + 1, V, uint32_t(k));
+      step(*m, {{&ids, 0, c.prompt, 0}});
+      std::vector<float> decode;
+      for (int32_t i = 0; i <= k; ++i) {
+        const auto row = step(*m, {{&ids, c.prompt + i, 1, 0}});
+        decode.insert(decode.end(), row.begin(), row.end());
+      }
+      // Three times: run directly, recorded as a CUDA graph, launched from the recording.
+      for (int rep = 0; rep < 3; ++rep) {
+        step(*m, {{&ids, 0, c.prompt, 0}});  // a call from 0 starts afresh
+        const auto verify = step(*m, {{&ids, c.prompt, k + 1, 0, true}});
+        EXPECT_TRUE(same_bits(verify, decode))
+            << c.dir << (fp8 ? " fp8" : " bf16") << " k=" << k << " run " << rep
+            << ": first difference in row " << first_diff(verify, decode) / size_t(V);
+      }
+    }
+  }
+}
+
+// Three sequences verify in one step (rows 1 + 4, 1 + 2, 1 + 6): each equals its call alone.
+TEST(CudaVerify, BatchedVerifyEqualsAlone) {
+  REQUIRE_GPU();
+  for (const Case& c : cases()) {
+    auto m = load_cuda(c.dir, 4);
+    const int V = m->config().vocab_size;
+    const int32_t ks[3] = {4, 2, 6};
+    std::vector<std::vector<int32_t>> ids;
+    for (int s = 0; s < 3; ++s) ids.push_back(tokens(c.prompt + s + 8, V, 100 + uint32_t(s)));
+    std::vector<float> alone;
+    for (int s = 0; s < 3; ++s) {
+      step(*m, {{&ids[size_t(s)], 0, c.prompt + s, s}});
+      const auto v = step(*m, {{&ids[size_t(s)], c.prompt + s, ks[s] + 1, s, true}});
+      alone.insert(alone.end(), v.begin(), v.end());
+    }
+    std::vector<Call> calls;
+    for (int s = 0; s < 3; ++s) {
+      step(*m, {{&ids[size_t(s)], 0, c.prompt + s, s}});
+      calls.push_back({&ids[size_t(s)], c.prompt + s, ks[s] + 1, s, true});
+    }
+    const auto batched = step(*m, calls);
+    EXPECT_TRUE(same_bits(batched, alone))
+        << c.dir << ": first difference in row " << first_diff(batched, alone) / size_t(V);
+  }
+}
+
+TEST(CudaVerify, RollbackLeavesNoTrace) {
+  REQUIRE_GPU();
+  for (const Case& c : cases()) {
+    auto m = load_cuda(c.dir, 2);
+    const int V = m->config().vocab_size;
+    const int32_t k = 6, accepted = 2, after = 24;
+    const auto seen = tokens(c.prompt + 1 + k, V, 33);
+    std::vector<int32_t> real(seen.begin(), seen.begin() + c.prompt + 1 + accepted);
+    const auto tail = tokens(after + 1, V, 44);
+    real.insert(real.end(), tail.begin() + 1, tail.end());
+    ASSERT_NE(real[size_t(c.prompt + 1 + accepted)], seen[size_t(c.prompt + 1 + accepted)]);
+
+    step(*m, {{&real, 0, c.prompt, 0}});
+    std::vector<float> want;
+    for (int64_t p = c.prompt; p < int64_t(real.size()); ++p) {
+      const auto row = step(*m, {{&real, p, 1, 0}});
+      want.insert(want.end(), row.begin(), row.end());
+    }
+    step(*m, {{&seen, 0, c.prompt, 0}});
+    m->backend().copy_state_slot(0, 1);
+    const auto verify = step(*m, {{&seen, c.prompt, 1 + k, 0, true}});
+    m->backend().copy_state_slot(1, 0);
+    std::vector<float> got = step(*m, {{&real, c.prompt, 1 + accepted, 0, true}});
+    EXPECT_TRUE(same_bits(got, std::vector<float>(verify.begin(), verify.begin() + (1 + accepted) * V)))
+        << c.dir << ": the accepted rows computed again differ from their verify rows";
+    for (int64_t p = c.prompt + 1 + accepted; p < int64_t(real.size()); ++p) {
+      const auto row = step(*m, {{&real, p, 1, 0}});
+      got.insert(got.end(), row.begin(), row.end());
+    }
+    EXPECT_TRUE(same_bits(got, want)) << c.dir << ": first difference in row "
+                                      << first_diff(got, want) / size_t(V);
+  }
+}
+
+}  // namespace
+}  // namespace sala::test
