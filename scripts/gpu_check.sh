@@ -33,6 +33,12 @@
 #                                     the full-size random checkpoint (FP8_SEQS x FP8_LEN
 #                                     positions), and the same two on sala-tiny-chat and the
 #                                     golden cases' models
+#   scripts/gpu_check.sh spec         (GPU machine) speculative decoding (issue 21):
+#                                     scripts/spec_equality_check.py on sala-tiny-chat (every
+#                                     completion with and without NGRAM, accept lengths and
+#                                     tokens/s by task kind at concurrency 1 and 8), then the
+#                                     verify step vs the decode step (K = 4, B = 1/8, 4K
+#                                     context) in bf16 and FP8 on the full-size checkpoint
 #   scripts/gpu_check.sh ncu-decode   ncu kernel times of the InfLLM-v2 decode path at 128K
 #   scripts/gpu_check.sh exec CMD...  CMD with the binaries' directory in $SALA_GPU_DIR and
 #                                     their libraries on LD_LIBRARY_PATH (profiler runs)
@@ -278,6 +284,23 @@ fp8() {
   finish fp8
 }
 
+spec() {
+  setup
+  run_logged "$OUT/spec_equality.log" python3 "$ROOT/scripts/spec_equality_check.py" \
+    "$BIN/sala" "$ROOT/tests/fixtures/eval/tiny-chat.jsonl" "$OUT/spec_equality.json" \
+    --model-path "$ROOT/models/sala-tiny-chat" --device "$DEVICE"
+  cat "$OUT/spec_equality.log"
+  $SUM lines "$OUT/checks.jsonl" "spec equality tiny-chat" "$OUT/spec_equality.log" "$RC" \
+    "$SECS" "differ|tok/s"
+  local q
+  for q in "" "--quantization fp8"; do
+    # shellcheck disable=SC2086  # $q is a list of options
+    OUT=$OUT/verify${q:+_fp8} BENCH_ARGS="--decode-batches 1,8 --decode-input 4096 \
+      --decode-output 128 --prefill-batches 1 --prefill-input 4096 --verify-draft-tokens 4 $q" \
+      bench "verify${q:+ fp8}" | grep -E "^(decode|verify)"
+  done
+}
+
 # Kernel times of the InfLLM-v2 decode path (issue 7's 128K decode): ncu over a bench with a
 # 131072-token context, graphs off, only the sparse-layer kernels; scripts/ncu_summary.py
 # prints the mean per kernel over the last 4 decode steps (8 sparse layers × 7 kernels).
@@ -303,9 +326,10 @@ case "${1:-}" in
   long) PROFILE_OPS=${PROFILE_OPS:-8192} BENCH_ARGS=${BENCH_ARGS:-$LONG_BENCH_ARGS} bench long ;;
   decode4k) BENCH_ARGS=${BENCH_ARGS:-$DECODE4K_BENCH_ARGS} bench decode4k ;;
   ncu-decode) ncu_decode ;;
+  spec) spec ;;
   fp8) fp8 ;;
   exec) shift; setup >&2; export SALA_GPU_DIR=$BIN; "$@" ;;
   table|markdown) $SUM "$1" "${2:-$SUMMARY}" ;;
-  *) echo "usage: $0 build|pack|correctness|bench|long|decode4k|fp8|ncu-decode|exec CMD...|table|markdown [FILE]" >&2
+  *) echo "usage: $0 build|pack|correctness|bench|long|decode4k|fp8|spec|ncu-decode|exec CMD...|table|markdown [FILE]" >&2
      exit 2 ;;
 esac

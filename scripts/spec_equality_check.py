@@ -82,15 +82,18 @@ class Server:
         return get(self.url, "/get_server_info")["engine_stats"]
 
     def timed(self, questions, concurrency):
-        """(seconds, completion tokens) of the whole set at this concurrency."""
+        """(seconds, completion tokens) of the whole set at this concurrency, and
+        (seconds, tokens) of each request."""
         def one(q):
             body = {"model": self.model, "messages": [{"role": "user", "content": q}],
                     "temperature": 0, "max_tokens": MAX_TOKENS, "stop": STOP}
-            return post(self.url, "/v1/chat/completions", body)["usage"]["completion_tokens"]
+            t = time.time()
+            n = post(self.url, "/v1/chat/completions", body)["usage"]["completion_tokens"]
+            return time.time() - t, n
         t0 = time.time()
         with ThreadPoolExecutor(concurrency) as ex:
-            toks = sum(ex.map(one, questions))
-        return time.time() - t0, toks
+            each = list(ex.map(one, questions))
+        return (time.time() - t0, sum(n for _, n in each)), each
 
     def close(self):
         self.p.terminate()
@@ -110,13 +113,21 @@ def first_difference(plain_choice, spec_text):
     return len(plain_choice["logprobs"]["content"]), "<end>", 0.0
 
 
+def speeds(server, rows):
+    """{concurrency: (seconds, tokens)} at 1 and 8, and each request's (seconds, tokens) at 1."""
+    qs = [r["question"] for r in rows]
+    one, each = server.timed(qs, 1)
+    eight, _ = server.timed(qs, 8)
+    return {1: one, 8: eight}, each
+
+
 def main():
     sala, data, out = sys.argv[1:4]
     flags = sys.argv[4:]
     rows = [json.loads(l) for l in open(data)]
     plain = Server(sala, flags)
     base = [plain.chat(r["question"], True) for r in rows]
-    plain_speed = {c: plain.timed([r["question"] for r in rows], c) for c in (1, 8)}
+    plain_speed, plain_each = speeds(plain, rows)
     plain.close()
 
     spec = Server(sala, flags + SPEC)
@@ -129,7 +140,7 @@ def main():
         k[0] += s1["spec_verify_calls"] - s0["spec_verify_calls"]
         k[1] += s1["spec_drafted_tokens"] - s0["spec_drafted_tokens"]
         k[2] += s1["spec_accepted_tokens"] - s0["spec_accepted_tokens"]
-    spec_speed = {c: spec.timed([r["question"] for r in rows], c) for c in (1, 8)}
+    spec_speed, spec_each = speeds(spec, rows)
     spec.close()
 
     diffs, bad = [], 0
@@ -150,8 +161,16 @@ def main():
         (ps, pt), (ss, st) = plain_speed[c], spec_speed[c]
         print(f"concurrency {c}: plain {pt / ps:8.1f} tok/s, NGRAM {st / ss:8.1f} tok/s "
               f"({ps / ss:.2f}x)")
+    print("concurrency 1 by kind: plain tok/s, NGRAM tok/s, speed-up")
+    by_kind = {}
+    for r, (p_s, p_n), (s_s, s_n) in zip(rows, plain_each, spec_each):
+        k = by_kind.setdefault(r.get("kind", r.get("task", "?")), [0.0, 0, 0.0, 0])
+        k[0] += p_s; k[1] += p_n; k[2] += s_s; k[3] += s_n
+    for kind, (p_s, p_n, s_s, s_n) in sorted(by_kind.items()):
+        print(f"  {kind:<9} {p_n / p_s:9.1f} {s_n / s_s:9.1f} {p_s / s_s * s_n / max(p_n, 1):6.2f}x")
     json.dump({"flags": flags, "differ": diffs, "per_kind": per_kind,
-               "speed": {"plain": plain_speed, "ngram": spec_speed}}, open(out, "w"), indent=1)
+               "speed": {"plain": plain_speed, "ngram": spec_speed},
+               "by_kind": by_kind}, open(out, "w"), indent=1)
     sys.exit(1 if bad else 0)
 
 
