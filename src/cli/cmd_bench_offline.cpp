@@ -44,7 +44,7 @@ struct Args {
   std::vector<int> long_decode_batches{1, 8};
   int chunk = 8192;  // the server's --chunked-prefill-size
   int long_decode_steps = 64;
-  int verify_draft = 0;  // > 0: also time verify steps of 1 + verify_draft rows per sequence
+  std::vector<int> verify_draft;  // each K: also time verify steps of 1 + K rows per sequence
 };
 
 constexpr double kPeakFlops = 790e12;      // bf16 GEMM, H200 (PERF.md)
@@ -182,7 +182,7 @@ struct Bench {
       set(L, fmt::format("L={}", L), "seconds", row["seconds"], row["floor_seconds"],
           row["fraction_of_floor"]);
     } else if (kind == "verify") {
-      set(a.decode_in, fmt::format("C={} K={}", a.decode_in, a.verify_draft), "ms_per_step",
+      set(a.decode_in, fmt::format("C={} K={}", a.decode_in, int(row["draft_tokens"])), "ms_per_step",
           row["ms_per_step"], row["decode_ms"], double(row["decode_ms"]) / double(row["ms_per_step"]));
     } else {
       SALA_CHECK(kind == "long_decode");
@@ -280,15 +280,15 @@ void bench_long_decode(Bench& b) {
 }
 
 // Speculative verify steps (issue 21) after the decode run of batch B: each sequence
-// contributes its last token and K = --verify-draft-tokens drafted ones (1 + K rows, logits of
+// contributes its last token and K (one of --verify-draft-tokens) drafted ones (1 + K rows, logits of
 // every row, greedy on the device), after its lightning state is copied to its snapshot slot
 // (b + max batch), as the engine's speculator does. Step s writes positions
 // [decode_in + s, decode_in + s + K]: one accepted token per step, the rest rewritten by the
 // next (the engine's rollback), so the context stays that of the decode run. The ratio to
 // the decode step is issue 21's target (<= 1.15x at B=1, <= 1.3x at B=8).
-void bench_verify(Bench& b, int B, int32_t pages_per_seq, const std::vector<int32_t>& next,
+void bench_verify(Bench& b, int B, int K, int32_t pages_per_seq, const std::vector<int32_t>& next,
                   double decode_ms) {
-  const int K = b.a.verify_draft, rows = 1 + K;
+  const int rows = 1 + K;
   const int steps = std::min(b.a.decode_out - rows, 128);
   if (steps <= 0) sala::fail("--verify-draft-tokens {} needs --decode-output > {}", K, rows);
   const int snapshot_base = b.model.limits().caches.num_slots / 2;
@@ -326,7 +326,7 @@ sala::ModelLimits plan_limits(const Args& a, const sala::ModelConfig& cfg) {
   sala::ModelLimits lim;
   lim.max_step_tokens =
       std::max({a.prefill_in, a.decode_in, max_b, max_long_b, long_runs ? a.chunk : 0});
-  lim.max_logit_rows = std::max(max_b * (1 + a.verify_draft), max_long_b);
+  lim.max_logit_rows = std::max(max_b * (1 + max_of(a.verify_draft)), max_long_b);
   lim.max_step_tokens = std::max(lim.max_step_tokens, lim.max_logit_rows);
   lim.caches.page_size = cfg.sparse.block_size;
   const int32_t page = lim.caches.page_size;
@@ -335,7 +335,7 @@ sala::ModelLimits plan_limits(const Args& a, const sala::ModelConfig& cfg) {
                                    pages_for(max_of(a.long_prefill), page),
                                    max_long_b * pages_for(long_decode_len, page)});
   // Verify steps snapshot each sequence's state into slot b + max_b, as the engine does.
-  lim.caches.num_slots = std::max(max_b * (a.verify_draft > 0 ? 2 : 1), max_long_b);
+  lim.caches.num_slots = std::max(max_b * (a.verify_draft.empty() ? 1 : 2), max_long_b);
   return lim;
 }
 
@@ -345,7 +345,8 @@ int run(const Args& a) {
   const bool long_decode = !a.long_decode_contexts.empty();
   if (a.chunk <= 0 || a.long_decode_steps <= 0 || (long_decode && a.long_decode_batches.empty()))
     sala::fail("--chunk, --long-decode-steps and --long-decode-batches must be positive");
-  if (a.verify_draft < 0) sala::fail("--verify-draft-tokens {} is negative", a.verify_draft);
+  for (int k : a.verify_draft)
+    if (k <= 0) sala::fail("--verify-draft-tokens: {} is not positive", k);
   for (int64_t len : a.long_prefill)
     if (len <= 0) sala::fail("--long-prefill: length {} is not positive", len);
   for (int64_t len : a.long_decode_contexts)
@@ -436,7 +437,7 @@ int run(const Args& a) {
                {"floor_ms", decode_floor_ms}, {"fraction_of_floor", floor_ratio}},
               fmt::format("decode  B={:<3} {:>9.3f} ms/step {:>10.1f} tok/s   floor {:.3f} ms -> {:5.1f}% of floor",
                           B, med, B * 1e3 / med, decode_floor_ms, 100 * floor_ratio));
-    if (a.verify_draft > 0) bench_verify(bench, B, pages_per_seq, next, med);
+    for (int k : a.verify_draft) bench_verify(bench, B, k, pages_per_seq, next, med);
   }
   for (int B : a.prefill_batches) {
     sala::StepMeta warm;
@@ -491,7 +492,7 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
   app.add_option("--long-decode-steps", a->long_decode_steps,
                  "timed decode steps per long decode run")->capture_default_str();
   app.add_option("--verify-draft-tokens", a->verify_draft,
-                 "also time speculative verify steps of 1 + K rows per sequence after each decode run");
+                 "also time speculative verify steps of 1 + K rows per sequence after each decode run (a list of K)")->delimiter(',');
   app.add_option("--threads", a->threads, "CPU threads (0 = all)");
   app.add_flag("--bf16", a->bf16, "CPU: emulate bf16 rounding");
   app.add_option("--quantization", a->quantization,
