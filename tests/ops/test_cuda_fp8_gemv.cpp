@@ -8,11 +8,13 @@
 //   QuantizationBitExact  one-hot weights: every output is one product, so every x element's
 //                         quantization (ties, subnormals, saturation, zero rows) is compared
 //                         bit for bit
-//   MatchesCpu            the model's shapes and odd ones, M = 1..16, zero rows, outliers
+//   MatchesCpu            the model's shapes and odd ones, M = 1..64 (every n8-tile count),
+//                         zero rows, outliers
 //   OutputModes           GemvOut parts (up to 4), fp32 logits, silu_pair vs linear_multi +
-//                         silu_mul on the CPU
-//   RowInvariance         every row of M = 2..16 bit-identical to the row alone
-//   Speed                 us and GB/s of weight bytes at M = 1, 8, 16 (prints only)
+//                         silu_mul on the CPU, M up to 64
+//   RowInvariance         every row of M = 2..64 bit-identical to the row alone (plain, fp32,
+//                         parts, silu_pair)
+//   Speed                 us and GB/s of weight bytes at M = 1, 8, 16, 32, 40, 64 (prints only)
 // Without a GPU every test GTEST_SKIPs (cuda_test_util.h).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -96,26 +98,30 @@ Fp8W random_weight(int64_t N, int64_t K, uint32_t seed) {
   return w;
 }
 
-// x [16, K] bf16: N(0, 1) rows, row 3 zero, row 5 with outliers (×3000 every 97th element:
-// the others quantize to few bits, subnormals and zeros), row 10 of e4m3 ties at sx = 1
-// (amax 448: x / sx = x exactly), row 14 tiny (×1e-6), row 15 large (×300).
+// x [64, K] bf16 (kRows): N(0, 1) rows; in every 16 rows b (b = 0, 16, 32, 48), row b + 3
+// zero, b + 5 with outliers (×3000 every 97th element: the others quantize to few bits,
+// subnormals and zeros), b + 10 of e4m3 ties at sx = 1 (amax 448: x / sx = x exactly), b + 14
+// tiny (×1e-6), b + 15 large (×300): every n8 tile of a wide M meets them.
+constexpr int kRows = cuda::kGemvMaxRows;
 HostMat activations(int64_t K, uint32_t seed) {
-  HostMat x = randn(16, K, seed, 1.f);
+  HostMat x = randn(kRows, K, seed, 1.f);
   auto set = [&](int64_t r, int64_t k, float v) { x.bits[size_t(r * K + k)] = to_bf16(v); };
   auto get = [&](int64_t r, int64_t k) { return from_bf16(x.bits[size_t(r * K + k)]); };
-  for (int64_t k = 0; k < K; ++k) {
-    set(3, k, 0.f);
-    if (k % 97 == 5) set(5, k, get(5, k) * 3000.f);
-    // Midpoints between neighbouring e4m3 values: normal (1 + (2i+1)/16)·2^e for e = -6..7,
-    // subnormal (2i+1)·2^-10; both signs; exact in bf16.
-    const int i = int(k % 8), e = int(k / 8 % 14) - 6;
-    const float tie = (k / 8 / 14) % 2 ? std::ldexp(float(2 * i + 1), -10)
-                                       : std::ldexp(1.f + float(2 * i + 1) / 16.f, e);
-    set(10, k, k % 3 == 1 ? -tie : tie);
-    set(14, k, get(14, k) * 1e-6f);
-    set(15, k, get(15, k) * 300.f);
+  for (int64_t b = 0; b < kRows; b += 16) {
+    for (int64_t k = 0; k < K; ++k) {
+      set(b + 3, k, 0.f);
+      if (k % 97 == 5) set(b + 5, k, get(b + 5, k) * 3000.f);
+      // Midpoints between neighbouring e4m3 values: normal (1 + (2i+1)/16)·2^e for e = -6..7,
+      // subnormal (2i+1)·2^-10; both signs; exact in bf16.
+      const int i = int(k % 8), e = int(k / 8 % 14) - 6;
+      const float tie = (k / 8 / 14) % 2 ? std::ldexp(float(2 * i + 1), -10)
+                                         : std::ldexp(1.f + float(2 * i + 1) / 16.f, e);
+      set(b + 10, k, k % 3 == 1 ? -tie : tie);
+      set(b + 14, k, get(b + 14, k) * 1e-6f);
+      set(b + 15, k, get(b + 15, k) * 300.f);
+    }
+    set(b + 10, K / 2, K > 16 ? -448.f : 448.f);
   }
-  set(10, K / 2, K > 16 ? -448.f : 448.f);
   return x;
 }
 
@@ -265,7 +271,7 @@ TEST(CudaFp8Gemv, QuantizationBitExact) {
     const HostMat hx = activations(K, 31 + uint32_t(K));
     Oracle cpu(fw);
     Gpu gpu(fw, hx);
-    for (int M : {1, 8, 11, 16})
+    for (int M : {1, 8, 11, 16, 24, 40, 64})
       for (bool f32 : {false, true}) {
         const std::vector<float> r = cpu.linear(hx, M), e = gpu.run(M, {K}, f32);
         const std::string name = fp8_name(f32 ? "fp8 one-hot f32" : "fp8 one-hot", K, K, M);
@@ -286,7 +292,8 @@ TEST(CudaFp8Gemv, MatchesCpu) {
   REQUIRE_GPU();
   struct S {
     int64_t N, K;
-    bool all_m;  // M = 1..16, else 1, 2, 8, 9, 16
+    bool all_m;  // M = 1..17 and 24, 31, 32, 33, 40, 47, 48, 57, 63, 64; else 1, 2, 9, 16,
+                 // 17, 33, 40, 64
   };
   uint32_t seed = 700;
   for (S s : {S{77, 1024, true}, S{1000, 2048, true}, S{33, 16, true}, S{130, 48, true},
@@ -297,8 +304,12 @@ TEST(CudaFp8Gemv, MatchesCpu) {
     Oracle cpu(fw);
     Gpu gpu(fw, hx);
     std::vector<int> ms;
-    for (int m = 1; m <= 16; ++m)
-      if (s.all_m || m == 1 || m == 2 || m == 8 || m == 9 || m == 16) ms.push_back(m);
+    if (s.all_m) {
+      for (int m = 1; m <= 17; ++m) ms.push_back(m);
+      for (int m : {24, 31, 32, 33, 40, 47, 48, 57, 63, 64}) ms.push_back(m);
+    } else {
+      ms = {1, 2, 9, 16, 17, 33, 40, 64};
+    }
     for (int M : ms)
       expect_fp8_close(fp8_name("fp8 gemv", s.N, s.K, M), gpu.run(M, {s.N}, false),
                        cpu.linear(hx, M), M, s.N, 1);
@@ -316,7 +327,7 @@ TEST(CudaFp8Gemv, OutputModes) {
     const HostMat hx = activations(K, seed++);
     Oracle cpu(fw);
     Gpu gpu(fw, hx);
-    for (int M : {1, 5, 8, 12, 16}) {
+    for (int M : {1, 5, 8, 12, 16, 24, 40, 64}) {
       std::vector<Tensor> ys;
       for (int64_t c : cols) ys.push_back(cpu.cpu->alloc(M, c, DType::F32));
       std::vector<Tensor*> yp;
@@ -352,8 +363,8 @@ TEST(CudaFp8Gemv, OutputModes) {
     const HostMat hx = activations(K, seed++);
     Oracle cpu(fw);
     Gpu gpu(fw, hx);
-    for (int M : {1, 7, 16}) {
-      if (I > 1024 && M == 7) continue;
+    for (int M : {1, 7, 16, 33, 64}) {
+      if (I > 1024 && (M == 7 || M == 33)) continue;
       Tensor g = cpu.cpu->alloc(M, I, DType::F32), u = cpu.cpu->alloc(M, I, DType::F32);
       cpu.cpu->linear_multi(cpu.x(hx, M), cpu.w, {&g, &u});
       cpu.cpu->silu_mul(g, u, g);
@@ -363,24 +374,46 @@ TEST(CudaFp8Gemv, OutputModes) {
   }
 }
 
-// Row m of x alone (M = 1, x offset by m rows) and as row m of M = 2..16 give the same bits.
+// Row m of x alone (M = 1, x offset by m rows) and as row m of M = 2..64 (every n8-tile
+// count) give the same bits: plain bf16 outputs, fp32 logits, parts split inside the 32-row
+// tiles, and silu_pair.
 TEST(CudaFp8Gemv, RowInvariance) {
   REQUIRE_GPU();
   uint32_t seed = 900;
+  struct Mode {
+    const char* name;
+    bool f32, silu, parts;
+  };
   for (auto [N, K] : {std::pair<int64_t, int64_t>{1024, 4096}, {512, 16384}, {77, 1024}}) {
     const Fp8W fw = random_weight(N, K, seed++);
     const HostMat hx = activations(K, seed++);
     Gpu gpu(fw, hx);
-    for (bool f32 : {false, true}) {
-      std::vector<std::vector<float>> alone(16);
-      for (int r = 0; r < 16; ++r) alone[size_t(r)] = gpu.run(1, {N}, f32, false, r);
-      for (int M : {2, 3, 5, 8, 9, 11, 16}) {
-        const std::vector<float> got = gpu.run(M, {N}, f32);
-        for (int r = 0; r < M; ++r)
-          EXPECT_EQ(
-              0, std::memcmp(alone[size_t(r)].data(), got.data() + int64_t(r) * N, size_t(N) * 4))
-              << "row " << r << " differs at M=" << M << " K=" << K << " N=" << N
-              << (f32 ? " (f32)" : "");
+    for (const Mode md :
+         {Mode{"bf16", false, false, false}, Mode{"f32", true, false, false},
+          Mode{"parts", false, false, true}, Mode{"silu_pair", false, true, false}}) {
+      if (md.silu && !cuda::gemv_fp8_silu_pair_supported(N)) continue;  // N % 64, ring kernel
+      std::vector<int64_t> cols = {N};
+      if (md.parts) cols = {N / 2 - 13, 26, N - N / 2 - 13};
+      if (md.silu) cols = {N / 2};
+      int64_t width = 0;
+      for (int64_t c : cols) width += c;
+      std::vector<std::vector<float>> alone(kRows);
+      for (int r = 0; r < kRows; ++r) alone[size_t(r)] = gpu.run(1, cols, md.f32, md.silu, r);
+      for (int M : {2, 3, 5, 8, 9, 11, 16, 17, 24, 31, 32, 33, 40, 57, 64}) {
+        const std::vector<float> got = gpu.run(M, cols, md.f32, md.silu);
+        int bad = 0;
+        for (int r = 0; r < M; ++r) {
+          const float* e = got.data() + int64_t(r) * width;
+          const float* a = alone[size_t(r)].data();
+          if (std::memcmp(a, e, size_t(width) * 4) == 0) continue;
+          int64_t c = 0;
+          while (c < width && std::memcmp(a + c, e + c, 4) == 0) ++c;
+          if (bad++ < 4)
+            ADD_FAILURE() << "fp8 gemv " << md.name << ": row " << r << " differs at M=" << M
+                          << " K=" << K << " N=" << N << ", first at column " << c << " ("
+                          << e[c] << " vs " << a[c] << " alone)";
+        }
+        EXPECT_EQ(bad, 0) << "fp8 gemv " << md.name << " M=" << M << " K=" << K << " N=" << N;
       }
     }
   }
@@ -391,7 +424,7 @@ TEST(CudaFp8Gemv, RowInvariance) {
 TEST(CudaFp8Gemv, Speed) {
   REQUIRE_GPU();
   std::printf("\n[ gemv fp8 ] %-22s %4s %10s %10s\n", "shape N x K", "M", "us", "GB/s");
-  const HostMat hx = randn(16, 16384, 899, 1.f);
+  const HostMat hx = randn(kRows, 16384, 899, 1.f);
   DevBuf x(hx.bits.size() * 2);
   CUDA_OK(cudaMemcpy(x.p, hx.bits.data(), hx.bits.size() * 2, cudaMemcpyHostToDevice));
   for (auto [N, K] : {std::pair<int64_t, int64_t>{4096, 4096},
@@ -402,15 +435,15 @@ TEST(CudaFp8Gemv, Speed) {
                       {73448, 4096}}) {
     const int64_t bytes = N * K;
     const int copies = int(std::max<int64_t>(2, (400ll << 20) / bytes + 1));
-    DevBuf w(size_t(bytes) * size_t(copies)), s(size_t(N) * 4), y(size_t(16 * N) * 2);
+    DevBuf w(size_t(bytes) * size_t(copies)), s(size_t(N) * 4), y(size_t(kRows * N) * 2);
     CUDA_OK(cudaMemset(w.p, 0x34, size_t(bytes) * size_t(copies)));  // 0.75
     std::vector<float> ones(size_t(N), 1e-3f);
     CUDA_OK(cudaMemcpy(s.p, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
     GemvOut o{};
     o.y[0] = y.p, o.end[0] = N, o.cols[0] = N, o.nparts = 1;
-    for (int M : {1, 8, 16}) {
+    for (int M : {1, 8, 16, 32, 40, 64}) {
       // The quantize kernel + the GEMV (what GemmDispatch runs), and the GEMV alone.
-      DevBuf xq(size_t(16 * K)), sx(16 * 4);
+      DevBuf xq(size_t(kRows * K)), sx(kRows * 4);
       for (bool with_quantize : {true, false}) {
         auto launch = [&](int i) {
           if (with_quantize)

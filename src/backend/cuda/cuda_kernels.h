@@ -55,8 +55,9 @@ void launch_qk_norm_rope(T* q, T* k, const T* qn, const T* kn, int64_t rows, int
                          int head_dim, float eps, const int32_t* pos, const float* inv_freq,
                          cudaStream_t st);
 
-// ---- skinny GEMM for decode rows (cuda_gemv.cu) ----
-inline constexpr int kGemvMaxRows = 16;
+// ---- skinny GEMM for decode and verify rows (cuda_gemv.cu) ----
+// Rows one GEMV launch takes (one pass over the weights; n8 tiles NT = 1, 2, 4, 8).
+inline constexpr int kGemvMaxRows = 64;
 struct GemvOut {          // weight rows [end[p-1], end[p]) go to y[p] (row-major, cols[p])
   void* y[4];
   int64_t end[4];
@@ -79,23 +80,24 @@ void launch_silu_mul_halves(const bf16* x, int64_t T, int64_t I, bf16* out, cuda
 // GemvOut::silu_pair runs on this GPU for N weight rows (the ring kernel, N / 2 a whole
 // number of its 32-row tiles).
 bool gemv_silu_pair_supported(int64_t N);
-// y[m, n] = Σ_k x[m*ldx + k] w[n*K + k] for m < M <= 16, n < N.
+// y[m, n] = Σ_k x[m*ldx + k] w[n*K + k] for m < M <= kGemvMaxRows, n < N. Row invariant: row
+// m's result is bit-identical for any M (and equals the row alone).
 void launch_gemv(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, int M,
                  const GemvOut& o, cudaStream_t st);
 
-// ---- W8A8 FP8 skinny GEMM for decode rows (cuda_gemv_fp8.cu), CpuBackend::linear_fp8's twin ----
-// y[m, n] = (Σ_k xq[m,k] · wq[n,k]) · sx[m] · w_scales[n] for m < M <= 16, n < N, where
-// wq = e4m3 codes w[N, K] (uint8, row-major) and xq [M, ldq] / sx [M] the activation codes and
-// scales of launch_quantize_rows_fp8 (quantized once per row before the GEMV: quantizing
-// inside it made it ALU-bound, issue 17). Output through GemvOut exactly as launch_gemv
+// ---- W8A8 FP8 skinny GEMM for decode / verify rows (cuda_gemv_fp8.cu), linear_fp8's twin ----
+// y[m, n] = (Σ_k xq[m,k] · wq[n,k]) · sx[m] · w_scales[n] for m < M <= kGemvMaxRows, n < N,
+// where wq = e4m3 codes w[N, K] (uint8, row-major) and xq [M, ldq] / sx [M] the activation
+// codes and scales of launch_quantize_rows_fp8 (quantized once per row before the GEMV:
+// quantizing inside it made it ALU-bound, issue 17). Output through GemvOut exactly as launch_gemv
 // (nparts split, f32 logits holding bf16-rounded values, silu_pair). Batch invariant: row m's
-// result is bit-identical for any M in 1..16. ldq % 16 == 0, xq 16-byte aligned.
+// result is bit-identical for any M in 1..kGemvMaxRows. ldq % 16 == 0, xq 16-byte aligned.
 void launch_gemv_fp8(const uint8_t* xq, int64_t ldq, const float* sx, const uint8_t* w,
                      const float* w_scales, int64_t N, int K, int M, const GemvOut& o,
                      cudaStream_t st);
-// M in 1..16, K % 16 == 0, w 16-byte aligned. The first call (outside any stream capture)
-// picks the kernel for the current device and sets its shared memory; gemv_fp8_init makes
-// that choice now (the backend's constructor, outside any capture).
+// M in 1..kGemvMaxRows, K % 16 == 0, w 16-byte aligned. The first call (outside any stream
+// capture) picks the kernel for the current device and sets its shared memory; gemv_fp8_init
+// makes that choice now (the backend's constructor, outside any capture).
 bool gemv_fp8_supported(const void* w, int64_t K, int64_t M);
 void gemv_fp8_init();
 // GemvOut::silu_pair runs on this GPU for N weight rows (the ring kernel, N % 64 == 0).

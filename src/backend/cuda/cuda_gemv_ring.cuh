@@ -1,0 +1,219 @@
+// The machinery shared by the skinny GEMMs (cuda_gemv.cu: bf16 weights; cuda_gemv_fp8.cu: e4m3
+// codes): K slices, the persistent cp.async weight ring and its tile walk, the shared-memory
+// epilogue. The weights are handled as bytes: a 16-byte chunk is 8 bf16 or 16 e4m3 k.
+//
+// Shapes. A CTA is kWarps = 8 warps; warp w owns the fixed K slice Slice(kc, w) of every weight
+// row (kc = K / k per chunk). Input rows: M <= kGemvMaxRows = 64, as NT <= 8 n8 tiles of the
+// mma B operand (instantiations NT = 1, 2, 4, 8; tile nt holds rows 8 nt .. 8 nt + 7, zeros
+// past M). Accumulators acc[R][NT][4]: R 16-row weight tiles (ring: R = 2, a 32-row tile).
+//
+// Row invariance rests on: the K split (Slice) and the k order of the mma sequence of each
+// accumulator depend only on K; mma columns are independent; the epilogue sums one output's
+// 8 warp partials in warp order, then scales / rounds it alone. Nothing here depends on M
+// except which columns exist.
+#pragma once
+#include <cstdint>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_kernels.h"
+
+namespace sala::cuda::gemv {
+
+constexpr int kWarps = 8;  // K slices per CTA: part of the numerics
+constexpr int kThreads = 32 * kWarps;
+constexpr int kMaxNT = kGemvMaxRows / 8;  // n8 tiles of input rows
+static_assert(kGemvMaxRows % 16 == 0 && kMaxNT <= 8, "epilogue passes of 16 columns");
+
+// n8 tiles for M rows: the instantiation that launch_gemv* picks (1, 2, 4 or 8).
+constexpr int nt_for(int M) { return M <= 8 ? 1 : M <= 16 ? 2 : M <= 32 ? 4 : 8; }
+// n-tiles whose B fragments are held in registers at once (the rest are loaded per group):
+// all X fragments of NT = 8 would take 128 registers per lane.
+constexpr int kGroupNT = 2;
+
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ void cp16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ uint4 lds(uint32_t a) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(a)
+               : "memory");
+  return v;
+}
+
+// K slice of warp w over kc 16-byte chunks: chunks [cb, ce) (empty when ce <= cb),
+// 4·ceil(kc/8/4) long.
+struct Slice {
+  int cb, ce;
+  __device__ Slice(int kc, int w) {
+    const int per = ((kc + kWarps - 1) / kWarps + 3) / 4 * 4;
+    cb = w * per;
+    ce = min(cb + per, kc);
+  }
+};
+
+// B fragments: lane (g, t) feeds input row g + 8 nt of n-tile nt (x: rows of ld bytes); zeros
+// past M. load: chunks c0 + 4u + t, u < 4, of the slice ending at ce, of n-tiles nt0 ..
+// nt0 + G - 1 (from L1/L2: x is small and read by every CTA).
+struct XRows {
+  const uint8_t* x;
+  int64_t ld;
+  int M, g;
+  template <int G>
+  __device__ __forceinline__ void load(uint4 (&X)[G][4], int nt0, int c0, int t, int ce) const {
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+      const int row = g + 8 * (nt0 + j);
+      const uint4* r = reinterpret_cast<const uint4*>(x + int64_t(row < M ? row : 0) * ld);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int c = c0 + 4 * u + t;
+        X[j][u] = c < ce && row < M ? __ldg(r + c) : make_uint4(0, 0, 0, 0);
+      }
+    }
+  }
+};
+
+// ---- the ring ----
+// A warp's stage: kRows weight rows x kCps chunks (256 B) of its slice. Even rows, then odd
+// rows 64 B further (at 64 mod 128): lane (g, t) reading chunk 4v + t of row g hits 8
+// distinct 16-byte bank groups per quarter warp, no swizzle, every row one contiguous run.
+constexpr int kRows = 32, kCps = 16, kStages = 3;
+constexpr int kHalf = kRows / 2 * kCps * 16, kStage = 2 * kHalf + 128;
+constexpr int kRingBytes = kWarps * kStages * kStage;      // 199,680
+constexpr int kRedBytes = kWarps * kRows * 17 * 4;          // one pass of 16 columns: 17,408
+constexpr int kGateBytes = kRows * kGemvMaxRows * 4;        // silu_pair's gate tile: 8,192
+constexpr int kRingMaxSmem = 227 * 1024;                    // sm_90's per-block opt-in
+
+__device__ __forceinline__ uint32_t row_off(int r) {
+  return (r & 1) * (kHalf + 64) + (r >> 1) * kCps * 16;
+}
+
+// What a tile's epilogue does with its values (GemvOut::silu_pair: the gate tile parks them
+// in shared memory, the up tile of the same columns combines).
+enum class Epi { kStore, kKeepGate, kSiluMul };
+
+// A persistent CTA's walk: tiles bx, bx + gx, ...; with silu_pair, units bx, bx + gx, ... of
+// the ntiles / 2 gate tiles, each followed by its up tile (ntiles / 2 further), so both meet
+// in this CTA. Stage u of this warp is stage u % nst of tile u / nst, in slot u % kStages.
+struct Walk {
+  int bx, gx, units, ntc, nst, U;
+  bool pair;
+  __device__ Walk(int ntiles, bool silu_pair, const Slice& s)
+      : bx(int(blockIdx.x)), gx(int(gridDim.x)), pair(silu_pair) {
+    units = pair ? ntiles / 2 : ntiles;
+    const int nuc = bx < units ? (units - 1 - bx) / gx + 1 : 0;
+    ntc = pair ? 2 * nuc : nuc;                                    // tiles of this CTA
+    nst = s.ce > s.cb ? (s.ce - s.cb + kCps - 1) / kCps : 0;       // stages per tile
+    U = ntc * nst;                                                 // stages this warp consumes
+  }
+  __device__ int tile(int ti) const {
+    return pair ? bx + (ti >> 1) * gx + (ti & 1) * units : bx + ti * gx;
+  }
+  __device__ Epi epi(int ti) const {
+    return !pair ? Epi::kStore : (ti & 1) ? Epi::kSiluMul : Epi::kKeepGate;
+  }
+  // Stage u into its slot of the warp's ring: one commit group per call, empty from U on, so
+  // that cp.async.wait_group counts stages. 2 rows x 256 B per instruction. w: the weights
+  // [N, row_bytes].
+  __device__ __forceinline__ void issue(int u, uint32_t ring, const Slice& s,
+                                        const uint8_t* __restrict__ w, int64_t row_bytes,
+                                        int64_t N) const {
+    if (u < U) {
+      const int ti = u / nst, c0 = s.cb + (u - ti * nst) * kCps, nv = min(kCps, s.ce - c0);
+      const int64_t n0 = int64_t(tile(ti)) * kRows;
+      const uint32_t dst = ring + (u % kStages) * kStage;
+      const int lane = threadIdx.x % 32;
+#pragma unroll
+      for (int j = 0; j < kRows * kCps / 32; ++j) {
+        const int q = j * 32 + lane, r = q / kCps, c = q % kCps;
+        if (c < nv)
+          cp16(dst + row_off(r) + c * 16,
+               w + min(n0 + r, N - 1) * row_bytes + int64_t(c0 + c) * 16);
+      }
+    }
+    cp_commit();
+  }
+};
+
+// Epilogue of a tile of ROWS = 16 R weight rows from n0, in passes of 16 input columns (red
+// holds one pass): the warps' partial tiles to shared memory, summed in warp order,
+// scale(v, m) applied (bf16: none; FP8: · sx[m] · w_scale[n]), rounded once. c0, c1 of
+// acc[rt][nt]: (weight row rt·16 + g, input rows nt·8 + 2t, + 1); c2, c3: weight row
+// rt·16 + g + 8. kKeepGate / kSiluMul: gate [M][ROWS] holds the gate tile's bf16 values; the
+// same thread keeps and reads an (n, m). Passes past M are skipped (M is uniform over the CTA).
+// Ends with red free to overwrite only after the caller's __syncthreads.
+template <int ROWS, int R, int NT, class Scale>
+__device__ __forceinline__ void finish(float (*red)[ROWS][17], const float (&acc)[R][NT][4],
+                                       int64_t n0, int64_t N, int M, const GemvOut& o, Epi epi,
+                                       float* gate, Scale scale) {
+  static_assert(kThreads % ROWS == 0, "a thread finishes one weight row (FP8: its scale)");
+  const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+#pragma unroll
+  for (int p = 0; p < (NT + 1) / 2; ++p) {
+    if (16 * p >= M) break;
+    if (p > 0) __syncthreads();  // every thread has read pass p - 1
+#pragma unroll
+    for (int rt = 0; rt < R; ++rt)
+#pragma unroll
+      for (int j = 0; j < 2 && 2 * p + j < NT; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          red[warp][rt * 16 + g + 8 * (i / 2)][j * 8 + 2 * t + i % 2] = acc[rt][2 * p + j][i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < ROWS * 16; i += kThreads) {
+      const int nl = i % ROWS, ml = i / ROWS, m = 16 * p + ml;
+      const int64_t n = n0 + nl;
+      if (m >= M || n >= N) continue;
+      float v = red[0][nl][ml];
+#pragma unroll
+      for (int q = 1; q < kWarps; ++q) v += red[q][nl][ml];
+      v = scale(v, m);
+      if (epi == Epi::kKeepGate) {
+        gate[m * ROWS + nl] = rb(v);
+        continue;
+      }
+      if (epi == Epi::kSiluMul) {  // n is an up row; its gate row is n - N / 2
+        const float gv = gate[m * ROWS + nl];
+        static_cast<bf16*>(o.y[0])[m * o.cols[0] + n - N / 2] =
+            f2b(rb(gv / (1.f + expf(-gv))) * rb(v));
+        continue;
+      }
+      int q = 0;
+      while (q + 1 < o.nparts && n >= o.end[q]) ++q;
+      const int64_t col = n - (q ? o.end[q - 1] : 0);
+      if (o.f32)
+        static_cast<float*>(o.y[q])[m * o.cols[q] + col] = rb(v);
+      else
+        static_cast<bf16*>(o.y[q])[m * o.cols[q] + col] = f2b(v);
+    }
+  }
+}
+
+// f.template operator()<NT>() for the n8-tile count of M rows (nt_for).
+template <class F>
+void with_nt(int M, F&& f) {
+  switch (nt_for(M)) {
+    case 1: return f.template operator()<1>();
+    case 2: return f.template operator()<2>();
+    case 4: return f.template operator()<4>();
+    default: return f.template operator()<8>();
+  }
+}
+
+}  // namespace sala::cuda::gemv
