@@ -287,7 +287,7 @@ struct BackendOptions {
   // e4m3 with one scale per output channel (amax / 448), and each GEMM quantizes its input
   // rows the same way per token; lm_head, the embedding and the norms stay dense. The CPU
   // backend (the oracle) implements it; the CUDA backend runs it in bf16 mode (the FP8 skinny
-  // GEMV for <= 16 rows; quantize kernel + cuBLASLt FP8 GEMMs above, cuda_gemm_fp8.cpp) and
+  // GEMV for <= 64 rows; quantize kernel + cuBLASLt FP8 GEMMs above, cuda_gemm_fp8.cpp) and
   // refuses it in fp32 mode (sala::Error).
   bool fp8_weights = false;
   // W4A16 at load (`sala serve --quantization w4a16`): the projections are quantized to
