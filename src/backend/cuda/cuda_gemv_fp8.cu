@@ -220,10 +220,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       cp_wait<kStages - 1>();  // this lane's copies of stage u landed
       __syncwarp();            // and every other lane's
       const uint32_t base = ring + (u % kStages) * kStage;
-      // The W fragments are read from the ring per n-tile group and chunk, both halves of a
-      // chunk together (ld.shared is volatile: never merged or hoisted into one set; Hopper
-      // runs the e4m3 MMA as conversions + f16 MMAs, whose operands of a whole stage kept in
-      // registers across the groups spilled at NT >= 4).
+      // The W fragments are read from the ring per n-tile group and chunk, both 16-row halves
+      // of a chunk together (ld.shared is volatile: never merged into one set per stage). A
+      // stage's W operands kept in registers across the groups spilled at NT >= 4 on sm_90a,
+      // where the e4m3 mma.sync takes far more registers than on sm_89 (ptxas -v: 250 vs 164
+      // at NT = 8 in this form), apparently lowered through conversions.
 #pragma unroll
       for (int q = 0; q < NG; ++q) {
         if (8 * G * q >= M) break;  // n-tiles wholly past M (uniform)
