@@ -1,7 +1,8 @@
 // CUDA backend vs CPU backend in bf16 emulation (NumericMode::BF16), op by op (harness:
-// cuda_test_util.h): element-wise ops, norms, GEMMs, RoPE, lightning (GLA) layers, argmax,
-// GEMV row invariance and speed (recorded decode steps: test_cuda_graphs.cpp, same binary). The
-// sparse (InfLLM-v2) layers are in test_cuda_sparse.cpp.
+// cuda_test_util.h): element-wise ops, norms, GEMMs, RoPE, lightning (GLA) layers, argmax
+// (recorded decode steps: test_cuda_graphs.cpp; GEMV row invariance, verify-step dispatch and
+// speed: test_cuda_gemv.cpp; same binary). The sparse (InfLLM-v2) layers are in
+// test_cuda_sparse.cpp.
 //
 // Element-wise ops must agree to the bit or within one bf16 ulp on a few elements (fp32 exp /
 // sqrt differences before a rounding); GEMMs and the GLA kernels within bf16 round-off of a
@@ -11,9 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -357,198 +356,6 @@ TEST(CudaOps, WideDecodeSteps) {
   }
 }
 
-// Rows [0, M) of op(M) as fp32 [M, cols] (op writes the GPU tensor it returns).
-template <class Op>
-std::vector<float> gpu_rows(Backend& gpu, int64_t M, int64_t cols, Op&& op) {
-  const Tensor y = op(M);
-  std::vector<float> r(size_t(M * cols));
-  gpu.download_f32(y, r.data());
-  return r;
-}
-
-// Row r of `got` [M, cols] equals `alone[r]` (the row computed with M = 1), for every r < M;
-// reports the first differing row and column.
-void expect_rows_alone(const std::vector<std::vector<float>>& alone, const std::vector<float>& got,
-                       int64_t M, int64_t cols, const std::string& what) {
-  int64_t bad_rows = 0;
-  for (int64_t r = 0; r < M; ++r) {
-    const float* a = alone[size_t(r)].data();
-    const float* b = got.data() + r * cols;
-    if (std::memcmp(a, b, size_t(cols) * 4) == 0) continue;
-    int64_t c = 0;
-    while (c < cols && std::memcmp(a + c, b + c, 4) == 0) ++c;
-    if (bad_rows++ < 4)
-      ADD_FAILURE() << what << ": row " << r << " at M=" << M << " differs from the row alone at "
-                    << "column " << c << " (" << b[c] << " vs " << a[c] << ")";
-  }
-  EXPECT_EQ(bad_rows, 0) << what << ": rows of M=" << M << " that differ from the row alone";
-}
-
-constexpr int64_t kInvarianceMs[] = {2, 3, 5, 8, 9, 11, 16, 17, 24, 31, 32, 33, 40, 57, 64};
-
-// A decode / verify row's GEMV result must not depend on the other rows of the step: row r
-// alone (M = 1) and inside steps of 2..64 rows (every n8-tile count: NT = 1, 2, 4, 8), bit for
-// bit, on narrow and wide shapes, for plain outputs, fp32 logits, split parts (linear_multi)
-// and the fused gate_up + SiLU (linear_silu_mul).
-TEST(CudaOps, GemvRowInvariance) {
-  REQUIRE_GPU();
-  Pair p;
-  struct S {
-    int64_t K, N;
-    bool f32_out;
-  };
-  uint32_t seed = 260;
-  constexpr int64_t kRowsMax = 64;
-  for (S s : {S{4096, 1024, false}, S{16384, 512, false}, S{1024, 77, false},
-              S{4096, 2048, true}}) {
-    const int64_t K = s.K, N = s.N;
-    const DType yt = s.f32_out ? DType::F32 : DType::BF16;
-    auto x = p.up(randn(kRowsMax, K, seed++, 1.f));
-    auto w = p.up(randn(N, K, seed++, 1.f / 64.f));
-    const std::string what = shape(s.f32_out ? "gemv f32-out" : "gemv", {K, N});
-    auto run = [&](int64_t r0, int64_t M) {
-      return gpu_rows(*p.gpu, M, N, [&](int64_t m) {
-        auto y = p.out(m, N, yt);
-        p.gpu->linear(x.g.slice_rows(r0, m), w.g, y.g);
-        return y.g;
-      });
-    };
-    std::vector<std::vector<float>> alone(kRowsMax);
-    for (int64_t r = 0; r < kRowsMax; ++r) alone[size_t(r)] = run(r, 1);
-    for (int64_t M : kInvarianceMs) expect_rows_alone(alone, run(0, M), M, N, what);
-  }
-  // linear_multi parts (boundaries inside 32-row tiles) and linear_silu_mul.
-  const int64_t K = 4096, I = 1056;
-  const std::vector<int64_t> parts{1000, 77, 531, 440};
-  auto x = p.up(randn(kRowsMax, K, seed++, 1.f));
-  auto wm = p.up(randn(2048, K, seed++, 1.f / 64.f));
-  auto wg = p.up(randn(2 * I, K, seed++, 1.f / 64.f));
-  auto multi = [&](int64_t r0, int64_t M) {
-    std::vector<Pair::T2> ys;
-    std::vector<Tensor*> yg;
-    for (int64_t n : parts) ys.push_back(p.out(M, n));
-    for (auto& y : ys) yg.push_back(&y.g);
-    p.gpu->linear_multi(x.g.slice_rows(r0, M), wm.g, yg);
-    std::vector<float> r(size_t(M * 2048));
-    int64_t c0 = 0;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      std::vector<float> h(size_t(M * parts[i]));
-      p.gpu->download_f32(ys[i].g, h.data());
-      for (int64_t m = 0; m < M; ++m)
-        std::copy_n(h.begin() + m * parts[i], parts[i], r.begin() + m * 2048 + c0);
-      c0 += parts[i];
-    }
-    return r;
-  };
-  auto silu = [&](int64_t r0, int64_t M) {
-    return gpu_rows(*p.gpu, M, I, [&](int64_t m) {
-      auto g = p.out(m, I), u = p.out(m, I);
-      p.gpu->linear_silu_mul(x.g.slice_rows(r0, m), wg.g, g.g, u.g);
-      return g.g;
-    });
-  };
-  std::vector<std::vector<float>> alone_multi(kRowsMax), alone_silu(kRowsMax);
-  for (int64_t r = 0; r < kRowsMax; ++r) {
-    alone_multi[size_t(r)] = multi(r, 1);
-    alone_silu[size_t(r)] = silu(r, 1);
-  }
-  for (int64_t M : kInvarianceMs) {
-    expect_rows_alone(alone_multi, multi(0, M), M, 2048, "gemv linear_multi [4096, 2048]");
-    expect_rows_alone(alone_silu, silu(0, M), M, I, "gemv linear_silu_mul [4096, 2x1056]");
-  }
-}
-
-// GemmDispatch in steps of short multi-row sequences (speculative verify steps: each sequence
-// its last token + drafts), bf16 and FP8 weights: 8 sequences x 5 rows (40 rows: one GEMV),
-// the same plus a 100-token prompt (a step that prefills: runs of merged short sequences
-// and the prompt alone), and 13 x 5 rows (65 rows: runs of <= 64). Every sequence's rows equal
-// the sequence alone bit for bit, through linear, linear_multi and linear_silu_mul; the steps
-// are close to the CPU.
-TEST(CudaOps, GemmDispatchVerifySteps) {
-  REQUIRE_GPU();
-  const int64_t K = 4096, N = 1024, I = 1056;
-  const std::vector<int64_t> parts{512, 256, 256};
-  std::vector<std::vector<int32_t>> steps = {std::vector<int32_t>(8, 5),
-                                             {5, 5, 5, 5, 100, 5, 5, 5, 5, 5, 5, 5},
-                                             std::vector<int32_t>(13, 5)};
-  uint32_t seed = 1200;
-  for (const bool fp8 : {false, true}) {
-    Pair p;
-    auto weight = [&](int64_t rows) {
-      const HostMat h = randn(rows, K, seed++, 1.f / 64.f);
-      if (!fp8) {
-        auto t = p.up(h);
-        return std::pair<Weight, Weight>{Weight(t.c), Weight(t.g)};
-      }
-      TensorView v;
-      v.name = "fp8 verify-step weight";
-      v.dtype = DType::BF16;
-      v.shape = {h.rows, h.cols};
-      v.data = reinterpret_cast<const uint8_t*>(h.bits.data());
-      v.nbytes = h.bits.size() * 2;
-      return std::pair<Weight, Weight>{p.cpu->upload_linear(v, WeightFormat::FP8_E4M3),
-                                       p.gpu->upload_linear(v, WeightFormat::FP8_E4M3)};
-    };
-    const auto w = weight(N), wm = weight(1024), wg = weight(2 * I);
-    for (const auto& lens : steps) {
-      StepMeta m;
-      int64_t T = 0;
-      for (size_t i = 0; i < lens.size(); ++i) {
-        std::vector<int32_t> ids(size_t(lens[i]), 5);
-        m.add_seq(ids.data(), lens[i], 100 + int64_t(i), int32_t(i), {}, true, true);
-        T += lens[i];
-      }
-      auto x = p.up(randn(T, K, seed++, 1.f));
-      // The three ops on rows [r0, r0 + n) of x, outputs side by side: [n, N + 1024 + I].
-      const int64_t C = N + 1024 + I;
-      auto ops = [&](int64_t r0, int64_t n, bool cpu_too) {
-        auto y = p.out(n, N), g = p.out(n, I), u = p.out(n, I);
-        std::vector<Pair::T2> ys;
-        for (int64_t c : parts) ys.push_back(p.out(n, c));
-        std::vector<Tensor*> yg, yc;
-        for (auto& t : ys) yg.push_back(&t.g), yc.push_back(&t.c);
-        const Tensor xg = x.g.slice_rows(r0, n);
-        p.gpu->linear(xg, w.second, y.g);
-        p.gpu->linear_multi(xg, wm.second, yg);
-        p.gpu->linear_silu_mul(xg, wg.second, g.g, u.g);
-        if (cpu_too) {
-          const std::string what = fp8 ? "fp8 verify step" : "verify step";
-          const Tensor xc = x.c.slice_rows(r0, n);
-          p.cpu->linear(xc, w.first, y.c);
-          p.cpu->linear_silu_mul(xc, wg.first, g.c, u.c);
-          expect_close(p.cmp(shape((what + " linear").c_str(), {n, K, N}), y), 4e-3, 1.6e-2);
-          expect_close(p.cmp(shape((what + " linear_silu_mul").c_str(), {n, K, I}), g), 4e-3,
-                       1.6e-2);
-        }
-        std::vector<float> r(size_t(n * C));
-        auto put = [&](const Tensor& t, int64_t cols, int64_t c0) {
-          std::vector<float> h(size_t(n * cols));
-          p.gpu->download_f32(t, h.data());
-          for (int64_t i = 0; i < n; ++i)
-            std::copy_n(h.begin() + i * cols, cols, r.begin() + i * C + c0);
-        };
-        put(y.g, N, 0);
-        int64_t c0 = N;
-        for (size_t i = 0; i < parts.size(); ++i) put(ys[i].g, parts[i], c0), c0 += parts[i];
-        put(g.g, I, c0);
-        return r;
-      };
-      p.begin(m);
-      const std::vector<float> step = ops(0, T, true);
-      int64_t r0 = 0;
-      for (size_t i = 0; i < lens.size(); ++i) {
-        p.gpu->begin_step(rows_meta(lens[i], 100 + int64_t(i)));
-        const std::vector<float> alone = ops(r0, lens[i], false);
-        EXPECT_EQ(0, std::memcmp(alone.data(), step.data() + r0 * C, alone.size() * 4))
-            << (fp8 ? "fp8 " : "bf16 ") << "step of " << lens.size() << " sequences (" << T
-            << " rows): rows [" << r0 << ", " << r0 + lens[i] << ") of sequence " << i
-            << " differ from the sequence alone";
-        r0 += lens[i];
-      }
-    }
-  }
-}
-
 // In both modes (fp32: q, k, norm weights that are not bf16 values; fp32 bounds).
 TEST(CudaOps, QkNormRope) {
   REQUIRE_GPU();
@@ -585,72 +392,6 @@ TEST(CudaOps, QkNormRope) {
             expect_ulp(st, 1, 0.03);
         }
       }
-}
-
-// Bandwidth of the decode / verify-row GEMV on the model's shapes (printed; weights rotated
-// over more than the L2), M = 1 .. 64 rows in one launch, and for comparison the same rows as
-// launches of <= 16 rows (the dispatch before the GEMV took 64 rows: every launch streams the
-// weights again). Asserts nothing about speed.
-TEST(CudaOps, GemvSpeed) {
-  REQUIRE_GPU();
-  auto be = make_cuda_backend({NumericMode::BF16, 0});
-  struct S {
-    int64_t N, K;
-  };
-  constexpr int64_t kRows = 64;
-  std::printf("\n[ gemv ] %-22s %4s %10s %10s %8s %14s\n", "shape N x K", "M", "us", "GB/s",
-              "x M=1", "runs<=16 us");
-  for (S s : {S{4096, 4096}, S{12288, 4096}, S{16384, 4096}, S{32768, 4096}, S{4096, 16384},
-              S{73448, 4096}}) {
-    const int copies = int(std::max<int64_t>(2, (400ll << 20) / (s.N * s.K * 2) + 1));
-    std::vector<Tensor> ws;
-    HostMat h = randn(s.N, s.K, 900, 0.02f);  // the same values in every copy
-    for (int c = 0; c < copies; ++c) {
-      TensorView v;
-      v.dtype = DType::BF16;
-      v.shape = {s.N, s.K};
-      v.data = reinterpret_cast<const uint8_t*>(h.bits.data());
-      v.nbytes = h.bits.size() * 2;
-      ws.push_back(be->upload_weight(v));
-    }
-    HostMat hx = randn(kRows, s.K, 899, 1.f);
-    TensorView vx;
-    vx.dtype = DType::BF16;
-    vx.shape = {kRows, s.K};
-    vx.data = reinterpret_cast<const uint8_t*>(hx.bits.data());
-    vx.nbytes = hx.bits.size() * 2;
-    Tensor x = be->upload_weight(vx);
-    Tensor y = be->alloc(kRows, s.N, DType::BF16);
-    double us1 = 0;
-    for (int64_t M : {1, 8, 16, 32, 40, 64}) {
-      // chunk rows per launch: M (one GEMV), or 16 (the former runs)
-      auto time = [&](int64_t chunk) {
-        auto call = [&](int i) {
-          for (int64_t r0 = 0; r0 < M; r0 += chunk) {
-            const int64_t n = std::min(chunk, M - r0);
-            Tensor xm = x.slice_rows(r0, n), ym{static_cast<uint16_t*>(y.data) + r0 * s.N,
-                                                DType::BF16, n, s.N};
-            be->linear(xm, ws[size_t(i % copies)], ym);
-          }
-        };
-        for (int i = 0; i < 3; ++i) call(i);
-        be->synchronize();
-        const int iters = 60;
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < iters; ++i) call(i);
-        be->synchronize();
-        return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                   .count() /
-               iters;
-      };
-      const double us = time(M);
-      if (M == 1) us1 = us;
-      const double runs = M > 16 ? time(16) : us;
-      std::printf("[ gemv ] %8lld x %-12lld %4lld %10.2f %10.0f %8.2f %14.2f\n", (long long)s.N,
-                  (long long)s.K, (long long)M, us, double(s.N) * double(s.K) * 2 / us / 1e3,
-                  us / us1, runs);
-    }
-  }
 }
 
 }  // namespace
