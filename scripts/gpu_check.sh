@@ -37,7 +37,7 @@
 #                                     scripts/spec_equality_check.py on sala-tiny-chat (every
 #                                     completion with and without NGRAM, accept lengths and
 #                                     tokens/s by task kind at concurrency 1 and 8), then the
-#                                     verify step vs the decode step (K = 1, 4; B = 1/8, 4K
+#                                     verify step vs the decode step (K = 1, 4; B = 1/8/64, 4K
 #                                     context) in bf16 and FP8 on the full-size checkpoint
 #   scripts/gpu_check.sh ncu-decode   ncu kernel times of the InfLLM-v2 decode path at 128K
 #   scripts/gpu_check.sh exec CMD...  CMD with the binaries' directory in $SALA_GPU_DIR and
@@ -295,7 +295,7 @@ spec() {
   local q
   for q in "" "--quantization fp8"; do
     # shellcheck disable=SC2086  # $q is a list of options
-    OUT=$OUT/verify${q:+_fp8} BENCH_ARGS="--decode-batches 1,8 --decode-input 4096 \
+    OUT=$OUT/verify${q:+_fp8} BENCH_ARGS="--decode-batches 1,8,64 --decode-input 4096 \
       --decode-output 128 --prefill-batches 1 --prefill-input 4096 --verify-draft-tokens 1,4 $q" \
       bench "verify${q:+ fp8}" | grep -E "^(decode|verify)"
   done
