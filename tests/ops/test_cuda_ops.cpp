@@ -309,8 +309,8 @@ TEST(CudaOps, LinearSiluMul) {
       }
 }
 
-// Decode-only steps of 17..64 rows: one GEMV for all rows, writing a stacked weight's parts
-// (linear_multi) or silu(gate) · up (linear_silu_mul) directly. Every part equals the same
+// Decode-only steps of 17..64 rows: one cuBLASLt GEMM over the stacked weight, then its parts
+// (linear_multi) or silu(gate) · up (linear_silu_mul) (GemmDispatch::stacked_gemm). Every part equals the same
 // columns of linear() on the whole stacked weight, bit for bit (a weight row's arithmetic does
 // not depend on N or on its tile); linear_silu_mul equals its two-op default; both are close
 // to the CPU.

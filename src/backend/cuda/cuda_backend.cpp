@@ -130,10 +130,12 @@ Weight CudaBackend::upload_fp8_codes(const std::string& name, int64_t rows, int6
 }
 
 // The allocation order of the former single class: sparse caches and selection workspaces,
-// lightning states, the per-row workspaces, the decay tables and the RoPE table.
+// lightning states, the stacked-GEMM workspace, the per-row workspaces, the decay tables and
+// the RoPE table.
 void CudaBackend::init_caches(const ModelConfig& cfg, const CacheShape& shape) {
   sparse_.init(cfg, shape, kv_element_bytes());
   lightning_.init_states(cfg, shape);
+  gemm_.plan_stack_workspace(cfg);
   sparse_.start_rows();
   lightning_.init_tables();
   // The RoPE table of the model's lightning layers.

@@ -13,7 +13,7 @@
 //   GraphCache       CUDA graphs of all-decode steps by batch bucket
 //   OpTimer          per-op GPU time (BackendOptions::profile_ops)
 //   StepPlan         the step metadata in one device buffer (StepDev views)
-//   GemmDispatch     skinny GEMM (≤ 64 rows) / cuBLASLt, the algorithm cache
+//   GemmDispatch     skinny GEMM / stacked GEMM / cuBLASLt, the algorithm cache
 //   RopeTables       RoPE inverse frequencies
 //   SparseRunner     KV and compressed-key caches, selection, attention of the sparse layers
 //   LightningRunner  state slots, decay tables, recurrent / chunked lightning kernels

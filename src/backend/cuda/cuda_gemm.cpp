@@ -32,6 +32,17 @@ GemmDispatch::~GemmDispatch() {
   if (lt_) cublasLtDestroy(lt_);
 }
 
+void GemmDispatch::plan_stack_workspace(const ModelConfig& cfg) {
+  // The stacked GEMM's output for the widest stacked weight at kStackMaxRows rows: gate_up
+  // [2 I, H], or q/k/v/gate (≤ 4 H columns for the released shapes; a wider weight grows it
+  // on first use, outside recordings: stacked_gemm).
+  if (stack_ws_) return;
+  const int64_t widest =
+      std::max<int64_t>(2 * int64_t(cfg.intermediate_size), 4 * int64_t(cfg.hidden_size));
+  stack_ws_elems_ = kStackMaxRows * widest;
+  stack_ws_ = arena_.device(size_t(stack_ws_elems_) * 2);
+}
+
 void GemmDispatch::linear(const Tensor& x, const Weight& wt, Tensor& y) {
   if (wt.format == WeightFormat::FP8_E4M3) return linear_fp8(x, wt, {&y});
   const Tensor w = dense_view(wt);  // bf16 / fp32 [N, K]
@@ -41,22 +52,15 @@ void GemmDispatch::linear(const Tensor& x, const Weight& wt, Tensor& y) {
   });
 }
 
-// bf16 (and FP8 weights, which need bf16 mode): the skinny GEMM's kGemvMaxRows. fp32 mode has
-// no skinny GEMM (cuBLASLt for every run); its runs stay at the 16 rows they had before the
-// GEMV took 64.
-int64_t GemmDispatch::skinny_rows() const {
-  return bf16_ ? kGemvMaxRows : 16;
-}
-
 // Batch invariance: cuBLASLt picks its kernel (and so its rounding) from the row count, so in a
 // step that prefills, each sequence's rows are multiplied as they would be alone — rows of
-// sequences longer than skinny_rows() by one GEMM per sequence, shorter ones (decode rows,
-// verify rows, short prompts) in groups of ≤ skinny_rows() through the skinny GEMM, whose rows
-// do not depend on the group (one pass over the weights per group). Steps of ≤ skinny_rows()
-// rows and all-decode steps keep one GEMM.
+// sequences longer than kSkinnyRows by one GEMM per sequence, shorter ones (verify rows, short
+// prompts) in groups of ≤ kSkinnyRows (kGemvMaxRows in bf16 mode, 16 in fp32 mode, which has
+// no skinny GEMM) through the skinny GEMM, whose rows do not depend on the group (one pass
+// over the weights per group). All-decode steps keep one GEMM.
 void GemmDispatch::for_each_run(int64_t rows,
                                 const std::function<void(int64_t, int64_t)>& f) const {
-  const int64_t kSkinnyRows = skinny_rows();
+  const int64_t kSkinnyRows = bf16_ ? kGemvMaxRows : 16;
   const StepMeta* meta = plan_.meta();
   const bool prefill_step =
       meta && rows > kSkinnyRows && rows == meta->num_tokens() && meta->seqs.size() > 1 &&
@@ -115,7 +119,7 @@ void GemmDispatch::linear_rows(const Tensor& x, const Tensor& w, Tensor& y) {
              y.cols);
   SALA_CHECK(is_act(x) && is_act(w) && (is_act(y) || y.dtype == DType::F32));
   if (x.rows == 0) return;
-  if (bf16_ && gemv_supported(x.data, x.cols, w.data, x.cols, x.rows)) {
+  if (bf16_ && gemv_rows(x.rows) && gemv_supported(x.data, x.cols, w.data, x.cols, x.rows)) {
     Tensor yv = y;
     const GemvOut o = gemv_parts({&yv});
     launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_);
@@ -166,6 +170,41 @@ void GemmDispatch::linear_rows(const Tensor& x, const Tensor& w, Tensor& y) {
   timer_.tick(y.dtype == DType::F32 ? "gemm lm_head" : "gemm");
 }
 
+bool GemmDispatch::decode_only_step() const {
+  const StepDev& sd = plan_.dev();
+  return plan_.meta() && sd.S > 0 && sd.n_one_token == sd.S;
+}
+
+// The skinny GEMM costs 1.6x (32 rows) to 2.9x (64 rows) its one-row time on the H200
+// (CudaOps.GemvSpeed), while cuBLASLt streams a 17..64-row decode step's weights faster: decode
+// steps of more than kDecodeGemvRows rows take cuBLASLt (stacked_gemm). Verify and prefill
+// runs of up to kGemvMaxRows rows keep the GEMV: one pass instead of one per 16 rows, and
+// every row the bits of a decode row.
+bool GemmDispatch::gemv_rows(int64_t rows) const {
+  return rows <= kDecodeGemvRows || (rows <= kGemvMaxRows && !decode_only_step());
+}
+
+// Decode-only steps of 17..kStackMaxRows rows (bf16): a stacked weight's outputs come from one
+// cuBLASLt GEMM instead of one per output (cuBLAS kernels take no part in PDL, so every call
+// costs a launch gap). Not in steps that prefill: there each sequence's rows are multiplied as
+// they would be alone (linear).
+bool GemmDispatch::stacked_gemm(const Tensor& x, const Tensor& w) {
+  if (!(bf16_ && decode_only_step() && x.rows > kDecodeGemvRows && x.rows <= kStackMaxRows &&
+        is_act(x) && is_act(w) &&
+        x.cols == w.cols))
+    return false;
+  if (x.rows * w.rows <= stack_ws_elems_) return true;
+  // Wider than plan_stack_workspace planned (not the released shapes): grow, outside
+  // recordings only (a recorded step's shapes ran eagerly first, so it never lands here).
+  if (graphs_.capturing()) return false;
+  graphs_.drop();
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  arena_.release(stack_ws_);
+  stack_ws_elems_ = kStackMaxRows * w.rows;
+  stack_ws_ = arena_.device(size_t(stack_ws_elems_) * 2);
+  return true;
+}
+
 bool GemmDispatch::linear_multi(const Tensor& x, const Weight& wt, const std::vector<Tensor*>& ys) {
   if (wt.format == WeightFormat::FP8_E4M3) {  // one quantization of x for all parts
     linear_fp8(x, wt, ys);
@@ -181,24 +220,32 @@ bool GemmDispatch::linear_multi(const Tensor& x, const Weight& wt, const std::ve
   }
   SALA_CHECK(n == w.rows && x.cols == w.cols && is_act(x) && is_act(w),
              "linear_multi: weight [{},{}] for {} output columns", w.rows, w.cols, n);
-  // More than kGemvMaxRows rows, fp32 mode, or parts GemvOut cannot write: one GEMM per row
-  // slice (the default composition, through linear()'s runs).
-  if (!(parts_ok && gemv_supported(x.data, x.cols, w.data, x.cols, x.rows))) return false;
+  const bool ok = parts_ok && gemv_rows(x.rows) && gemv_supported(x.data, x.cols, w.data, x.cols, x.rows);
+  const bool stacked = !ok && parts_ok && stacked_gemm(x, w);
+  if (!ok && !stacked) return false;  // one GEMM per row slice
   const GemvOut o = gemv_parts(ys);
+  if (stacked) {
+    Tensor ws{stack_ws_, DType::BF16, x.rows, w.rows};
+    linear_rows(x, w, ws);
+    launch_split_cols(ptr<bf16>(ws), x.rows, w.rows, o, stream_);
+    timer_.tick("split stacked gemm");
+    return true;
+  }
   launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_);
   timer_.tick("gemv multi");
   return true;
 }
 
-// Skinny steps (≤ kGemvMaxRows rows): one GEMV whose CTAs take a gate tile and then the up
-// tile of the same columns and store only silu(g) * u (cuda_gemv.cu, GemvOut::silu_pair): one
-// kernel less per layer and the same bits as the two-op default.
+// Skinny steps: one GEMV whose CTAs take a gate tile and then the up tile of the same
+// columns and store only silu(g) * u (cuda_gemv.cu, GemvOut::silu_pair): one kernel less per
+// layer and the same bits as the two-op default. Stacked steps: the SiLU product of the
+// stacked GEMM's halves.
 bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g, Tensor& /*u*/) {
-  // FP8: ≤ kGemvMaxRows rows, the FP8 GEMV's silu_pair epilogue (one kernel); otherwise Backend's
+  // FP8: ≤ 16 rows, the FP8 GEMV's silu_pair epilogue (one kernel); otherwise Backend's
   // composition, linear_multi (one quantization, a GEMM per half) then silu_mul.
   if (wt.format == WeightFormat::FP8_E4M3) {
     if (!(bf16_ && is_bf16(g) && g.rows == x.rows && wt.rows == 2 * g.cols && is_act(x) &&
-          x.cols == wt.cols && gemv_fp8_silu_pair_supported(wt.rows) &&
+          x.cols == wt.cols && gemv_rows(x.rows) && gemv_fp8_silu_pair_supported(wt.rows) &&
           gemv_fp8_supported(wt.data, x.cols, x.rows)))
       return false;
     const GemvOut o = gemv_silu_pair(g);
@@ -212,8 +259,15 @@ bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g,
   const Tensor w = dense_view(wt);  // bf16 / fp32 [N, K]
   const bool fused = bf16_ && is_bf16(g) && g.rows == x.rows && w.rows == 2 * g.cols &&
                      x.cols == w.cols && is_act(x) && is_act(w) &&
-                     gemv_silu_pair_supported(w.rows) &&
+                     gemv_silu_pair_supported(w.rows) && gemv_rows(x.rows) &&
                      gemv_supported(x.data, x.cols, w.data, x.cols, x.rows);
+  if (!fused && stacked_gemm(x, w) && is_bf16(g) && g.rows == x.rows && w.rows == 2 * g.cols) {
+    Tensor ws{stack_ws_, DType::BF16, x.rows, w.rows};
+    linear_rows(x, w, ws);
+    launch_silu_mul_halves(ptr<bf16>(ws), x.rows, g.cols, ptr<bf16>(g), stream_);
+    timer_.tick("silu_mul halves");
+    return true;
+  }
   if (!fused) return false;
   const GemvOut o = gemv_silu_pair(g);
   launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_);

@@ -1,18 +1,21 @@
 // GemmDispatch: every GEMM of the CUDA backend, y[T, N] = x[T, K] · W[N, K]ᵀ. It owns the
 // cuBLASLt handle, its 32 MB workspace and the algorithm cache (one heuristic query per
-// (N, T, K, types, alignment)), and picks per call:
-//  - bf16, ≤ kGemvMaxRows (64) rows: the skinny tensor-core GEMM (cuda_gemv.cu), one pass over
-//    the weights for all rows, which can write several outputs (linear_multi) or
-//    silu(gate) * up (linear_silu_mul) directly; a row's bits do not depend on the others;
+// (N, T, K, types, alignment)), and the stacked-GEMM workspace, and picks per call:
+//  - bf16, decode steps of ≤ kDecodeGemvRows (16) rows and verify / prefill runs of ≤
+//    kGemvMaxRows (64) rows (gemv_rows): the skinny tensor-core GEMM (cuda_gemv.cu), one pass
+//    over the weights, row-invariant, which can write several outputs (linear_multi) or
+//    silu(gate) * up (linear_silu_mul) directly;
+//  - bf16 decode-only steps of 17..kStackMaxRows (64) rows, stacked weights: one cuBLASLt
+//    GEMM into the stacked workspace, then a split / the SiLU product of its halves (faster
+//    there than the GEMV, which costs 1.6-2.9x its one-row time at 32-64 rows);
 //  - otherwise cuBLASLt (fp32 mode: true fp32, CUBLAS_COMPUTE_32F on fp32 operands, no TF32).
 // In steps that prefill, each sequence's rows are multiplied as they would be alone (batch
 // invariance: linear()).
 // FP8_E4M3 weights (W8A8, cuda_gemm_fp8.cpp): each run of rows is quantized per token into the
-// FP8 workspace (launch_quantize_rows_fp8); runs of ≤ kGemvMaxRows rows then take the FP8
-// skinny GEMM (cuda_gemv_fp8.cu), longer ones one cuBLASLt FP8 GEMM per output part, which
-// applies the per-token x per-channel scales itself (outer-vector scaling), or, where this
-// cuBLASLt has no such kernel for the shape, writes fp32 sums that launch_fp8_apply_scales
-// scales.
+// FP8 workspace (launch_quantize_rows_fp8), then the FP8 GEMV where gemv_rows allows, else
+// one cuBLASLt FP8 GEMM per output part, which applies
+// the per-token x per-channel scales itself (outer-vector scaling), or, where this cuBLASLt
+// has no such kernel for the shape, writes fp32 sums that launch_fp8_apply_scales scales.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -38,8 +41,10 @@ class GemmDispatch {
   GemmDispatch(const GemmDispatch&) = delete;
   GemmDispatch& operator=(const GemmDispatch&) = delete;
 
+  // The stacked workspace for the model's widest stacked weight (init_caches).
+  void plan_stack_workspace(const ModelConfig& cfg);
   void linear(const Tensor& x, const Weight& w, Tensor& y);
-  // One GEMM over all rows of x (skinny GEMM for ≤ kGemvMaxRows rows, cuBLASLt above).
+  // One GEMM over all rows of x (skinny GEMM for ≤ 16 rows, cuBLASLt above).
   void linear_rows(const Tensor& x, const Tensor& w, Tensor& y);
   // false: no single-kernel path for these shapes; the caller runs Backend's default
   // composition (one linear() per part / linear_multi then silu_mul).
@@ -63,10 +68,10 @@ class GemmDispatch {
     cublasLtMatmulAlgo_t algo{};
   };
   bool is_act(const Tensor& t) const { return t.dtype == (bf16_ ? DType::BF16 : DType::F32); }
+  bool stacked_gemm(const Tensor& x, const Tensor& w);  // grows stack_ws_ outside recordings
   // f(r0, n) for the row runs x[r0, r0 + n) that are multiplied as one GEMM: all rows, or in a
-  // step that prefills, one run per sequence longer than skinny_rows() and groups of ≤
-  // skinny_rows() rows of consecutive short sequences (linear()).
-  int64_t skinny_rows() const;
+  // step that prefills, one run per sequence longer than 16 rows and groups of <= 16 rows of
+  // consecutive short sequences (linear()).
   void for_each_run(int64_t rows, const std::function<void(int64_t, int64_t)>& f) const;
 
   // ---- FP8 (cuda_gemm_fp8.cpp) ----
@@ -115,6 +120,17 @@ class GemmDispatch {
   // The fallback's fp32 sums [T, N] (bf16 outputs only), allocated on first use.
   float* fp8_acc_ = nullptr;
   size_t fp8_acc_elems_ = 0;
+  // Decode steps of 17..kStackMaxRows rows: a stacked weight's outputs from one cuBLASLt GEMM
+  // into this [rows, N] bf16 buffer, then split (linear_multi) or combined (linear_silu_mul).
+  static constexpr int64_t kStackMaxRows = 64;
+  // Decode-only steps take the skinny GEMM up to this many rows (gemv_rows).
+  static constexpr int64_t kDecodeGemvRows = 16;
+  bool decode_only_step() const;  // every call of the step has one row
+  // A GEMV of `rows` rows is the path for this step: <= kDecodeGemvRows rows, or (verify and
+  // prefill runs) <= kGemvMaxRows rows outside decode-only steps.
+  bool gemv_rows(int64_t rows) const;
+  void* stack_ws_ = nullptr;
+  int64_t stack_ws_elems_ = 0;
 };
 
 }  // namespace sala::cuda_host

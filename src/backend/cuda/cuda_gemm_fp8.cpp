@@ -103,7 +103,7 @@ void GemmDispatch::linear_fp8(const Tensor& x, const Weight& w, const std::vecto
                                                  [](const Tensor* y) { return is_bf16(*y); }));
   for_each_run(x.rows, [&](int64_t r0, int64_t T) {
     const bf16* xr = ptr<bf16>(x) + r0 * K;
-    if (gemv_ok && T <= kGemvMaxRows && gemv_fp8_supported(w.data, K, T)) {
+    if (gemv_ok && gemv_rows(T) && gemv_fp8_supported(w.data, K, T)) {
       const GemvOut o = gemv_parts(ys, r0);
       launch_quantize_rows_fp8(xr, T, K, K, xq, sx, stream_);
       launch_gemv_fp8(xq, K, sx, static_cast<const uint8_t*>(w.data), w.scales, w.rows, int(K),

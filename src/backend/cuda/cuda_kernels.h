@@ -72,6 +72,11 @@ struct GemvOut {          // weight rows [end[p-1], end[p]) go to y[p] (row-majo
 // current device and sets its shared-memory attribute (launch_gemv would do it on first use).
 void gemv_init();
 bool gemv_supported(const void* x, int64_t ldx, const void* w, int64_t K, int64_t M);
+// Stacked GEMM outputs (bf16, row-major x[T, N]): columns [end[p-1], end[p]) of x → y[p]
+// (bf16 parts of o; f32 and silu_pair unused); and out[T, I] = silu_mul(x[:, :I], x[:, I:])
+// (SiluMul's roundings).
+void launch_split_cols(const bf16* x, int64_t T, int64_t N, const GemvOut& o, cudaStream_t st);
+void launch_silu_mul_halves(const bf16* x, int64_t T, int64_t I, bf16* out, cudaStream_t st);
 // GemvOut::silu_pair runs on this GPU for N weight rows (the ring kernel, N / 2 a whole
 // number of its 32-row tiles).
 bool gemv_silu_pair_supported(int64_t N);

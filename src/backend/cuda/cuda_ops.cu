@@ -62,6 +62,46 @@ __global__ void binary_kernel(const T* x, const T* y, T* out, int64_t n, bool ve
     out[i] = cvt<T>(op(ld(x[i]), ld(y[i])));
 }
 
+// One block per row t of x[T, N]: 16-byte chunks (vec: every part's width a multiple of 8)
+// or single elements, each copied to its part.
+__global__ void split_cols_kernel(const bf16* x, int64_t N, GemvOut s, bool vec) {
+  pdl_begin();  // launch_pdl: before any read or write
+  const int64_t t = blockIdx.x, step = vec ? 8 : 1;
+  for (int64_t c = threadIdx.x * step; c < N; c += int64_t(blockDim.x) * step) {
+    int p = 0;
+    while (p + 1 < s.nparts && c >= s.end[p]) ++p;
+    const int64_t c0 = p ? s.end[p - 1] : 0, w = s.end[p] - c0;
+    bf16* y = static_cast<bf16*>(s.y[p]) + t * w + (c - c0);
+    if (vec)
+      *reinterpret_cast<uint4*>(y) = *reinterpret_cast<const uint4*>(x + t * N + c);
+    else
+      *y = x[t * N + c];
+  }
+}
+
+// One block per row t: out[t, c] = SiluMul(x[t, c], x[t, I + c]), 8 per thread when vec.
+__global__ void silu_mul_halves_kernel(const bf16* x, int64_t I, bf16* out, bool vec) {
+  pdl_begin();  // launch_pdl: before any read or write
+  const int64_t t = blockIdx.x, step = vec ? 8 : 1;
+  const bf16* g = x + t * 2 * I;
+  const SiluMul<bf16> op;
+  for (int64_t c = threadIdx.x * step; c < I; c += int64_t(blockDim.x) * step) {
+    if (vec) {
+      const uint4 gv = *reinterpret_cast<const uint4*>(g + c);
+      const uint4 uv = *reinterpret_cast<const uint4*>(g + I + c);
+      const bf16* ge = reinterpret_cast<const bf16*>(&gv);
+      const bf16* ue = reinterpret_cast<const bf16*>(&uv);
+      uint4 ov;
+      bf16* oe = reinterpret_cast<bf16*>(&ov);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) oe[k] = f2b(op(b2f(ge[k]), b2f(ue[k])));
+      *reinterpret_cast<uint4*>(out + t * I + c) = ov;
+    } else {
+      out[t * I + c] = f2b(op(b2f(g[c]), b2f(g[I + c])));
+    }
+  }
+}
+
 bool vec16(const void* a, const void* b, const void* c, int64_t n) {
   return n % 8 == 0 && aligned16(a) && aligned16(b) && aligned16(c);
 }
@@ -181,6 +221,21 @@ void launch_silu_mul(const T* g, const T* u, T* out, int64_t n, cudaStream_t st)
   const bool vec = std::is_same_v<T, bf16> && vec16(g, u, out, n);
   launch_pdl(binary_kernel<T, SiluMul<T>>, grid_for(vec ? n / 8 : n), 256, 0, st, g, u, out, n,
              vec, SiluMul<T>{});
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_split_cols(const bf16* x, int64_t T, int64_t N, const GemvOut& s, cudaStream_t st) {
+  if (T == 0) return;
+  bool vec = N % 8 == 0 && aligned16(x);
+  for (int p = 0; p < s.nparts; ++p) vec = vec && s.end[p] % 8 == 0 && aligned16(s.y[p]);
+  launch_pdl(split_cols_kernel, unsigned(T), 256, 0, st, x, N, s, vec);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_silu_mul_halves(const bf16* x, int64_t T, int64_t I, bf16* out, cudaStream_t st) {
+  if (T == 0) return;
+  const bool vec = I % 8 == 0 && aligned16(x) && aligned16(out);
+  launch_pdl(silu_mul_halves_kernel, unsigned(T), 256, 0, st, x, I, out, vec);
   CUDA_CHECK_LAUNCH();
 }
 
