@@ -4,15 +4,15 @@
 // A running request (greedy, or sampled without penalties, bias or min_tokens; no grammar,
 // no logprobs) whose last token is pending drafts up to k tokens: by prompt lookup, the
 // tokens that followed the latest earlier occurrence of its longest suffix (ngram_draft), or
-// from a draft model run autoregressively. The engine appends them to Sequence::tokens for one step, so the scheduler
-// plans one call of 1 + k rows (the last token and the drafts) with logits for every row; a
-// verify row computes exactly what a decode step at its position computes (the CPU's GEMVs
-// per row for steps of <= 16 rows, the GLA recurrence below 64 rows, the per-call dense /
-// sparse choice kept by the scheduler's chunk boundaries: tests/model/test_verify_rows.cpp).
-// Row i's distribution gives the token after position i; the drafts are accepted while they
-// pass (greedy: equal the argmax; sampled: Sampler::sample_draft with the drafter's proposal
-// distribution q: one-hot for n-gram drafts, the draft model's row for STANDALONE), and the
-// first row that
+// from a draft model run autoregressively. The engine appends them to Sequence::tokens for
+// one step, so the scheduler plans one call of 1 + k rows (the last token and the drafts)
+// with logits for every row; a verify row computes exactly what a decode step at its
+// position computes (the CPU's GEMVs per row for steps of <= 16 rows, the GLA recurrence
+// below 64 rows, the per-call dense / sparse choice kept by the scheduler's chunk boundaries:
+// tests/model/test_verify_rows.cpp). Row i's distribution gives the token after position i;
+// the drafts are accepted while they pass (greedy: equal the argmax; sampled:
+// Sampler::sample_draft with the drafter's proposal distribution q: one-hot for n-gram
+// drafts, the draft model's sampling distribution for STANDALONE), and the first row that
 // rejects its draft (or the one after the last draft) gives the step's last token, so greedy
 // output is token for token the output without speculation and sampled output has the same
 // distribution (verify_rows).
@@ -20,10 +20,11 @@
 // Rollback: before the step the engine copies the sequence's lightning state to its snapshot
 // slot. All drafts accepted: the caches hold exactly the kept tokens. Otherwise the state is
 // restored from the snapshot and the sequence's computed length set back to before the step,
-// so the next step computes the last token and the accepted drafts again (one call: rows are
-// nearly free where a step streams its weights) together with its next drafts; the K/V rows
-// and compressed keys the rejected tokens wrote are rewritten before any query reads them.
-// A draft model rolls its own caches back the same way (draft_model.h).
+// so the next step computes the last token, the accepted drafts and the bonus token again
+// (one call without drafts, whose last row gives the next token: rows are nearly free where a
+// step streams its weights); the K/V rows and compressed keys the rejected tokens wrote are
+// rewritten before any query reads them. A draft model rolls its own caches back the same
+// way (draft_model.h).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -55,8 +56,9 @@ std::vector<int32_t> ngram_draft(const std::vector<int32_t>& tokens, int32_t k,
                                  int32_t ngram_min, int32_t ngram_max);
 
 // Speculative decoding keeps the output distribution of a sampled request exactly when its
-// rows' distributions are the plain ones (Sampler::sample_draft: a one-hot draft is accepted
-// with its probability, else the token comes from the rest); greedy is the special case
+// rows' distributions are the plain ones (Sampler::sample_draft: a draft drawn from q is
+// accepted with probability min(1, p / q), else the token comes from max(0, p - q); for a
+// one-hot q: accepted with p(draft), else drawn from the rest); greedy is the special case
 // where the draft is accepted iff it is the argmax.
 
 // A request's speculation between steps: its adaptive draft length and, during a step, the

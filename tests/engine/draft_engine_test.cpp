@@ -184,5 +184,30 @@ TEST(DraftModelSpeculative, SampledOutputHasThePlainDistribution) {
   }
 }
 
+// `sala serve`'s budget (--kv-memory-mb) pays for the draft model's caches too: its state and
+// snapshot slots, KV for every target token plus the drafts in flight; together they fit.
+TEST(DraftModelSpeculative, PlanLimitsBudgetHoldsTheDraftModel) {
+  const ModelConfig& c = tiny_config();
+  EngineOptions o;
+  o.max_running_requests = 16;
+  o.max_context_len = 4096;
+  o.speculative.num_draft_tokens = 4;
+  o.speculative.draft_model = true;
+  const size_t budget = size_t(64) << 20, page = kv_bytes_per_page(c, c.sparse.block_size);
+  const ModelLimits alone = plan_limits(c, o, budget);
+  const ModelLimits l = plan_limits(c, o, budget, 0, 4, &c);
+  const ModelLimits d = plan_draft_limits(c, o, l);
+  EXPECT_EQ(d.caches.num_slots, 32);
+  EXPECT_EQ(d.max_logit_rows, 16);
+  EXPECT_EQ(d.max_step_tokens, l.max_step_tokens + 16 * 5);
+  EXPECT_GE(int64_t(d.caches.num_pages) * d.caches.page_size,
+            int64_t(l.caches.num_pages) * l.caches.page_size + 16 * 4);
+  const size_t used = size_t(l.caches.num_slots + d.caches.num_slots) * state_bytes_per_slot(c) +
+                      size_t(l.caches.num_pages + d.caches.num_pages) * page;
+  EXPECT_LE(used, budget);
+  EXPECT_GT(used, budget - 2 * page);  // and the budget is used
+  EXPECT_LT(l.caches.num_pages, alone.caches.num_pages * 6 / 10);
+}
+
 }  // namespace
 }  // namespace sala
