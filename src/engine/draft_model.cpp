@@ -68,11 +68,9 @@ void DraftModelDrafter::forward(bool greedy_only) {
   model_->forward(meta_, logits_, nullptr, greedy_only ? &argmax_ : nullptr);
 }
 
-int32_t DraftModelDrafter::pick(size_t r, bool greedy_only, const DraftPolicy& pol, Seq& d,
+int32_t DraftModelDrafter::pick(float* row, int32_t am, const DraftPolicy& pol, Seq& d,
                                 int32_t j) {
-  if (greedy_only) return argmax_[r];
-  float* row = logits_.data() + r * size_t(vocab_);
-  if (!d.sampled) return argmax(row, vocab_);
+  if (!d.sampled) return am;
   return sampler_.sample_proposal(row, vocab_, *pol.sampling, d.rng,
                                   d.q.data() + size_t(j) * size_t(vocab_));
 }
@@ -83,40 +81,55 @@ void DraftModelDrafter::propose(const std::vector<DraftAsk>& asks,
   const ModelLimits& lim = model_->limits();
   // Call 1: each drafting sequence's rows since its last computed token, through its pending
   // token L - 1 (1 + the accepted drafts and bonus after a rollback, else 1 or 2), one logit
-  // row each. A sequence whose rows, logit row or pages do not fit drafts nothing this step
-  // (planned() still feeds it the target's rows).
+  // row each; none for a sequence that computed its pending token in a draft step whose
+  // verify call was not planned (its row is kept: last_row). A sequence whose rows, logit row
+  // or pages do not fit drafts nothing this step (planned() still feeds it the target's rows).
   meta_ = StepMeta{};
   jobs_.clear();
   int64_t budget = lim.max_step_tokens;
+  int32_t rows_out = 0;
   bool greedy_only = true;
   for (size_t i = 0; i < asks.size(); ++i) {
     const Sequence& s = *asks[i].seq;
     const int64_t L = int64_t(s.tokens.size());
-    if (int32_t(jobs_.size()) >= lim.max_logit_rows) break;
+    if (rows_out >= lim.max_logit_rows) break;
     Seq* d = acquire(s, asks[i].policy);
     if (!d) continue;
-    SALA_CHECK(d->drafted == 0 && d->computed < L, "draft state of sequence {}: {} computed of "
-               "{} tokens, {} drafts out", s.id, d->computed, L, d->drafted);
+    SALA_CHECK(d->drafted == 0 && (d->computed < L || d->last_len == L),
+               "draft state of sequence {}: {} computed of {} tokens, {} drafts out", s.id,
+               d->computed, L, d->drafted);
     const int64_t rows = L - d->computed;
     if (rows > budget || !blocks_.ensure(d->pages, L + asks[i].k - 1)) continue;
-    meta_.add_seq(s.tokens.data() + d->computed, int32_t(rows), d->computed, d->slot, d->pages,
-                  false, true);
-    budget -= rows;
-    greedy_only = greedy_only && greedy(asks[i].policy);
-    jobs_.push_back({i, d});
+    int32_t row = -1;
+    if (rows > 0) {
+      meta_.add_seq(s.tokens.data() + d->computed, int32_t(rows), d->computed, d->slot,
+                    d->pages, false, true);
+      budget -= rows;
+      row = rows_out++;
+      greedy_only = greedy_only && greedy(asks[i].policy);
+    }
+    jobs_.push_back({i, d, row});
   }
-  if (jobs_.empty()) return;
-  forward(greedy_only);
+  if (rows_out > 0) forward(greedy_only);
+  for (const Job& job : jobs_) {
+    if (job.row < 0) continue;
+    Seq& d = *job.d;
+    d.last_len = int64_t(asks[job.ask].seq->tokens.size());
+    float* row = greedy_only ? nullptr : logits_.data() + size_t(job.row) * size_t(vocab_);
+    d.last_argmax = greedy_only ? argmax_[size_t(job.row)] : argmax(row, vocab_);
+    if (d.sampled) d.last_row.assign(row, row + vocab_);
+  }
   int32_t kmax = 0;
-  for (size_t r = 0; r < jobs_.size(); ++r) {
-    const DraftAsk& a = asks[jobs_[r].ask];
-    Seq& d = *jobs_[r].d;
+  for (const Job& job : jobs_) {
+    const DraftAsk& a = asks[job.ask];
+    Seq& d = *job.d;
     d.computed = d.base = int64_t(a.seq->tokens.size());
     // The state after L tokens: what a rejection of any fed draft returns to (nothing is fed
     // after a single draft).
     if (a.k > 1) model_->backend().copy_state_slot(d.slot, d.slot + snapshot_offset_);
     if (d.sampled) d.q.resize(size_t(a.k) * size_t(vocab_));
-    out[jobs_[r].ask].push_back(pick(r, greedy_only, a.policy, d, 0));
+    scratch_.assign(d.last_row.begin(), d.last_row.end());  // sample_proposal works in place
+    out[job.ask].push_back(pick(scratch_.data(), d.last_argmax, a.policy, d, 0));
     d.drafted = 1;
     kmax = std::max(kmax, a.k);
   }
@@ -131,15 +144,19 @@ void DraftModelDrafter::propose(const std::vector<DraftAsk>& asks,
       Seq& d = *job.d;
       meta_.add_seq(&out[job.ask].back(), 1, d.computed, d.slot, d.pages, false, true);
       greedy_only = greedy_only && greedy(a.policy);
-      jobs_[n++] = job;  // compacted: row n of this call
+      jobs_[n] = job;  // compacted: row n of this call
+      jobs_[n].row = int32_t(n);
+      ++n;
     }
     jobs_.resize(n);
     forward(greedy_only);
-    for (size_t r = 0; r < jobs_.size(); ++r) {
-      const DraftAsk& a = asks[jobs_[r].ask];
-      Seq& d = *jobs_[r].d;
+    for (const Job& job : jobs_) {
+      Seq& d = *job.d;
       ++d.computed;
-      out[jobs_[r].ask].push_back(pick(r, greedy_only, a.policy, d, j));
+      const size_t r = size_t(job.row);
+      float* row = greedy_only ? nullptr : logits_.data() + r * size_t(vocab_);
+      const int32_t am = greedy_only ? argmax_[r] : argmax(row, vocab_);
+      out[job.ask].push_back(pick(row, am, asks[job.ask].policy, d, j));
       ++d.drafted;
     }
   }

@@ -55,6 +55,7 @@ class DraftModelDrafter final : public Drafter {
   void settle(const Sequence& s, int32_t drafted, int32_t accepted) override;
   void release(const Sequence& s) override;
   int64_t rollbacks() const override { return rollbacks_; }
+  std::pair<int64_t, int64_t> usage() const override { return {blocks_.used(), states_.used()}; }
 
   // Tests: tokens of s in the draft caches (-1: none held), and pages / slots in use.
   int64_t computed(const Sequence& s) const;
@@ -71,14 +72,21 @@ class DraftModelDrafter final : public Drafter {
     bool sampled = false;      // q kept for rejection sampling
     SamplerState rng;          // the proposals' random stream (sampled requests)
     std::vector<float> q;      // [drafted, vocab] proposal distributions
+    // The draft model's row at the pending token of the last draft step (its logits [vocab]
+    // for sampled requests, its argmax for greedy ones), at sequence length last_len. When a
+    // verify call was not planned, the pending token stays pending for the target but is
+    // computed here (computed == L): the next draft step starts from this row.
+    int64_t last_len = -1;
+    int32_t last_argmax = -1;
+    std::vector<float> last_row;
   };
   // s's draft state, created (a free slot, nothing computed) if it has none; null when the
   // draft pool has no slot left (s then neither drafts nor is mirrored).
   Seq* acquire(const Sequence& s, const DraftPolicy& pol);
   // One forward of meta_; logits of its logit rows into logits_ (or argmax_ if greedy_only).
   void forward(bool greedy_only);
-  // Draft of job row r (the row's logits or argmax), q row j of d if sampled.
-  int32_t pick(size_t r, bool greedy_only, const DraftPolicy& pol, Seq& d, int32_t j);
+  // Draft j of d from `row` [vocab] (sampled: its q row j) or, greedy, the argmax `am`.
+  int32_t pick(float* row, int32_t am, const DraftPolicy& pol, Seq& d, int32_t j);
 
   std::unique_ptr<Model> model_;
   bool dense_as_sparse_;
@@ -90,10 +98,12 @@ class DraftModelDrafter final : public Drafter {
   Sampler sampler_;
   StepMeta meta_;
   std::vector<float> logits_;
+  std::vector<float> scratch_;  // a kept row, copied for sampling
   std::vector<int32_t> argmax_;
   struct Job {
     size_t ask;  // index into propose()'s asks / out
     Seq* d;
+    int32_t row;  // its logit row in the current call; -1: none (call 1: last_row reused)
   };
   std::vector<Job> jobs_;                      // propose(): the sequences drafting
   std::vector<std::pair<Seq*, int64_t>> fed_;  // planned(): rows fed per sequence

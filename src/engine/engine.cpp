@@ -10,9 +10,9 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 
-#include "backend/cache_layout.h"
 #include "core/check.h"
 #include "core/error.h"
 #include "engine/block_pool.h"
@@ -368,11 +368,6 @@ class EngineImpl final : public Engine {
     ++stats_.steps;
     stats_.step_tokens_total += plan_.num_tokens;
     stats_.generated_tokens_total += generated;
-    stats_.spec_verify_calls = speculator_.verify_calls();
-    stats_.spec_drafted_tokens = speculator_.drafted_tokens();
-    stats_.spec_accepted_tokens = speculator_.accepted_tokens();
-    stats_.spec_rollbacks = speculator_.rollbacks();
-    stats_.spec_draft_rollbacks = speculator_.drafter_rollbacks();
   }
 
   bool is_stop(const Request* r, int32_t tok) const {
@@ -458,6 +453,12 @@ class EngineImpl final : public Engine {
     stats_.kv_pages_used = blocks_->used();
     stats_.state_slots_used = states_->used();
     stats_.preemptions = scheduler_->preemptions();
+    stats_.spec_verify_calls = speculator_.verify_calls();
+    stats_.spec_drafted_tokens = speculator_.drafted_tokens();
+    stats_.spec_accepted_tokens = speculator_.accepted_tokens();
+    stats_.spec_rollbacks = speculator_.rollbacks();
+    stats_.spec_draft_rollbacks = speculator_.drafter_rollbacks();
+    std::tie(stats_.spec_draft_pages_used, stats_.spec_draft_slots_used) = speculator_.drafter_usage();
   }
 
   std::unique_ptr<Model> model_;

@@ -126,6 +126,7 @@ struct EngineStats {
   // Verify calls that rejected a draft (the target's state restored from its snapshot), and
   // rollbacks of the draft model's own state (STANDALONE: a fed draft rejected).
   int64_t spec_rollbacks = 0, spec_draft_rollbacks = 0;
+  int64_t spec_draft_pages_used = 0, spec_draft_slots_used = 0;  // the draft model's caches
 };
 
 // Static facts for /get_server_info and request validation in the HTTP layer.

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace sala {
@@ -126,6 +127,8 @@ class Drafter {
   virtual void release(const Sequence& s) = 0;
   // Times the drafter's own state was rolled back (a draft model's; 0 for n-grams).
   virtual int64_t rollbacks() const = 0;
+  // KV pages and state slots the drafter holds (a draft model's; 0 for n-grams).
+  virtual std::pair<int64_t, int64_t> usage() const = 0;
 };
 
 // Prompt lookup (ngram_draft); stateless.
@@ -138,6 +141,7 @@ class NgramDrafter final : public Drafter {
   void settle(const Sequence&, int32_t, int32_t) override {}
   void release(const Sequence&) override {}
   int64_t rollbacks() const override { return 0; }
+  std::pair<int64_t, int64_t> usage() const override { return {0, 0}; }
 
  private:
   int32_t min_, max_;
@@ -177,6 +181,7 @@ class Speculator {
   int64_t verify_calls() const { return verifies_; }
   int64_t rollbacks() const { return rollbacks_; }  // verify calls that rejected a draft
   int64_t drafter_rollbacks() const { return drafter_->rollbacks(); }
+  std::pair<int64_t, int64_t> drafter_usage() const { return drafter_->usage(); }
 
  private:
   SpeculativeOptions opts_;

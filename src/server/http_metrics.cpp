@@ -74,7 +74,9 @@ json stats_json(const EngineStats& s) {
           {"generated_tokens_total", s.generated_tokens_total}, {"steps", s.steps},
           {"spec_verify_calls", s.spec_verify_calls}, {"spec_drafted_tokens", s.spec_drafted_tokens},
           {"spec_accepted_tokens", s.spec_accepted_tokens}, {"spec_rollbacks", s.spec_rollbacks},
-          {"spec_draft_rollbacks", s.spec_draft_rollbacks}};
+          {"spec_draft_rollbacks", s.spec_draft_rollbacks},
+          {"spec_draft_pages_used", s.spec_draft_pages_used},
+          {"spec_draft_slots_used", s.spec_draft_slots_used}};
 }
 
 json internal_states_json(const EngineStats& s) {

@@ -38,11 +38,11 @@ struct Outputs {
 // drafts 0: no speculation. together: all requests submitted at once, else one by one (each
 // alone in its steps: rows bit-identical with and without drafts on the CPU).
 Outputs run(int32_t drafts, const std::vector<GenerationRequest>& reqs, bool together,
-            int32_t pages = 512, double noise = 1.0) {
+            int32_t pages = 512, double noise = 1.0, int32_t chunk = 64) {
   EngineSetup s;
   s.pages = pages;
   s.step_tokens = 512;
-  s.opts.chunked_prefill_size = 64;
+  s.opts.chunked_prefill_size = chunk;
   s.opts.speculative.num_draft_tokens = drafts;
   s.opts.max_queued_requests = 2000;
   auto e = drafts > 0 ? start_with_draft(s, perturbed_model_dir(noise)) : start(s);
@@ -56,6 +56,8 @@ Outputs run(int32_t drafts, const std::vector<GenerationRequest>& reqs, bool tog
     for (auto& h : hs) r.tokens.push_back(collect(*h).tokens);
   expect_idle(*e);
   r.stats = e->stats();
+  EXPECT_EQ(r.stats.spec_draft_pages_used, 0) << "the draft model's pages leaked";
+  EXPECT_EQ(r.stats.spec_draft_slots_used, 0) << "the draft model's state slots leaked";
   return r;
 }
 
@@ -88,15 +90,18 @@ TEST(DraftModelSpeculative, GreedyOutputUnchanged) {
 
 // Several requests verifying in the same steps, and a pool too small for all of them
 // (preemption in the middle of speculation: the draft model drops the request's caches and
-// prefills it again with the target's recompute). Steps of more than 16 rows take the CPU's
+// prefills it again with the target's recompute), and prefill chunks that fill the step
+// (472 rows of 512: verify calls wait, their drafts are dropped, the draft model keeps the
+// pending token's row). Steps of more than 16 rows take the CPU's
 // sgemm, whose rows may differ from the per-row GEMV in the last bits (as without
 // speculation), so a near-tie may pick another token: at most one request may differ.
 TEST(DraftModelSpeculative, BatchedAndPreemptedMatchAloneUpToCpuRounding) {
   const auto reqs = long_requests();
   const Outputs alone = run(0, reqs, false);
-  for (int32_t pages : {512, 40}) {
-    const Outputs spec = run(4, reqs, true, pages);
-    print(pages == 40 ? "batched, 40 pages" : "batched", spec.stats);
+  for (int32_t pages : {512, 40, 0}) {
+    const Outputs spec = pages ? run(4, reqs, true, pages) : run(4, reqs, true, 512, 1.0, 8192);
+    print(pages == 40 ? "batched, 40 pages" : pages ? "batched" : "batched, long chunks",
+          spec.stats);
     size_t equal = 0;
     for (size_t i = 0; i < reqs.size(); ++i) {
       equal += spec.tokens[i] == alone.tokens[i];
@@ -124,6 +129,30 @@ TEST(DraftModelSpeculative, StopTokenAndLengthEndTheVerifiedTokens) {
   const Outputs g7 = run(8, few, false, 512, 0.3);
   EXPECT_EQ(g7.tokens[0], std::vector<int32_t>(plain.tokens[1].begin(), plain.tokens[1].begin() + 7));
   EXPECT_EQ(g7.tokens[1], std::vector<int32_t>(plain.tokens[4].begin(), plain.tokens[4].begin() + 7));
+}
+
+// Requests aborted while they speculate free the draft model's caches with the target's.
+TEST(DraftModelSpeculative, AbortFreesTheDraftModelsCaches) {
+  EngineSetup s;
+  s.opts.speculative.num_draft_tokens = 4;
+  auto e = start_with_draft(s, perturbed_model_dir(0.3));
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  const auto reqs = long_requests();
+  for (size_t i = 0; i < 6; ++i) {  // all running at once (8 slots)
+    GenerationRequest g = reqs[i];
+    g.sampling.max_new_tokens = 4000;  // still running when cancelled
+    hs.push_back(e->submit(g));
+  }
+  TokenEvent ev;
+  for (auto& h : hs) ASSERT_TRUE(h->next(ev, 120s));  // each has begun to generate
+  EXPECT_GT(e->stats().spec_draft_slots_used, 0);
+  for (auto& h : hs) h->cancel();
+  for (auto& h : hs) EXPECT_EQ(collect(*h).reason, FinishReason::Aborted);
+  expect_idle(*e);
+  const EngineStats st = e->stats();
+  EXPECT_GT(st.spec_verify_calls, 0);
+  EXPECT_EQ(st.spec_draft_pages_used, 0);
+  EXPECT_EQ(st.spec_draft_slots_used, 0);
 }
 
 // Two-sample chi-square of the tokens at one output position, bins with fewer than 10 plain

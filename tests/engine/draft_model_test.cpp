@@ -152,6 +152,37 @@ TEST(DraftModel, PreemptionAndReleaseFreeItsCaches) {
   EXPECT_EQ(d->pages_used(), 0);
 }
 
+// Drafts whose verify call was not planned (the step's budget): the target's pending token is
+// computed in the draft model, which restores its state and, in the next step (the token
+// still pending), drafts the same tokens from the kept row (greedy) without feeding it again.
+TEST(DraftModel, UnverifiedDraftsDraftAgainFromTheKeptRow) {
+  const std::string dir = perturbed_model_dir(1.0);
+  for (int32_t k : {1, 3}) {
+    auto d = make(dir);
+    const SamplingParams sp = greedy_params();
+    const DraftPolicy pol{true, k, &sp, 1};
+    Sequence s;
+    s.id = 4;
+    s.tokens = make_prompt(50, 4);
+    mirror(*d, s, 50, pol);
+    s.tokens.push_back(12);  // pending
+    std::vector<std::vector<int32_t>> first, again;
+    d->propose({{&s, k, pol}}, first);
+    ASSERT_EQ(first[0].size(), size_t(k));
+    d->settle(s, k, 0);  // not verified: dropped
+    EXPECT_EQ(d->computed(s), 51);
+    EXPECT_EQ(d->rollbacks(), k > 1 ? 1 : 0);
+    d->propose({{&s, k, pol}}, again);
+    EXPECT_EQ(again[0], first[0]) << "k " << k;
+    // And it goes on: the target keeps the first draft and a bonus token.
+    d->settle(s, k, 1);
+    s.tokens.push_back(first[0][0]);
+    s.tokens.push_back(first[0][0] == 40 ? 41 : 40);
+    d->propose({{&s, k, pol}}, again);
+    EXPECT_EQ(again[0].size(), size_t(k));
+  }
+}
+
 // A sequence that is not eligible (logprobs, grammar, penalties) is never fed.
 TEST(DraftModel, IneligibleSequencesAreNotMirrored) {
   auto d = make(perturbed_model_dir(1.0));
