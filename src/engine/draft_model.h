@@ -23,7 +23,10 @@
 //    k - 1) they are computed tokens; otherwise the draft state goes back to its snapshot
 //    (after L tokens) and `computed` to L: the accepted drafts and the bonus token are fed
 //    again in the next step, and the K/V rows and compressed keys the rejected drafts wrote are
-//    rewritten before any query reads them (the target's rollback rule, speculative.h).
+//    rewritten before any query reads them (the target's rollback rule, speculative.h). A
+//    verify call that was not planned (the step's budget) settles with none accepted: the
+//    draft model then holds the still-pending token L - 1 (computed == L) and keeps its row
+//    (last_row), from which the next draft step starts.
 //  * A preempted sequence drops its draft state (pages, slot) with its target state and is
 //    prefilled again with the target's recompute; a finished or aborted one frees it.
 // The draft model's numbers never decide the output (the target verifies every draft): they
