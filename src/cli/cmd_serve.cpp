@@ -47,7 +47,8 @@ struct ServeOpts {
   int tp_size = 1;
   bool disable_radix_cache = false, disable_cuda_graph = false, skip_server_warmup = false;
   bool trust_remote_code = false, dense_as_sparse = false, enable_metrics = false;
-  std::string speculative_algorithm;  // "" or NGRAM
+  std::string speculative_algorithm;  // "", NGRAM or STANDALONE
+  std::string speculative_draft_model_path;  // STANDALONE's draft model
   int speculative_num_draft_tokens = 4, speculative_ngram_min = 1, speculative_ngram_max = 4;
 };
 
@@ -114,16 +115,26 @@ int run_serve(const ServeOpts& o) {
   lo.engine.max_context_len = o.context_length;
   lo.engine.dense_as_sparse = o.dense_as_sparse;
   lo.engine.schedule_policy = sala::parse_schedule_policy(o.schedule_policy);
+  const bool standalone = o.speculative_algorithm == "STANDALONE";
+  if (!o.speculative_draft_model_path.empty() && !standalone)
+    throw sala::Error("--speculative-draft-model-path needs --speculative-algorithm STANDALONE");
   if (!o.speculative_algorithm.empty()) {
-    if (o.speculative_algorithm != "NGRAM")
-      throw sala::Error(fmt::format("--speculative-algorithm {}: only NGRAM is implemented "
-                                    "(draft models are not yet)", o.speculative_algorithm));
+    if (o.speculative_algorithm != "NGRAM" && !standalone)
+      throw sala::Error(fmt::format("--speculative-algorithm {}: only NGRAM and STANDALONE are "
+                                    "implemented", o.speculative_algorithm));
+    if (standalone && o.speculative_draft_model_path.empty())
+      throw sala::Error("--speculative-algorithm STANDALONE needs --speculative-draft-model-path "
+                        "(a SALA checkpoint with the same tokenizer)");
     if (o.speculative_ngram_min > o.speculative_ngram_max)
       throw sala::Error(fmt::format("--speculative-ngram-min-match-window-size {} is larger than "
                                     "--speculative-ngram-max-match-window-size {}",
                                     o.speculative_ngram_min, o.speculative_ngram_max));
+    if (o.device != "cpu" && standalone)
+      throw sala::Error("--speculative-algorithm STANDALONE runs on --device cpu only so far: "
+                        "the draft model's steps have not been run on the GPU");
     lo.engine.speculative = {o.speculative_num_draft_tokens, o.speculative_ngram_min,
-                             o.speculative_ngram_max};
+                             o.speculative_ngram_max, standalone};
+    lo.draft_model_path = o.speculative_draft_model_path;
   }
   lo.max_total_tokens = o.max_total_tokens;
   lo.kv_memory_bytes = size_t(o.kv_memory_mb) << 20;
@@ -167,6 +178,9 @@ int run_serve(const ServeOpts& o) {
       {"speculative_algorithm", o.speculative_algorithm.empty() ? nlohmann::json(nullptr)
                                                                 : nlohmann::json(o.speculative_algorithm)},
       {"speculative_num_draft_tokens", lo.engine.speculative.num_draft_tokens},
+      {"speculative_draft_model_path", o.speculative_draft_model_path.empty()
+                                           ? nlohmann::json(nullptr)
+                                           : nlohmann::json(o.speculative_draft_model_path)},
       {"api_key_set", !api_key.empty()}, {"tp_size", 1}, {"dp_size", 1}};
 
   sala::server::HttpServer server(so, *L.engine, *L.tok, L.tmpl.get());
@@ -210,9 +224,13 @@ sala::cli::Registrar reg("serve", "Serve a model over HTTP (SGLang /generate + O
       ->capture_default_str()->check(CLI::IsMember({"fair", "fcfs"}));
   app.add_option("--max-running-requests", o->max_running_requests, "Max requests decoding together")->capture_default_str();
   app.add_option("--speculative-algorithm", o->speculative_algorithm,
-                 "NGRAM: greedy requests draft tokens by prompt lookup and verify them in one "
-                 "step (output unchanged; CPU only so far)")
+                 "NGRAM: requests draft tokens by prompt lookup, STANDALONE: by a draft model "
+                 "(--speculative-draft-model-path); the drafts are verified in one step (greedy "
+                 "output unchanged, sampled output in distribution; CPU only so far)")
       ->check(CLI::IsMember({"NGRAM", "STANDALONE", "EAGLE", "EAGLE3"}));
+  app.add_option("--speculative-draft-model-path", o->speculative_draft_model_path,
+                 "STANDALONE: the draft model's directory (a SALA checkpoint with the target's "
+                 "tokenizer; its own KV pages and state slots come out of --kv-memory-mb)");
   app.add_option("--speculative-num-draft-tokens", o->speculative_num_draft_tokens,
                  "Drafts per verify step, at most (adapted per request to its acceptance)")
       ->capture_default_str()->check(CLI::Range(1, 15));

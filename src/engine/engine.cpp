@@ -10,12 +10,13 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 
-#include "backend/cache_layout.h"
 #include "core/check.h"
 #include "core/error.h"
 #include "engine/block_pool.h"
+#include "engine/draft_model.h"
 #include "engine/engine.h"
 #include "engine/engine_handle.h"
 #include "engine/request_check.h"
@@ -45,9 +46,12 @@ using engine_detail::Request;
 
 class EngineImpl final : public Engine {
  public:
-  EngineImpl(std::unique_ptr<Model> model, const EngineOptions& opts)
+  EngineImpl(std::unique_ptr<Model> model, const EngineOptions& opts, std::unique_ptr<Model> draft)
       : model_(std::move(model)), inbox_(std::make_shared<Inbox>()),
-        speculator_(opts.speculative, model_->limits().caches.num_slots / 2) {
+        speculator_(opts.speculative, model_->limits().caches.num_slots / 2,
+                    make_drafter(opts.speculative, std::move(draft), model_->config(),
+                                 opts.dense_as_sparse),
+                    [this](const Sequence& s) { return draft_policy(s); }) {
     const ModelConfig& cfg = model_->config();
     const ModelLimits& lim = model_->limits();
     EngineOptions o = opts;
@@ -241,19 +245,19 @@ class EngineImpl final : public Engine {
       finish(requests_.begin()->second.get(), FinishReason::Error, -1, msg);
   }
 
-  // Drafts for this step's plain requests (speculative.h): at most the tokens they may still generate
-  // beyond the step's bonus token, within the context.
-  int32_t draft_cap(const Sequence& s) const {
+  // Plain requests may draft (speculative.h; grammar: masked rows): at most the tokens they may
+  // still generate beyond the step's bonus token, within the context.
+  DraftPolicy draft_policy(const Sequence& s) const {
     const auto& r = static_cast<const Request&>(s);
-    if (!r.sampler.plain(r.sampling) || r.lp.opts.output || r.grammar) return 0;  // grammar: masked rows
+    if (!r.sampler.plain(r.sampling) || r.lp.opts.output || r.grammar) return {};
     const int64_t left = std::min<int64_t>(r.sampling.max_new_tokens - r.generated,
                                            info_.max_context_len - int64_t(r.tokens.size())) - 1;
-    return int32_t(std::clamp<int64_t>(left, 0, opts_.speculative.num_draft_tokens));
+    return {true, int32_t(std::clamp<int64_t>(left, 0, opts_.speculative.num_draft_tokens)),
+            &r.sampling, r.sampler.seed()};
   }
 
   void step() {
-    speculator_.draft(scheduler_->running(), *scheduler_,
-                      [this](const Sequence& s) { return draft_cap(s); });
+    speculator_.draft(scheduler_->running(), *scheduler_);
     scheduler_->schedule(plan_);
     sync_waiting_count();  // before any event of this step reaches a client
     for (Sequence* s : plan_.out_of_memory)  // the KV pool is this request's context limit
@@ -276,7 +280,7 @@ class EngineImpl final : public Engine {
       meta_.add_seq(s->tokens.data() + s->num_computed, it.num_tokens, s->num_computed, s->slot,
                     s->pages, verify, it.sample && !verify);
     }
-    speculator_.snapshot(plan_, model_->backend());
+    speculator_.planned(plan_, model_->backend());
     // A step whose sampled rows are all plain greedy takes the argmax on the device and
     // moves R ids instead of R × vocab logits to the host.
     bool greedy_only = true;
@@ -312,7 +316,7 @@ class EngineImpl final : public Engine {
         const int32_t a = verify_rows(
             r->tokens.data() + r->spec.base, r->spec.drafts,
             greedy_only ? argmax_.data() + row : nullptr, logits_.data() + row * size_t(V), V,
-            sampler_, r->sampling, r->sampler, spec_emit_);
+            sampler_, r->sampling, r->sampler, spec_emit_, speculator_.proposal(*r));
         row += size_t(r->spec.drafts) + 1;
         speculator_.settle(*r, a, model_->backend());
         // Emitted one by one (no logprobs: draft_cap), so that a stop token or the length
@@ -364,9 +368,6 @@ class EngineImpl final : public Engine {
     ++stats_.steps;
     stats_.step_tokens_total += plan_.num_tokens;
     stats_.generated_tokens_total += generated;
-    stats_.spec_verify_calls = speculator_.verify_calls();
-    stats_.spec_drafted_tokens = speculator_.drafted_tokens();
-    stats_.spec_accepted_tokens = speculator_.accepted_tokens();
   }
 
   bool is_stop(const Request* r, int32_t tok) const {
@@ -452,6 +453,12 @@ class EngineImpl final : public Engine {
     stats_.kv_pages_used = blocks_->used();
     stats_.state_slots_used = states_->used();
     stats_.preemptions = scheduler_->preemptions();
+    stats_.spec_verify_calls = speculator_.verify_calls();
+    stats_.spec_drafted_tokens = speculator_.drafted_tokens();
+    stats_.spec_accepted_tokens = speculator_.accepted_tokens();
+    stats_.spec_rollbacks = speculator_.rollbacks();
+    stats_.spec_draft_rollbacks = speculator_.drafter_rollbacks();
+    std::tie(stats_.spec_draft_pages_used, stats_.spec_draft_slots_used) = speculator_.drafter_usage();
   }
 
   std::unique_ptr<Model> model_;
@@ -484,9 +491,10 @@ class EngineImpl final : public Engine {
 
 }  // namespace
 
-std::unique_ptr<Engine> make_engine(std::unique_ptr<Model> model, const EngineOptions& opts) {
+std::unique_ptr<Engine> make_engine(std::unique_ptr<Model> model, const EngineOptions& opts,
+                                    std::unique_ptr<Model> draft_model) {
   SALA_CHECK(model != nullptr);
-  return std::make_unique<EngineImpl>(std::move(model), opts);
+  return std::make_unique<EngineImpl>(std::move(model), opts, std::move(draft_model));
 }
 
 }  // namespace sala

@@ -106,8 +106,9 @@ struct EngineOptions {
   int32_t max_context_len = 0;          // 0: model's max_position_embeddings
   bool dense_as_sparse = false;
   SchedulePolicy schedule_policy = SchedulePolicy::Fair;  // see scheduler.h
-  // n-gram speculative decoding of greedy requests (speculative.h); plan_limits gives it a
-  // snapshot state slot per request and 1 + num_draft_tokens logit rows per request.
+  // Speculative decoding of plain requests (speculative.h): n-gram drafts, or a draft model's
+  // (speculative.draft_model: make_engine's draft_model, engine/draft_model.h); plan_limits
+  // gives it a snapshot state slot per request and 1 + num_draft_tokens logit rows per request.
   SpeculativeOptions speculative;
 };
 
@@ -122,6 +123,10 @@ struct EngineStats {
   // Speculative decoding: verify calls, drafted tokens, accepted drafts (bonus tokens not
   // counted); tokens per verify call = accepted / verifies + 1.
   int64_t spec_verify_calls = 0, spec_drafted_tokens = 0, spec_accepted_tokens = 0;
+  // Verify calls that rejected a draft (the target's state restored from its snapshot), and
+  // rollbacks of the draft model's own state (STANDALONE: a fed draft rejected).
+  int64_t spec_rollbacks = 0, spec_draft_rollbacks = 0;
+  int64_t spec_draft_pages_used = 0, spec_draft_slots_used = 0;  // the draft model's caches
 };
 
 // Static facts for /get_server_info and request validation in the HTTP layer.
@@ -156,17 +161,29 @@ class Engine {
 // max_step_tokens to the model's; it raises max_step_tokens (within the model's limit), or
 // else lowers chunked_prefill_size, so that a whole prefill chunk fits beside one decode row
 // per running request (chunk boundaries are fixed per request: see scheduler.h).
-std::unique_ptr<Engine> make_engine(std::unique_ptr<Model> model, const EngineOptions& opts);
+// draft_model: STANDALONE speculation's draft model (opts.speculative.draft_model), sized by
+// plan_draft_limits, on a backend of its own of the same kind; null otherwise.
+std::unique_ptr<Engine> make_engine(std::unique_ptr<Model> model, const EngineOptions& opts,
+                                    std::unique_ptr<Model> draft_model = nullptr);
 
 // Cache sizing for the CLI, before the Model is built: page_size = sparse block_size,
 // num_slots = max_running_requests (twice that with speculation: a snapshot slot each),
 // max_step_tokens = max(opts.max_step_tokens, chunked_prefill_size + max_running_requests ·
 // (1 + num_draft_tokens)), max_logit_rows = max_running_requests · (1 + num_draft_tokens). num_pages: from max_total_tokens when > 0 (SGLang's
 // --max-total-tokens, taken as given), else from memory_budget_bytes (after the state slots),
-// but never fewer than one request of max_context_len needs.
+// but never fewer than one request of max_context_len needs. draft: STANDALONE's draft model,
+// whose caches (plan_draft_limits) come out of the same budget: its state slots first, then
+// each target page is paid for with the draft KV of as many tokens.
 ModelLimits plan_limits(const ModelConfig& cfg, const EngineOptions& opts,
                         size_t memory_budget_bytes, int64_t max_total_tokens = 0,
-                        size_t kv_element_bytes = 4);
+                        size_t kv_element_bytes = 4, const ModelConfig* draft = nullptr);
+// The draft model's limits beside the target's `target` (plan_limits): a state slot and a
+// snapshot slot per running request; KV pages for the target's tokens plus, per running
+// request, the drafts it computes ahead of the target (num_draft_tokens) and a partial page;
+// steps of the target's rows plus the catch-up rows of every running request (1 +
+// num_draft_tokens), one logit row per running request.
+ModelLimits plan_draft_limits(const ModelConfig& draft, const EngineOptions& opts,
+                              const ModelLimits& target);
 // Bytes of one KV page (K, V and both compressed-key levels of every sparse layer; elements of
 // element_bytes: 4 on the CPU, 2 (bf16) on the GPU) and
 // of one lightning-state slot (fp32 on every backend).

@@ -23,7 +23,7 @@ size_t state_bytes_per_slot(const ModelConfig& c) {
 
 ModelLimits plan_limits(const ModelConfig& cfg, const EngineOptions& opts,
                         size_t memory_budget_bytes, int64_t max_total_tokens,
-                        size_t kv_element_bytes) {
+                        size_t kv_element_bytes, const ModelConfig* draft) {
   ModelLimits lim;
   // A whole prefill chunk beside one decode row (a verify call with speculation) per running
   // request (see make_engine).
@@ -42,13 +42,44 @@ ModelLimits plan_limits(const ModelConfig& cfg, const EngineOptions& opts,
   if (max_total_tokens > 0) {
     pages = cache_layout::pages_for(max_total_tokens, int(ps));
   } else {
-    const size_t states = size_t(lim.caches.num_slots) * state_bytes_per_slot(cfg);
+    size_t states = size_t(lim.caches.num_slots) * state_bytes_per_slot(cfg);
+    size_t page_bytes = kv_bytes_per_page(cfg, int32_t(ps), kv_element_bytes);
+    if (draft) {
+      // The draft model's slots and its per-request extra pages are fixed costs; its KV for
+      // a target page's tokens is paid with that page (rounded up per draft page).
+      ModelLimits none = lim;
+      none.caches.num_pages = 0;
+      const ModelLimits d = plan_draft_limits(*draft, opts, none);
+      const size_t dpage = kv_bytes_per_page(*draft, d.caches.page_size, kv_element_bytes);
+      states += size_t(d.caches.num_slots) * state_bytes_per_slot(*draft) +
+                size_t(d.caches.num_pages) * dpage;
+      page_bytes += (dpage * size_t(ps) + size_t(d.caches.page_size) - 1) /
+                    size_t(d.caches.page_size);
+    }
     const size_t left = memory_budget_bytes > states ? memory_budget_bytes - states : 0;
-    pages = std::max<int64_t>(
-        int64_t(left / kv_bytes_per_page(cfg, int32_t(ps), kv_element_bytes)), min_pages);
+    pages = std::max<int64_t>(int64_t(left / page_bytes), min_pages);
   }
   lim.caches.num_pages = int32_t(std::clamp<int64_t>(pages, 1, INT32_MAX / ps));
   return lim;
+}
+
+ModelLimits plan_draft_limits(const ModelConfig& draft, const EngineOptions& opts,
+                              const ModelLimits& target) {
+  ModelLimits d;
+  const int32_t k = std::max(0, opts.speculative.num_draft_tokens);
+  const int32_t running = std::max(1, opts.max_running_requests);
+  const int64_t ps = draft.sparse.block_size;
+  d.caches.page_size = int32_t(ps);
+  d.caches.num_slots = 2 * running;  // a state slot and its snapshot per request
+  // The target's tokens; then per request up to k - 1 fed drafts past them and the partial
+  // page where its tokens end.
+  const int64_t tokens = int64_t(target.caches.num_pages) * target.caches.page_size;
+  const int64_t pages = cache_layout::pages_for(tokens, int(ps)) +
+                        int64_t(running) * (cache_layout::pages_for(k, int(ps)) + 1);
+  d.caches.num_pages = int32_t(std::clamp<int64_t>(pages, 1, INT32_MAX / ps));
+  d.max_step_tokens = target.max_step_tokens + running * (1 + k);
+  d.max_logit_rows = running;
+  return d;
 }
 
 }  // namespace sala

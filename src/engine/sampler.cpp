@@ -134,7 +134,7 @@ int32_t Sampler::sample(float* logits, int32_t vocab, const SamplingParams& p,
 }
 
 int32_t Sampler::sample_draft(float* logits, int32_t vocab, const SamplingParams& p,
-                              SamplerState& st, int32_t draft, bool& accepted) {
+                              SamplerState& st, int32_t draft, bool& accepted, const float* q) {
   double sum = 0;
   const int64_t n = weigh(logits, vocab, p, st, sum);
   if (n < 0) {
@@ -145,17 +145,55 @@ int32_t Sampler::sample_draft(float* logits, int32_t vocab, const SamplingParams
   size_t at = size_t(n);  // the draft's candidate, if it has one
   for (size_t i = 0; i < size_t(n); ++i)
     if (cand_[i].second == draft) at = i;
-  const double pd = at < size_t(n) ? double(probs_[at]) : 0.0;
+  const double pd = at < size_t(n) ? double(probs_[at]) : 0.0;  // unnormalised: p(draft)·sum
+  // Accept iff u < p(draft) / q(draft), u uniform in [0, 1): u · sum · q(draft) < pd.
+  const double qd = q ? double(q[draft]) : 1.0;
   const double u = double(st.rng_() >> 11) * 0x1.0p-53 * sum;
-  accepted = u < pd;
+  accepted = u * qd < pd;
   if (accepted) return draft;
-  // Rejected: the residual max(0, p - q) with q one-hot at the draft is p without it. Its
-  // mass is positive: u < sum, so pd < sum.
-  if (at < size_t(n)) {
-    sum -= pd;
-    probs_[at] = 0;
+  if (!q) {
+    // Rejected: the residual max(0, p - q) with q one-hot at the draft is p without it. Its
+    // mass is positive: u < sum, so pd < sum.
+    if (at < size_t(n)) {
+      sum -= pd;
+      probs_[at] = 0;
+    }
+    return draw(size_t(n), sum, st);
   }
-  return draw(size_t(n), sum, st);
+  // Rejected: the residual max(0, p - q) over the candidates (p is 0 elsewhere, so is the
+  // residual). Its mass is positive whenever a rejection is possible (p != q); in a rounding
+  // case with none left the token comes from p itself (weighed again: probs_ now holds r;
+  // speculation verifies plain rows only, so no penalty is applied twice).
+  double rsum = 0;
+  for (size_t i = 0; i < size_t(n); ++i) {
+    const double r = double(probs_[i]) / sum - double(q[cand_[i].second]);
+    probs_[i] = r > 0 ? float(r) : 0.0f;
+    rsum += probs_[i];
+  }
+  if (rsum > 0) return draw(size_t(n), rsum, st);
+  const int64_t m = weigh(logits, vocab, p, st, sum);
+  return m < 0 ? argmax(logits, vocab) : draw(size_t(m), sum, st);
+}
+
+int32_t Sampler::sample_proposal(float* logits, int32_t vocab, const SamplingParams& p,
+                                 SamplerState& st, float* q) {
+  double sum = 0;
+  const int64_t n = weigh(logits, vocab, p, st, sum);
+  std::fill(q, q + vocab, 0.0f);
+  if (n < 0) {
+    const int32_t t = argmax(logits, vocab);
+    q[t] = 1.0f;
+    return t;
+  }
+  // q as float, then the draw over exactly those values: the token comes from the q that
+  // sample_draft will divide by.
+  double qsum = 0;
+  for (size_t i = 0; i < size_t(n); ++i) {
+    probs_[i] = float(double(probs_[i]) / sum);
+    q[cand_[i].second] = probs_[i];
+    qsum += probs_[i];
+  }
+  return draw(size_t(n), qsum, st);
 }
 
 }  // namespace sala

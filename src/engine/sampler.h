@@ -58,12 +58,21 @@ class Sampler {
   // Samples one token from `logits` [vocab]; the row is modified in place (penalties,
   // temperature). Scratch buffers are kept between calls.
   int32_t sample(float* logits, int32_t vocab, const SamplingParams& p, SamplerState& st);
-  // Speculative sampling of a drafted token (one-hot draft distribution): accepts `draft`
-  // with its probability p(draft) under the row's distribution (one uniform draw), else
-  // returns a token drawn from p with the draft removed (a second draw). The returned token is
-  // distributed exactly as sample()'s. Greedy parameters: the argmax, accepted iff equal.
+  // Speculative sampling of a drafted token. q: the proposal distribution the draft was drawn
+  // from, [vocab] probabilities (a draft model's, from sample_proposal), or null for a one-hot
+  // proposal at the draft (n-gram). Accepts the draft with probability min(1, p(draft) /
+  // q(draft)) under the row's distribution p (one uniform draw), else returns a token drawn
+  // from the residual max(0, p - q), renormalised (a second draw); for a one-hot q that is p
+  // with the draft removed. The returned token is distributed exactly as sample()'s.
+  // Greedy parameters: the argmax, accepted iff equal (q unused).
   int32_t sample_draft(float* logits, int32_t vocab, const SamplingParams& p, SamplerState& st,
-                       int32_t draft, bool& accepted);
+                       int32_t draft, bool& accepted, const float* q = nullptr);
+  // A draft model's proposal: samples one token as sample() does and writes the distribution
+  // it was drawn from into q [vocab] (0 outside the candidates, summing to 1), the q that
+  // sample_draft then verifies it with. Greedy parameters (or no finite logit): the argmax,
+  // with q one-hot at it.
+  int32_t sample_proposal(float* logits, int32_t vocab, const SamplingParams& p,
+                          SamplerState& st, float* q);
 
  private:
   // The row's candidates cand_[0, n) and their weights probs_ (unnormalised, summing to sum)

@@ -36,7 +36,7 @@ std::vector<int32_t> ngram_draft(const std::vector<int32_t>& tokens, int32_t k,
 
 int32_t verify_rows(const int32_t* drafts, int32_t d, const int32_t* argmax_rows, float* logits,
                     int32_t vocab, Sampler& sampler, const SamplingParams& p, SamplerState& st,
-                    std::vector<int32_t>& emit) {
+                    std::vector<int32_t>& emit, const float* q) {
   emit.clear();
   for (int32_t i = 0; i <= d; ++i) {
     float* row = logits + size_t(i) * size_t(vocab);
@@ -50,7 +50,8 @@ int32_t verify_rows(const int32_t* drafts, int32_t d, const int32_t* argmax_rows
       tok = argmax_rows[i];
       accepted = tok == drafts[i];
     } else {
-      tok = sampler.sample_draft(row, vocab, p, st, drafts[i], accepted);
+      tok = sampler.sample_draft(row, vocab, p, st, drafts[i], accepted,
+                                 q ? q + size_t(i) * size_t(vocab) : nullptr);
     }
     emit.push_back(tok);
     if (!accepted) return i;
@@ -64,34 +65,63 @@ void adapt_draft_len(SpecState& s, int32_t drafted, int32_t accepted, int32_t ma
                                     : std::max(1, accepted + 1);
 }
 
-void Speculator::draft(const std::vector<Sequence*>& running, const Scheduler& sch,
-                       const std::function<int32_t(const Sequence&)>& cap) {
+void NgramDrafter::propose(const std::vector<DraftAsk>& asks,
+                           std::vector<std::vector<int32_t>>& out) {
+  out.resize(asks.size());
+  for (size_t i = 0; i < asks.size(); ++i) out[i] = ngram_draft(asks[i].seq->tokens, asks[i].k, min_, max_);
+}
+
+Speculator::Speculator(const SpeculativeOptions& opts, int32_t snapshot_offset,
+                       std::unique_ptr<Drafter> drafter, DraftPolicyFn policy)
+    : opts_(opts), snapshot_offset_(opts.enabled() ? snapshot_offset : 0),
+      drafter_(drafter ? std::move(drafter)
+                       : std::make_unique<NgramDrafter>(opts.ngram_min, opts.ngram_max)),
+      policy_(std::move(policy)) {}
+
+void Speculator::draft(const std::vector<Sequence*>& running, const Scheduler& sch) {
   SALA_CHECK(step_seqs_.empty(), "drafts of the previous step were not dropped");
   if (!enabled()) return;
+  asks_.clear();
   for (Sequence* s : running) {
     if (s->pending() != 1 || s->slot < 0) continue;  // prefilling, or a recompute pending
+    const DraftPolicy pol = policy_(*s);
+    if (!pol.eligible) continue;
     if (s->spec.draft_len == 0) s->spec.draft_len = opts_.num_draft_tokens;
-    const int32_t k = std::min(s->spec.draft_len, cap(*s));
+    int32_t k = std::min(s->spec.draft_len, pol.cap);
     if (k <= 0) continue;
-    const std::vector<int32_t> d = ngram_draft(s->tokens, k, opts_.ngram_min, opts_.ngram_max);
+    // A call never crosses a chunk boundary (dense_len - 1 among them: the dense / sparse
+    // choice is per call): drafts past the boundary wait for a later step. The boundary of a
+    // call with k more tokens, measured with placeholders (the last token repeated).
+    const size_t base = s->tokens.size();
+    s->tokens.insert(s->tokens.end(), size_t(k), s->tokens.back());
+    k = int32_t(std::min<int64_t>(k, sch.call_end(*s) - int64_t(base)));
+    s->tokens.resize(base);
+    if (k > 0) asks_.push_back({s, k, pol});
+  }
+  if (asks_.empty()) return;
+  drafter_->propose(asks_, proposed_);
+  for (size_t i = 0; i < asks_.size(); ++i) {
+    Sequence* s = asks_[i].seq;
+    const std::vector<int32_t>& d = proposed_[i];
+    SALA_CHECK(int32_t(d.size()) <= asks_[i].k, "{} drafts for {} asked", d.size(), asks_[i].k);
     if (d.empty()) continue;
     s->spec.base = int64_t(s->tokens.size());
     s->tokens.insert(s->tokens.end(), d.begin(), d.end());
     s->spec.drafts = int32_t(d.size());
-    // A call never crosses a chunk boundary (dense_len - 1 among them: the dense / sparse
-    // choice is per call); drafts past the boundary wait for a later step.
-    while (s->spec.drafts > 0 && sch.call_end(*s) < int64_t(s->tokens.size())) {
-      s->tokens.pop_back();
-      --s->spec.drafts;
-    }
-    if (s->spec.drafts > 0) step_seqs_.push_back(s);
+    step_seqs_.push_back(s);
   }
 }
 
-void Speculator::snapshot(const SchedulePlan& plan, Backend& be) {
+void Speculator::planned(const SchedulePlan& plan, Backend& be) {
   for (const ScheduledSeq& it : plan.items)
     if (it.seq->spec.drafts > 0 && it.sample)
       be.copy_state_slot(it.seq->slot, it.seq->slot + snapshot_offset_);
+  if (enabled()) drafter_->planned(plan, policy_);
+}
+
+void Speculator::forget(const Sequence* s) {
+  std::erase(step_seqs_, s);
+  if (enabled()) drafter_->release(*s);
 }
 
 void Speculator::settle(Sequence& s, int32_t a, Backend& be) {
@@ -109,8 +139,10 @@ void Speculator::settle(Sequence& s, int32_t a, Backend& be) {
     // accepted drafts are computed again in the next call.
     be.copy_state_slot(s.slot + snapshot_offset_, s.slot);
     s.num_computed = base - 1;
+    ++rollbacks_;
   }
   s.spec.drafts = 0;
+  drafter_->settle(s, d, a);
   adapt_draft_len(s.spec, d, a, opts_.num_draft_tokens);
   drafted_ += d;
   accepted_ += a;
@@ -121,6 +153,7 @@ void Speculator::end_step() {
   for (Sequence* s : step_seqs_) {
     if (s->spec.drafts == 0) continue;  // resolved
     s->tokens.resize(size_t(s->spec.base));
+    drafter_->settle(*s, s->spec.drafts, 0);
     s->spec.drafts = 0;
   }
   step_seqs_.clear();

@@ -1,15 +1,18 @@
-// Speculative decoding with n-gram drafts (issue 21; SGLang's --speculative-algorithm NGRAM).
+// Speculative decoding (issue 21): SGLang's --speculative-algorithm NGRAM (n-gram drafts) and
+// STANDALONE (a draft model, engine/draft_model.h), behind one Drafter interface.
 //
 // A running request (greedy, or sampled without penalties, bias or min_tokens; no grammar,
-// no logprobs) whose last token is pending drafts up to k tokens by prompt
-// lookup: the tokens that followed the latest earlier occurrence of its longest suffix
-// (ngram_draft). The engine appends them to Sequence::tokens for one step, so the scheduler
-// plans one call of 1 + k rows (the last token and the drafts) with logits for every row; a
-// verify row computes exactly what a decode step at its position computes (the CPU's GEMVs
-// per row for steps of <= 16 rows, the GLA recurrence below 64 rows, the per-call dense /
-// sparse choice kept by the scheduler's chunk boundaries: tests/model/test_verify_rows.cpp).
-// Row i's distribution gives the token after position i; the drafts are accepted while they
-// pass (greedy: equal the argmax; sampled: Sampler::sample_draft), and the first row that
+// no logprobs) whose last token is pending drafts up to k tokens: by prompt lookup, the
+// tokens that followed the latest earlier occurrence of its longest suffix (ngram_draft), or
+// from a draft model run autoregressively. The engine appends them to Sequence::tokens for
+// one step, so the scheduler plans one call of 1 + k rows (the last token and the drafts)
+// with logits for every row; a verify row computes exactly what a decode step at its
+// position computes (the CPU's GEMVs per row for steps of <= 16 rows, the GLA recurrence
+// below 64 rows, the per-call dense / sparse choice kept by the scheduler's chunk boundaries:
+// tests/model/test_verify_rows.cpp). Row i's distribution gives the token after position i;
+// the drafts are accepted while they pass (greedy: equal the argmax; sampled:
+// Sampler::sample_draft with the drafter's proposal distribution q: one-hot for n-gram
+// drafts, the draft model's sampling distribution for STANDALONE), and the first row that
 // rejects its draft (or the one after the last draft) gives the step's last token, so greedy
 // output is token for token the output without speculation and sampled output has the same
 // distribution (verify_rows).
@@ -17,12 +20,16 @@
 // Rollback: before the step the engine copies the sequence's lightning state to its snapshot
 // slot. All drafts accepted: the caches hold exactly the kept tokens. Otherwise the state is
 // restored from the snapshot and the sequence's computed length set back to before the step,
-// so the next step computes the last token and the accepted drafts again (one call: rows are
-// nearly free where a step streams its weights) together with its next drafts; the K/V rows
-// and compressed keys the rejected tokens wrote are rewritten before any query reads them.
+// so the next step computes the last token, the accepted drafts and the bonus token again
+// (one call without drafts, whose last row gives the next token: rows are nearly free where a
+// step streams its weights); the K/V rows and compressed keys the rejected tokens wrote are
+// rewritten before any query reads them. A draft model rolls its own caches back the same
+// way (draft_model.h).
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <utility>
 #include <vector>
 
 namespace sala {
@@ -38,7 +45,9 @@ class Scheduler;
 struct SpeculativeOptions {
   int32_t num_draft_tokens = 0;  // drafts per verify step, at most; 0: no speculation
   int32_t ngram_min = 1;         // shortest suffix that may match (tokens)
-  int32_t ngram_max = 4;         // longest suffix tried
+  int32_t ngram_max = 4;         // longest suffix tried (NGRAM)
+  // STANDALONE: drafts come from the draft model given to make_engine instead of n-grams.
+  bool draft_model = false;
   bool enabled() const { return num_draft_tokens > 0; }
 };
 
@@ -48,8 +57,9 @@ std::vector<int32_t> ngram_draft(const std::vector<int32_t>& tokens, int32_t k,
                                  int32_t ngram_min, int32_t ngram_max);
 
 // Speculative decoding keeps the output distribution of a sampled request exactly when its
-// rows' distributions are the plain ones (Sampler::sample_draft: a one-hot draft is accepted
-// with its probability, else the token comes from the rest); greedy is the special case
+// rows' distributions are the plain ones (Sampler::sample_draft: a draft drawn from q is
+// accepted with probability min(1, p / q), else the token comes from max(0, p - q); for a
+// one-hot q: accepted with p(draft), else drawn from the rest); greedy is the special case
 // where the draft is accepted iff it is the argmax.
 
 // A request's speculation between steps: its adaptive draft length and, during a step, the
@@ -66,50 +76,122 @@ struct SpecState {
 // that rejected its draft, or from the last row. Returns how many drafts were accepted.
 // argmax_rows: the rows' argmax when the step took it on the device (greedy-only steps), else
 // null and the rows' logits [d + 1, vocab] (modified in place) decide.
+// q: the drafts' proposal distributions [d, vocab], or null (one-hot: n-gram, greedy).
 int32_t verify_rows(const int32_t* drafts, int32_t d, const int32_t* argmax_rows, float* logits,
                     int32_t vocab, Sampler& sampler, const SamplingParams& p, SamplerState& st,
-                    std::vector<int32_t>& emit);
+                    std::vector<int32_t>& emit, const float* q = nullptr);
 
 // Adapts s.draft_len to a verify step that accepted `accepted` of `drafted` drafts.
 void adapt_draft_len(SpecState& s, int32_t drafted, int32_t accepted, int32_t max_drafts);
 
+// What the engine says about a request, for the drafters: whether it may draft at all
+// (greedy or plain sampling, no logprobs, no grammar: fixed for its life), how many drafts
+// its budget allows this step, and its sampling (a draft model samples its proposals with the
+// same temperature / top-k / top-p / min-p, from a stream derived from the request's seed).
+struct DraftPolicy {
+  bool eligible = false;
+  int32_t cap = 0;  // drafts within max_new_tokens and the context, beyond the bonus token
+  const SamplingParams* sampling = nullptr;
+  uint64_t seed = 0;
+};
+using DraftPolicyFn = std::function<DraftPolicy(const Sequence&)>;
+
+// One request that drafts this step: k tokens wanted (adaptive length, budget and the call
+// boundary applied, >= 1).
+struct DraftAsk {
+  Sequence* seq = nullptr;
+  int32_t k = 0;
+  DraftPolicy policy;
+};
+
+// Where drafts come from. The engine thread calls propose() before the schedule, planned()
+// after it, settle() for each sequence that had drafts (verified or not), release() when a
+// sequence leaves (finished, aborted); all with the sequence's tokens without drafts except
+// during propose / planned.
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  // out[i]: up to asks[i].k tokens to follow asks[i].seq->tokens (possibly none).
+  virtual void propose(const std::vector<DraftAsk>& asks,
+                       std::vector<std::vector<int32_t>>& out) = 0;
+  // s's proposal distributions of its current drafts, [drafts, vocab] row-major, or null for
+  // one-hot proposals (n-gram; any greedy request).
+  virtual const float* proposal(const Sequence& s) const = 0;
+  // After the schedule, before the forward (drafts still appended): the plan's rows and
+  // preemptions (a draft model mirrors the prefill chunks and frees the preempted).
+  virtual void planned(const SchedulePlan& plan, const DraftPolicyFn& policy) = 0;
+  // s's `drafted` drafts of this step were verified and `accepted` kept (0 of them when the
+  // verify call was not planned); s->tokens holds the kept tokens before the bonus token.
+  virtual void settle(const Sequence& s, int32_t drafted, int32_t accepted) = 0;
+  // s finished or was aborted: drop what the drafter holds for it.
+  virtual void release(const Sequence& s) = 0;
+  // Times the drafter's own state was rolled back (a draft model's; 0 for n-grams).
+  virtual int64_t rollbacks() const = 0;
+  // KV pages and state slots the drafter holds (a draft model's; 0 for n-grams).
+  virtual std::pair<int64_t, int64_t> usage() const = 0;
+};
+
+// Prompt lookup (ngram_draft); stateless.
+class NgramDrafter final : public Drafter {
+ public:
+  NgramDrafter(int32_t ngram_min, int32_t ngram_max) : min_(ngram_min), max_(ngram_max) {}
+  void propose(const std::vector<DraftAsk>& asks, std::vector<std::vector<int32_t>>& out) override;
+  const float* proposal(const Sequence&) const override { return nullptr; }
+  void planned(const SchedulePlan&, const DraftPolicyFn&) override {}
+  void settle(const Sequence&, int32_t, int32_t) override {}
+  void release(const Sequence&) override {}
+  int64_t rollbacks() const override { return 0; }
+  std::pair<int64_t, int64_t> usage() const override { return {0, 0}; }
+
+ private:
+  int32_t min_, max_;
+};
+
 // The engine thread's side of speculation, one step at a time: draft() before the schedule,
-// snapshot() after it, resolve() for each verified sequence after the forward and the
+// planned() after it, settle() for each verified sequence after the forward and the
 // scheduler's commit, end_step() last.
 class Speculator {
  public:
   // snapshot_offset: a request's snapshot state slot is its slot + snapshot_offset.
-  Speculator(const SpeculativeOptions& opts, int32_t snapshot_offset)
-      : opts_(opts), snapshot_offset_(opts.enabled() ? snapshot_offset : 0) {}
+  // drafter: NgramDrafter or a draft model (null: n-grams with opts' window sizes).
+  Speculator(const SpeculativeOptions& opts, int32_t snapshot_offset,
+             std::unique_ptr<Drafter> drafter, DraftPolicyFn policy);
   bool enabled() const { return opts_.enabled(); }
 
-  // Appends up to min(draft_len, cap(s)) n-gram drafts to every running sequence whose last
-  // token is pending and whose cap is > 0 (the caller's eligibility and budget: greedy
-  // requests only, drafts within max_new_tokens and the context), trimmed so that the
-  // scheduler plans them in one call.
-  void draft(const std::vector<Sequence*>& running, const Scheduler& sch,
-             const std::function<int32_t(const Sequence&)>& cap);
-  // Copies the state of every planned drafted sequence that will verify to its snapshot slot.
-  void snapshot(const SchedulePlan& plan, Backend& be);
+  // Appends up to min(draft_len, policy cap) drafts to every running eligible sequence whose
+  // last token is pending, no more than the scheduler plans in one call with the last token.
+  void draft(const std::vector<Sequence*>& running, const Scheduler& sch);
+  // After the schedule: copies the state of every planned drafted sequence that will verify to
+  // its snapshot slot, and tells the drafter the plan.
+  void planned(const SchedulePlan& plan, Backend& be);
   // A verified sequence after the forward and the scheduler's commit, whose first `accepted`
   // drafts were kept (the caller decided them from its rows, greedy or by speculative
   // sampling, and emits them and the bonus token): removes the drafts from its tokens, keeps
   // the accepted ones' cache rows or rolls back.
   void settle(Sequence& s, int32_t accepted, Backend& be);
+  // s's drafts' proposal distributions (Drafter::proposal).
+  const float* proposal(const Sequence& s) const { return drafter_->proposal(s); }
   // Drops the drafts of sequences that were not verified this step (not planned, preempted).
   void end_step();
-  // s is finished and freed during the step: no end_step for it.
-  void forget(const Sequence* s) { std::erase(step_seqs_, s); }
+  // s is finished and freed during the step: no end_step for it; the drafter lets it go.
+  void forget(const Sequence* s);
 
   int64_t drafted_tokens() const { return drafted_; }
   int64_t accepted_tokens() const { return accepted_; }
   int64_t verify_calls() const { return verifies_; }
+  int64_t rollbacks() const { return rollbacks_; }  // verify calls that rejected a draft
+  int64_t drafter_rollbacks() const { return drafter_->rollbacks(); }
+  std::pair<int64_t, int64_t> drafter_usage() const { return drafter_->usage(); }
 
  private:
   SpeculativeOptions opts_;
   int32_t snapshot_offset_;
+  std::unique_ptr<Drafter> drafter_;
+  DraftPolicyFn policy_;
   std::vector<Sequence*> step_seqs_;  // this step's sequences with drafts
-  int64_t drafted_ = 0, accepted_ = 0, verifies_ = 0;
+  std::vector<DraftAsk> asks_;
+  std::vector<std::vector<int32_t>> proposed_;
+  int64_t drafted_ = 0, accepted_ = 0, verifies_ = 0, rollbacks_ = 0;
 };
 
 }  // namespace sala

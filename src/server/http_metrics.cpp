@@ -43,6 +43,8 @@ std::string render_metrics(const EngineStats& s, const Metrics& metrics, const G
   counter("sala_spec_verify_calls_total", "Speculative verify calls", double(s.spec_verify_calls));
   counter("sala_spec_draft_tokens_total", "Speculative draft tokens verified", double(s.spec_drafted_tokens));
   counter("sala_spec_accepted_tokens_total", "Speculative draft tokens accepted", double(s.spec_accepted_tokens));
+  counter("sala_spec_rollbacks_total", "Speculative verify calls that rejected a draft", double(s.spec_rollbacks));
+  counter("sala_spec_draft_model_rollbacks_total", "Draft model state rollbacks (STANDALONE)", double(s.spec_draft_rollbacks));
   gauge("sala_num_running_reqs", "Requests running in the engine", double(s.running));
   gauge("sala_num_queued_reqs", "Requests waiting in the engine queue", double(s.queued));
   gauge("sala_kv_pages_used", "KV pages in use (sparse layers)", double(s.kv_pages_used));
@@ -71,7 +73,10 @@ json stats_json(const EngineStats& s) {
           {"prompt_tokens_total", s.prompt_tokens_total},
           {"generated_tokens_total", s.generated_tokens_total}, {"steps", s.steps},
           {"spec_verify_calls", s.spec_verify_calls}, {"spec_drafted_tokens", s.spec_drafted_tokens},
-          {"spec_accepted_tokens", s.spec_accepted_tokens}};
+          {"spec_accepted_tokens", s.spec_accepted_tokens}, {"spec_rollbacks", s.spec_rollbacks},
+          {"spec_draft_rollbacks", s.spec_draft_rollbacks},
+          {"spec_draft_pages_used", s.spec_draft_pages_used},
+          {"spec_draft_slots_used", s.spec_draft_slots_used}};
 }
 
 json internal_states_json(const EngineStats& s) {

@@ -21,6 +21,40 @@ std::string default_model_dir() {
 #endif
 }
 
+namespace {
+
+std::string tokenizer_file(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path j = fs::path(dir) / "tokenizer.json";
+  return (fs::exists(j) ? j : fs::path(dir) / "tokenizer.model").string();
+}
+
+// The draft model must speak the target's token ids: the same config vocabulary and the same
+// tokenizer (every token's string, BOS and EOS). sala::Error naming the draft's file.
+void check_draft_compatible(const Loaded& L, const std::string& target_dir,
+                            const ModelConfig& dcfg, const std::string& draft_dir) {
+  namespace fs = std::filesystem;
+  const std::string dconf = (fs::path(draft_dir) / "config.json").string();
+  if (dcfg.vocab_size != L.cfg.vocab_size)
+    fail("--speculative-draft-model-path: {} has vocab_size {}, the target's {} has {}", dconf,
+         dcfg.vocab_size, (fs::path(target_dir) / "config.json").string(), L.cfg.vocab_size);
+  const std::unique_ptr<Tokenizer> dt = Tokenizer::load(draft_dir);
+  const std::string dfile = tokenizer_file(draft_dir), tfile = tokenizer_file(target_dir);
+  if (dt->vocab_size() != L.tok->vocab_size())
+    fail("--speculative-draft-model-path: the tokenizer {} has {} tokens, the target's {} has {}",
+         dfile, dt->vocab_size(), tfile, L.tok->vocab_size());
+  for (int32_t i = 0; i < dt->vocab_size(); ++i)
+    if (dt->id_to_token(i) != L.tok->id_to_token(i))
+      fail("--speculative-draft-model-path: token {} is '{}' in the tokenizer {} and '{}' in the "
+           "target's {}: the draft model needs the target's tokenizer", i, dt->id_to_token(i),
+           dfile, L.tok->id_to_token(i), tfile);
+  if (dt->bos_id() != L.tok->bos_id() || dt->eos_ids() != L.tok->eos_ids())
+    fail("--speculative-draft-model-path: the tokenizer {} has other BOS / EOS tokens than the "
+         "target's {}", dfile, tfile);
+}
+
+}  // namespace
+
 Loaded launch(const LaunchOptions& o) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(o.model_path)) fail("model path '{}' is not a directory", o.model_path);
@@ -69,10 +103,27 @@ Loaded launch(const LaunchOptions& o) {
     cache_budget = size_t(usable) - weight_bytes - reserve;
   }
 
+  ModelConfig dcfg;
+  const bool draft = !o.draft_model_path.empty();
+  if (draft) {
+    if (!fs::is_directory(o.draft_model_path))
+      fail("--speculative-draft-model-path '{}' is not a directory", o.draft_model_path);
+    dcfg = load_model_config(o.draft_model_path);
+    check_draft_compatible(L, o.model_path, dcfg, o.draft_model_path);
+  }
   ModelLimits lim = plan_limits(L.cfg, o.engine, cache_budget, o.max_total_tokens,
-                                backend->kv_element_bytes());
+                                backend->kv_element_bytes(), draft ? &dcfg : nullptr);
+  std::unique_ptr<Model> draft_model;
+  if (draft) {
+    BackendOptions dbo = bo;  // the same device, mode and KV type; no load-time quantization
+    dbo.fp8_weights = false;
+    dbo.int4_group_size = 0;
+    draft_model = std::make_unique<Model>(dcfg, make_backend(o.device, dbo),
+                                          Checkpoint(o.draft_model_path),
+                                          plan_draft_limits(dcfg, o.engine, lim));
+  }
   auto model = std::make_unique<Model>(L.cfg, std::move(backend), ckpt, lim);
-  L.engine = make_engine(std::move(model), o.engine);
+  L.engine = make_engine(std::move(model), o.engine, std::move(draft_model));
   const EngineInfo info = L.engine->info();
   L.max_total_tokens = info.max_total_tokens > 0 ? info.max_total_tokens
                                                  : int64_t(lim.caches.num_pages) * lim.caches.page_size;

@@ -19,6 +19,11 @@ struct LaunchOptions {
   std::string kv_cache_dtype = "auto";  // auto | fp8_e4m3 | fp8_e5m2 (BackendOptions::kv_cache_dtype)
   int cpu_threads = 0;             // 0: all cores
   EngineOptions engine;
+  // STANDALONE speculation's draft model (engine.speculative.draft_model): a SALA checkpoint
+  // whose config vocabulary and tokenizer equal the target's (else sala::Error naming the
+  // file), on a backend of the same device, numeric mode and KV type; --quantization applies
+  // to the target only (the draft is served as its checkpoint stores it).
+  std::string draft_model_path;
   int64_t max_total_tokens = 0;    // KV pool size in tokens; 0: from kv_memory_bytes
   size_t kv_memory_bytes = size_t(512) << 20;  // CPU: KV pool + state slots
   double mem_fraction_static = 0.88;  // GPU: weights + caches + workspaces, of total memory
