@@ -63,6 +63,8 @@ void adapt_draft_len(SpecState& s, int32_t drafted, int32_t accepted, int32_t ma
   if (drafted <= 0) return;
   s.draft_len = accepted == drafted ? std::min(max_drafts, s.draft_len + 1)
                                     : std::max(1, accepted + 1);
+  s.misses = accepted == 0 ? s.misses + 1 : 0;
+  s.pause = s.misses >= 2 ? std::min(kMaxDraftPause, 1 << std::min(s.misses - 2, 6)) : 0;
 }
 
 void NgramDrafter::propose(const std::vector<DraftAsk>& asks,
@@ -86,6 +88,10 @@ void Speculator::draft(const std::vector<Sequence*>& running, const Scheduler& s
     if (s->pending() != 1 || s->slot < 0) continue;  // prefilling, or a recompute pending
     const DraftPolicy pol = policy_(*s);
     if (!pol.eligible) continue;
+    if (s->spec.pause > 0) {  // after verify calls that accepted nothing (SpecState::pause)
+      --s->spec.pause;
+      continue;
+    }
     if (s->spec.draft_len == 0) s->spec.draft_len = opts_.num_draft_tokens;
     int32_t k = std::min(s->spec.draft_len, pol.cap);
     if (k <= 0) continue;

@@ -55,6 +55,26 @@ TEST(AdaptDraftLen, GrowsOnFullAcceptanceShrinksOnRejection) {
   EXPECT_EQ(s.draft_len, 1);  // nothing drafted: unchanged
 }
 
+// Verify calls that accept nothing pause drafting for 1, 2, 4, ... kMaxDraftPause steps from
+// the second in a row on; an accepted draft ends the pauses.
+TEST(AdaptDraftLen, PausesAfterCallsThatAcceptNothing) {
+  SpecState s;
+  s.draft_len = 4;
+  adapt_draft_len(s, 4, 0, 4);
+  EXPECT_EQ(s.pause, 0);  // one miss: draft again at once
+  std::vector<int32_t> pauses;
+  for (int i = 0; i < 9; ++i) {
+    adapt_draft_len(s, 1, 0, 4);
+    pauses.push_back(s.pause);
+  }
+  EXPECT_EQ(pauses, (std::vector<int32_t>{1, 2, 4, 8, 16, 32, 64, 64, 64}));
+  adapt_draft_len(s, 1, 1, 4);
+  EXPECT_EQ(s.pause, 0);
+  EXPECT_EQ(s.misses, 0);
+  adapt_draft_len(s, 2, 0, 4);
+  EXPECT_EQ(s.pause, 0);
+}
+
 // The token sample_draft returns is distributed exactly as sample()'s, whatever the draft:
 // accepted with p(draft), else drawn from the rest. Chi-square over 200,000 draws per case
 // (8 tokens; top-p and min-p cases give some tokens probability 0, which must never appear).
