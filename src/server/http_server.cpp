@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include "server/conn_pool.h"
 #include "server/http_guard.h"
 #include "server/http_internal.h"
 #include "server/routes_extra.h"
@@ -333,7 +334,8 @@ struct HttpServer::Impl {
 
   void setup() {
     const int threads = std::max(32, opts.http_threads);
-    svr.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+    // Newest first past 64 queued connections: a flood does not hold a fresh one (conn_pool.h).
+    svr.new_task_queue = [threads] { return new ConnectionPool(size_t(threads), 64); };
     GuardOptions g;
     g.header_timeout_s = opts.header_timeout_s;
     g.body_timeout_s = opts.body_timeout_s;
