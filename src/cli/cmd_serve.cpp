@@ -75,8 +75,8 @@ void raise_fd_limit(int http_threads) {
       rl.rlim_cur = was;
   }
   if (rl.rlim_cur < rlim_t(http_threads) + 256)
-    warn(fmt::format("the open-file limit is {} (ulimit -n): with {} HTTP threads, connections beyond it wait "
-                     "in the listen backlog", rl.rlim_cur, http_threads));
+    warn(fmt::format("the open-file limit is {} (ulimit -n), low for {} HTTP threads: a flood of connections "
+                     "can use up the server's descriptors", rl.rlim_cur, http_threads));
 }
 
 int run_serve(const ServeOpts& o) {
