@@ -59,3 +59,10 @@ target_compile_definitions(xgrammar PUBLIC XGRAMMAR_ENABLE_CPPTRACE=0 XGRAMMAR_E
 # Third-party code: optimised even in Debug builds (compiling grammars is its hot path), without
 # debug info (a third of its compile time, 130 MB of archive), and its warnings are not ours.
 target_compile_options(xgrammar PRIVATE -O2 -g0 -w)
+# Sanitizer builds (SALA_SANITIZE, SALA_FUZZ) instrument xgrammar like our own code: the
+# -fsanitize flags are directory-wide and reach this target too. Deliberately: under TSan,
+# xgrammar's own threads and atomics (its compile thread pool, thread_safe_cache.h) must be
+# instrumented, or TSan misses the ordering they give and reports races in our code that are
+# none; under ASan, the buffers we hand it (token bitmasks) are written by its code, which
+# only instrumented code has checked. Its code runs in the sanitizer test subsets
+# (test_grammar, server.structured_output) without a report, so tests/sanitize/ lists nothing.

@@ -3,6 +3,7 @@
 // requires: sala_server sala_engine
 #include <fmt/core.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -59,6 +60,25 @@ void on_signal(int sig) {
 }
 
 void warn(const std::string& msg) { fmt::print(stderr, "warning: {}\n", msg); }
+
+// Every connection holds a descriptor: those at work, those queued for a worker, and the ones
+// a swarm of slow clients opens before eviction closes them. A soft limit of 1024 (a common
+// default) would make accept() fail under such a swarm while the hard limit is far higher.
+void raise_fd_limit(int http_threads) {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  if (rl.rlim_cur < rl.rlim_max) {
+    const rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &rl) == 0)
+      fmt::print(stderr, "sala serve: open-file limit raised from {} to {} (one per connection)\n", was, rl.rlim_cur);
+    else
+      rl.rlim_cur = was;
+  }
+  if (rl.rlim_cur < rlim_t(http_threads) + 256)
+    warn(fmt::format("the open-file limit is {} (ulimit -n), low for {} HTTP threads: a flood of connections "
+                     "can use up the server's descriptors", rl.rlim_cur, http_threads));
+}
 
 int run_serve(const ServeOpts& o) {
   // SIGINT/SIGTERM: the handler writes to a pipe; a waiter thread stops the server. (Masking
@@ -160,6 +180,7 @@ int run_serve(const ServeOpts& o) {
   so.tool_call_parser = o.tool_call_parser;
   so.stream_interval = o.stream_interval;
   so.http_threads = std::max(o.http_threads, 2 * o.max_running_requests + 64);
+  raise_fd_limit(so.http_threads);
   so.max_context_len = L.max_context_len;
   so.vocab_size = L.vocab_size;
   const sala::EngineInfo info = L.engine->info();

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <thread>
 #include <cerrno>
 #include <fmt/format.h>
@@ -122,7 +123,9 @@ class ConnStream final : public httplib::Stream {
         errno = ETIMEDOUT;
         return -1;
       }
+      if (on_body_wait && !on_body_wait(true)) return evicted();
       ssize_t n = fill(int(std::min<int64_t>(read_ms_, left)));
+      if (on_body_wait && !on_body_wait(false)) return evicted();
       // (poll's millisecond rounding may wake it just before the deadline itself)
       if (n < 0 && errno == ETIMEDOUT && left <= read_ms_ && tl_record) tl_record->body_timed_out = true;
       if (n <= 0) return n;
@@ -180,7 +183,16 @@ class ConnStream final : public httplib::Stream {
   }
   size_t consumed() const { return consumed_; }
 
+  // Told true before and false after each wait for body bytes (the connection may be evicted
+  // only while it waits); returns false once the connection was evicted.
+  std::function<bool(bool)> on_body_wait;
+
  private:
+  ssize_t evicted() {
+    if (tl_record) tl_record->evicted = true;  // the error handler answers 503, not httplib's 400
+    errno = ECONNRESET;
+    return -1;
+  }
   // One recv into the buffer; >0 bytes, 0 EOF, -1 error or timeout (errno ETIMEDOUT).
   ssize_t fill(int timeout_ms) {
     if (off_ > 0 && off_ == buf_.size()) buf_.clear(), off_ = 0;
@@ -318,28 +330,43 @@ bool GuardedServer::admit(std::list<Slot>::iterator& me, int fd) {
   size_t live = 0;
   for (auto& s : slots_) live += s.phase != 3;
   if (g_.max_connections > 0 && live >= size_t(g_.max_connections)) {
-    // Full: the oldest idle keep-alive connection, else the oldest one still sending its
-    // headers (a slow client), makes room. Connections inside a request are never cut.
+    // Full: the oldest idle keep-alive connection makes room, else the connection that has
+    // been sending its request the longest (headers, or a body it is blocked waiting for):
+    // under a swarm of tricklers that is a swarm member, while a fresh request, which sends
+    // its request at once, is the newest. Connections whose handler runs are never cut.
     auto victim = slots_.end();
-    for (int phase : {0, 1}) {
+    auto pick = [&](auto evictable) {
       for (auto it = slots_.begin(); it != slots_.end(); ++it)
-        if (it->phase == phase && (victim == slots_.end() || it->since < victim->since)) victim = it;
-      if (victim != slots_.end()) break;
-    }
+        if (evictable(*it) && (victim == slots_.end() || it->since < victim->since)) victim = it;
+    };
+    pick([](const Slot& s) { return s.phase == 0; });
+    if (victim == slots_.end()) pick([](const Slot& s) { return s.phase == 1 || (s.phase == 2 && s.waiting); });
     if (victim == slots_.end()) return false;
-    ::shutdown(victim->fd, SHUT_RDWR);  // its own thread sees EOF and closes it
+    // Read side only: its thread wakes at once (poll sees EOF) and can still write its 503.
+    ::shutdown(victim->fd, SHUT_RD);
     victim->phase = 3;
     evicted_++;
   }
-  me = slots_.insert(slots_.end(), Slot{fd, 0, Clock::now()});
+  me = slots_.insert(slots_.end(), Slot{fd, 1, false, Clock::now()});
   return true;
 }
 
-void GuardedServer::set_phase(std::list<Slot>::iterator me, int phase) {
+bool GuardedServer::set_phase(std::list<Slot>::iterator me, int phase) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (me->phase == 3) return;  // evicted: stays so
+  if (me->phase == 3) return false;  // evicted: stays so
+  // Each phase starts the clock anew, but the body phase keeps the request's start: a
+  // trickled request is as old as its first byte.
+  if (phase != me->phase && phase != 2) me->since = Clock::now();
   me->phase = phase;
-  me->since = Clock::now();
+  me->waiting = false;
+  return true;
+}
+
+bool GuardedServer::set_waiting(std::list<Slot>::iterator me, bool waiting) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (me->phase == 3) return false;
+  me->waiting = waiting;
+  return true;
 }
 
 void GuardedServer::leave(std::list<Slot>::iterator me) {
@@ -356,25 +383,40 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
     if (g_.log_requests)
       log_line({{"event", "request"}, {"method", method}, {"path", path}, {"status", r.status}, {"error", r.message}});
   };
+  const Refusal evicted{503, fmt::format("connection closed to make room: the server is at its connection limit ({}) "
+                                         "and this request had been arriving the longest; retry later",
+                                         g_.max_connections)};
   if (!admit(me, sock)) {
     refused_++;
     refuse({503, fmt::format("too many connections (limit {}); retry later", g_.max_connections)}, "", "");
   } else {
+    strm.on_body_wait = [this, me](bool waiting) { return set_waiting(me, waiting); };
     size_t count = keep_alive_max_count_;
     while (svr_sock_ != INVALID_SOCKET && count > 0) {
-      // Idle: wait for the next request in slices, so draining and stop() are noticed.
-      set_phase(me, 0);
-      const auto idle_end = Clock::now() + std::chrono::seconds(g_.keep_alive_timeout_s);
       // A new connection gets its first request read even while draining (it is answered
       // 503, not cut); a kept-alive one is closed.
       const bool first = count == keep_alive_max_count_;
+      // Idle between requests: wait for the next one in slices, so draining and stop() are
+      // noticed. A new connection is not idle but reading its first request (admit): else a
+      // fresh probe would be the first to go when the next connection needs room.
+      if (!first && !set_phase(me, 0)) break;
+      const auto idle_end = Clock::now() + std::chrono::seconds(g_.keep_alive_timeout_s);
       bool ready = strm.buffered() > 0;
       while (!ready && !(draining_ && !first) && svr_sock_ != INVALID_SOCKET && Clock::now() < idle_end)
         ready = wait_fd(sock, POLLIN, 200) != 0;  // readable, closed or error
       if (!ready) break;
-      set_phase(me, 1);
+      if (!set_phase(me, 1)) {
+        // Evicted: a new connection is told why, as when refused at the cap; an idle
+        // keep-alive one is just closed (a response there would answer no request).
+        if (first) refuse(evicted, "", "");
+        break;
+      }
       size_t head_len = 0;
       const int hr = strm.read_head(Clock::now() + std::chrono::seconds(g_.header_timeout_s), g_.max_header_bytes, head_len);
+      if (!set_phase(me, 1)) {  // evicted while its headers trickled in
+        refuse(evicted, "", "");
+        break;
+      }
       if (hr == 2) refuse({408, fmt::format("request headers not received within {} s", g_.header_timeout_s)}, "", "");
       if (hr == 3) refuse({431, fmt::format("request headers exceed {} bytes", g_.max_header_bytes)}, "", "");
       if (hr != 0) break;
@@ -395,7 +437,10 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
       }
       const size_t body = f.chunked ? g_.max_body_bytes + g_.max_body_bytes / 8 + 65536 : f.content_length.value_or(0);
       strm.begin_request(head_len + body);
-      set_phase(me, 2);
+      if (!set_phase(me, 2)) {
+        refuse(evicted, method.c_str(), path);
+        break;
+      }
       RequestRecord rec;
       const auto t0 = Clock::now();
       tl_record = &rec;

@@ -6,8 +6,12 @@
 //  * it builds a new buffered SocketStream per request, so pipelined requests buffered behind
 //    the first one were dropped: our stream lives as long as the connection;
 //  * no header deadline (60 s per read, a slow client holds a worker for ever) and no
-//    connection cap: we read the header block ourselves under a deadline and cap connections,
-//    evicting the oldest idle or header-phase connection before refusing with 503;
+//    connection cap: we read the header block ourselves under a deadline and cap connections.
+//    At the cap a new connection makes room: the oldest idle keep-alive connection is closed,
+//    else the one that has been sending its request (headers, or a body it is still being
+//    waited on for) the longest is answered 503 and closed; only when every connection is
+//    inside a handler is the new one refused with 503. So a swarm trickling headers or bodies
+//    cannot keep a fresh request out (tests/server/test_slow_clients.py);
 //  * Content-Length "-1" (read as 2^64-1, then 60 s of skipping), duplicate differing
 //    Content-Length and Transfer-Encoding + Content-Length are refused at once with 400;
 //  * Content-Encoding bodies are inflated without limit (the payload cap applies to the
@@ -57,6 +61,7 @@ struct RequestRecord {
   std::string error;    // error message (also what the client was told)
   bool close_after = false;  // the body was left unread: the connection cannot be reused
   bool body_timed_out = false;  // GuardOptions::body_timeout_s passed while reading the body
+  bool evicted = false;  // closed while waiting for its body, to make room at the connection cap
 };
 
 // The record of the request being processed on this thread; null outside a request.
@@ -80,12 +85,19 @@ class GuardedServer : public httplib::Server {
  private:
   struct Slot {
     int fd;
-    int phase;  // 0 idle, 1 reading headers, 2 in a request (never evicted)
+    int phase;  // 0 idle between requests, 1 reading headers (a new connection too), 2 in a request, 3 evicted
+    // Phase 2: blocked waiting for body bytes. Only then may it be evicted: once its body is
+    // read the request is being handled, and cutting it would lose work the client paid for.
+    bool waiting;
+    // Phase 0: since the last request ended; 1 and 2: since the request's first byte (for a
+    // connection's first request, since it was accepted).
     std::chrono::steady_clock::time_point since;
   };
   bool process_and_close_socket(socket_t sock) override;
   bool admit(std::list<Slot>::iterator& me, int fd);
-  void set_phase(std::list<Slot>::iterator me, int phase);
+  // False if the connection was evicted (it then stays so).
+  bool set_phase(std::list<Slot>::iterator me, int phase);
+  bool set_waiting(std::list<Slot>::iterator me, bool waiting);
   void leave(std::list<Slot>::iterator me);
 
   GuardOptions g_;

@@ -31,7 +31,7 @@ std::string render_metrics(const EngineStats& s, const Metrics& metrics, const G
   counter("sala_client_disconnects_total", "Streams aborted because the client went away", double(metrics.client_disconnects.load()));
   counter("sala_stop_string_matches_total", "Sequences ended by a stop string", double(metrics.stop_string_matches.load()));
   counter("sala_http_connections_refused_total", "Connections refused with 503 (connection cap)", double(svr.connections_refused()));
-  counter("sala_http_connections_evicted_total", "Idle or slow-header connections closed to make room", double(svr.connections_evicted()));
+  counter("sala_http_connections_evicted_total", "Idle connections, or ones sending their request the longest, closed to make room at the cap", double(svr.connections_evicted()));
   gauge("sala_http_connections_open", "Open HTTP connections", double(svr.connections_open()));
   counter("sala_requests_total", "Generation requests submitted to the engine", double(s.requests_total));
   counter("sala_requests_finished_total", "Generation requests finished", double(s.requests_finished));

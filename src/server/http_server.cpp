@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include "server/conn_pool.h"
 #include "server/http_guard.h"
 #include "server/http_internal.h"
 #include "server/routes_extra.h"
@@ -333,7 +334,8 @@ struct HttpServer::Impl {
 
   void setup() {
     const int threads = std::max(32, opts.http_threads);
-    svr.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+    // Newest first past 64 queued connections: a flood does not hold a fresh one (conn_pool.h).
+    svr.new_task_queue = [threads] { return new ConnectionPool(size_t(threads), 64); };
     GuardOptions g;
     g.header_timeout_s = opts.header_timeout_s;
     g.body_timeout_s = opts.body_timeout_s;
@@ -368,10 +370,14 @@ struct HttpServer::Impl {
     svr.set_error_handler(httplib::Server::HandlerWithResponse([body_timeout_s](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
       RequestRecord* r = current_request();
-      if (r && r->body_timed_out) res.status = 408;  // httplib says 400 for any failed body read
+      // httplib says 400 for any failed body read
+      if (r && r->body_timed_out) res.status = 408;
+      if (r && r->evicted) res.status = 503, res.set_header("Retry-After", "1");
       const std::string msg =
           res.status == 404   ? fmt::format("Unknown route {} {}", req.method, req.path)
           : res.status == 408 ? fmt::format("request body not received within {} s", body_timeout_s)
+          : res.status == 503 ? std::string("connection closed to make room: the server is at its connection limit "
+                                            "and this request's body had been arriving the longest; retry later")
                               : fmt::format("HTTP error {}", res.status);
       if (r) r->error = msg;
       res.set_content(dump(error_body(res.status, msg)), "application/json");

@@ -20,6 +20,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.path.abspath(os.path.join(HERE, "..", ".."))
 MODEL_DIR = os.environ.get("SALA_TEST_MODEL", os.path.join(SOURCE_DIR, "models", "sala-tiny-chat"))
 EVAL_DIR = os.environ.get("SALA_EVAL_DIR", os.path.join(SOURCE_DIR, "tests", "fixtures", "eval"))
+# Upper bounds on how long the server may take are multiplied by this: sanitizer builds run
+# several times slower (scripts/sanitize.sh sets it), and a bound meant for a plain build
+# would fail them for being slow, not wrong. Lower bounds (a timeout that must not fire
+# early) are never scaled.
+TIME_SCALE = float(os.environ.get("SALA_TEST_TIME_SCALE", "1"))
 
 
 def sala_bin():
