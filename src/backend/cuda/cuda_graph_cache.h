@@ -1,4 +1,5 @@
-// GraphCache: CUDA graphs of all-decode steps, one per batch-size bucket (the model's key).
+// GraphCache: CUDA graphs of recorded steps by the model's key (Model::graph_step): decode steps per
+// batch-size bucket, speculative verify steps per padded layout of rows per call.
 // The first step of a key runs eagerly (kernel attributes, cuBLASLt algorithms and tables are
 // set up outside any recording), the second is recorded and launched, later ones launch the
 // recording. A recording holds device pointers: whoever moves a buffer that a recorded step
