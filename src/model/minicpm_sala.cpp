@@ -76,7 +76,8 @@ Model::GraphStep Model::graph_step(const StepMeta& meta, ForwardTrace* trace) {
   if (T == S) return {b + (any_sparse ? kSparseGraphKey : 0), b};
   // A verify step's kernels and grids follow its calls' row counts: one recording per
   // distinct padded layout, up to kMaxVerifyGraphs of them (later layouts run directly).
-  std::vector<int32_t> layout;
+  std::vector<int32_t>& layout = layout_;  // reused: no allocation per step
+  layout.clear();
   for (const SeqSlice& s : meta.seqs) layout.push_back(s.num_tokens);
   layout.resize(size_t(b), 1);
   layout.push_back(any_sparse);

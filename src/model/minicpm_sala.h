@@ -98,6 +98,7 @@ class Model {
   // Verify steps' padded layouts (rows per call, then whether any call is sparse) -> the id
   // of their recording.
   std::map<std::vector<int32_t>, int> verify_graph_ids_;
+  std::vector<int32_t> layout_;  // graph_step's scratch
   std::vector<int32_t> iota_;  // 0, 1, ..., max_logit_rows - 1: the rows of a logits group
 };
 
