@@ -10,9 +10,11 @@
 //   --long-decode-contexts C1,..: B sequences (--long-decode-batches) prefilled to C tokens,
 //     then --long-decode-steps greedy steps of all B, vs (weights + per-sequence KV, compressed
 //     keys and lightning state bytes) / 4.30 TB/s.
+// --decode-grammar json|SCHEMA.json (--grammar-tokenizer DIR): after each decode row, the same
+//   steps with every sequence under the grammar (cli/bench_grammar.h), as a ratio to that row.
 // --json FILE: every row of the table also as a JSON array (kind-specific keys plus the
 // common name / batch / context / unit / value / floor / ratio, see Bench::add_common_keys).
-// requires: sala_model sala_engine
+// requires: sala_model sala_engine sala_server
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -20,6 +22,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_floors.h"
+#include "cli/bench_grammar.h"
 #include "cli/command.h"
 #include "backend/cache_layout.h"
 #include "core/check.h"
@@ -30,6 +34,9 @@
 #include "model/minicpm_sala.h"
 
 namespace {
+
+using sala::cli::decode_seq_bytes;
+using sala::cli::prefill_attention_flops;
 
 struct Args {
   std::string model, device = "cpu", out_json;
@@ -45,6 +52,8 @@ struct Args {
   int chunk = 8192;  // the server's --chunked-prefill-size
   int long_decode_steps = 64;
   std::vector<int> verify_draft;  // each K: also time verify steps of 1 + K rows per sequence
+  std::string decode_grammar;     // "" | json | a JSON-schema file (cli/bench_grammar.h)
+  std::string grammar_tokenizer;  // the grammar's vocabulary (default: the model directory)
 };
 
 constexpr double kPeakFlops = 790e12;      // bf16 GEMM, H200 (PERF.md)
@@ -77,54 +86,6 @@ std::vector<int32_t> seq_pages(int b, int32_t n) {
 // Tokens per sequence of the short decode and prefill runs.
 int64_t short_context(const Args& a) {
   return std::max(a.decode_in + a.decode_out, a.prefill_in) + 1;
-}
-
-// Attention FLOPs of prefilling L tokens in chunks of `chunk`, all layers. Sparse layers
-// (SPEC §9.2-9.6): a chunk is dense or sparse by the sequence's length after it; per query
-// token at position t, dense: q·k and p·v over t+1 keys; sparse: stage 1 over the level-1
-// and level-2 entries visible at t, stage 2 over at most total_topk blocks. Lightning layers:
-// the recurrent form's minimum, state update k·vᵀ and readout q·S (2·d² each per head).
-double prefill_attention_flops(const sala::ModelConfig& c, int64_t L, int64_t chunk) {
-  const auto& sp = c.sparse;
-  const double qk = double(c.num_attention_heads) * c.head_dim;  // MACs of one q·k, all heads
-  const int64_t selected = int64_t(sp.total_topk()) * sp.block_size;
-  double sparse_layer = 0;
-  for (int64_t off = 0; off < L; off += chunk) {
-    const int64_t end = std::min(L, off + chunk);
-    const bool sparse = sp.sparse_call(end, false);
-    for (int64_t t = off; t < end; ++t) {
-      if (!sparse) {
-        sparse_layer += 4 * qk * double(t + 1);
-        continue;
-      }
-      const int64_t n1 = sala::cache_layout::num_entries(t + 1, sp.kernel_size, sp.kernel_stride);
-      const int64_t n2 = sala::cache_layout::num_entries(t + 1, sp.level2_window(), sp.level2_stride());
-      sparse_layer += 2 * qk * double(n1 + n2) + 4 * qk * double(std::min(t + 1, selected));
-    }
-  }
-  const double ld = c.lightning_head_dim;
-  const double lightning_layer = 4.0 * c.lightning_nh * ld * ld * double(L);
-  return sparse_layer * c.num_sparse_layers() + lightning_layer * c.num_lightning_layers();
-}
-
-// Bytes one sequence adds to a decode step at context C (bf16 caches, fp32 states; the
-// step's length is C + 1): sparse layers read all K and V below dense_len, else the
-// compressed keys and at most total_topk blocks of K and V; lightning layers read and write
-// their [nh, d, d] state.
-double decode_seq_bytes(const sala::ModelConfig& c, int64_t C) {
-  const auto& sp = c.sparse;
-  const int64_t L = C + 1;
-  const double row = double(c.num_key_value_heads) * c.head_dim * 2;  // one token's K, bf16
-  double kv = 2 * row * double(L);
-  if (sp.sparse_call(L, false)) {
-    const int64_t n1 = sala::cache_layout::num_entries(L, sp.kernel_size, sp.kernel_stride);
-    const int64_t n2 = sala::cache_layout::num_entries(L, sp.level2_window(), sp.level2_stride());
-    const int64_t selected = int64_t(sp.total_topk()) * sp.block_size;
-    kv = row * double(n1 + n2) + 2 * row * double(std::min(L, selected));
-  }
-  const double ld = c.lightning_head_dim;
-  const double state = 2 * double(c.lightning_nh) * ld * ld * 4;
-  return kv * c.num_sparse_layers() + state * c.num_lightning_layers();
 }
 
 // What the benchmarks of one run share: the model, the prompt tokens, the floors' parameter
@@ -181,6 +142,9 @@ struct Bench {
       const int64_t L = row["input_len"];
       set(L, fmt::format("L={}", L), "seconds", row["seconds"], row["floor_seconds"],
           row["fraction_of_floor"]);
+    } else if (kind == "decode_grammar") {
+      set(a.decode_in, fmt::format("C={} {}", a.decode_in, std::string(row["grammar"])), "ms_per_step",
+          row["ms_per_step"], row["decode_ms"], double(row["decode_ms"]) / double(row["ms_per_step"]));
     } else if (kind == "verify") {
       set(a.decode_in, fmt::format("C={} K={}", a.decode_in, int(row["draft_tokens"])), "ms_per_step",
           row["ms_per_step"], row["decode_ms"], double(row["decode_ms"]) / double(row["ms_per_step"]));
@@ -316,6 +280,22 @@ void bench_verify(Bench& b, int B, int K, int32_t pages_per_seq, const std::vect
                     B, K, med, med / decode_ms));
 }
 
+// The decode run of batch B again with every sequence under the grammar (re-prefilled, so the
+// positions and contexts are the plain run's): the median step as a ratio to the plain one.
+void bench_decode_grammar(Bench& b, const sala::cli::DecodeGrammar& g, int B, int32_t pages_per_seq,
+                          double decode_ms) {
+  const auto r = g.run(b.model, B, b.a.decode_out, b.prompt, b.a.decode_in,
+                       [&](int s) { return seq_pages(s, pages_per_seq); });
+  std::vector<double> ms = r.step_ms;
+  std::sort(ms.begin(), ms.end());
+  const double med = ms[ms.size() / 2];
+  b.add({{"kind", "decode_grammar"}, {"batch", B}, {"grammar", g.label()}, {"vocabulary", g.vocabulary()},
+         {"ms_per_step", med}, {"decode_ms", decode_ms}, {"ratio_to_decode", med / decode_ms},
+         {"completed", r.completed}, {"outputs", r.outputs}, {"unfinished", r.unfinished}},
+        fmt::format("grammar B={:<3} {:>9.3f} ms/step = {:.3f}x the decode step ({}; {} outputs completed)",
+                    B, med, med / decode_ms, g.label(), r.completed));
+}
+
 // The model's limits for this run: step rows, logit rows, state slots and KV pages for the
 // largest benchmark asked for (each numbers its pages from 0, see seq_pages); the long runs
 // count only when requested.
@@ -357,6 +337,12 @@ int run(const Args& a) {
   const int64_t max_long_ctx = std::max(max_of(a.long_prefill), long_decode_len);
   sala::check_model_context(cfg, max_long_ctx, "the long-context runs' length");
 
+  std::unique_ptr<sala::cli::DecodeGrammar> grammar;
+  if (!a.decode_grammar.empty()) {
+    grammar = std::make_unique<sala::cli::DecodeGrammar>(
+        a.decode_grammar, a.grammar_tokenizer.empty() ? a.model : a.grammar_tokenizer, cfg);
+    fmt::print("decode grammar: {} over {}\n", grammar->label(), grammar->vocabulary());
+  }
   const sala::ModelLimits lim = plan_limits(a, cfg);
   // The GPU path is bf16 by contract; the CPU reference is fp32 unless --bf16 asks for emulation.
   const bool bf16 = a.bf16 || a.device == "cuda";
@@ -404,7 +390,8 @@ int run(const Args& a) {
   bench.body_params = linear_params - (ckpt.all().count("lm_head.weight") ? bench.head_params : 0);
 
   std::vector<int32_t>& prompt = bench.prompt;
-  prompt.resize(static_cast<size_t>(std::max<int64_t>({a.decode_in, a.prefill_in, max_long_ctx})));
+  prompt.resize(static_cast<size_t>(  // + B: the grammar runs start sequence b's prompt at id b + 1
+      std::max<int64_t>({a.decode_in + max_of(a.decode_batches), a.prefill_in, max_long_ctx})));
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(3 + (i * 7919) % size_t(V - 12));
   prompt[0] = cfg.bos_token_id;
   std::vector<float> logits;
@@ -438,6 +425,7 @@ int run(const Args& a) {
               fmt::format("decode  B={:<3} {:>9.3f} ms/step {:>10.1f} tok/s   floor {:.3f} ms -> {:5.1f}% of floor",
                           B, med, B * 1e3 / med, decode_floor_ms, 100 * floor_ratio));
     for (int k : a.verify_draft) bench_verify(bench, B, k, pages_per_seq, next, med);
+    if (grammar) bench_decode_grammar(bench, *grammar, B, pages_per_seq, med);
   }
   for (int B : a.prefill_batches) {
     sala::StepMeta warm;
@@ -493,6 +481,10 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
                  "timed decode steps per long decode run")->capture_default_str();
   app.add_option("--verify-draft-tokens", a->verify_draft,
                  "also time speculative verify steps of 1 + K rows per sequence after each decode run (a list of K)")->delimiter(',');
+  app.add_option("--decode-grammar", a->decode_grammar, "json | SCHEMA.json: each decode run again, "
+                 "every sequence under this grammar (greedy under the mask), vs the plain step");
+  app.add_option("--grammar-tokenizer", a->grammar_tokenizer, "the grammar's vocabulary (default: "
+                 "--model-path; a random checkpoint has none: e.g. models/sala-tiny-chat)");
   app.add_option("--threads", a->threads, "CPU threads (0 = all)");
   app.add_flag("--bf16", a->bf16, "CPU: emulate bf16 rounding");
   app.add_option("--quantization", a->quantization,

@@ -114,15 +114,9 @@ void set_request_grammar(Sampling& s, Kind kind, std::string text, const std::st
   s.grammar_param = param;
 }
 
-std::unique_ptr<grammar::GrammarCompiler> make_grammar_compiler(const Tokenizer& tok, int32_t vocab_size,
-                                                                std::vector<int32_t> eos_ids) {
+grammar::VocabInfo grammar_vocab(const Tokenizer& tok, int32_t vocab_size, std::vector<int32_t> eos_ids) {
   grammar::VocabInfo v;
-  try {
-    v.token_bytes = grammar_token_bytes(tok);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "sala serve: structured output is off: %s\n", e.what());
-    return nullptr;
-  }
+  v.token_bytes = grammar_token_bytes(tok);
   v.token_bytes.resize(std::min(v.token_bytes.size(), size_t(vocab_size)));
   // Tokens with a raw control character other than \n and \r are never allowed under a
   // grammar: xgrammar 0.2.8's length-bounded JSON strings (maxLength / minLength) admit them
@@ -137,6 +131,18 @@ std::unique_ptr<grammar::GrammarCompiler> make_grammar_compiler(const Tokenizer&
   eos_ids.erase(std::unique(eos_ids.begin(), eos_ids.end()), eos_ids.end());
   std::erase_if(eos_ids, [&](int32_t id) { return id < 0 || id >= vocab_size; });
   v.stop_ids = std::move(eos_ids);
+  return v;
+}
+
+std::unique_ptr<grammar::GrammarCompiler> make_grammar_compiler(const Tokenizer& tok, int32_t vocab_size,
+                                                                std::vector<int32_t> eos_ids) {
+  grammar::VocabInfo v;
+  try {
+    v = grammar_vocab(tok, vocab_size, std::move(eos_ids));
+  } catch (const Error& e) {
+    std::fprintf(stderr, "sala serve: structured output is off: %s\n", e.what());
+    return nullptr;
+  }
   return std::make_unique<grammar::GrammarCompiler>(v);
 }
 

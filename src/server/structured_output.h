@@ -37,6 +37,11 @@ void restore_client_order(const std::string& raw_body, Sampling& s, ToolRequest*
 std::shared_ptr<const grammar::CompiledGrammar> compile_request_grammar(
     grammar::GrammarCompiler* compiler, const Sampling& s);
 
+// The vocabulary as the grammar engine sees it for this tokenizer and the model's logits width
+// (ids past the tokenizer's: empty, never allowed); stop tokens: eos_ids and the tokenizer's.
+// Throws sala::Error where the tokenizer's token bytes cannot be told.
+grammar::VocabInfo grammar_vocab(const Tokenizer& tok, int32_t vocab_size, std::vector<int32_t> eos_ids);
+
 // The server's grammar compiler for this tokenizer and the model's logits width; the stop
 // tokens are the model's EOS ids. nullptr (with the reason on stderr) where the tokenizer's
 // token bytes cannot be told: the server then refuses constrained requests.
