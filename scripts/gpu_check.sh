@@ -28,6 +28,9 @@
 #   scripts/gpu_check.sh long         bench with the long-context rows (32K/128K/512K prefill,
 #                                     decode at 32K/128K) and the short ones (~4 min)
 #   scripts/gpu_check.sh decode4k     bench: decode B=1/8/64 at a 4K context, prefill 4K
+#   scripts/gpu_check.sh grammar      bench: decode B=1/8/64, each run again with every sequence
+#                                     under tests/model/bench_grammar_schema.json (issue 19:
+#                                     the grammar step <= 1.05x the plain step at B=8)
 #   scripts/gpu_check.sh fp8          (GPU machine) FP8 fidelity, `sala fidelity` teacher-forced:
 #                                     GPU FP8 vs the CPU FP8 oracle and GPU FP8 vs GPU bf16 on
 #                                     the full-size random checkpoint (FP8_SEQS x FP8_LEN
@@ -259,6 +262,13 @@ LONG_BENCH_ARGS="--decode-batches 1,8,64 --decode-output 128 --prefill-batches 1
 DECODE4K_BENCH_ARGS="--decode-batches 1,8,64 --decode-input 4096 --decode-output 128 \
   --prefill-batches 1 --prefill-input 4096"
 
+# Issue 19: the grammar's cost per decode step. The random checkpoint has no tokenizer: the
+# grammar's vocabulary is the tiny model's, widened to the 9B vocab_size with token pairs
+# (src/cli/bench_grammar.h says why).
+GRAMMAR_BENCH_ARGS="--decode-batches 1,8,64 --decode-input 128 --decode-output 128 \
+  --prefill-batches 1 --prefill-input 256 --decode-grammar $ROOT/tests/model/bench_grammar_schema.json \
+  --grammar-tokenizer $ROOT/models/sala-tiny-chat"
+
 # FP8 fidelity (issue 17): `sala fidelity` prints top-1 agreement, KL, logit cosine and the
 # greedy prefix; a run that fails (or prints no agreement line) fails the check. The CPU side
 # of the 9B comparison is the oracle in bf16 emulation (~3 min on 16 cores).
@@ -325,11 +335,12 @@ case "${1:-}" in
   bench) BENCH_ARGS=${BENCH_ARGS:-$SHORT_BENCH_ARGS} bench bench ;;
   long) PROFILE_OPS=${PROFILE_OPS:-8192} BENCH_ARGS=${BENCH_ARGS:-$LONG_BENCH_ARGS} bench long ;;
   decode4k) BENCH_ARGS=${BENCH_ARGS:-$DECODE4K_BENCH_ARGS} bench decode4k ;;
+  grammar) BENCH_ARGS=${BENCH_ARGS:-$GRAMMAR_BENCH_ARGS} bench grammar ;;
   ncu-decode) ncu_decode ;;
   spec) spec ;;
   fp8) fp8 ;;
   exec) shift; setup >&2; export SALA_GPU_DIR=$BIN; "$@" ;;
   table|markdown) $SUM "$1" "${2:-$SUMMARY}" ;;
-  *) echo "usage: $0 build|pack|correctness|bench|long|decode4k|fp8|spec|ncu-decode|exec CMD...|table|markdown [FILE]" >&2
+  *) echo "usage: $0 build|pack|correctness|bench|long|decode4k|grammar|fp8|spec|ncu-decode|exec CMD...|table|markdown [FILE]" >&2
      exit 2 ;;
 esac

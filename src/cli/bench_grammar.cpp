@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <set>
@@ -76,7 +77,8 @@ DecodeGrammar::~DecodeGrammar() = default;
 
 DecodeGrammar::Run DecodeGrammar::run(Model& model, int B, int steps, const std::vector<int32_t>& prompt,
                                       int64_t prompt_len,
-                                      const std::function<std::vector<int32_t>(int)>& pages_of) const {
+                                      const std::function<std::vector<int32_t>(int)>& pages_of,
+                                      bool constrained) const {
   using Clock = std::chrono::steady_clock;
   Run r;
   const size_t nb = static_cast<size_t>(B);
@@ -99,16 +101,17 @@ DecodeGrammar::Run DecodeGrammar::run(Model& model, int B, int steps, const std:
     text[size_t(b)].clear();
     g[size_t(b)] = std::make_unique<RequestGrammar>(compiled_);
   };
-  auto fill_masks = [&](int n) {
+  auto fill_masks = [&](int b0, int b1) {  // sequences [b0, b1) as logit rows 0, 1, ..
     masks.clear();
-    masks.words = g[0]->words();
-    for (int b = 0; b < n; ++b) {
-      masks.rows.push_back(b);
+    if (!constrained) return;
+    masks.words = g[size_t(b0)]->words();
+    for (int b = b0; b < b1; ++b) {
+      masks.rows.push_back(b - b0);
       masks.bits.insert(masks.bits.end(), g[size_t(b)]->mask(), g[size_t(b)]->mask() + masks.words);
     }
   };
   for (int b = 0; b < B; ++b) {  // prefill each sequence alone; its first token under the mask
-    g[size_t(b)] = std::make_unique<RequestGrammar>(compiled_);
+    if (constrained) g[size_t(b)] = std::make_unique<RequestGrammar>(compiled_);
     // Sequence b's prompt: BOS, then the bench's ids from b + 1 on, so that the sequences'
     // outputs (and their matchers' states) differ, as different requests' would.
     SALA_CHECK(int64_t(prompt.size()) >= prompt_len + b, "prompt of {} ids", prompt.size());
@@ -116,13 +119,10 @@ DecodeGrammar::Run DecodeGrammar::run(Model& model, int B, int steps, const std:
     p.insert(p.end(), prompt.begin() + 1 + b, prompt.begin() + prompt_len + b);
     StepMeta m;
     m.add_seq(p.data(), int32_t(prompt_len), 0, b, pages_of(b), false, true);
-    masks.clear();
-    masks.words = g[size_t(b)]->words();
-    masks.rows.push_back(0);
-    masks.bits.assign(g[size_t(b)]->mask(), g[size_t(b)]->mask() + masks.words);
-    model.forward(m, logits, nullptr, &one, nullptr, &masks);
+    fill_masks(b, b + 1);
+    model.forward(m, logits, nullptr, &one, nullptr, constrained ? &masks : nullptr);
     next[size_t(b)] = one.at(0);
-    if (advance(b, next[size_t(b)])) restart(b);
+    if (constrained && advance(b, next[size_t(b)])) restart(b);
   }
   std::vector<int> done;
   for (int s = 0; s < steps; ++s) {
@@ -130,15 +130,30 @@ DecodeGrammar::Run DecodeGrammar::run(Model& model, int B, int steps, const std:
     for (int b = 0; b < B; ++b) m.add_seq(&next[size_t(b)], 1, prompt_len + s, b, pages_of(b), false, true);
     done.clear();
     const auto t0 = Clock::now();
-    fill_masks(B);
-    model.forward(m, logits, nullptr, &next, nullptr, &masks);  // mask + argmax on the device
-    for (int b = 0; b < B; ++b)
+    fill_masks(0, B);
+    // mask + argmax on the device
+    model.forward(m, logits, nullptr, &next, nullptr, constrained ? &masks : nullptr);
+    for (int b = 0; constrained && b < B; ++b)
       if (advance(b, next[size_t(b)])) done.push_back(b);
     r.step_ms.push_back(std::chrono::duration<double>(Clock::now() - t0).count() * 1e3);
     for (int b : done) restart(b);
   }
   r.unfinished = text[0];
   return r;
+}
+
+DecodeGrammar::Comparison DecodeGrammar::compare(
+    Model& model, int B, int steps, const std::vector<int32_t>& prompt, int64_t prompt_len,
+    const std::function<std::vector<int32_t>(int)>& pages_of) const {
+  auto median = [](std::vector<double> ms) {
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  };
+  Comparison c;
+  c.plain_ms = median(run(model, B, steps, prompt, prompt_len, pages_of, false).step_ms);
+  c.constrained = run(model, B, steps, prompt, prompt_len, pages_of, true);
+  c.grammar_ms = median(c.constrained.step_ms);
+  return c;
 }
 
 }  // namespace sala::cli

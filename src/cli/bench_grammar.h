@@ -4,7 +4,8 @@
 // (Backend::mask_logits) before the device argmax (greedy under the mask, so every step's token
 // is one the grammar allows and advances its matcher), then each token advances its sequence's
 // matcher (xgrammar), which fills the next mask. Issue 19: this step's cost over the plain
-// decode step (same batch, same positions, same run) <= 1.05 at batch 8 on the GPU.
+// decode step (same batch, prompts and positions, measured the same way just before) <= 1.05
+// at batch 8 on the GPU.
 #pragma once
 #include <functional>
 #include <memory>
@@ -44,8 +45,18 @@ class DecodeGrammar {
   // positions prompt_len, prompt_len + 1, ... A sequence whose output the grammar completes
   // starts a new one with a fresh matcher (outside the timed part: a new request's matcher is
   // made on the HTTP thread).
+  // constrained false: the same run without masks and matchers.
   Run run(Model& model, int B, int steps, const std::vector<int32_t>& prompt, int64_t prompt_len,
-          const std::function<std::vector<int32_t>(int)>& pages_of) const;
+          const std::function<std::vector<int32_t>(int)>& pages_of, bool constrained) const;
+
+  // run() plain, then constrained (the baseline measured the same way right before: the bench's
+  // own decode row ran first and colder); the median steps.
+  struct Comparison {
+    double plain_ms = 0, grammar_ms = 0;
+    Run constrained;
+  };
+  Comparison compare(Model& model, int B, int steps, const std::vector<int32_t>& prompt, int64_t prompt_len,
+                     const std::function<std::vector<int32_t>(int)>& pages_of) const;
 
  private:
   std::unique_ptr<grammar::GrammarCompiler> compiler_;

@@ -10,8 +10,8 @@
 //   --long-decode-contexts C1,..: B sequences (--long-decode-batches) prefilled to C tokens,
 //     then --long-decode-steps greedy steps of all B, vs (weights + per-sequence KV, compressed
 //     keys and lightning state bytes) / 4.30 TB/s.
-// --decode-grammar json|SCHEMA.json (--grammar-tokenizer DIR): after each decode row, the same
-//   steps with every sequence under the grammar (cli/bench_grammar.h), as a ratio to that row.
+// --decode-grammar json|SCHEMA.json (--grammar-tokenizer DIR): after each decode row, its steps
+//   plain and with every sequence under the grammar (cli/bench_grammar.h), and their ratio.
 // --json FILE: every row of the table also as a JSON array (kind-specific keys plus the
 // common name / batch / context / unit / value / floor / ratio, see Bench::add_common_keys).
 // requires: sala_model sala_engine sala_server
@@ -280,20 +280,18 @@ void bench_verify(Bench& b, int B, int K, int32_t pages_per_seq, const std::vect
                     B, K, med, med / decode_ms));
 }
 
-// The decode run of batch B again with every sequence under the grammar (re-prefilled, so the
-// positions and contexts are the plain run's): the median step as a ratio to the plain one.
-void bench_decode_grammar(Bench& b, const sala::cli::DecodeGrammar& g, int B, int32_t pages_per_seq,
-                          double decode_ms) {
-  const auto r = g.run(b.model, B, b.a.decode_out, b.prompt, b.a.decode_in,
-                       [&](int s) { return seq_pages(s, pages_per_seq); });
-  std::vector<double> ms = r.step_ms;
-  std::sort(ms.begin(), ms.end());
-  const double med = ms[ms.size() / 2];
+// The decode run of batch B twice more (re-prefilled, same prompts and positions): plain, then
+// with every sequence under the grammar; the median steps' ratio.
+void bench_decode_grammar(Bench& b, const sala::cli::DecodeGrammar& g, int B, int32_t pages_per_seq) {
+  const auto r = g.compare(b.model, B, b.a.decode_out, b.prompt, b.a.decode_in,
+                           [&](int s) { return seq_pages(s, pages_per_seq); });
+  const double decode_ms = r.plain_ms, med = r.grammar_ms;
   b.add({{"kind", "decode_grammar"}, {"batch", B}, {"grammar", g.label()}, {"vocabulary", g.vocabulary()},
          {"ms_per_step", med}, {"decode_ms", decode_ms}, {"ratio_to_decode", med / decode_ms},
-         {"completed", r.completed}, {"outputs", r.outputs}, {"unfinished", r.unfinished}},
-        fmt::format("grammar B={:<3} {:>9.3f} ms/step = {:.3f}x the decode step ({}; {} outputs completed)",
-                    B, med, med / decode_ms, g.label(), r.completed));
+         {"completed", r.constrained.completed}, {"outputs", r.constrained.outputs},
+         {"unfinished", r.constrained.unfinished}},
+        fmt::format("grammar B={:<3} {:>9.3f} ms/step = {:.3f}x the plain step of {:.3f} ms ({}; {} outputs "
+                    "completed)", B, med, med / decode_ms, decode_ms, g.label(), r.constrained.completed));
 }
 
 // The model's limits for this run: step rows, logit rows, state slots and KV pages for the
@@ -425,7 +423,7 @@ int run(const Args& a) {
               fmt::format("decode  B={:<3} {:>9.3f} ms/step {:>10.1f} tok/s   floor {:.3f} ms -> {:5.1f}% of floor",
                           B, med, B * 1e3 / med, decode_floor_ms, 100 * floor_ratio));
     for (int k : a.verify_draft) bench_verify(bench, B, k, pages_per_seq, next, med);
-    if (grammar) bench_decode_grammar(bench, *grammar, B, pages_per_seq, med);
+    if (grammar) bench_decode_grammar(bench, *grammar, B, pages_per_seq);
   }
   for (int B : a.prefill_batches) {
     sala::StepMeta warm;

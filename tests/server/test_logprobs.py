@@ -2,7 +2,8 @@
 the openai SDK (chat logprobs + top_logprobs, streaming; completions echo + logprobs,
 max_tokens 0), SGLang /generate's return_logprob shapes, and the exact loglikelihood requests
 of lm-evaluation-harness' `local-completions` model on a small multiple-choice task (the
-requests it sends and its parse_logprobs, reproduced here: lm-eval itself needs torch).
+requests it sends and its parse_logprobs, reproduced here; lm-eval itself, unchanged, runs in
+test_lm_eval.py).
 The engine test (tests/engine/logprobs_test.cpp) checks the values against the model's logits."""
 import math
 
