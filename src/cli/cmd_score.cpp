@@ -12,6 +12,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -125,10 +126,15 @@ std::vector<int32_t> id_list(const nlohmann::json& j, const char* key) {
   if (!j.contains(key) || !j[key].is_array()) sala::fail("score: '{}' must be a list of token ids", key);
   std::vector<int32_t> ids;
   for (const auto& v : j[key]) {
-    if (!v.is_number_integer() || v.get<int64_t>() < 0) sala::fail("score: '{}' holds a bad token id {}", key, v.dump());
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) sala::fail("score: '{}' holds a bad token id {}", key, v.dump());
     ids.push_back(v.get<int32_t>());
   }
   return ids;
+}
+
+int64_t int_field(const nlohmann::json& j, const char* key, int lineno) {
+  if (!j[key].is_number_integer()) sala::fail("score: line {}: '{}' must be an integer", lineno, key);
+  return j[key].get<int64_t>();
 }
 
 int run_score(const ScoreOpts& o) {
@@ -143,13 +149,17 @@ int run_score(const ScoreOpts& o) {
     const auto j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object()) sala::fail("score: {} line {}: not a JSON object", o.input, lineno);
     const auto ids = id_list(j, "ids");
+    if (ids.empty() || int64_t(ids.size()) > kMaxTokens)
+      sala::fail("score: line {}: {} ids (1..{} allowed)", lineno, ids.size(), kMaxTokens);
     for (int32_t id : ids)
       if (id >= s.vocab()) sala::fail("score: line {}: token id {} outside the vocabulary", lineno, id);
     nlohmann::json r;
     if (j.contains("generate")) {
-      r = s.generate(ids, j["generate"].get<int32_t>(), j.contains("stop_ids") ? id_list(j, "stop_ids") : std::vector<int32_t>{});
+      const int64_t n = int_field(j, "generate", lineno);
+      if (n < 1 || n > kMaxTokens) sala::fail("score: line {}: 'generate' {} outside 1..{}", lineno, n, kMaxTokens);
+      r = s.generate(ids, int32_t(n), j.contains("stop_ids") ? id_list(j, "stop_ids") : std::vector<int32_t>{});
     } else if (j.contains("start")) {
-      r = s.score(ids, j["start"].get<int64_t>());
+      r = s.score(ids, int_field(j, "start", lineno));
     } else {
       sala::fail("score: {} line {}: give 'start' (score) or 'generate'", o.input, lineno);
     }
