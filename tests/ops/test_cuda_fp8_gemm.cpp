@@ -341,6 +341,31 @@ TEST(CudaFp8, LinearSiluMul) {
     }
 }
 
+// Decode-only steps of 17..64 rows (one row per sequence) skip the GEMV: on Hopper the CUTLASS
+// stream-K kernel (cuda_gemm_fp8_sm90.cu), elsewhere cuBLASLt; close to the CPU at the
+// model's projections and at shapes that are no multiple of its tile.
+TEST(CudaFp8, WideDecodeSteps) {
+  REQUIRE_GPU();
+  uint32_t seed = 1200;
+  const std::vector<std::pair<int64_t, int64_t>> projections{
+      {4096, 4096}, {4096, 12288}, {16384, 4096}, {4096, 256}, {48, 520}};  // (K, N)
+  for (int64_t T : {17, 40, 64})
+    for (auto [K, N] : projections) {
+      Pair p;
+      StepMeta m;
+      const int32_t id = 5;
+      for (int64_t i = 0; i < T; ++i) m.add_seq(&id, 1, 0, int32_t(i), {}, false, true);
+      p.begin(m);
+      const W2 w = up_fp8(p, randn(N, K, seed++, 1.f / std::sqrt(float(K))));
+      auto x = p.up(randn(T, K, seed++, 1.f));
+      auto y = p.out(T, N);
+      p.cpu->linear(x.c, w.c, y.c);
+      p.gpu->linear(x.g, w.g, y.g);
+      auto [cpu, gpu] = p.download(y);
+      expect_fp8_close(shape("fp8 linear decode step", {T, K, N}), gpu, cpu);
+    }
+}
+
 // Batch invariance in a step that prefills (GemmDispatch::for_each_run): a 40-token prompt, a
 // decode row and a 100-token prompt chunk in one step; each sequence's rows equal the same
 // sequence alone, bit for bit, and the step is close to the CPU.

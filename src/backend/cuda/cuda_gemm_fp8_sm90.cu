@@ -21,10 +21,11 @@
 // the sums differ from the CPU's sgemm only in order and in that bounded truncation; the op
 // tests compare with the CPU oracle (CudaFp8.*).
 //
-// Shapes: one tile configuration, 128 x 128 x 128 with clusters of 2 along M and the
-// cooperative schedule (two consumer warpgroups per 128-row tile), persistent over the tiles.
-// Decode-sized runs never come here (GemmDispatch: the FP8 GEMV up to 64 rows, cuBLASLt for
-// decode-only steps of 17-64 rows).
+// Shapes: two configurations of 128 x 128 x 128 tiles and the cooperative schedule (two
+// consumer warpgroups per 128-row tile): prefill runs (M > 64) persistent over the tiles in
+// clusters of 2 along M; decode-only steps of 17..64 rows with stream-K (PrefillGemm /
+// SkinnyGemm below). Rows of up to 64 outside decode-only steps take the FP8 GEMV
+// (GemmDispatch), which is row-invariant; these kernels are not.
 #include <cuda_bf16.h>
 
 #include <cstdio>
@@ -49,42 +50,55 @@ namespace fusion = cutlass::epilogue::fusion;
 
 using ElementCode = cutlass::float_e4m3_t;
 using ElementOut = cutlass::bfloat16_t;
-using TileShape = Shape<_128, _128, _128>;
-using ClusterShape = Shape<_2, _1, _1>;
-constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
-
-// The epilogue tree: Mul1(Mul0(acc, sx[m]), sw[n]). sx broadcasts along N (a column vector of
-// the tile: stride 1 in M), sw along M (a row vector: stride 1 in N).
-using Acc = fusion::Sm90AccFetch;
-using ScaleRows = fusion::Sm90ColBroadcast<0, TileShape, float, float,
-                                           Stride<Int<1>, Int<0>, Int<0>>>;
-using ScaleCols = fusion::Sm90RowBroadcast<0, TileShape, float, float,
-                                           Stride<Int<0>, Int<1>, Int<0>>>;
-using Mul0 = fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>;
-using Mul1 = fusion::Sm90Compute<cutlass::multiplies, ElementOut, float, kRound>;
-using Epilogue = fusion::Sm90EVT<Mul1, fusion::Sm90EVT<Mul0, Acc, ScaleRows>, ScaleCols>;
-
 using LayoutA = cutlass::layout::RowMajor;
 using LayoutB = cutlass::layout::ColumnMajor;
 using LayoutD = cutlass::layout::RowMajor;
 constexpr int kAlignCodes = 16;  // elements per 16 bytes
 constexpr int kAlignOut = 8;
+constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignOut,
-    ElementOut, LayoutD, kAlignOut, cutlass::epilogue::TmaWarpSpecializedCooperative,
-    Epilogue>::CollectiveOp;
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementCode, LayoutA, kAlignCodes,
-    ElementCode, LayoutB, kAlignCodes, float, TileShape, ClusterShape,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-        sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
-using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
-    Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue,
-    cutlass::gemm::PersistentScheduler>;
-using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+// One kernel configuration: tile, cluster and tile scheduler. The epilogue tree is
+// Mul1(Mul0(acc, sx[m]), sw[n]): sx broadcasts along N (a column vector of the tile: stride 1
+// in M), sw along M (a row vector: stride 1 in N).
+template <class TileShape, class ClusterShape, class Scheduler>
+struct ScaledGemm {
+  using Acc = fusion::Sm90AccFetch;
+  using ScaleRows = fusion::Sm90ColBroadcast<0, TileShape, float, float,
+                                             Stride<Int<1>, Int<0>, Int<0>>>;
+  using ScaleCols = fusion::Sm90RowBroadcast<0, TileShape, float, float,
+                                             Stride<Int<0>, Int<1>, Int<0>>>;
+  using Mul0 = fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>;
+  using Mul1 = fusion::Sm90Compute<cutlass::multiplies, ElementOut, float, kRound>;
+  using Epilogue = fusion::Sm90EVT<Mul1, fusion::Sm90EVT<Mul0, Acc, ScaleRows>, ScaleCols>;
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignOut,
+      ElementOut, LayoutD, kAlignOut, cutlass::epilogue::TmaWarpSpecializedCooperative,
+      Epilogue>::CollectiveOp;
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementCode, LayoutA, kAlignCodes,
+      ElementCode, LayoutB, kAlignCodes, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
+      Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, Scheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+  static bool run(const uint8_t* xq, const float* sx, const uint8_t* wq, const float* sw,
+                  bf16* y, int m, int n, int k, void* workspace, size_t workspace_bytes,
+                  cudaStream_t st);
+};
+
+// Prefill runs (M > 64): 128 x 128 x 128 tiles in clusters of 2 along M (the x tile is
+// multicast to both), persistent over the tiles.
+using PrefillGemm = ScaledGemm<Shape<_128, _128, _128>, Shape<_2, _1, _1>,
+                               cutlass::gemm::PersistentScheduler>;
+// Decode-only steps of 17..64 rows: one 128-row tile covers M, so there are only N / 128
+// tiles (32 for o_proj's 4096 columns, fewer than the 132 SMs); stream-K splits the K loop of
+// the tiles over every SM (its partial sums reduced in a fixed order: deterministic).
+using SkinnyGemm = ScaledGemm<Shape<_128, _128, _128>, Shape<_1, _1, _1>,
+                              cutlass::gemm::StreamKScheduler>;
 
 bool device_is_sm90() {
   // The process uses one device; its compute capability does not change.
@@ -107,13 +121,13 @@ void check_cutlass(cutlass::Status status, const char* what, int line) {
   std::abort();
 }
 
-}  // namespace
-
-bool launch_fp8_scaled_gemm_sm90(const uint8_t* xq, const float* sx, const uint8_t* wq,
-                                 const float* sw, bf16* y, int64_t M, int64_t N, int64_t K,
-                                 void* workspace, size_t workspace_bytes, cudaStream_t st) {
-  if (!device_is_sm90() || M <= 0 || N <= 0 || K <= 0) return false;
-  const int m = int(M), n = int(N), k = int(K);
+template <class TileShape, class ClusterShape, class Scheduler>
+bool ScaledGemm<TileShape, ClusterShape, Scheduler>::run(const uint8_t* xq, const float* sx,
+                                                         const uint8_t* wq, const float* sw,
+                                                         bf16* y, int m, int n, int k,
+                                                         void* workspace,
+                                                         size_t workspace_bytes,
+                                                         cudaStream_t st) {
   using StrideA = typename GemmKernel::StrideA;
   using StrideB = typename GemmKernel::StrideB;
   using StrideD = typename GemmKernel::StrideD;
@@ -135,6 +149,18 @@ bool launch_fp8_scaled_gemm_sm90(const uint8_t* xq, const float* sx, const uint8
   check_cutlass(gemm.run(st), "run", __LINE__);
   CUDA_CHECK_LAUNCH();
   return true;
+}
+
+}  // namespace
+
+bool launch_fp8_scaled_gemm_sm90(const uint8_t* xq, const float* sx, const uint8_t* wq,
+                                 const float* sw, bf16* y, int64_t M, int64_t N, int64_t K,
+                                 void* workspace, size_t workspace_bytes, cudaStream_t st) {
+  if (!device_is_sm90() || M <= 0 || N <= 0 || K <= 0) return false;
+  return M <= 64 ? SkinnyGemm::run(xq, sx, wq, sw, y, int(M), int(N), int(K), workspace,
+                                   workspace_bytes, st)
+                 : PrefillGemm::run(xq, sx, wq, sw, y, int(M), int(N), int(K), workspace,
+                                    workspace_bytes, st);
 }
 
 }  // namespace sala::cuda
