@@ -65,16 +65,30 @@ __device__ __forceinline__ void load_entries(bf16* buf, const KvElem<KF>* cache,
                                              const int32_t* pages, long long j0, long long jend,
                                              int stride, int g) {
   constexpr int LD = D + 8, CH = D / 8;
-  for (int e = threadIdx.x; e < kET * CH; e += kThreads) {
-    const int j = e / CH, c = e % CH;
-    const bool ok = j0 + j < jend;
-    const KvElem<KF>* src =
-        ok ? cache + entry_off(G, pages, j0 + j, stride) + int64_t(g) * D + c * 8 : cache;
-    if constexpr (KF == kKvAct)
+  if constexpr (KF == kKvAct) {
+    for (int e = threadIdx.x; e < kET * CH; e += kThreads) {
+      const int j = e / CH, c = e % CH;
+      const bool ok = j0 + j < jend;
+      const bf16* src = ok ? cache + entry_off(G, pages, j0 + j, stride) + int64_t(g) * D + c * 8 : cache;
       cp_async16(buf + j * LD + c * 8, src, ok ? 16 : 0);
-    else
-      *reinterpret_cast<uint4*>(buf + j * LD + c * 8) =
-          ok ? kv_load8_bf16<KF>(src) : make_uint4(0, 0, 0, 0);
+    }
+  } else {
+    // Every load of the thread issued before the first conversion (no cp.async for them).
+    constexpr int kIt = (kET * CH + kThreads - 1) / kThreads;
+    uint2 cw[kIt];
+#pragma unroll
+    for (int i = 0; i < kIt; ++i) {
+      const int e = threadIdx.x + i * kThreads, j = e / CH, c = e % CH;
+      cw[i] = e < kET * CH && j0 + j < jend
+                  ? *reinterpret_cast<const uint2*>(cache + entry_off(G, pages, j0 + j, stride) +
+                                                    int64_t(g) * D + c * 8)
+                  : make_uint2(0u, 0u);
+    }
+#pragma unroll
+    for (int i = 0; i < kIt; ++i) {
+      const int e = threadIdx.x + i * kThreads, j = e / CH, c = e % CH;
+      if (e < kET * CH) *reinterpret_cast<uint4*>(buf + j * LD + c * 8) = kv_codes8_bf16<KF>(cw[i]);
+    }
   }
 }
 
