@@ -184,20 +184,23 @@ __global__ void __launch_bounds__(kThreads, 1)
       bf16* dst = dst0 + slot * kBuf;
       const long long p0 = 1LL * list[i] * kKT;  // < L: the union holds only tiles with keys ≤ t
       const KvElem<KF>* s0 = src + token_off(G, pages, p0) + int64_t(g) * D + c * 8;
-      auto row_src = [&](int j, bool ok) {
-        return !ok       ? s0
-               : one_page ? s0 + j * G.row
-                          : src + token_off(G, pages, p0 + j) + int64_t(g) * D + c * 8;
-      };
       if constexpr (KF == kKvAct) {
 #pragma unroll
         for (int k = 0; k < kHalf / kStep; ++k) {
           const int j = j0 + k * kStep;
           const bool ok = p0 + j < L;
-          cp_async16(dst + swz<D>(j, c * 8), row_src(j, ok), ok ? 16 : 0);
+          const bf16* sp = !ok        ? s0
+                           : one_page ? s0 + j * G.row
+                                      : src + token_off(G, pages, p0 + j) + int64_t(g) * D + c * 8;
+          cp_async16(dst + swz<D>(j, c * 8), sp, ok ? 16 : 0);
         }
         mbar_arrive_cp_async(&full[slot]);
       } else {
+        auto row_src = [&](int j, bool ok) {
+          return !ok       ? s0
+                 : one_page ? s0 + j * G.row
+                            : src + token_off(G, pages, p0 + j) + int64_t(g) * D + c * 8;
+        };
         // FP8: every row's 8 codes loaded first (half the bytes of bf16), then converted in
         // registers to their exact bf16 values (unscaled) and stored; the arrival releases
         // the stores to the consumers.
