@@ -298,7 +298,9 @@ struct BackendOptions {
   // The sparse layers' KV pages and compressed keys (levels 1 and 2): the activation type's
   // cache, or FP8 codes with one K and one V scale per layer (backend/kv_cache_dtype.h),
   // dequantized wherever attention reads them. `sala serve --kv-cache-dtype`. The CPU
-  // backend (the oracle) implements it; make_cuda_backend refuses FP8 (sala::Error).
+  // backend (the oracle) implements it in both modes; the CUDA backend in bf16 mode (codes
+  // written by append / compress, read by selection, flash, stage 2 and dense attention,
+  // cuda_kv_fp8.cuh) and refuses it in fp32 mode (sala::Error).
   KvCacheDtype kv_cache_dtype = KvCacheDtype::Auto;
 };
 

@@ -502,7 +502,7 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
                  "CUDA: GPU time per op at exit, over the steps of >= N rows (N < 0: <= -N rows; "
                  "steps recorded as graphs are not timed)");
   app.add_option("--kv-cache-dtype", a->kv_cache_dtype,
-                 "auto | fp8_e4m3 | fp8_e5m2 (sparse layers' KV cache; CPU only so far)")
+                 "auto | fp8_e4m3 | fp8_e5m2 (sparse layers' KV cache and compressed keys; CUDA: bf16 mode)")
       ->capture_default_str();
   app.add_option("--json,--out-json", a->out_json, "also write every table row to FILE as JSON");
   return [a] { return run(*a); };

@@ -176,12 +176,17 @@ SparseConfig tiny_sparse() {
 }
 
 LayerHarness::LayerHarness(const ModelConfig& c, int page_size, int64_t max_len_, int nseq,
-                           NumericMode mode, const BackendOptions& gpu_opts)
+                           NumericMode mode, const BackendOptions& gpu_opts,
+                           const std::vector<KvScales>& kv_scales)
     : p(mode, gpu_opts), cfg(c), max_len(max_len_) {
   const int pages_per_seq = int((max_len + page_size - 1) / page_size);
   shape.page_size = page_size;
   shape.num_pages = pages_per_seq * nseq;
   shape.num_slots = nseq;
+  if (!kv_scales.empty()) {
+    p.cpu->set_kv_scales(kv_scales);
+    p.gpu->set_kv_scales(kv_scales);
+  }
   p.cpu->init_caches(cfg, shape);
   p.gpu->init_caches(cfg, shape);
   std::vector<int32_t> all(size_t(shape.num_pages));

@@ -27,8 +27,10 @@ namespace {
 // sequences join (prefill), decode in batches of 1..7 (padded to buckets 1/2/4/8) and finish.
 // Every step's logits must be equal bit for bit.
 // Recorded decode steps == eager steps, with joins and mid-batch finishes, on a golden
-// case's model; every prompt is len_offset tokens longer than in the base schedule.
-void graph_replay_vs_eager(const std::string& case_name, int len_offset) {
+// case's model; every prompt is len_offset tokens longer than in the base schedule. kv: both
+// backends' KV cache dtype (FP8: the recorded steps read and write codes too).
+void graph_replay_vs_eager(const std::string& case_name, int len_offset,
+                           KvCacheDtype kv = KvCacheDtype::Auto) {
   // The vendored cases; scripts/gpu_check.sh points SALA_GOLDEN_DIR at its packed copy.
   const char* gd = std::getenv("SALA_GOLDEN_DIR");
   const std::string root = gd ? gd : SALA_SOURCE_DIR "/tests/fixtures/golden";
@@ -44,6 +46,7 @@ void graph_replay_vs_eager(const std::string& case_name, int len_offset) {
   lim.caches.num_pages = pps * nslots;
   lim.caches.num_slots = nslots;
   BackendOptions og{NumericMode::BF16, 0, true}, oe{NumericMode::BF16, 0, false};
+  og.kv_cache_dtype = oe.kv_cache_dtype = kv;
   Model mg(cfg, make_cuda_backend(og), ck, lim), me(cfg, make_cuda_backend(oe), ck, lim);
   ASSERT_TRUE(mg.backend().graphs_enabled());
   ASSERT_FALSE(me.backend().graphs_enabled());
@@ -129,8 +132,8 @@ void graph_replay_vs_eager(const std::string& case_name, int len_offset) {
     live = order;
   }
   std::printf(
-      "[ graph ] %s: %lld steps (%lld decode-only), %lld logits compared, %lld steps differ\n",
-      case_name.c_str(), (long long)steps, (long long)decode_steps, (long long)compared,
+      "[ graph ] %s %s: %lld steps (%lld decode-only), %lld logits compared, %lld steps differ\n",
+      case_name.c_str(), kv_cache_dtype_name(kv), (long long)steps, (long long)decode_steps, (long long)compared,
       (long long)mismatches);
   EXPECT_EQ(mismatches, 0);
 }
@@ -145,6 +148,15 @@ TEST(CudaOps, GraphReplayMatchesEagerSparse) {
   // tiny-sparse (dense_len 256): prompts of 242..310 tokens, so decode steps mix dense rows,
   // rows crossing 256 and InfLLM-v2 rows (their own recordings, selection kernels inside).
   graph_replay_vs_eager("tiny-sparse", 240);
+}
+
+// The same over FP8 KV caches (issue 17): both formats, dense and InfLLM-v2 decode rows.
+TEST(CudaOps, GraphReplayMatchesEagerKvFp8) {
+  REQUIRE_GPU();
+  for (KvCacheDtype kv : {KvCacheDtype::FP8_E4M3, KvCacheDtype::FP8_E5M2}) {
+    graph_replay_vs_eager("tiny-dense", 0, kv);
+    graph_replay_vs_eager("tiny-sparse", 240, kv);
+  }
 }
 
 }  // namespace

@@ -34,6 +34,9 @@ int max_smem_optin() {
 CudaBackend::CudaBackend(const BackendOptions& opts)
     : bf16_mode_(opts.mode == NumericMode::BF16),
       fp8_(opts.fp8_weights),
+      kv_fmt_(opts.kv_cache_dtype == KvCacheDtype::FP8_E4M3   ? kKvE4m3
+              : opts.kv_cache_dtype == KvCacheDtype::FP8_E5M2 ? kKvE5m2
+                                                              : kKvAct),
       max_smem_optin_(max_smem_optin()),
       graphs_(opts.cuda_graphs && bf16_mode_, stream_.get()),
       timer_(opts.profile_ops, stream_.get(), graphs_),
@@ -133,7 +136,7 @@ Weight CudaBackend::upload_fp8_codes(const std::string& name, int64_t rows, int6
 // lightning states, the stacked-GEMM workspace, the per-row workspaces, the decay tables and
 // the RoPE table.
 void CudaBackend::init_caches(const ModelConfig& cfg, const CacheShape& shape) {
-  sparse_.init(cfg, shape, kv_element_bytes());
+  sparse_.init(cfg, shape, kv_fmt_, kv_scales_);
   lightning_.init_states(cfg, shape);
   gemm_.plan_stack_workspace(cfg);
   sparse_.start_rows();
@@ -193,9 +196,12 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts) {
   if (opts.int4_group_size > 0)
     fail("W4A16 weights (--quantization w4a16) are not implemented on the CUDA backend yet "
          "(no int4 GEMM kernel); the CPU backend runs them");
-  if (kv_is_fp8(opts.kv_cache_dtype))
-    fail("an FP8 KV cache (--kv-cache-dtype {}) is not implemented on the CUDA backend yet; "
-         "the CPU backend runs it", kv_cache_dtype_name(opts.kv_cache_dtype));
+  // Like FP8 weights: the FP8 KV kernels feed code values to the bf16 tensor cores; fp32 mode
+  // (the fp32 contract, whose InfLLM-v2 rows run on other kernels) keeps its fp32 caches.
+  if (kv_is_fp8(opts.kv_cache_dtype) && opts.mode != NumericMode::BF16)
+    fail("an FP8 KV cache (--kv-cache-dtype {}) runs on the CUDA backend in bf16 mode only "
+         "(fp32 mode is the fp32 correctness contract); the CPU backend runs it in both modes",
+         kv_cache_dtype_name(opts.kv_cache_dtype));
   return std::make_unique<CudaBackend>(opts);
 }
 

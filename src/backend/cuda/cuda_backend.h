@@ -44,8 +44,15 @@ class CudaBackend : public Backend {
   explicit CudaBackend(const BackendOptions& opts);
   ~CudaBackend() override;
   std::string name() const override { return "cuda"; }
-  // bf16 (fp32 mode: fp32) KV and compressed keys
-  size_t kv_element_bytes() const override { return bf16_mode_ ? 2 : 4; }
+  // bf16 (fp32 mode: fp32) KV and compressed keys, or 1-byte FP8 codes
+  // (BackendOptions::kv_cache_dtype, bf16 mode only)
+  size_t kv_element_bytes() const override {
+    return kv_fmt_ != cuda::kKvAct ? 1 : bf16_mode_ ? 2 : 4;
+  }
+  // FP8 KV caches: the K / V scales of every sparse layer, used by init_caches.
+  void set_kv_scales(const std::vector<KvScales>& per_sparse_layer) override {
+    kv_scales_ = per_sparse_layer;
+  }
   size_t device_memory_total() const override;
   DType act_dtype() const override { return bf16_mode_ ? DType::BF16 : DType::F32; }
 
@@ -116,6 +123,8 @@ class CudaBackend : public Backend {
 
   bool bf16_mode_;
   bool fp8_;  // BackendOptions::fp8_weights
+  int kv_fmt_;  // BackendOptions::kv_cache_dtype as cuda::kKvAct / kKvE4m3 / kKvE5m2
+  std::vector<KvScales> kv_scales_;  // set_kv_scales (empty: kDefaultKvScale)
   int max_smem_optin_ = 0;
   // Members are destroyed in reverse order: the stream last, the arena's memory after every
   // class that refers to it.

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 
@@ -179,6 +180,15 @@ template <typename T, int D>
 void launch_gla_chunk3(const GlaArgs<T>& a, const int32_t* long_list, int n_long, cudaStream_t st);
 
 // ---- sparse layers (cuda_sparse.cu) ----
+// Element format of the sparse layers' KV caches (K, V, both compressed-key levels;
+// BackendOptions::kv_cache_dtype): the activation type, or FP8 codes (bf16 mode only) with one
+// K and one V scale per layer (backend/kv_cache_dtype.h; device conversions cuda_kv_fp8.cuh).
+inline constexpr int kKvAct = 0, kKvE4m3 = 1, kKvE5m2 = 2;
+template <int KF, typename T = bf16>
+using KvElem = std::conditional_t<KF == kKvAct, T, uint8_t>;
+struct KvScale {
+  float k = 1.f, v = 1.f;  // K (and compressed keys), V
+};
 struct CacheGeom {
   int page_size, kvh, d, s1, s2, k1, k2, bs;
   int64_t row;  // elements per token: kvh * d
@@ -197,6 +207,7 @@ struct AttnParams {
   float tau;
   int flash_min;  // rows of dense calls of >= flash_min tokens are left to flash_prefill
   int total_topk; // row stride of sel (launch_attention_selected_f32)
+  KvScale scale{};  // FP8 caches (launch_attention_fp8): the values are code · scale
 };
 struct StepRows {
   int T;
@@ -210,6 +221,19 @@ void launch_append_kv(const T* k, const T* v, const StepRows& s, const CacheGeom
 template <typename T>
 void launch_compress(const StepRows& s, const CacheGeom& g, const T* kc, T* c1, T* c2,
                      cudaStream_t st);
+// FP8 caches (bf16 mode; kf kKvE4m3 / kKvE5m2), the CPU oracle's cpu_kv_store.h bit for bit:
+// append writes codes kv_encode(k / sc.k), kv_encode(v / sc.v); compress sums the dequantized
+// cached keys (code · sc.k) in token order in fp32, / w, rounds to bf16 and writes
+// kv_encode(mean / sc.k).
+void launch_append_kv_fp8(int kf, const bf16* k, const bf16* v, const StepRows& s,
+                          const CacheGeom& g, KvScale sc, uint8_t* kc, uint8_t* vc,
+                          cudaStream_t st);
+void launch_compress_fp8(int kf, const StepRows& s, const CacheGeom& g, KvScale sc,
+                         const uint8_t* kc, uint8_t* c1, uint8_t* c2, cudaStream_t st);
+// Tests: x [n] -> codes [n] through kv_encode with `scale`, and back [n] = code value · scale
+// (the device conversions of cuda_kv_fp8.cuh, against backend/kv_cache_dtype.h).
+void launch_kv_fp8_roundtrip(int kf, const float* x, int64_t n, float scale, uint8_t* codes,
+                             float* back, cudaStream_t st);
 size_t attention_smem_bytes(int G, int d);
 // Dense rows (not sparse, fewer than flash_min tokens in their call): out[T, nh*d]. Rows of
 // split calls (DevSeq::split_row: decode and verify rows) are split over `splits` parts of
@@ -219,6 +243,11 @@ size_t attention_smem_bytes(int G, int d);
 template <typename T>
 void launch_attention(const T* q, const StepRows& s, const T* kc, const T* vc, const AttnParams& p,
                       int splits, T* out, float* part, float* ml, int max_smem, cudaStream_t st);
+// launch_attention over FP8 caches (kf kKvE4m3 / kKvE5m2; values code · p.scale, exactly the
+// CPU's).
+void launch_attention_fp8(int kf, const bf16* q, const StepRows& s, const uint8_t* kc,
+                          const uint8_t* vc, const AttnParams& p, int splits, bf16* out,
+                          float* part, float* ml, int max_smem, cudaStream_t st);
 // out[r, h] = merge of the splits' partials for every row r of a split call (after
 // launch_attention and launch_sparse_attention wrote the partials of their rows); with a
 // gate [T, nh*d]: times sigmoid(gate), as launch_mul_sigmoid would.
@@ -253,11 +282,12 @@ struct SelectWork {  // rows = launched tiles * kSparseTileRows
 };
 size_t select_topk_smem_bytes(int nb_stride);
 // Selection of the rows of tiles[tile_begin, tile_begin + n_tiles): sel[T, kvh, total_topk]
-// (ascending block ids), sel_cnt[T, kvh].
+// (ascending block ids), sel_cnt[T, kvh]. c1, c2: bf16, or FP8 codes (kf kKvE4m3 / kKvE5m2)
+// whose K scale the caller has multiplied into p.tau (the scores are tau · q · (code · scale)).
 void launch_infllm_select(int d, const bf16* q, const StepRows& s, const int2* tiles,
-                          int tile_begin, int n_tiles, const bf16* c1, const bf16* c2,
+                          int tile_begin, int n_tiles, const void* c1, const void* c2,
                           const SelectParams& p, const SelectWork& w, int32_t* sel,
-                          int32_t* sel_cnt, cudaStream_t st);
+                          int32_t* sel_cnt, cudaStream_t st, int kf = kKvAct);
 struct SparseAttnParams {
   CacheGeom g;
   int nh;
@@ -273,25 +303,32 @@ struct SparseAttnParams {
   // 1: no split), spb (1..kSparseTileRows) parts per block: grid.z = ceil(splits / spb).
   // spb changes only which block computes a part, never a number.
   int splits = 1, spb = 1;
+  // FP8 caches: kv_fmt kKvE4m3 / kKvE5m2 (tau then includes the K scale) and the V scale,
+  // applied to the output (and to split partials).
+  int kv_fmt = kKvAct;
+  float v_scale = 1.f;
 };
 size_t sparse_attn_smem_bytes(int d, const SparseAttnParams& p);
 // Stage 2 of every sparse row of the step: out[T, nh*d] (p.splits == 1) or partials as
 // launch_attention's.
 void launch_sparse_attention(int d, const bf16* q, const StepRows& s, const int2* tiles,
-                             int n_tiles, const bf16* kc, const bf16* vc, const int32_t* sel,
+                             int n_tiles, const void* kc, const void* vc, const int32_t* sel,
                              const int32_t* sel_cnt, const SparseAttnParams& p, bf16* out,
                              float* part, float* ml, cudaStream_t st);
 
 // Dense causal attention of one long call (cuda_flash.cu, head_dim 128, tensor cores):
-// rows token_begin .. token_begin + num_tokens of q/out, keys 0 .. past_len + row.
+// rows token_begin .. token_begin + num_tokens of q/out, keys 0 .. past_len + row. kc, vc:
+// bf16, or FP8 codes (kf kKvE4m3 / kKvE5m2) with the K scale multiplied into tau by the
+// caller and the V scale applied to the output.
 struct FlashSeq {
   int32_t token_begin, num_tokens, page_begin;
   long long past_len;
 };
 bool flash_prefill_supported(int d);
 void launch_flash_prefill(const bf16* q, const FlashSeq& s, const int32_t* page_table,
-                          const bf16* kc, const bf16* vc, const CacheGeom& g, int GH, int nh,
-                          float tau, bf16* out, cudaStream_t st);
+                          const void* kc, const void* vc, const CacheGeom& g, int GH, int nh,
+                          float tau, bf16* out, cudaStream_t st, int kf = kKvAct,
+                          float v_scale = 1.f);
 
 // ---- fp32 mode's InfLLM-v2 rows (cuda_f32_select.cu; stage 2 in cuda_sparse.cu) ----
 // CUDA-core fp32 replacements of the tensor-core selection and stage-2 kernels, with the CPU
