@@ -38,8 +38,7 @@
 // is (a register prefetch would have to rotate registers that loads are still writing). The
 // epilogue runs in passes of 8 columns (finish<..., 8>) to make room: 229,376 B in all.
 // M <= 16: x of the next chunk group is loaded during the current one; M > 16: per n-tile
-// group, and the weights are dequantized once per group of 2 n-tiles (ALU: such steps are
-// verify / prefill runs, not decode).
+// group and 16-row half (from L1), the codes of each half dequantized once.
 //
 // PDL (sm_90+): each CTA issues its first two stages, then griddepcontrol.wait; x is read and y
 // written only after it. No fallback kernel: on GPUs without 229 KB of shared memory per block
@@ -115,24 +114,41 @@ __device__ __forceinline__ void load_x(uint4 (&X)[G][4], const uint8_t* x, int64
   }
 }
 
-// One 16-row half's chunk: Wg / W8 the raw words of rows g / g + 8, into part[j] for the G
-// n-tiles of X (8 MMAs per n-tile: word i's pairs 0, 1 then 2, 3).
-template <int G>
-__device__ __forceinline__ void chunk_mma(float (&part)[G][4], const uint4& Wg, const uint4& W8,
-                                          const uint4 (&X)[G][4]) {
+// One 16-row half's chunk: the raw words of rows g / g + 8 as bf16 code pairs a[i][j] / b[i][j]
+// (word i, pair j).
+__device__ __forceinline__ void dequant_chunk(const uint4& Wg, const uint4& W8, uint32_t (&a)[4][4],
+                                              uint32_t (&b)[4][4]) {
   const uint32_t wg[4] = {Wg.x, Wg.y, Wg.z, Wg.w}, w8[4] = {W8.x, W8.y, W8.z, W8.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    uint32_t a[4], b[4];
-    dequant_word(wg[i], a);
-    dequant_word(w8[i], b);
+    dequant_word(wg[i], a[i]);
+    dequant_word(w8[i], b[i]);
+  }
+}
+
+// The chunk's MMAs into part[j] for the G n-tiles of X: per word i, the k16 of its pairs 0, 1,
+// then of 2, 3 (every accumulator sees this order, whatever G and NT are).
+template <int G>
+__device__ __forceinline__ void chunk_mma(float (&part)[G][4], const uint32_t (&a)[4][4],
+                                          const uint32_t (&b)[4][4], const uint4 (&X)[G][4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < G; ++j) {
       const uint32_t xs[4] = {X[j][i].x, X[j][i].y, X[j][i].z, X[j][i].w};
-      mma_bf16(part[j], a[0], b[0], a[1], b[1], xs[0], xs[1]);
-      mma_bf16(part[j], a[2], b[2], a[3], b[3], xs[2], xs[3]);
+      mma_bf16(part[j], a[i][0], b[i][0], a[i][1], b[i][1], xs[0], xs[1]);
+      mma_bf16(part[j], a[i][2], b[i][2], a[i][3], b[i][3], xs[2], xs[3]);
     }
-  }
+}
+
+// acc[nt0 + j] += part[j] · scale of its weight row (c0, c1: row g; c2, c3: row g + 8).
+template <int G, int NT>
+__device__ __forceinline__ void add_scaled(float (&acc)[NT][4], int nt0, const float (&part)[G][4],
+                                           const float (&sc)[2]) {
+#pragma unroll
+  for (int j = 0; j < G; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[nt0 + j][i] = fmaf(part[j][i], sc[i / 2], acc[nt0 + j][i]);
 }
 
 struct Unscaled {  // the scales are applied per group, before the epilogue
@@ -222,19 +238,20 @@ __global__ void __launch_bounds__(kThreads, 1)
         [[maybe_unused]] uint4 Xn[G][4];
         if constexpr (NG == 1)  // the next chunk group's x while this one computes
           load_x<G>(Xn, xb, ldb, M, g, 0, c0 + 4 * (v + 1) + t, v < 3 && c0 + 4 * (v + 1) < s.ce);
+        // Each half's codes are dequantized once per chunk group; M > 16: its n-tile groups
+        // then load their x in turn (from L1 again for the second half, which costs less than
+        // dequantizing per n-tile group).
 #pragma unroll
-        for (int q = 0; q < NG; ++q) {
-          if (8 * G * q >= M) break;  // n-tiles wholly past M (uniform)
-          if constexpr (NG > 1) load_x<G>(X, xb, ldb, M, g, G * q, c0 + cl, true);
+        for (int rt = 0; rt < 2; ++rt) {
+          uint32_t a[4][4], b[4][4];
+          dequant_chunk(Wr[rt][0], Wr[rt][1], a, b);
 #pragma unroll
-          for (int rt = 0; rt < 2; ++rt) {
+          for (int q = 0; q < NG; ++q) {
+            if (8 * G * q >= M) break;  // n-tiles wholly past M (uniform)
+            if constexpr (NG > 1) load_x<G>(X, xb, ldb, M, g, G * q, c0 + cl, true);
             float part[G][4] = {};
-            chunk_mma<G>(part, Wr[rt][0], Wr[rt][1], X);
-#pragma unroll
-            for (int j = 0; j < G; ++j)
-#pragma unroll
-              for (int i = 0; i < 4; ++i)
-                acc[rt][G * q + j][i] = fmaf(part[j][i], sc[rt][i / 2], acc[rt][G * q + j][i]);
+            chunk_mma<G>(part, a, b, X);
+            add_scaled<G>(acc[rt], G * q, part, sc[rt]);
           }
         }
         if constexpr (NG == 1)
