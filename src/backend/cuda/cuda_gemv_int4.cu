@@ -65,6 +65,7 @@ constexpr int kPass = 8;                                   // epilogue columns p
 constexpr int kRed4Bytes = kWarps * kRows * (kPass + 1) * 4;  // 9,216
 constexpr int kRingSmem = kRingBytes + kScaleBytes + kRed4Bytes + kGateBytes;  // 229,376
 static_assert(kRingSmem <= kRingMaxSmem, "the int4 ring does not fit an sm_90 SM");
+static_assert(kRows == 32, "issue4: lane l copies the scales of tile row l");
 
 __device__ __forceinline__ void cp4(uint32_t dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
