@@ -255,6 +255,12 @@ TEST(CudaFp8, Linear) {
     for (auto [K, N] : projections) shapes.push_back({T, K, N, false});
   shapes.push_back({4096, 4096, 4096, false});
   shapes.push_back({5, 256, 512, true});
+  // Runs of > 64 rows into bf16 take the Hopper CUTLASS kernel (cuda_gemm_fp8_sm90.cu): a
+  // partial 128-row tile (65, 129), K not a multiple of its 128-wide k-block, N not of its
+  // 128 columns, and a wider run.
+  shapes.push_back({65, 4096, 4096, false});
+  shapes.push_back({129, 48, 520, false});
+  shapes.push_back({1000, 4096, 256, false});
   run_linear(shapes, 700);
 }
 

@@ -123,7 +123,7 @@ void gemv_int4_init();
 template <typename T>
 void launch_int4_dequantize(const uint32_t* w, const float* w_scales, int64_t rows, int64_t K,
                             int group, T* out, cudaStream_t st);
-// ---- W8A8 FP8 (cuda_fp8_quant.cu; the GEMM itself is cuBLASLt: cuda_gemm_fp8.cpp) ----
+// ---- W8A8 FP8 (cuda_fp8_quant.cu; the GEMMs: cuda_gemm_fp8.cpp, cuda_gemm_fp8_sm90.cu) ----
 // Per-token activation quantization, core/fp8.h's fp8_quantize_rows bit for bit: for each row r
 // of x [rows, ldx] (the first cols columns), scales[r] = amax|x[r, :]| / 448 (1 for a zero
 // row) and codes[r * cols + c] = e4m3(x[r, c] / scales[r]) (IEEE division, nearest even,
@@ -137,6 +137,14 @@ void launch_quantize_rows_fp8(const bf16* x, int64_t rows, int64_t cols, int64_t
 // (fp32 y may be acc).
 void launch_fp8_apply_scales(const float* acc, int64_t T, int64_t N, const float* sx,
                              const float* sw, void* y, bool y_f32, cudaStream_t st);
+// Prefill-sized runs on Hopper (cuda_gemm_fp8_sm90.cu, CUTLASS): y [M, N] bf16 =
+// bf16((Σ_k xq[m, k] · wq[n, k]) · sx[m] · sw[n]) with both scales in the GEMM's epilogue;
+// xq [M, K] codes, wq [N, K] codes, K % 16 == 0, N % 8 == 0, 16-byte aligned pointers.
+// Returns false, launching nothing, where it cannot run (not an sm_90 GPU, a problem CUTLASS
+// refuses, a workspace smaller than it needs): the caller then takes cuBLASLt.
+bool launch_fp8_scaled_gemm_sm90(const uint8_t* xq, const float* sx, const uint8_t* wq,
+                                 const float* sw, bf16* y, int64_t M, int64_t N, int64_t K,
+                                 void* workspace, size_t workspace_bytes, cudaStream_t st);
 // Tests: every fp32 bit pattern through the hardware e4m3 conversion and the portable one;
 // out[0] = number of disagreements, out[1] = the smallest disagreeing bit pattern (~0 if none).
 // On a GPU below sm_89 both are the portable path.
