@@ -10,6 +10,7 @@
 //                    linear_silu_mul (the GEMV's silu_pair) against the CPU's composition
 //   RowInvariance    every row of M = 2..64 bit-identical to the row alone (plain, fp32, parts,
 //                    silu_pair): what the speculative verify path relies on
+//   WideDecodeSteps  decode-only steps of 100 / 256 rows (GEMV runs of 64): rows == alone
 //   Fp32Mode         fp32 mode (exact dequantization to fp32 + cuBLASLt fp32) at the fp32 level
 //   MixedFormats     int4, FP8 and bf16 weights on one backend, each through GemmDispatch
 //   Speed            the GEMV at M = 1, 8, 16, 64: us and GB/s of packed + scale bytes
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/step.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "core/int4.h"
 #include "cuda_test_util.h"
@@ -298,6 +300,34 @@ TEST(CudaInt4Gemv, MixedFormats) {
                            run_linear(*p.gpu, x.g, wg, 0, M, DType::BF16),
                            run_linear(*p.cpu, x.c, wc, 0, M, DType::F32)),
                    4e-3, 1.6e-2);
+  }
+}
+
+// Decode-only steps of 65..256 rows run the GEMV 64 rows at a time: every row equals the row
+// in a one-row step, bit for bit (and stays close to the CPU).
+TEST(CudaInt4Gemv, WideDecodeSteps) {
+  REQUIRE_GPU();
+  Pair p;
+  const int64_t K = 4096, N = 1536;
+  const Int4Host q = weight(N, K, 128, 4900);
+  const Weight wc = upload_int4_host(*p.cpu, q), wg = upload_int4_host(*p.gpu, q);
+  for (int32_t B : {100, 256}) {
+    auto x = p.up(randn(B, K, 4901 + uint32_t(B), 1.f));
+    StepMeta m;
+    std::vector<int32_t> id(1, 5);
+    for (int32_t i = 0; i < B; ++i) m.add_seq(id.data(), 1, 10 + i, i, {}, false, true);
+    p.begin(m);
+    const std::vector<float> step = run_linear(*p.gpu, x.g, wg, 0, B, DType::BF16);
+    expect_int4_close(shape("int4 wide decode step", {B, K, N}), step,
+                      run_linear(*p.cpu, x.c, wc, 0, B, DType::F32), B, N, true, 1);
+    int bad = 0;
+    for (int32_t r = 0; r < B; ++r) {
+      p.gpu->begin_step(rows_meta(1, 10 + r));
+      const std::vector<float> alone = run_linear(*p.gpu, x.g, wg, r, 1, DType::BF16);
+      if (std::memcmp(alone.data(), step.data() + int64_t(r) * N, size_t(N) * 4) != 0 && bad++ < 4)
+        ADD_FAILURE() << "decode step of " << B << " rows: row " << r << " differs from alone";
+    }
+    EXPECT_EQ(bad, 0) << "decode step of " << B << " rows";
   }
 }
 

@@ -90,6 +90,9 @@ class GemmDispatch {
   // W (an INT4_GROUPED weight or a row slice of one) as a dense [rows, cols] matrix of the
   // activation type in the scratch (overwritten by the next call, in stream order).
   Tensor dequantize_int4(const Weight& w);
+  // Decode-only steps up to this many rows take the int4 GEMV in runs of kGemvMaxRows (the
+  // byte count favours it over dequantize + GEMM; not measured above 64 rows yet).
+  static constexpr int64_t kInt4DecodeGemvRows = 256;
   void* int4_ws_ = nullptr;  // the dequantization scratch
   int64_t int4_ws_elems_ = 0;
 

@@ -6,7 +6,8 @@
 //    steps, short prefill runs): the int4 GEMV (cuda_gemv_int4.cu), one pass over the packed
 //    weights for all rows, every part in one launch, row-invariant. Decode steps of 17..64 rows
 //    stay on it too: unlike the bf16 GEMV (which loses to the stacked cuBLASLt GEMM there) it
-//    reads a quarter of the bytes of any dense path;
+//    reads a quarter of the bytes of any dense path; decode-only steps of up to
+//    kInt4DecodeGemvRows rows run it on 64 rows at a time;
 //  - longer runs (prefill), shapes the GEMV does not take (K or group not multiples of 128, a
 //    GPU without its shared memory) and fp32 mode: each output part of the weight is dequantized
 //    once per call into a scratch matrix (launch_int4_dequantize: bf16(q · s) in bf16 mode, the
@@ -80,16 +81,24 @@ void GemmDispatch::linear_int4(const Tensor& x, const Weight& w, const std::vect
   SALA_CHECK(n == w.rows, "int4 linear: weight [{},{}] for {} output columns", w.rows, w.cols, n);
   if (x.rows == 0) return;
   std::vector<std::pair<int64_t, int64_t>> dense_runs;  // (first row, rows)
+  // Decode-only steps of kGemvMaxRows + 1 .. kInt4DecodeGemvRows rows: GEMV runs of 64 rows.
+  // Bytes per step: each run streams the packed weights (~0.28 B per weight with scales) at
+  // an ALU-heavier NT = 8, while the dense path writes and reads a bf16 copy (~4.5 B per
+  // weight) before its GEMM; and every decode row keeps the bits it has at any batch size.
+  const int64_t split = decode_only_step() && x.rows <= kInt4DecodeGemvRows ? kGemvMaxRows : 0;
   for_each_run(x.rows, [&](int64_t r0, int64_t T) {
-    const Tensor xr = x.slice_rows(r0, T);
-    if (int4_gemv_ok(xr, w, ys)) {
-      const GemvOut o = gemv_parts(ys, r0);
-      launch_gemv_int4(ptr<bf16>(xr), x.cols, static_cast<const uint32_t*>(w.data), w.scales,
-                       w.rows, int(x.cols), w.group, int(T), o, stream_);
-      timer_.tick(o.f32 ? "gemv int4 lm_head" : "gemv int4");
-      return;
+    for (int64_t c = 0; c < T; c += split > 0 ? split : T) {
+      const int64_t n = split > 0 ? std::min(split, T - c) : T;
+      const Tensor xr = x.slice_rows(r0 + c, n);
+      if (int4_gemv_ok(xr, w, ys)) {
+        const GemvOut o = gemv_parts(ys, r0 + c);
+        launch_gemv_int4(ptr<bf16>(xr), x.cols, static_cast<const uint32_t*>(w.data), w.scales,
+                         w.rows, int(x.cols), w.group, int(n), o, stream_);
+        timer_.tick(o.f32 ? "gemv int4 lm_head" : "gemv int4");
+      } else {
+        dense_runs.emplace_back(r0 + c, n);
+      }
     }
-    dense_runs.emplace_back(r0, T);
   });
   if (dense_runs.empty()) return;
   // One dequantization per part, shared by all the call's dense runs.
