@@ -13,6 +13,7 @@
 //   WideDecodeSteps  decode-only steps of 100 / 256 rows (GEMV runs of 64): rows == alone
 //   Fp32Mode         fp32 mode (exact dequantization to fp32 + cuBLASLt fp32) at the fp32 level
 //   MixedFormats     int4, FP8 and bf16 weights on one backend, each through GemmDispatch
+//   UploadErrors     malformed codes / scales: sala::Error naming the tensor
 //   Speed            the GEMV at M = 1, 8, 16, 64: us and GB/s of packed + scale bytes
 //   DequantSpeed     the prefill path's dequantization per shape and per 9B forward
 // Without a GPU every test GTEST_SKIPs (cuda_test_util.h).
@@ -32,6 +33,7 @@
 #include "backend/backend.h"
 #include "backend/step.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "core/error.h"
 #include "core/int4.h"
 #include "cuda_test_util.h"
 
@@ -329,6 +331,35 @@ TEST(CudaInt4Gemv, WideDecodeSteps) {
     }
     EXPECT_EQ(bad, 0) << "decode step of " << B << " rows";
   }
+}
+
+// A malformed W4A16 tensor is a sala::Error naming it, never a crash.
+TEST(CudaInt4Gemv, UploadErrors) {
+  REQUIRE_GPU();
+  auto gpu = make_cuda_backend({NumericMode::BF16, 0});
+  const Int4Host q = int4_rtn(randn(64, 256, 5000, 1.f), 128);
+  auto expect_error = [&](Int4Host bad, DType dt, const char* what) {
+    TensorView v;
+    v.name = "model.layers.0.mlp.down_proj.weight_packed";
+    v.dtype = dt;
+    v.shape = {bad.rows, bad.cols / kInt4PerWord};
+    v.data = reinterpret_cast<const uint8_t*>(bad.words.data());
+    v.nbytes = bad.words.size() * 4;
+    try {
+      gpu->upload_int4(v, bad.scales, bad.group);
+      ADD_FAILURE() << what << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("down_proj.weight_packed"), std::string::npos)
+          << what << ": " << e.what();
+    }
+  };
+  Int4Host few = q;
+  few.scales.pop_back();
+  expect_error(few, DType::I32, "one scale missing");
+  Int4Host odd = q;
+  odd.group = 96;  // does not divide 256
+  expect_error(odd, DType::I32, "group 96");
+  expect_error(q, DType::F32, "F32 words");
 }
 
 double time_us(const std::function<void(int)>& launch, int iters) {
