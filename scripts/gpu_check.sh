@@ -42,6 +42,10 @@
 #   scripts/gpu_check.sh kv8-bench    (GPU machine) bench decode4k, then the long prefill rows,
 #                                     each with the bf16 KV cache and with FP8 e4m3 KV
 #                                     (KV8_BENCH overrides which: decode4k, long or both)
+#   scripts/gpu_check.sh w4           (GPU machine) W4A16 fidelity (issue 22), as fp8 with
+#                                     :w4 specs (RTN at load, group 128): cuda:bf16:w4 vs the
+#                                     CPU oracle cpu:bf16:w4, and vs cuda:bf16. W4 speed:
+#                                     BENCH_ARGS="<decode4k's> --quantization w4a16" decode4k
 #   scripts/gpu_check.sh spec         (GPU machine) speculative decoding (issue 21):
 #                                     scripts/spec_equality_check.py on sala-tiny-chat (every
 #                                     completion with and without NGRAM, accept lengths and
@@ -268,17 +272,18 @@ LONG_BENCH_ARGS="--decode-batches 1,8,64 --decode-output 128 --prefill-batches 1
 DECODE4K_BENCH_ARGS="--decode-batches 1,8,64 --decode-input 4096 --decode-output 128 \
   --prefill-batches 1 --prefill-input 4096"
 
-# FP8 fidelity (issue 17): `sala fidelity` prints top-1 agreement, KL, logit cosine and the
-# greedy prefix; a run that fails (or prints no agreement line) fails the check. The CPU side
-# of the 9B comparison is the oracle in bf16 emulation (~3 min on 16 cores).
-fp8() {
+# FP8 (issue 17) / W4A16 (issue 22) fidelity: `sala fidelity` prints top-1 agreement, KL, logit
+# cosine and the greedy prefix; a run that fails (or prints no agreement line) fails the check.
+# The CPU side of the 9B comparison is the oracle in bf16 emulation (~3 min on 16 cores).
+# $1: the fidelity spec's quantization tag (fp8 | w4) and the mode's name.
+quant_fidelity() {
   setup
-  local t0=$SECONDS m pair a b name
+  local t0=$SECONDS m pair a b name q=$1
   [ -e "$MODEL_DIR/model.safetensors.index.json" ] || [ -e "$MODEL_DIR/model.safetensors" ] ||
     "$BIN/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$MODEL_DIR" 2>&1 | tail -1
   echo "make-random: $((SECONDS - t0)) s"
   for m in "$MODEL_DIR" "$ROOT/models/sala-tiny-chat" "$GOLDEN_ROOT"/tiny-*; do
-    for pair in "cpu:bf16:fp8 cuda:bf16:fp8" "cuda:bf16 cuda:bf16:fp8"; do
+    for pair in "cpu:bf16:$q cuda:bf16:$q" "cuda:bf16 cuda:bf16:$q"; do
       read -r a b <<<"$pair"
       name="fidelity $(basename "$m") $a vs $b"
       echo "== $name"
@@ -290,7 +295,7 @@ fp8() {
         "top-1 agreement|KL|greedy"
     done
   done
-  finish fp8
+  finish "$q"
 }
 
 # FP8 KV cache (issue 17): the CPU side of the 9B comparison is the bf16-emulation oracle with
@@ -383,11 +388,12 @@ case "${1:-}" in
   decode4k) BENCH_ARGS=${BENCH_ARGS:-$DECODE4K_BENCH_ARGS} bench decode4k ;;
   ncu-decode) ncu_decode ;;
   spec) spec ;;
-  fp8) fp8 ;;
+  fp8) quant_fidelity fp8 ;;
+  w4) quant_fidelity w4 ;;
   kv8) kv8 ;;
   kv8-bench) kv8_bench ;;
   exec) shift; setup >&2; export SALA_GPU_DIR=$BIN; "$@" ;;
   table|markdown) $SUM "$1" "${2:-$SUMMARY}" ;;
-  *) echo "usage: $0 build|pack|correctness|bench|long|decode4k|fp8|kv8|kv8-bench|spec|ncu-decode|exec CMD...|table|markdown [FILE]" >&2
+  *) echo "usage: $0 build|pack|correctness|bench|long|decode4k|fp8|w4|kv8|kv8-bench|spec|ncu-decode|exec CMD...|table|markdown [FILE]" >&2
      exit 2 ;;
 esac

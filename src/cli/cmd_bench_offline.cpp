@@ -37,7 +37,7 @@ struct Args {
   int decode_in = 128, decode_out = 512, prefill_in = 4096, threads = 0;
   bool bf16 = false;
   bool disable_cuda_graph = false;
-  std::string quantization;  // "" | fp8 (BackendOptions::fp8_weights)
+  std::string quantization;  // "" | fp8 (BackendOptions::fp8_weights) | w4a16 (int4_group_size)
   int64_t profile_ops = 0;  // BackendOptions::profile_ops
   std::string kv_cache_dtype = "auto";  // BackendOptions::kv_cache_dtype
   std::vector<int64_t> long_prefill, long_decode_contexts;  // empty: not run
@@ -365,8 +365,10 @@ int run(const Args& a) {
   bo.profile_ops = a.profile_ops;
   if (a.quantization == "fp8")
     bo.fp8_weights = true;
+  else if (a.quantization == "w4a16")
+    bo.int4_group_size = 128;  // RTN at load, group 128 (core/int4.h), as `sala serve`
   else if (!a.quantization.empty())
-    sala::fail("--quantization '{}' is not supported (fp8, or none)", a.quantization);
+    sala::fail("--quantization '{}' is not supported (fp8, w4a16, or none)", a.quantization);
   bo.kv_cache_dtype = sala::parse_kv_cache_dtype(a.kv_cache_dtype);
   std::unique_ptr<sala::Backend> be = sala::make_backend(a.device, bo);
   {  // what the caches take, as init_caches allocates them: K, V and both compressed levels
@@ -496,7 +498,8 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
   app.add_option("--threads", a->threads, "CPU threads (0 = all)");
   app.add_flag("--bf16", a->bf16, "CPU: emulate bf16 rounding");
   app.add_option("--quantization", a->quantization,
-                 "fp8: W8A8 e4m3 projections quantized at load (BackendOptions::fp8_weights)");
+                 "fp8: W8A8 e4m3 projections quantized at load (BackendOptions::fp8_weights); "
+                 "w4a16: int4 projections, group 128, RTN at load (BackendOptions::int4_group_size)");
   app.add_flag("--disable-cuda-graph", a->disable_cuda_graph, "CUDA: run decode steps without CUDA graphs");
   app.add_option("--profile-ops", a->profile_ops,
                  "CUDA: GPU time per op at exit, over the steps of >= N rows (N < 0: <= -N rows; "

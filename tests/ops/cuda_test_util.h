@@ -135,6 +135,18 @@ struct Pair {
   }
 };
 
+// W4A16 codes and scales of h's values (core/int4.h RTN with `group`), as a checkpoint gives
+// them: packed words [rows, cols / 8] and fp32 scales [rows, cols / group].
+struct Int4Host {
+  int64_t rows = 0, cols = 0;
+  int32_t group = 0;
+  std::vector<uint32_t> words;
+  std::vector<float> scales;
+};
+Int4Host int4_rtn(const HostMat& h, int32_t group);
+// The same codes uploaded to a backend with upload_int4 (as load_weights does).
+Weight upload_int4_host(Backend& be, const Int4Host& q);
+
 // "op [d0,d1,...]": the name of a comparison.
 std::string shape(const char* op, std::initializer_list<int64_t> dims);
 

@@ -103,6 +103,27 @@ bool gemv_fp8_supported(const void* w, int64_t K, int64_t M);
 void gemv_fp8_init();
 // GemvOut::silu_pair runs on this GPU for N weight rows (the ring kernel, N % 64 == 0).
 bool gemv_fp8_silu_pair_supported(int64_t N);
+// ---- W4A16 (cuda_gemv_int4.cu; GemmDispatch::linear_int4 in cuda_gemm_int4.cpp) ----
+// Device layout of an INT4_GROUPED weight: the checkpoint's words [N, K / 8] with each word's
+// nibbles permuted (nibble j: k 2j, nibble j + 4: k 2j + 1, each q + 8) by launch_int4_repack,
+// in place, once at upload; scales fp32 [N, K / group]. Rows stay rows (slice_rows works).
+void launch_int4_repack(uint32_t* w, int64_t words, cudaStream_t st);
+// y[m, n] = Σ_g s[n, g] · Σ_{k in g} q[n, k] x[m, k] for m < M <= kGemvMaxRows, n < N (the CPU's
+// Σ_k (q s) x in another fp32 order), output through GemvOut as launch_gemv (parts, f32,
+// silu_pair). Row invariant: row m is bit-identical for any M. ldx % 8 == 0, x 16-byte aligned.
+void launch_gemv_int4(const bf16* x, int64_t ldx, const uint32_t* w, const float* w_scales,
+                      int64_t N, int K, int group, int M, const GemvOut& o, cudaStream_t st);
+// M in 1..kGemvMaxRows, K and group multiples of 128 (group divides K), w 16-byte aligned, and a
+// GPU with the ring's 229 KB of shared memory per block (sm_90). gemv_int4_init: the kernel
+// attributes now (the backend's constructor, outside any capture).
+bool gemv_int4_supported(const void* w, int64_t K, int64_t group, int64_t M);
+bool gemv_int4_silu_pair_supported(int64_t N);
+void gemv_int4_init();
+// out [rows, K] = q · s (fp32, exact), stored as T (bf16: nearest even); w in the device
+// layout. K % 8 == 0, group divides K, out 16-byte aligned.
+template <typename T>
+void launch_int4_dequantize(const uint32_t* w, const float* w_scales, int64_t rows, int64_t K,
+                            int group, T* out, cudaStream_t st);
 // ---- W8A8 FP8 (cuda_fp8_quant.cu; the GEMMs: cuda_gemm_fp8.cpp, cuda_gemm_fp8_sm90.cu) ----
 // Per-token activation quantization, core/fp8.h's fp8_quantize_rows bit for bit: for each row r
 // of x [rows, ldx] (the first cols columns), scales[r] = amax|x[r, :]| / 448 (1 for a zero
