@@ -36,6 +36,19 @@
 #                                     the full-size random checkpoint (FP8_SEQS x FP8_LEN
 #                                     positions), and the same two on sala-tiny-chat and the
 #                                     golden cases' models
+#   scripts/gpu_check.sh kv8          (GPU machine) FP8 KV cache fidelity, `sala fidelity`:
+#                                     GPU vs CPU oracle, both with an FP8 e4m3 KV cache, and
+#                                     GPU bf16 KV vs GPU FP8 KV, on the full-size random
+#                                     checkpoint and (also with --dense-as-sparse, so every
+#                                     sparse layer selects) on sala-tiny-chat and the golden
+#                                     cases' models
+#   scripts/gpu_check.sh kv8-bench    (GPU machine) bench decode4k, then the long prefill rows,
+#                                     each with the bf16 KV cache and with FP8 e4m3 KV
+#                                     (KV8_BENCH overrides which: decode4k, long or both)
+#   scripts/gpu_check.sh w4           (GPU machine) W4A16 fidelity (issue 22), as fp8 with
+#                                     :w4 specs (RTN at load, group 128): cuda:bf16:w4 vs the
+#                                     CPU oracle cpu:bf16:w4, and vs cuda:bf16. W4 speed:
+#                                     BENCH_ARGS="<decode4k's> --quantization w4a16" decode4k
 #   scripts/gpu_check.sh spec         (GPU machine) speculative decoding (issue 21):
 #                                     scripts/spec_equality_check.py on sala-tiny-chat (every
 #                                     completion with and without NGRAM, accept lengths and
@@ -269,17 +282,18 @@ GRAMMAR_BENCH_ARGS="--decode-batches 1,8,64 --decode-input 128 --decode-output 1
   --prefill-batches 1 --prefill-input 256 --decode-grammar $ROOT/tests/model/bench_grammar_schema.json \
   --grammar-tokenizer $ROOT/models/sala-tiny-chat"
 
-# FP8 fidelity (issue 17): `sala fidelity` prints top-1 agreement, KL, logit cosine and the
-# greedy prefix; a run that fails (or prints no agreement line) fails the check. The CPU side
-# of the 9B comparison is the oracle in bf16 emulation (~3 min on 16 cores).
-fp8() {
+# FP8 (issue 17) / W4A16 (issue 22) fidelity: `sala fidelity` prints top-1 agreement, KL, logit
+# cosine and the greedy prefix; a run that fails (or prints no agreement line) fails the check.
+# The CPU side of the 9B comparison is the oracle in bf16 emulation (~3 min on 16 cores).
+# $1: the fidelity spec's quantization tag (fp8 | w4) and the mode's name.
+quant_fidelity() {
   setup
-  local t0=$SECONDS m pair a b name
+  local t0=$SECONDS m pair a b name q=$1
   [ -e "$MODEL_DIR/model.safetensors.index.json" ] || [ -e "$MODEL_DIR/model.safetensors" ] ||
     "$BIN/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$MODEL_DIR" 2>&1 | tail -1
   echo "make-random: $((SECONDS - t0)) s"
   for m in "$MODEL_DIR" "$ROOT/models/sala-tiny-chat" "$GOLDEN_ROOT"/tiny-*; do
-    for pair in "cpu:bf16:fp8 cuda:bf16:fp8" "cuda:bf16 cuda:bf16:fp8"; do
+    for pair in "cpu:bf16:$q cuda:bf16:$q" "cuda:bf16 cuda:bf16:$q"; do
       read -r a b <<<"$pair"
       name="fidelity $(basename "$m") $a vs $b"
       echo "== $name"
@@ -291,7 +305,54 @@ fp8() {
         "top-1 agreement|KL|greedy"
     done
   done
-  finish fp8
+  finish "$q"
+}
+
+# FP8 KV cache (issue 17): the CPU side of the 9B comparison is the bf16-emulation oracle with
+# its FP8 KV cache (~3 min on 16 cores); the tiny models add dense-as-sparse pairs.
+kv8() {
+  setup
+  local t0=$SECONDS m pair a b name pairs
+  [ -e "$MODEL_DIR/model.safetensors.index.json" ] || [ -e "$MODEL_DIR/model.safetensors" ] ||
+    "$BIN/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$MODEL_DIR" 2>&1 | tail -1
+  echo "make-random: $((SECONDS - t0)) s"
+  for m in "$MODEL_DIR" "$ROOT/models/sala-tiny-chat" "$GOLDEN_ROOT"/tiny-*; do
+    pairs="cpu:bf16:kv8,cuda:bf16:kv8 cuda:bf16,cuda:bf16:kv8"
+    [ "$m" = "$MODEL_DIR" ] || pairs="$pairs cpu:bf16:dense-as-sparse:kv8,cuda:bf16:dense-as-sparse:kv8 \
+cpu:bf16:dense-as-sparse:kv=fp8_e5m2,cuda:bf16:dense-as-sparse:kv=fp8_e5m2"
+    for pair in $pairs; do
+      IFS=, read -r a b <<<"$pair"
+      name="fidelity $(basename "$m") $a vs $b"
+      echo "== $name"
+      run_logged "$OUT/fidelity_$(basename "$m")_${a//:/_}_${b//:/_}.log" \
+        "$BIN/sala" fidelity --model-path "$m" --config-a "$a" --config-b "$b" \
+        --random "${FP8_SEQS:-2}" --length "${FP8_LEN:-160}" --greedy "${FP8_GREEDY:-4}"
+      $SUM lines "$OUT/checks.jsonl" "$name" \
+        "$OUT/fidelity_$(basename "$m")_${a//:/_}_${b//:/_}.log" "$RC" "$SECS" \
+        "top-1 agreement|KL|greedy"
+    done
+  done
+  finish kv8
+}
+
+# bf16 KV vs FP8 e4m3 KV in one command: decode at a 4K context and the long prefill rows.
+KV8_LONG_BENCH_ARGS="--decode-batches 1 --decode-output 16 --prefill-batches 1 \
+  --long-prefill 32768,131072,524288 --long-decode-contexts 32768,131072 \
+  --long-decode-batches 1,8 --long-decode-steps 64"
+kv8_bench() {
+  local kv which
+  for which in ${KV8_BENCH:-decode4k long}; do
+    for kv in auto fp8_e4m3; do
+      if [ "$which" = decode4k ]; then
+        OUT=$OUT/kv8_${which}_$kv BENCH_ARGS="$DECODE4K_BENCH_ARGS --kv-cache-dtype $kv" \
+          bench "$which kv $kv" | grep -E "^(caches|decode|prefill)"
+      else
+        OUT=$OUT/kv8_${which}_$kv PROFILE_OPS=8192 \
+          BENCH_ARGS="$KV8_LONG_BENCH_ARGS --kv-cache-dtype $kv" \
+          bench "$which kv $kv" | grep -E "^(caches|decode|prefill|long)"
+      fi
+    done
+  done
 }
 
 spec() {
@@ -338,9 +399,12 @@ case "${1:-}" in
   grammar) BENCH_ARGS=${BENCH_ARGS:-$GRAMMAR_BENCH_ARGS} bench grammar ;;
   ncu-decode) ncu_decode ;;
   spec) spec ;;
-  fp8) fp8 ;;
+  fp8) quant_fidelity fp8 ;;
+  w4) quant_fidelity w4 ;;
+  kv8) kv8 ;;
+  kv8-bench) kv8_bench ;;
   exec) shift; setup >&2; export SALA_GPU_DIR=$BIN; "$@" ;;
   table|markdown) $SUM "$1" "${2:-$SUMMARY}" ;;
-  *) echo "usage: $0 build|pack|correctness|bench|long|decode4k|grammar|fp8|spec|ncu-decode|exec CMD...|table|markdown [FILE]" >&2
+  *) echo "usage: $0 build|pack|correctness|bench|long|decode4k|grammar|fp8|w4|kv8|kv8-bench|spec|ncu-decode|exec CMD...|table|markdown [FILE]" >&2
      exit 2 ;;
 esac

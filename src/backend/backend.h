@@ -93,7 +93,8 @@ class Backend {
   }
   // A pre-quantized W4A16 weight (a compressed-tensors "pack-quantized" checkpoint, core/int4.h):
   // packed int4 codes (I32 [out, in / 8]) and scales [out, in / group] widened to fp32.
-  // sala::Error where the backend has no W4A16 GEMM (the CUDA backend so far).
+  // sala::Error where the backend has no W4A16 GEMM (CPU: cpu_int4.cpp; CUDA: the int4 GEMV and
+  // dequantize + dense GEMM, cuda_gemm_int4.cpp).
   virtual Weight upload_int4(const TensorView& packed, const std::vector<float>& /*scales*/,
                              int32_t /*group*/) {
     fail("{}: the {} backend has no W4A16 (int4) GEMM yet; this checkpoint stores it as "
@@ -293,12 +294,16 @@ struct BackendOptions {
   // W4A16 at load (`sala serve --quantization w4a16`): the projections are quantized to
   // symmetric int4 with one bf16 scale per this many input columns (core/int4.h RTN, the bits
   // of `sala quantize --scheme w4a16 --method rtn`); lm_head, the embedding and the norms stay
-  // dense. 0: off. The CPU backend (the oracle) implements it; the CUDA backend refuses it.
+  // dense. 0: off. The CPU backend (the oracle) implements it; the CUDA backend runs it in
+  // both modes (bf16: the int4 GEMV for <= 64 rows, dequantize to bf16 + cuBLASLt above; fp32:
+  // exact dequantization to fp32 + cuBLASLt fp32, the CPU's numbers up to summation order).
   int32_t int4_group_size = 0;
   // The sparse layers' KV pages and compressed keys (levels 1 and 2): the activation type's
   // cache, or FP8 codes with one K and one V scale per layer (backend/kv_cache_dtype.h),
   // dequantized wherever attention reads them. `sala serve --kv-cache-dtype`. The CPU
-  // backend (the oracle) implements it; make_cuda_backend refuses FP8 (sala::Error).
+  // backend (the oracle) implements it in both modes; the CUDA backend in bf16 mode (codes
+  // written by append / compress, read by selection, flash, stage 2 and dense attention,
+  // cuda_kv_fp8.cuh) and refuses it in fp32 mode (sala::Error).
   KvCacheDtype kv_cache_dtype = KvCacheDtype::Auto;
 };
 

@@ -1,4 +1,4 @@
-// The floors' byte and FLOP counts of `sala bench offline` (../shared/PERF.md): what a long
+// The floors of `sala bench offline` (../shared/PERF.md): the H200 peaks, what a long
 // prefill computes in its attention, what one sequence adds to a decode step's reads.
 #pragma once
 #include <cstdint>
@@ -6,6 +6,10 @@
 #include "core/config.h"
 
 namespace sala::cli {
+
+inline constexpr double kPeakFlops = 790e12;      // bf16 GEMM, H200 (PERF.md)
+inline constexpr double kPeakFlopsFp8 = 1370e12;  // FP8 e4m3 GEMM (cuBLASLt, M = 8192), H200 (PERF.md)
+inline constexpr double kPeakBytes = 4.30e12;     // device copy, H200 (PERF.md)
 
 // Attention FLOPs of prefilling L tokens in chunks of `chunk`, all layers. Sparse layers
 // (SPEC §9.2-9.6): a chunk is dense or sparse by the sequence's length after it; per query

@@ -35,8 +35,7 @@
 
 namespace {
 
-using sala::cli::decode_seq_bytes;
-using sala::cli::prefill_attention_flops;
+using namespace sala::cli;  // the floors (bench_floors.h), DecodeGrammar
 
 struct Args {
   std::string model, device = "cpu", out_json;
@@ -44,7 +43,7 @@ struct Args {
   int decode_in = 128, decode_out = 512, prefill_in = 4096, threads = 0;
   bool bf16 = false;
   bool disable_cuda_graph = false;
-  std::string quantization;  // "" | fp8 (BackendOptions::fp8_weights)
+  std::string quantization;  // "" | fp8 (BackendOptions::fp8_weights) | w4a16 (int4_group_size)
   int64_t profile_ops = 0;  // BackendOptions::profile_ops
   std::string kv_cache_dtype = "auto";  // BackendOptions::kv_cache_dtype
   std::vector<int64_t> long_prefill, long_decode_contexts;  // empty: not run
@@ -56,9 +55,6 @@ struct Args {
   std::string grammar_tokenizer;  // the grammar's vocabulary (default: the model directory)
 };
 
-constexpr double kPeakFlops = 790e12;      // bf16 GEMM, H200 (PERF.md)
-constexpr double kPeakFlopsFp8 = 1370e12;  // FP8 e4m3 GEMM (cuBLASLt, M = 8192), H200 (PERF.md)
-constexpr double kPeakBytes = 4.30e12;  // device copy, H200 (PERF.md)
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -282,16 +278,16 @@ void bench_verify(Bench& b, int B, int K, int32_t pages_per_seq, const std::vect
 
 // The decode run of batch B twice more (re-prefilled, same prompts and positions): plain, then
 // with every sequence under the grammar; the median steps' ratio.
-void bench_decode_grammar(Bench& b, const sala::cli::DecodeGrammar& g, int B, int32_t pages_per_seq) {
+void bench_decode_grammar(Bench& b, const DecodeGrammar& g, int B, int32_t pages_per_seq) {
   const auto r = g.compare(b.model, B, b.a.decode_out, b.prompt, b.a.decode_in,
                            [&](int s) { return seq_pages(s, pages_per_seq); });
-  const double decode_ms = r.plain_ms, med = r.grammar_ms;
+  const double ratio = r.grammar_ms / r.plain_ms;
   b.add({{"kind", "decode_grammar"}, {"batch", B}, {"grammar", g.label()}, {"vocabulary", g.vocabulary()},
-         {"ms_per_step", med}, {"decode_ms", decode_ms}, {"ratio_to_decode", med / decode_ms},
+         {"ms_per_step", r.grammar_ms}, {"decode_ms", r.plain_ms}, {"ratio_to_decode", ratio},
          {"completed", r.constrained.completed}, {"outputs", r.constrained.outputs},
          {"unfinished", r.constrained.unfinished}},
         fmt::format("grammar B={:<3} {:>9.3f} ms/step = {:.3f}x the plain step of {:.3f} ms ({}; {} outputs "
-                    "completed)", B, med, med / decode_ms, decode_ms, g.label(), r.constrained.completed));
+                    "completed)", B, r.grammar_ms, ratio, r.plain_ms, g.label(), r.constrained.completed));
 }
 
 // The model's limits for this run: step rows, logit rows, state slots and KV pages for the
@@ -335,9 +331,9 @@ int run(const Args& a) {
   const int64_t max_long_ctx = std::max(max_of(a.long_prefill), long_decode_len);
   sala::check_model_context(cfg, max_long_ctx, "the long-context runs' length");
 
-  std::unique_ptr<sala::cli::DecodeGrammar> grammar;
+  std::unique_ptr<DecodeGrammar> grammar;
   if (!a.decode_grammar.empty()) {
-    grammar = std::make_unique<sala::cli::DecodeGrammar>(
+    grammar = std::make_unique<DecodeGrammar>(
         a.decode_grammar, a.grammar_tokenizer.empty() ? a.model : a.grammar_tokenizer, cfg);
     fmt::print("decode grammar: {} over {}\n", grammar->label(), grammar->vocabulary());
   }
@@ -349,8 +345,10 @@ int run(const Args& a) {
   bo.profile_ops = a.profile_ops;
   if (a.quantization == "fp8")
     bo.fp8_weights = true;
+  else if (a.quantization == "w4a16")
+    bo.int4_group_size = 128;  // RTN at load, group 128 (core/int4.h), as `sala serve`
   else if (!a.quantization.empty())
-    sala::fail("--quantization '{}' is not supported (fp8, or none)", a.quantization);
+    sala::fail("--quantization '{}' is not supported (fp8, w4a16, or none)", a.quantization);
   bo.kv_cache_dtype = sala::parse_kv_cache_dtype(a.kv_cache_dtype);
   std::unique_ptr<sala::Backend> be = sala::make_backend(a.device, bo);
   {  // what the caches take, as init_caches allocates them: K, V and both compressed levels
@@ -486,13 +484,14 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
   app.add_option("--threads", a->threads, "CPU threads (0 = all)");
   app.add_flag("--bf16", a->bf16, "CPU: emulate bf16 rounding");
   app.add_option("--quantization", a->quantization,
-                 "fp8: W8A8 e4m3 projections quantized at load (BackendOptions::fp8_weights)");
+                 "fp8: W8A8 e4m3 projections quantized at load (BackendOptions::fp8_weights); "
+                 "w4a16: int4 projections, group 128, RTN at load (BackendOptions::int4_group_size)");
   app.add_flag("--disable-cuda-graph", a->disable_cuda_graph, "CUDA: run decode steps without CUDA graphs");
   app.add_option("--profile-ops", a->profile_ops,
                  "CUDA: GPU time per op at exit, over the steps of >= N rows (N < 0: <= -N rows; "
                  "steps recorded as graphs are not timed)");
   app.add_option("--kv-cache-dtype", a->kv_cache_dtype,
-                 "auto | fp8_e4m3 | fp8_e5m2 (sparse layers' KV cache; CPU only so far)")
+                 "auto | fp8_e4m3 | fp8_e5m2 (sparse layers' KV cache and compressed keys; CUDA: bf16 mode)")
       ->capture_default_str();
   app.add_option("--json,--out-json", a->out_json, "also write every table row to FILE as JSON");
   return [a] { return run(*a); };

@@ -264,10 +264,10 @@ sala::cli::Registrar reg("serve", "Serve a model over HTTP (SGLang /generate + O
   app.add_option("--context-length", o->context_length, "Max prompt + output tokens of one request (default: the model's)");
   app.add_option("--kv-memory-mb", o->kv_memory_mb, "CPU: memory for the KV pool and state slots")->capture_default_str();
   app.add_option("--mem-fraction-static", o->mem_fraction_static, "GPU memory fraction (ignored on the CPU)");
-  app.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto | fp8_e4m3 | fp8_e5m2: the sparse layers' KV pages and compressed keys in FP8 (CPU backend only so far)")->capture_default_str();
+  app.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto | fp8_e4m3 | fp8_e5m2: the sparse layers' KV pages and compressed keys in FP8 (CPU; CUDA in bf16 mode)")->capture_default_str();
   app.add_option("--quantization", o->quantization,
                  "fp8: W8A8 e4m3 projections, quantized at load; w4a16: int4 projections "
-                 "(RTN, group 128; CPU backend only so far)");
+                 "(RTN, group 128; the int4 GEMV on the GPU)");
   app.add_option("--dtype", o->dtype, "auto | float32 | bfloat16 (CPU numeric mode)")->capture_default_str();
   app.add_option("--stream-interval", o->stream_interval, "Tokens between streamed chunks")->capture_default_str();
   app.add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (also --api-key-file, $SALA_API_KEY)");

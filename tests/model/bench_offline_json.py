@@ -1,6 +1,8 @@
 """`sala bench offline --json` on the bundled tiny model, CPU: one JSON row per table line.
 
-Usage: bench_offline_json.py SALA_BIN MODEL_DIR OUT_DIR
+Usage: bench_offline_json.py SALA_BIN MODEL_DIR OUT_DIR [BENCH_OPTION ...]
+(e.g. --quantization w4a16: the same rows with int4 projections, whose decode floor, the bytes
+a step reads, must then be below the unquantized run's, printed by a second run without them).
 
 Runs decode at batch 1 and 2 (16-token prompts, 4 steps) and prefill at batch 1 (64-token
 prompt), then checks that the JSON is an array of exactly those three rows, each with the
@@ -15,13 +17,14 @@ import subprocess
 import sys
 
 sala, model_dir, out_dir = sys.argv[1:4]
+extra = sys.argv[4:]
 os.makedirs(out_dir, exist_ok=True)
 out_json = os.path.join(out_dir, "bench.json")
 if os.path.exists(out_json):
     os.remove(out_json)
 cmd = [sala, "bench", "offline", "--model-path", model_dir, "--decode-batches", "1,2",
        "--decode-input", "16", "--decode-output", "4", "--prefill-batches", "1",
-       "--prefill-input", "64", "--json", out_json]
+       "--prefill-input", "64", "--json", out_json] + extra
 print(" ".join(cmd), flush=True)
 run = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=300)
 print(run.stdout)
@@ -65,4 +68,13 @@ for row in rows:
     shown = f"{row['value']:.3f} ms/step" if kind == "decode" else f"{row['value']:.1f} tok/s"
     hits = [l for l in lines if l.startswith(label) and shown in " ".join(l.split())]
     assert len(hits) == 1, (row["name"], shown, lines)
+if extra:  # the plain run's decode floor (every weight as loaded) must be above this one's
+    plain_json = os.path.join(out_dir, "bench_plain.json")
+    plain = subprocess.run(cmd[:cmd.index("--json")] + ["--json", plain_json],
+                           stdout=subprocess.PIPE, text=True, timeout=300)
+    assert plain.returncode == 0, f"plain run: exit status {plain.returncode}"
+    plain_rows = json.load(open(plain_json))
+    assert rows[0]["floor"] < plain_rows[0]["floor"], (rows[0], plain_rows[0])
+    print(f"decode floor {rows[0]['floor']:.4f} ms with {' '.join(extra)}, "
+          f"{plain_rows[0]['floor']:.4f} ms without")
 print("OK")

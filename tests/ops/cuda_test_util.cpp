@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "core/dtype.h"
+#include "core/int4.h"
 
 namespace sala::test {
 
@@ -67,6 +68,24 @@ Tensor upload_checkpoint(Backend& be, DType dt, int64_t rows, int64_t cols, cons
   v.data = static_cast<const uint8_t*>(data);
   v.nbytes = size_t(rows * cols) * dtype_size(dt);
   return be.upload_weight(v);
+}
+
+Int4Host int4_rtn(const HostMat& h, int32_t group) {
+  Int4Host q{h.rows, h.cols, group, std::vector<uint32_t>(size_t(h.rows * h.cols / kInt4PerWord)),
+             std::vector<float>(size_t(h.rows * (h.cols / group)))};
+  const std::vector<float> f = h.f32();
+  int4_quantize_rtn(f.data(), h.rows, h.cols, group, q.words.data(), q.scales.data());
+  return q;
+}
+
+Weight upload_int4_host(Backend& be, const Int4Host& q) {
+  TensorView v;
+  v.name = "int4 test weight";
+  v.dtype = DType::I32;
+  v.shape = {q.rows, q.cols / kInt4PerWord};
+  v.data = reinterpret_cast<const uint8_t*>(q.words.data());
+  v.nbytes = q.words.size() * 4;
+  return be.upload_int4(v, q.scales, q.group);
 }
 
 void expect_same_bits(Backend& ba, const Tensor& a, Backend& bb, const Tensor& b,
@@ -176,12 +195,17 @@ SparseConfig tiny_sparse() {
 }
 
 LayerHarness::LayerHarness(const ModelConfig& c, int page_size, int64_t max_len_, int nseq,
-                           NumericMode mode, const BackendOptions& gpu_opts)
+                           NumericMode mode, const BackendOptions& gpu_opts,
+                           const std::vector<KvScales>& kv_scales)
     : p(mode, gpu_opts), cfg(c), max_len(max_len_) {
   const int pages_per_seq = int((max_len + page_size - 1) / page_size);
   shape.page_size = page_size;
   shape.num_pages = pages_per_seq * nseq;
   shape.num_slots = nseq;
+  if (!kv_scales.empty()) {
+    p.cpu->set_kv_scales(kv_scales);
+    p.gpu->set_kv_scales(kv_scales);
+  }
   p.cpu->init_caches(cfg, shape);
   p.gpu->init_caches(cfg, shape);
   std::vector<int32_t> all(size_t(shape.num_pages));

@@ -89,10 +89,17 @@ void expect_same_bits(Backend& ba, const Tensor& a, Backend& bb, const Tensor& b
 // The same values in both backends, both in `mode` (bf16 emulation on the CPU by default);
 // gpu_opts: the CUDA backend's other options (its mode is set to m).
 struct Pair {
+  // The CPU backend gets the GPU's KV cache dtype (FP8 KV: the oracle's codes).
   explicit Pair(NumericMode m = NumericMode::BF16, BackendOptions gpu_opts = {})
-      : mode(m), cpu(make_cpu_backend({m, 0})), gpu(make_cuda_backend(in_mode(gpu_opts, m))) {}
+      : mode(m), cpu(make_cpu_backend(cpu_opts(gpu_opts, m))),
+        gpu(make_cuda_backend(in_mode(gpu_opts, m))) {}
   static BackendOptions in_mode(BackendOptions o, NumericMode m) {
     o.mode = m;
+    return o;
+  }
+  static BackendOptions cpu_opts(const BackendOptions& gpu_opts, NumericMode m) {
+    BackendOptions o{m, 0};
+    o.kv_cache_dtype = gpu_opts.kv_cache_dtype;
     return o;
   }
   NumericMode mode;
@@ -127,6 +134,18 @@ struct Pair {
     return compare(name, b, a);
   }
 };
+
+// W4A16 codes and scales of h's values (core/int4.h RTN with `group`), as a checkpoint gives
+// them: packed words [rows, cols / 8] and fp32 scales [rows, cols / group].
+struct Int4Host {
+  int64_t rows = 0, cols = 0;
+  int32_t group = 0;
+  std::vector<uint32_t> words;
+  std::vector<float> scales;
+};
+Int4Host int4_rtn(const HostMat& h, int32_t group);
+// The same codes uploaded to a backend with upload_int4 (as load_weights does).
+Weight upload_int4_host(Backend& be, const Int4Host& q);
 
 // "op [d0,d1,...]": the name of a comparison.
 std::string shape(const char* op, std::initializer_list<int64_t> dims);
@@ -165,8 +184,10 @@ struct LayerHarness {
   std::vector<SeqState> seqs;
   int64_t max_len;
   uint32_t seed = 1000;
+  // kv_scales: both backends' FP8 KV scales per sparse layer (set_kv_scales; empty: defaults).
   LayerHarness(const ModelConfig& c, int page_size, int64_t max_len, int nseq,
-               NumericMode mode = NumericMode::BF16, const BackendOptions& gpu_opts = {});
+               NumericMode mode = NumericMode::BF16, const BackendOptions& gpu_opts = {},
+               const std::vector<KvScales>& kv_scales = {});
   // One step: the calls in row order; advances the sequences' lengths.
   StepMeta step(const Calls& calls, bool dense_as_sparse = false);
 };

@@ -255,6 +255,12 @@ TEST(CudaFp8, Linear) {
     for (auto [K, N] : projections) shapes.push_back({T, K, N, false});
   shapes.push_back({4096, 4096, 4096, false});
   shapes.push_back({5, 256, 512, true});
+  // Runs of > 64 rows into bf16 take the Hopper CUTLASS kernel (cuda_gemm_fp8_sm90.cu): a
+  // partial 128-row tile (65, 129), K not a multiple of its 128-wide k-block, N not of its
+  // 128 columns, and a wider run.
+  shapes.push_back({65, 4096, 4096, false});
+  shapes.push_back({129, 48, 520, false});
+  shapes.push_back({1000, 4096, 256, false});
   run_linear(shapes, 700);
 }
 
@@ -332,6 +338,31 @@ TEST(CudaFp8, LinearSiluMul) {
       expect_close(p.cmp(shape("fp8 linear_silu_mul", {T, K, I}), g), 4e-3, 1.6e-2);
       p.gpu->Backend::linear_silu_mul(x.g, w.g, g2.g, u.g);
       expect_same_bits(*p.gpu, g.g, *p.gpu, g2.g, shape("fp8 fused vs two ops", {T, K, I}));
+    }
+}
+
+// Decode-only steps of 17..64 rows (one row per sequence) skip the GEMV: on Hopper the CUTLASS
+// stream-K kernel (cuda_gemm_fp8_sm90.cu), elsewhere cuBLASLt; close to the CPU at the
+// model's projections and at shapes that are no multiple of its tile.
+TEST(CudaFp8, WideDecodeSteps) {
+  REQUIRE_GPU();
+  uint32_t seed = 1200;
+  const std::vector<std::pair<int64_t, int64_t>> projections{
+      {4096, 4096}, {4096, 12288}, {16384, 4096}, {4096, 256}, {48, 520}};  // (K, N)
+  for (int64_t T : {17, 40, 64})
+    for (auto [K, N] : projections) {
+      Pair p;
+      StepMeta m;
+      const int32_t id = 5;
+      for (int64_t i = 0; i < T; ++i) m.add_seq(&id, 1, 0, int32_t(i), {}, false, true);
+      p.begin(m);
+      const W2 w = up_fp8(p, randn(N, K, seed++, 1.f / std::sqrt(float(K))));
+      auto x = p.up(randn(T, K, seed++, 1.f));
+      auto y = p.out(T, N);
+      p.cpu->linear(x.c, w.c, y.c);
+      p.gpu->linear(x.g, w.g, y.g);
+      auto [cpu, gpu] = p.download(y);
+      expect_fp8_close(shape("fp8 linear decode step", {T, K, N}), gpu, cpu);
     }
 }
 

@@ -4,7 +4,7 @@
 //   GemvRowInvariance        a row's bits for M = 2..64 equal the row alone (plain, fp32
 //                            logits, linear_multi parts, linear_silu_mul)
 //   GemmDispatchVerifySteps  speculative verify steps (8 x 5 rows, with a prompt, 13 x 5 rows),
-//                            bf16 and FP8 weights: every sequence equals the sequence alone
+//                            bf16, FP8 and W4A16 weights: every sequence equals the sequence alone
 //   GemvSpeed                us / GB/s at M = 1 .. 64, and the same rows as launches of <= 16
 // Without a GPU every test GTEST_SKIPs (SALA_REQUIRE_GPU=1: a failure).
 #include <gtest/gtest.h>
@@ -126,9 +126,10 @@ TEST(CudaOps, GemvRowInvariance) {
 }
 
 // GemmDispatch in steps of short multi-row sequences (speculative verify steps: each sequence
-// its last token + drafts), bf16 and FP8 weights: 8 sequences x 5 rows (40 rows: one GEMV),
-// the same plus a 100-token prompt (a step that prefills: runs of merged short sequences
-// and the prompt alone), and 13 x 5 rows (65 rows: runs of <= 64). Every sequence's rows equal
+// its last token + drafts), bf16, FP8 and W4A16 weights: 8 sequences x 5 rows (40 rows: one
+// GEMV), the same plus a 100-token prompt (a step that prefills: runs of merged short sequences
+// and the prompt alone; W4A16: the prompt's rows dequantized + cuBLASLt), and 13 x 5 rows (65
+// rows: runs of <= 64). Every sequence's rows equal
 // the sequence alone bit for bit, through linear, linear_multi and linear_silu_mul; the steps
 // are close to the CPU.
 TEST(CudaOps, GemmDispatchVerifySteps) {
@@ -139,10 +140,16 @@ TEST(CudaOps, GemmDispatchVerifySteps) {
                                              {5, 5, 5, 5, 100, 5, 5, 5, 5, 5, 5, 5},
                                              std::vector<int32_t>(13, 5)};
   uint32_t seed = 1200;
-  for (const bool fp8 : {false, true}) {
+  for (const int fmt : {0, 1, 2}) {  // bf16, FP8, W4A16 weights
+    const bool fp8 = fmt == 1, int4 = fmt == 2;
+    const char* fmt_name = fp8 ? "fp8 " : int4 ? "int4 " : "bf16 ";
     Pair p;
     auto weight = [&](int64_t rows) {
       const HostMat h = randn(rows, K, seed++, 1.f / 64.f);
+      if (int4) {
+        const Int4Host q = int4_rtn(h, 128);
+        return std::pair<Weight, Weight>{upload_int4_host(*p.cpu, q), upload_int4_host(*p.gpu, q)};
+      }
       if (!fp8) {
         auto t = p.up(h);
         return std::pair<Weight, Weight>{Weight(t.c), Weight(t.g)};
@@ -179,7 +186,7 @@ TEST(CudaOps, GemmDispatchVerifySteps) {
         p.gpu->linear_multi(xg, wm.second, yg);
         p.gpu->linear_silu_mul(xg, wg.second, g.g, u.g);
         if (cpu_too) {
-          const std::string what = fp8 ? "fp8 verify step" : "verify step";
+          const std::string what = std::string(fmt_name) + "verify step";
           const Tensor xc = x.c.slice_rows(r0, n);
           p.cpu->linear(xc, w.first, y.c);
           p.cpu->linear_silu_mul(xc, wg.first, g.c, u.c);
@@ -207,7 +214,7 @@ TEST(CudaOps, GemmDispatchVerifySteps) {
         p.gpu->begin_step(rows_meta(lens[i], 100 + int64_t(i)));
         const std::vector<float> alone = ops(r0, lens[i], false);
         EXPECT_EQ(0, std::memcmp(alone.data(), step.data() + r0 * C, alone.size() * 4))
-            << (fp8 ? "fp8 " : "bf16 ") << "step of " << lens.size() << " sequences (" << T
+            << fmt_name << "step of " << lens.size() << " sequences (" << T
             << " rows): rows [" << r0 << ", " << r0 + lens[i] << ") of sequence " << i
             << " differ from the sequence alone";
         r0 += lens[i];

@@ -27,8 +27,12 @@ namespace {
 // sequences join (prefill), decode in batches of 1..7 (padded to buckets 1/2/4/8) and finish.
 // Every step's logits must be equal bit for bit.
 // Recorded decode steps == eager steps, with joins and mid-batch finishes, on a golden
-// case's model; every prompt is len_offset tokens longer than in the base schedule.
-void graph_replay_vs_eager(const std::string& case_name, int len_offset) {
+// case's model; every prompt is len_offset tokens longer than in the base schedule. kv: both
+// backends' KV cache dtype (FP8: the recorded steps read and write codes too).
+// int4_group > 0: both models with W4A16 projections (RTN at load): a recorded step pads its
+// rows to the bucket, so this also holds the int4 GEMV to row invariance.
+void graph_replay_vs_eager(const std::string& case_name, int len_offset,
+                           KvCacheDtype kv = KvCacheDtype::Auto, int32_t int4_group = 0) {
   // The vendored cases; scripts/gpu_check.sh points SALA_GOLDEN_DIR at its packed copy.
   const char* gd = std::getenv("SALA_GOLDEN_DIR");
   const std::string root = gd ? gd : SALA_SOURCE_DIR "/tests/fixtures/golden";
@@ -44,6 +48,8 @@ void graph_replay_vs_eager(const std::string& case_name, int len_offset) {
   lim.caches.num_pages = pps * nslots;
   lim.caches.num_slots = nslots;
   BackendOptions og{NumericMode::BF16, 0, true}, oe{NumericMode::BF16, 0, false};
+  og.kv_cache_dtype = oe.kv_cache_dtype = kv;
+  og.int4_group_size = oe.int4_group_size = int4_group;
   Model mg(cfg, make_cuda_backend(og), ck, lim), me(cfg, make_cuda_backend(oe), ck, lim);
   ASSERT_TRUE(mg.backend().graphs_enabled());
   ASSERT_FALSE(me.backend().graphs_enabled());
@@ -129,8 +135,10 @@ void graph_replay_vs_eager(const std::string& case_name, int len_offset) {
     live = order;
   }
   std::printf(
-      "[ graph ] %s: %lld steps (%lld decode-only), %lld logits compared, %lld steps differ\n",
-      case_name.c_str(), (long long)steps, (long long)decode_steps, (long long)compared,
+      "[ graph ] %s %s%s: %lld steps (%lld decode-only), %lld logits compared, %lld steps "
+      "differ\n",
+      case_name.c_str(), kv_cache_dtype_name(kv), int4_group > 0 ? " w4a16" : "",
+      (long long)steps, (long long)decode_steps, (long long)compared,
       (long long)mismatches);
   EXPECT_EQ(mismatches, 0);
 }
@@ -140,11 +148,25 @@ TEST(CudaOps, GraphReplayMatchesEager) {
   graph_replay_vs_eager("tiny-dense", 0);  // dense_len 8192: every row dense
 }
 
+TEST(CudaOps, GraphReplayMatchesEagerW4) {
+  REQUIRE_GPU();
+  graph_replay_vs_eager("tiny-dense", 0, KvCacheDtype::Auto, 128);  // W4A16 projections, group 128
+}
+
 TEST(CudaOps, GraphReplayMatchesEagerSparse) {
   REQUIRE_GPU();
   // tiny-sparse (dense_len 256): prompts of 242..310 tokens, so decode steps mix dense rows,
   // rows crossing 256 and InfLLM-v2 rows (their own recordings, selection kernels inside).
   graph_replay_vs_eager("tiny-sparse", 240);
+}
+
+// The same over FP8 KV caches (issue 17): both formats, dense and InfLLM-v2 decode rows.
+TEST(CudaOps, GraphReplayMatchesEagerKvFp8) {
+  REQUIRE_GPU();
+  for (KvCacheDtype kv : {KvCacheDtype::FP8_E4M3, KvCacheDtype::FP8_E5M2}) {
+    graph_replay_vs_eager("tiny-dense", 0, kv);
+    graph_replay_vs_eager("tiny-sparse", 240, kv);
+  }
 }
 
 }  // namespace

@@ -44,6 +44,9 @@ struct SparseCase {
   bool gated = false;  // sparse_attention_mul_sigmoid with a random gate (the model's call)
   bool gpu_two_op = false;  // gated: the GPU runs Backend's default (attention, then the gate)
   int attn_min_blocks = 0;  // the GPU backend's BackendOptions::attn_min_blocks
+  // Both backends' KV cache dtype and (FP8) every sparse layer's K / V scales.
+  KvCacheDtype kv = KvCacheDtype::Auto;
+  KvScales kv_scale{};
 };
 
 struct SparseTally {
@@ -81,9 +84,15 @@ SparseTally run_sparse(const SparseCase& c, std::vector<std::vector<float>>* gpu
   const bool f32 = c.mode == NumericMode::F32;
   BackendOptions gpu_opts;
   gpu_opts.attn_min_blocks = c.attn_min_blocks;
-  LayerHarness H(layer_config(nh, kvh, d, 4, 16, c.sp), c.page_size, max_len,
-                 final_len.rbegin()->first + 1, c.mode, gpu_opts);
-  const std::string tag = std::string(f32 ? "fp32 " : "") + c.label + " nh" + std::to_string(nh) +
+  gpu_opts.kv_cache_dtype = c.kv;
+  const ModelConfig lc = layer_config(nh, kvh, d, 4, 16, c.sp);
+  LayerHarness H(lc, c.page_size, max_len, final_len.rbegin()->first + 1, c.mode, gpu_opts,
+                 std::vector<KvScales>(size_t(lc.num_sparse_layers()), c.kv_scale));
+  const std::string kv_tag =
+      kv_is_fp8(c.kv) ? std::string(kv_cache_dtype_name(c.kv)) + " k" +
+                            std::to_string(c.kv_scale.k) + " v" + std::to_string(c.kv_scale.v) + " "
+                      : "";
+  const std::string tag = kv_tag + std::string(f32 ? "fp32 " : "") + c.label + " nh" + std::to_string(nh) +
                           " kvh" + std::to_string(kvh) + " d" + std::to_string(d) +
                           (c.dense_as_sparse ? " das" : "");
   const int K = c.sp.total_topk();
@@ -394,6 +403,84 @@ TEST(CudaOpsF32, SparseLayerReleasedLong) {
   REQUIRE_GPU();
   const SparseTally n =
       run_sparse(f32_case({"released", 32, 2, 128, SparseConfig{}, 64, released_steps(), 1}));
+  EXPECT_GT(n.topk_rows, 2000) << "the released case must exercise real top-k";
+}
+
+}  // namespace
+}  // namespace sala::test
+
+// ---- FP8 KV cache (issue 17): the same cases with both backends on FP8 caches -------------
+//
+// The CPU oracle (cpu_kv_store.h) and the GPU write the same codes (append and compress are
+// bit-exact: the compressed keys are pooled from the dequantized cached keys, in token order,
+// rounded to bf16, then coded with the K scale) and read the same values; the GPU feeds code
+// values to the tensor cores and applies the scales to scores and outputs, so the bounds
+// are the bf16 ones. Scales: the default 1, checkpoint-like small ones, and one that makes
+// e4m3 saturate on ~2 % of the keys (|x| / 0.005 > 448).
+namespace sala::test {
+namespace {
+
+SparseCase kv8(SparseCase c, KvCacheDtype kv, KvScales sc) {
+  c.kv = kv;
+  c.kv_scale = sc;
+  return c;
+}
+constexpr KvCacheDtype kE4m3 = KvCacheDtype::FP8_E4M3, kE5m2 = KvCacheDtype::FP8_E5M2;
+
+TEST(CudaKvFp8, SparseLayerDensePath) {
+  REQUIRE_GPU();
+  for (auto [kv, sc] : {std::pair{kE4m3, KvScales{0.05f, 0.02f}}, std::pair{kE5m2, KvScales{}}}) {
+    // flash prefill (d 128), stage-2 dense rows (16 heads per KV head) and, at 8 heads per
+    // KV head, attention_kernel; decode rows split over parts
+    run_sparse(kv8({"released", 16, 1, 16, SparseConfig{}, 64, kDenseSteps}, kv, sc));
+    run_sparse(kv8({"released", 32, 2, 128, SparseConfig{}, 128, kDenseSteps}, kv, sc));
+    run_sparse(kv8({"released", 16, 2, 64, SparseConfig{}, 64, kDenseSteps}, kv, sc));
+  }
+}
+
+TEST(CudaKvFp8, SparseLayerInfLLMv2) {
+  REQUIRE_GPU();
+  for (auto [kv, sc] : {std::pair{kE4m3, KvScales{0.05f, 0.02f}}, std::pair{kE4m3, KvScales{}},
+                        std::pair{kE4m3, KvScales{0.005f, 0.005f}}, std::pair{kE5m2, KvScales{}},
+                        std::pair{kE5m2, KvScales{0.03f, 0.7f}}}) {
+    run_sparse(kv8({"tiny", 16, 1, 16, tiny_sparse(), 32, kTinySteps}, kv, sc));
+    run_sparse(kv8({"tiny", 32, 2, 128, tiny_sparse(), 16, kTinySteps}, kv, sc));
+  }
+}
+
+TEST(CudaKvFp8, SparseLayerDenseAsSparse) {
+  REQUIRE_GPU();
+  const std::vector<Calls> steps = {
+      {{0, 100}, {1, 7}, {2, 130}}, {{0, 1}, {1, 40}, {2, 1}}, {{0, 1}, {1, 1}, {2, 1}}};
+  for (KvCacheDtype kv : {kE4m3, kE5m2})
+    run_sparse(kv8({"tiny", 16, 1, 16, tiny_sparse(), 32, steps, 2, true}, kv, {0.05f, 0.02f}));
+}
+
+// The decode parts are the same for 1 or 8 parts per stage-2 block over FP8 caches too.
+TEST(CudaKvFp8, SparseDecodePartsPerBlockBitExact) {
+  REQUIRE_GPU();
+  for (const SparseCase& c0 : kPartsCases) {
+    const SparseCase c = kv8(c0, kE4m3, {0.05f, 0.02f});
+    SparseCase forced = c;
+    forced.attn_min_blocks = 1;
+    expect_same_outputs(gpu_outputs(c), gpu_outputs(forced),
+                        "fp8 " + c.label + " d" + std::to_string(c.d) + ", 1 vs 8 parts per block");
+  }
+}
+
+TEST(CudaKvFp8, SparseLayerScaledLong) {
+  REQUIRE_GPU();
+  for (KvCacheDtype kv : {kE4m3, kE5m2}) {
+    const SparseTally n = run_sparse(
+        kv8({"scaled", 16, 1, 128, scaled_sparse(), 128, scaled_steps(), 1}, kv, {0.05f, 0.02f}));
+    EXPECT_GT(n.topk_rows, 5000) << "the scaled case must exercise real top-k";
+  }
+}
+
+TEST(CudaKvFp8, SparseLayerReleasedLong) {
+  REQUIRE_GPU();
+  const SparseTally n = run_sparse(
+      kv8({"released", 32, 2, 128, SparseConfig{}, 64, released_steps(), 1}, kE4m3, {0.05f, 0.02f}));
   EXPECT_GT(n.topk_rows, 2000) << "the released case must exercise real top-k";
 }
 

@@ -1,4 +1,5 @@
-// Speculative decoding's contract on the CUDA backend (bf16), on the tiny golden models,
+// Speculative decoding's contract on the CUDA backend (bf16; RowsEqualDecodeSteps also with
+// FP8 and W4A16 weights), on the tiny golden models,
 // bit for bit (the CPU version: tests/model/test_verify_rows.cpp):
 //   - a verify call (the last token plus k drafts, 1 + k rows with every row's logits) gives,
 //     row for row, the logits of k + 1 decode calls: the skinny GEMVs are row-invariant,
@@ -15,6 +16,7 @@
 // rows run InfLLM-v2 selection and stage-2 attention.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -33,11 +35,16 @@ struct Case {
 };
 
 std::vector<Case> cases() {
-  const std::string g = std::string(SALA_SOURCE_DIR) + "/tests/fixtures/golden";
+  // The vendored cases; scripts/gpu_check.sh points SALA_GOLDEN_DIR at its copy (as the graph
+  // tests read it), so a packed binary finds them wherever the checkout is.
+  const char* gd = std::getenv("SALA_GOLDEN_DIR");
+  const std::string g = gd ? gd : std::string(SALA_SOURCE_DIR) + "/tests/fixtures/golden";
   return {{g + "/tiny-dense", 150}, {g + "/tiny-sparse", 300}};
 }
 
-std::unique_ptr<Model> load_cuda(const std::string& dir, int32_t slots, bool fp8 = false) {
+enum class Quant { None, Fp8, W4 };
+
+std::unique_ptr<Model> load_cuda(const std::string& dir, int32_t slots, Quant q = Quant::None) {
   const ModelConfig cfg = load_model_config(dir);
   Checkpoint ckpt(dir);
   ModelLimits lim;
@@ -45,7 +52,8 @@ std::unique_ptr<Model> load_cuda(const std::string& dir, int32_t slots, bool fp8
   lim.max_logit_rows = 64;
   lim.caches = {64 * slots, cfg.sparse.block_size, slots};
   BackendOptions bo{NumericMode::BF16, 0};
-  bo.fp8_weights = fp8;  // W8A8: the FP8 GEMV is row-invariant too
+  bo.fp8_weights = q == Quant::Fp8;  // W8A8: the FP8 GEMV is row-invariant too
+  bo.int4_group_size = q == Quant::W4 ? 128 : 0;  // W4A16: so is the int4 GEMV
   return std::make_unique<Model>(cfg, make_backend("cuda", bo), ckpt, lim);
 }
 
@@ -95,8 +103,9 @@ size_t first_diff(const std::vector<float>& a, const std::vector<float>& b) {
 TEST(CudaVerify, RowsEqualDecodeSteps) {
   REQUIRE_GPU();
   for (const Case& c : cases())
-  for (bool fp8 : {false, true}) {
-    auto m = load_cuda(c.dir, 4, fp8);
+  for (Quant q : {Quant::None, Quant::Fp8, Quant::W4}) {
+    auto m = load_cuda(c.dir, 4, q);
+    const char* qn = q == Quant::Fp8 ? " fp8" : q == Quant::W4 ? " w4a16" : " bf16";
     const int V = m->config().vocab_size;
     for (int32_t k : {1, 4, 7, 15}) {
       const auto ids = tokens(c.prompt + k + 1, V, uint32_t(k));
@@ -111,7 +120,7 @@ TEST(CudaVerify, RowsEqualDecodeSteps) {
         step(*m, {{&ids, 0, c.prompt, 0}});  // a call from 0 starts afresh
         const auto verify = step(*m, {{&ids, c.prompt, k + 1, 0, true}});
         EXPECT_TRUE(same_bits(verify, decode))
-            << c.dir << (fp8 ? " fp8" : " bf16") << " k=" << k << " run " << rep
+            << c.dir << qn << " k=" << k << " run " << rep
             << ": first difference in row " << first_diff(verify, decode) / size_t(V);
       }
     }

@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "core/fp8.h"
+#include "core/int4.h"
 #include "core/safetensors.h"
 
 namespace sala {
@@ -34,6 +35,10 @@ int max_smem_optin() {
 CudaBackend::CudaBackend(const BackendOptions& opts)
     : bf16_mode_(opts.mode == NumericMode::BF16),
       fp8_(opts.fp8_weights),
+      kv_fmt_(opts.kv_cache_dtype == KvCacheDtype::FP8_E4M3   ? kKvE4m3
+              : opts.kv_cache_dtype == KvCacheDtype::FP8_E5M2 ? kKvE5m2
+                                                              : kKvAct),
+      int4_group_(opts.int4_group_size),
       max_smem_optin_(max_smem_optin()),
       graphs_(opts.cuda_graphs && bf16_mode_, stream_.get()),
       timer_(opts.profile_ops, stream_.get(), graphs_),
@@ -84,12 +89,24 @@ Tensor CudaBackend::upload_weight(const TensorView& src) {
 }
 
 Weight CudaBackend::upload_linear(const TensorView& src, WeightFormat format) {
-  if (format != WeightFormat::FP8_E4M3) return Backend::upload_linear(src, format);
+  if (format != WeightFormat::FP8_E4M3 && format != WeightFormat::INT4_GROUPED)
+    return Backend::upload_linear(src, format);
   if (src.shape.size() != 2)
-    fail("{}: an FP8 weight must be 2-D, not {}", src.name, src.shape_str());
+    fail("{}: a {} weight must be 2-D, not {}", src.name, weight_format_name(format),
+         src.shape_str());
   const int64_t rows = src.shape[0], cols = src.shape[1];
   std::vector<float> w(size_t(rows * cols));
   src.to_f32(w.data());
+  if (format == WeightFormat::INT4_GROUPED) {  // RTN, core/int4.h (CpuBackend::int4_weight_rtn)
+    const int32_t group = int4_group_;
+    if (group <= 0 || cols % group != 0 || cols % kInt4PerWord != 0)
+      fail("{}: W4A16 needs the input width {} to be a multiple of the group size {} and of 8",
+           src.name, cols, group);
+    std::vector<uint32_t> words(size_t(rows * cols / kInt4PerWord));
+    std::vector<float> scales(size_t(rows * (cols / group)));
+    int4_quantize_rtn(w.data(), rows, cols, group, words.data(), scales.data());
+    return upload_int4_words(src.name, rows, cols, group, words.data(), scales.data());
+  }
   std::vector<uint8_t> codes(size_t(rows * cols));
   std::vector<float> scales(static_cast<size_t>(rows));
   fp8_quantize_rows(w.data(), rows, cols, codes.data(), scales.data());
@@ -129,11 +146,42 @@ Weight CudaBackend::upload_fp8_codes(const std::string& name, int64_t rows, int6
   return w;
 }
 
+Weight CudaBackend::upload_int4(const TensorView& packed, const std::vector<float>& scales,
+                                int32_t group) {
+  if (packed.dtype != DType::I32 || packed.shape.size() != 2)
+    fail("{}: not a 2-D I32 tensor ({} {})", packed.name, dtype_name(packed.dtype),
+         packed.shape_str());
+  const int64_t rows = packed.shape[0], cols = packed.shape[1] * kInt4PerWord;
+  if (group <= 0 || cols % group != 0)
+    fail("{}: group size {} does not divide the input width {}", packed.name, group, cols);
+  if (int64_t(scales.size()) != rows * (cols / group))
+    fail("{}: {} scales for {} rows of {} groups", packed.name, scales.size(), rows, cols / group);
+  return upload_int4_words(packed.name, rows, cols, group,
+                           packed.data, scales.data());
+}
+
+Weight CudaBackend::upload_int4_words(const std::string& name, int64_t rows, int64_t cols,
+                                      int32_t group, const void* words, const float* scales) {
+  SALA_CHECK(group > 0 && cols % group == 0 && cols % kInt4PerWord == 0, "{}: [{}, {}] group {}",
+             name, rows, cols, group);
+  Weight w{nullptr, WeightFormat::INT4_GROUPED, rows, cols, nullptr, group};
+  const int64_t n_words = rows * (cols / kInt4PerWord), n_scales = rows * (cols / group);
+  w.data = arena_.device(size_t(n_words) * 4);
+  w.scales = static_cast<float*>(arena_.device(size_t(n_scales) * sizeof(float)));
+  CUDA_CHECK(cudaMemcpyAsync(w.data, words, size_t(n_words) * 4, cudaMemcpyHostToDevice, st()));
+  CUDA_CHECK(cudaMemcpyAsync(w.scales, scales, size_t(n_scales) * sizeof(float),
+                             cudaMemcpyHostToDevice, st()));
+  launch_int4_repack(static_cast<uint32_t*>(w.data), n_words, st());
+  stream_.sync();  // the host buffers may go away
+  gemm_.note_int4_weight(rows, cols);
+  return w;
+}
+
 // The allocation order of the former single class: sparse caches and selection workspaces,
 // lightning states, the stacked-GEMM workspace, the per-row workspaces, the decay tables and
 // the RoPE table.
 void CudaBackend::init_caches(const ModelConfig& cfg, const CacheShape& shape) {
-  sparse_.init(cfg, shape, kv_element_bytes());
+  sparse_.init(cfg, shape, kv_fmt_, kv_scales_);
   lightning_.init_states(cfg, shape);
   gemm_.plan_stack_workspace(cfg);
   sparse_.start_rows();
@@ -190,12 +238,12 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts) {
   if (opts.fp8_weights && opts.mode != NumericMode::BF16)
     fail("FP8 weights (--quantization fp8) run on the CUDA backend in bf16 mode only (fp32 mode "
          "is the fp32 correctness contract, which FP8 tensor-core GEMMs do not keep)");
-  if (opts.int4_group_size > 0)
-    fail("W4A16 weights (--quantization w4a16) are not implemented on the CUDA backend yet "
-         "(no int4 GEMM kernel); the CPU backend runs them");
-  if (kv_is_fp8(opts.kv_cache_dtype))
-    fail("an FP8 KV cache (--kv-cache-dtype {}) is not implemented on the CUDA backend yet; "
-         "the CPU backend runs it", kv_cache_dtype_name(opts.kv_cache_dtype));
+  // Like FP8 weights: the FP8 KV kernels feed code values to the bf16 tensor cores; fp32 mode
+  // (the fp32 contract, whose InfLLM-v2 rows run on other kernels) keeps its fp32 caches.
+  if (kv_is_fp8(opts.kv_cache_dtype) && opts.mode != NumericMode::BF16)
+    fail("an FP8 KV cache (--kv-cache-dtype {}) runs on the CUDA backend in bf16 mode only "
+         "(fp32 mode is the fp32 correctness contract); the CPU backend runs it in both modes",
+         kv_cache_dtype_name(opts.kv_cache_dtype));
   return std::make_unique<CudaBackend>(opts);
 }
 

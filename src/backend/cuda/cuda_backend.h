@@ -44,22 +44,36 @@ class CudaBackend : public Backend {
   explicit CudaBackend(const BackendOptions& opts);
   ~CudaBackend() override;
   std::string name() const override { return "cuda"; }
-  // bf16 (fp32 mode: fp32) KV and compressed keys
-  size_t kv_element_bytes() const override { return bf16_mode_ ? 2 : 4; }
+  // bf16 (fp32 mode: fp32) KV and compressed keys, or 1-byte FP8 codes
+  // (BackendOptions::kv_cache_dtype, bf16 mode only)
+  size_t kv_element_bytes() const override {
+    return kv_fmt_ != cuda::kKvAct ? 1 : bf16_mode_ ? 2 : 4;
+  }
+  // FP8 KV caches: the K / V scales of every sparse layer, used by init_caches.
+  void set_kv_scales(const std::vector<KvScales>& per_sparse_layer) override {
+    kv_scales_ = per_sparse_layer;
+  }
   size_t device_memory_total() const override;
   DType act_dtype() const override { return bf16_mode_ ? DType::BF16 : DType::F32; }
 
   Tensor alloc(int64_t rows, int64_t cols, DType dtype) override;
   Tensor upload_weight(const TensorView& src) override;
   // BackendOptions::fp8_weights: the projections are FP8_E4M3 (W8A8, GemmDispatch's FP8 path).
+  // BackendOptions::int4_group_size: INT4_GROUPED (W4A16, GemmDispatch's int4 path).
   WeightFormat linear_format() const override {
-    return fp8_ ? WeightFormat::FP8_E4M3 : weight_format();
+    return fp8_ ? WeightFormat::FP8_E4M3
+                : int4_group_ > 0 ? WeightFormat::INT4_GROUPED : weight_format();
   }
   // FP8_E4M3: quantized on the host with core/fp8.h's fp8_quantize_rows (the bits of the CPU
   // backend and `sala quantize`), then uploaded: codes [out, in] + scales [out].
+  // INT4_GROUPED: core/int4.h's RTN on the host (the CPU backend's bits), then upload_int4's way.
   Weight upload_linear(const TensorView& src, WeightFormat format) override;
   // A compressed-tensors FP8 checkpoint's codes and per-channel scales, uploaded as they are.
   Weight upload_fp8(const TensorView& codes, const std::vector<float>& scales) override;
+  // A pack-quantized W4A16 checkpoint's words [out, in / 8] and scales [out, in / group]:
+  // uploaded, then repacked in place into the GEMV's nibble order (launch_int4_repack).
+  Weight upload_int4(const TensorView& packed, const std::vector<float>& scales,
+                     int32_t group) override;
   void init_caches(const ModelConfig& cfg, const CacheShape& shape) override;
   void copy_state_slot(int32_t src, int32_t dst) override { lightning_.copy_slot(src, dst); }
   void download_f32(const Tensor& src, float* dst) override;
@@ -113,9 +127,16 @@ class CudaBackend : public Backend {
   // Codes [rows, cols] and scales [rows] in device memory as an FP8_E4M3 weight.
   Weight upload_fp8_codes(const std::string& name, int64_t rows, int64_t cols,
                           const uint8_t* codes, const float* scales);
+  // Packed words [rows, cols / 8] (checkpoint order, any alignment on the host) and scales [rows, cols / group] in device
+  // memory as an INT4_GROUPED weight in the device layout.
+  Weight upload_int4_words(const std::string& name, int64_t rows, int64_t cols, int32_t group,
+                           const void* words, const float* scales);
 
   bool bf16_mode_;
   bool fp8_;  // BackendOptions::fp8_weights
+  int kv_fmt_;  // BackendOptions::kv_cache_dtype as cuda::kKvAct / kKvE4m3 / kKvE5m2
+  std::vector<KvScales> kv_scales_;  // set_kv_scales (empty: kDefaultKvScale)
+  int32_t int4_group_;  // BackendOptions::int4_group_size
   int max_smem_optin_ = 0;
   // Members are destroyed in reverse order: the stream last, the arena's memory after every
   // class that refers to it.

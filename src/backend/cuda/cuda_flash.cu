@@ -5,6 +5,9 @@
 // bf16 terms (hi + lo, ~16 significant bits) so the probabilities are not rounded to bf16
 // (golden README §4: softmax probabilities are not rounded). Keys and values come from the
 // paged cache (written by append_kv before this kernel). mma.sync m16n8k16 is sm_80+.
+// FP8 KV caches (KF): K and V tiles are loaded as codes and stored to shared memory as their
+// exact bf16 values (unscaled); the K scale is part of tau, the V scale multiplies the output.
+#include "backend/cuda/cuda_kv_fp8.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 
 namespace sala::cuda {
@@ -13,10 +16,11 @@ namespace {
 constexpr int kRows = 64, kKeys = 64, kD = 128, kLd = kD + 8;  // smem row stride (halves)
 constexpr int kThreads = 128;
 
+template <int KF>
 __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(
     const bf16* __restrict__ q, FlashSeq fs, const int32_t* __restrict__ page_table,
-    const bf16* __restrict__ kc, const bf16* __restrict__ vc, CacheGeom G, int GH, int nh,
-    float tau, bf16* __restrict__ out) {
+    const KvElem<KF>* __restrict__ kc, const KvElem<KF>* __restrict__ vc, CacheGeom G, int GH,
+    int nh, float tau, float v_scale, bf16* __restrict__ out) {
   __shared__ __align__(16) bf16 Ks[kKeys * kLd];  // also stages the Q tile (kRows == kKeys)
   bf16* Qs = Ks;
   __shared__ __align__(16) bf16 Vs[kKeys * kLd];
@@ -60,8 +64,8 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(
       uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
       if (p0 + j < kend) {
         const int64_t off = token_off(G, pages, p0 + j) + int64_t(g) * kD + c * 8;
-        kv = *reinterpret_cast<const uint4*>(kc + off);
-        vv = *reinterpret_cast<const uint4*>(vc + off);
+        kv = kv_load8_bf16<KF>(kc + off);
+        vv = kv_load8_bf16<KF>(vc + off);
       }
       *reinterpret_cast<uint4*>(&Ks[j * kLd + c * 8]) = kv;
       *reinterpret_cast<uint4*>(&Vs[j * kLd + c * 8]) = vv;
@@ -148,8 +152,9 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(
       }
     }
   }
-  // out = O / l, bf16
-  const float i0 = 1.f / l0, i1 = 1.f / l1;
+  // out = O / l, bf16 (FP8: O was summed over the V code values)
+  float i0 = 1.f / l0, i1 = 1.f / l1;
+  if constexpr (KF != kKvAct) i0 *= v_scale, i1 *= v_scale;
   const int ra = wr + qr, rb_ = ra + 8;
 #pragma unroll
   for (int n = 0; n < 16; ++n) {
@@ -172,11 +177,22 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(
 bool flash_prefill_supported(int d) { return d == kD; }
 
 void launch_flash_prefill(const bf16* q, const FlashSeq& s, const int32_t* page_table,
-                          const bf16* kc, const bf16* vc, const CacheGeom& g, int GH, int nh,
-                          float tau, bf16* out, cudaStream_t st) {
+                          const void* kc, const void* vc, const CacheGeom& g, int GH, int nh,
+                          float tau, bf16* out, cudaStream_t st, int kf, float v_scale) {
   if (s.num_tokens <= 0) return;
   const dim3 grid(unsigned((s.num_tokens + kRows - 1) / kRows), unsigned(nh));
-  flash_prefill_kernel<<<grid, kThreads, 0, st>>>(q, s, page_table, kc, vc, g, GH, nh, tau, out);
+  if (kf == kKvE4m3)
+    flash_prefill_kernel<kKvE4m3><<<grid, kThreads, 0, st>>>(
+        q, s, page_table, static_cast<const uint8_t*>(kc), static_cast<const uint8_t*>(vc), g, GH,
+        nh, tau, v_scale, out);
+  else if (kf == kKvE5m2)
+    flash_prefill_kernel<kKvE5m2><<<grid, kThreads, 0, st>>>(
+        q, s, page_table, static_cast<const uint8_t*>(kc), static_cast<const uint8_t*>(vc), g, GH,
+        nh, tau, v_scale, out);
+  else
+    flash_prefill_kernel<kKvAct><<<grid, kThreads, 0, st>>>(
+        q, s, page_table, static_cast<const bf16*>(kc), static_cast<const bf16*>(vc), g, GH, nh,
+        tau, v_scale, out);
   CUDA_CHECK_LAUNCH();
 }
 

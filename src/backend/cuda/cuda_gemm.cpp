@@ -16,6 +16,7 @@ GemmDispatch::GemmDispatch(bool bf16_mode, cudaStream_t stream, DeviceArena& are
       timer_(timer) {
   gemv_init();  // kernel attributes now, not inside a recorded step
   gemv_fp8_init();
+  gemv_int4_init();
   CUBLAS_CHECK(cublasLtCreate(&lt_));
   lt_workspace_ = arena_.device(lt_workspace_size_);
 }
@@ -45,6 +46,7 @@ void GemmDispatch::plan_stack_workspace(const ModelConfig& cfg) {
 
 void GemmDispatch::linear(const Tensor& x, const Weight& wt, Tensor& y) {
   if (wt.format == WeightFormat::FP8_E4M3) return linear_fp8(x, wt, {&y});
+  if (wt.format == WeightFormat::INT4_GROUPED) return linear_int4(x, wt, {&y});
   const Tensor w = dense_view(wt);  // bf16 / fp32 [N, K]
   for_each_run(x.rows, [&](int64_t r0, int64_t n) {
     Tensor ys = y.slice_rows(r0, n);
@@ -210,6 +212,10 @@ bool GemmDispatch::linear_multi(const Tensor& x, const Weight& wt, const std::ve
     linear_fp8(x, wt, ys);
     return true;
   }
+  if (wt.format == WeightFormat::INT4_GROUPED) {  // one GEMV (or one dequantization per part)
+    linear_int4(x, wt, ys);
+    return true;
+  }
   const Tensor w = dense_view(wt);  // bf16 / fp32 [N, K]
   int64_t n = 0;
   // fp32 mode: one cuBLASLt GEMM per part (the skinny GEMM is bf16 only).
@@ -254,6 +260,17 @@ bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g,
     launch_gemv_fp8(in.codes, x.cols, in.scales, static_cast<const uint8_t*>(wt.data), wt.scales,
                     wt.rows, int(x.cols), int(x.rows), o, stream_);
     timer_.tick("gemv fp8 gate_up+silu");
+    return true;
+  }
+  // W4A16: the int4 GEMV's silu_pair epilogue where the GEMV takes the rows; otherwise
+  // Backend's composition (linear_multi: one dequantization per half, then silu_mul).
+  if (wt.format == WeightFormat::INT4_GROUPED) {
+    if (!(is_bf16(g) && g.rows == x.rows && wt.rows == 2 * g.cols &&
+          gemv_int4_silu_pair_supported(wt.rows) && int4_gemv_ok(x, wt, {&g})))
+      return false;
+    launch_gemv_int4(ptr<bf16>(x), x.cols, static_cast<const uint32_t*>(wt.data), wt.scales,
+                     wt.rows, int(x.cols), wt.group, int(x.rows), gemv_silu_pair(g), stream_);
+    timer_.tick("gemv int4 gate_up+silu");
     return true;
   }
   const Tensor w = dense_view(wt);  // bf16 / fp32 [N, K]

@@ -16,6 +16,10 @@
 // one cuBLASLt FP8 GEMM per output part, which applies
 // the per-token x per-channel scales itself (outer-vector scaling), or, where this cuBLASLt
 // has no such kernel for the shape, writes fp32 sums that launch_fp8_apply_scales scales.
+// INT4_GROUPED weights (W4A16, cuda_gemm_int4.cpp): runs of <= kGemvMaxRows rows (decode,
+// verify, short prefill runs; decode-only steps of 17..64 rows too) through the int4 GEMV
+// (cuda_gemv_int4.cu), row-invariant; longer runs dequantize each output part once per call
+// into a bf16 (fp32 mode: fp32, exact) scratch matrix and run the dense path on it.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -56,6 +60,9 @@ class GemmDispatch {
   // (CudaBackend::alloc; the model allocates its activations at start, after its weights, so the
   // workspace is sized at start too; a larger input grows it outside recordings).
   void reserve_fp8_input(int64_t rows, int64_t cols);
+  // An INT4_GROUPED weight [rows, cols] exists (CudaBackend::upload_int4): the dequantization
+  // scratch grows to hold it, at load, never in the step loop.
+  void note_int4_weight(int64_t rows, int64_t cols);
 
  private:
   // The skinny GEMMs' outputs: rows [r0, r0 + T) of each of ys (weight rows stacked in ys'
@@ -73,6 +80,21 @@ class GemmDispatch {
   // step that prefills, one run per sequence longer than 16 rows and groups of <= 16 rows of
   // consecutive short sequences (linear()).
   void for_each_run(int64_t rows, const std::function<void(int64_t, int64_t)>& f) const;
+
+  // ---- W4A16 (cuda_gemm_int4.cpp) ----
+  // ys[i] = x · W_iᵀ for the row slices W_i of w, per run of rows (for_each_run).
+  void linear_int4(const Tensor& x, const Weight& w, const std::vector<Tensor*>& ys);
+  // The int4 GEMV takes the rows of x (all of a call's, or one run of them) into outputs of
+  // these types.
+  bool int4_gemv_ok(const Tensor& x, const Weight& w, const std::vector<Tensor*>& ys) const;
+  // W (an INT4_GROUPED weight or a row slice of one) as a dense [rows, cols] matrix of the
+  // activation type in the scratch (overwritten by the next call, in stream order).
+  Tensor dequantize_int4(const Weight& w);
+  // Decode-only steps up to this many rows take the int4 GEMV in runs of kGemvMaxRows (the
+  // byte count favours it over dequantize + GEMM; not measured above 64 rows yet).
+  static constexpr int64_t kInt4DecodeGemvRows = 256;
+  void* int4_ws_ = nullptr;  // the dequantization scratch
+  int64_t int4_ws_elems_ = 0;
 
   // ---- FP8 (cuda_gemm_fp8.cpp) ----
   // ys[i] = x · W_iᵀ for the row slices W_i of w (one part: linear()), per run of rows.

@@ -2,7 +2,9 @@
 // activations quantized per token at every GEMM, the numbers of the CPU oracle
 // (backend/cpu/cpu_fp8.cpp) up to the fp32 summation order:
 //   xq [T, K], sx [T] = fp8_quantize_rows(x)          launch_quantize_rows_fp8 (bit for bit)
-//   y[t, n] = (Σ_k xq[t, k] · wq[n, k]) · sx[t] · sw[n]   one cuBLASLt FP8 GEMM per output part
+//   y[t, n] = (Σ_k xq[t, k] · wq[n, k]) · sx[t] · sw[n]   one FP8 GEMM per output part:
+//   on Hopper, bf16 outputs take CUTLASS's kernels with the scales in their epilogue
+//   (cuda_gemm_fp8_sm90.cu); the rest cuBLASLt, as below
 // The products of two e4m3 values are exact in fp32, so the GPU and the CPU differ only in how
 // the fp32 sums are ordered (and where the two scales multiply); the bf16 output rounds once.
 //
@@ -170,6 +172,16 @@ void GemmDispatch::fp8_gemm(const uint8_t* xq, const float* sx, int64_t T, const
              "FP8 GEMM T={} K={} N={}: needs 16-byte aligned operands (weight codes {}, scales "
              "{}; output {})",
              Ti, K, N, ptr_alignment(w.data), ptr_alignment(w.scales), ptr_alignment(y.data));
+  // Outputs into bf16 (prefill runs, decode-only steps of 17..64 rows): CUTLASS's Hopper
+  // kernels with both scales in the epilogue (cuda_gemm_fp8_sm90.cu), no fp32 round trip; they
+  // decline off Hopper or for a shape they refuse. fp32 logits stay on cuBLASLt.
+  if (!f32_out &&
+      launch_fp8_scaled_gemm_sm90(xq, sx, static_cast<const uint8_t*>(w.data), w.scales,
+                                  ptr<bf16>(y), T, N, K, lt_workspace_, lt_workspace_size_,
+                                  stream_)) {
+    timer_.tick("fp8 gemm sm90");
+    return;
+  }
   const float one = 1.f, zero = 0.f;
   auto set_scales = [&](cublasLtMatmulDesc_t op) {
     const void* a_scale = w.scales;  // [N] per output channel

@@ -151,33 +151,36 @@ struct Walk {
   }
 };
 
-// Epilogue of a tile of ROWS = 16 R weight rows from n0, in passes of 16 input columns (red
-// holds one pass): the warps' partial tiles to shared memory, summed in warp order,
+// Epilogue of a tile of ROWS = 16 R weight rows from n0, in passes of PW = 16 (or 8: the int4
+// GEMV, whose ring needs the shared memory) input columns (red [kWarps][ROWS][PW + 1] holds one
+// pass): the warps' partial tiles to shared memory, summed in warp order,
 // scale(v, m) applied (bf16: none; FP8: · sx[m] · w_scale[n]), rounded once. c0, c1 of
 // acc[rt][nt]: (weight row rt·16 + g, input rows nt·8 + 2t, + 1); c2, c3: weight row
 // rt·16 + g + 8. kKeepGate / kSiluMul: gate [M][ROWS] holds the gate tile's bf16 values; the
 // same thread keeps and reads an (n, m). Passes past M are skipped (M is uniform over the CTA).
 // Ends with red free to overwrite only after the caller's __syncthreads.
-template <int ROWS, int R, int NT, class Scale>
-__device__ __forceinline__ void finish(float (*red)[ROWS][17], const float (&acc)[R][NT][4],
+template <int ROWS, int R, int NT, class Scale, int PW = 16>
+__device__ __forceinline__ void finish(float (*red)[ROWS][PW + 1], const float (&acc)[R][NT][4],
                                        int64_t n0, int64_t N, int M, const GemvOut& o, Epi epi,
                                        float* gate, Scale scale) {
   static_assert(kThreads % ROWS == 0, "a thread finishes one weight row (FP8: its scale)");
+  static_assert(PW == 8 || PW == 16, "passes of one or two n8 tiles");
+  constexpr int NTP = PW / 8;  // n8 tiles per pass
   const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
 #pragma unroll
-  for (int p = 0; p < (NT + 1) / 2; ++p) {
-    if (16 * p >= M) break;
+  for (int p = 0; p < (NT + NTP - 1) / NTP; ++p) {
+    if (PW * p >= M) break;
     if (p > 0) __syncthreads();  // every thread has read pass p - 1
 #pragma unroll
     for (int rt = 0; rt < R; ++rt)
 #pragma unroll
-      for (int j = 0; j < 2 && 2 * p + j < NT; ++j)
+      for (int j = 0; j < NTP && NTP * p + j < NT; ++j)
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          red[warp][rt * 16 + g + 8 * (i / 2)][j * 8 + 2 * t + i % 2] = acc[rt][2 * p + j][i];
+          red[warp][rt * 16 + g + 8 * (i / 2)][j * 8 + 2 * t + i % 2] = acc[rt][NTP * p + j][i];
     __syncthreads();
-    for (int i = threadIdx.x; i < ROWS * 16; i += kThreads) {
-      const int nl = i % ROWS, ml = i / ROWS, m = 16 * p + ml;
+    for (int i = threadIdx.x; i < ROWS * PW; i += kThreads) {
+      const int nl = i % ROWS, ml = i / ROWS, m = PW * p + ml;
       const int64_t n = n0 + nl;
       if (m >= M || n >= N) continue;
       float v = red[0][nl][ml];

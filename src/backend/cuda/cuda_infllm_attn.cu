@@ -22,8 +22,12 @@
 // Dense rows of short calls (decode below dense_len) run here too, as rows that selected
 // every block up to their own (SparseAttnParams::dense_below), on the tensor cores rather
 // than the scalar attention_kernel.
+// FP8 KV caches (KF): the producers load 8 codes per 8-byte chunk and store their exact bf16
+// values, so the consumers' code is the bf16 one; the K scale is part of P.tau, the V scale
+// multiplies O once at the end (SparseAttnParams::kv_fmt, v_scale).
 #include <cub/block/block_scan.cuh>
 
+#include "backend/cuda/cuda_kv_fp8.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 
@@ -72,10 +76,10 @@ __device__ __forceinline__ uint64_t tile_keys(const uint32_t* bits, int kt, int 
   return m;
 }
 
-template <int D>
+template <int D, int KF>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attn_kernel(const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles,
-                       const bf16* __restrict__ kc, const bf16* __restrict__ vc,
+                       const KvElem<KF>* __restrict__ kc, const KvElem<KF>* __restrict__ vc,
                        const int32_t* __restrict__ sel, const int32_t* __restrict__ sel_cnt,
                        SparseAttnParams P, bf16* __restrict__ out, float* __restrict__ part,
                        float* __restrict__ ml) {
@@ -169,7 +173,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warp >= kW) {
     constexpr int CH = D / 8, kStep = 32 / CH, kHalf = kKT / 2;
     const int pw = warp - kW, j0 = (pw >> 1) * kHalf + lane / CH, c = lane % CH;
-    const bf16* src = (pw & 1) ? vc : kc;
+    const KvElem<KF>* src = (pw & 1) ? vc : kc;
     bf16* dst0 = (pw & 1) ? Vs : Ks;
     const bool one_page = G.page_size % kKT == 0;  // a tile's keys are consecutive rows of one page
     for (int j = 0, w = 0, q = 0; j < per; w + 1 < nw ? ++w : (w = 0, ++j)) {
@@ -179,17 +183,40 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (q >= kSlots) mbar_wait(&empty[slot], uint32_t(q / kSlots - 1) & 1u);
       bf16* dst = dst0 + slot * kBuf;
       const long long p0 = 1LL * list[i] * kKT;  // < L: the union holds only tiles with keys ≤ t
-      const bf16* s0 = src + token_off(G, pages, p0) + int64_t(g) * D + c * 8;
+      const KvElem<KF>* s0 = src + token_off(G, pages, p0) + int64_t(g) * D + c * 8;
+      if constexpr (KF == kKvAct) {
 #pragma unroll
-      for (int k = 0; k < kHalf / kStep; ++k) {
-        const int j = j0 + k * kStep;
-        const bool ok = p0 + j < L;
-        const bf16* sp = !ok        ? s0
-                         : one_page ? s0 + j * G.row
-                                    : src + token_off(G, pages, p0 + j) + int64_t(g) * D + c * 8;
-        cp_async16(dst + swz<D>(j, c * 8), sp, ok ? 16 : 0);
+        for (int k = 0; k < kHalf / kStep; ++k) {
+          const int j = j0 + k * kStep;
+          const bool ok = p0 + j < L;
+          const bf16* sp = !ok        ? s0
+                           : one_page ? s0 + j * G.row
+                                      : src + token_off(G, pages, p0 + j) + int64_t(g) * D + c * 8;
+          cp_async16(dst + swz<D>(j, c * 8), sp, ok ? 16 : 0);
+        }
+        mbar_arrive_cp_async(&full[slot]);
+      } else {
+        auto row_src = [&](int j, bool ok) {
+          return !ok       ? s0
+                 : one_page ? s0 + j * G.row
+                            : src + token_off(G, pages, p0 + j) + int64_t(g) * D + c * 8;
+        };
+        // FP8: every row's 8 codes loaded first (half the bytes of bf16), then converted in
+        // registers to their exact bf16 values (unscaled) and stored; the arrival releases
+        // the stores to the consumers.
+        uint2 cw[kHalf / kStep];
+#pragma unroll
+        for (int k = 0; k < kHalf / kStep; ++k) {
+          const int j = j0 + k * kStep;
+          const bool ok = p0 + j < L;
+          cw[k] = ok ? *reinterpret_cast<const uint2*>(row_src(j, ok)) : make_uint2(0u, 0u);
+        }
+#pragma unroll
+        for (int k = 0; k < kHalf / kStep; ++k)
+          *reinterpret_cast<uint4*>(dst + swz<D>(j0 + k * kStep, c * 8)) =
+              kv_codes8_bf16<KF>(cw[k]);
+        mbar_arrive(&full[slot]);
       }
-      mbar_arrive_cp_async(&full[slot]);
       ++q;
     }
     cp_async_wait_all();
@@ -319,6 +346,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // 3. Output rows qr and qr + 8 (heads 16 g + qr, + 8).
   const int h0 = g * 16 + qr, h1 = h0 + 8;
+  if constexpr (KF != kKvAct) {  // FP8: O was summed over the V code values
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      o[n][0] *= P.v_scale, o[n][1] *= P.v_scale, o[n][2] *= P.v_scale, o[n][3] *= P.v_scale;
+  }
   if (nsplit == 1) {
     const float i0f = 1.f / l0, i1f = 1.f / l1;
 #pragma unroll
@@ -345,23 +377,33 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <int D>
-void launch_d(const bf16* q, const StepRows& s, const int2* tiles, int n_tiles, const bf16* kc,
-              const bf16* vc, const int32_t* sel, const int32_t* sel_cnt, const SparseAttnParams& p,
+template <int D, int KF>
+void launch_d(const bf16* q, const StepRows& s, const int2* tiles, int n_tiles, const void* kc,
+              const void* vc, const int32_t* sel, const int32_t* sel_cnt, const SparseAttnParams& p,
               bf16* out, float* part, float* ml, cudaStream_t st) {
   const size_t smem = sparse_attn_smem_bytes(D, p);
   // The kernel's static shared memory counts against the opt-in limit too: ask for what
   // this launch needs, not the device maximum.
   static size_t smem_set = 48 * 1024;
   if (smem > smem_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_kernel<D>,
+    CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_kernel<D, KF>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     smem_set = smem;
   }
   const unsigned gz = unsigned((p.splits + p.spb - 1) / p.spb);
-  launch_pdl(sparse_attn_kernel<D>, dim3(unsigned(n_tiles), unsigned(p.g.kvh), gz),
-             kThreads, smem, st, q, s, tiles, kc, vc, sel, sel_cnt, p, out, part, ml);
+  launch_pdl(sparse_attn_kernel<D, KF>, dim3(unsigned(n_tiles), unsigned(p.g.kvh), gz),
+             kThreads, smem, st, q, s, tiles, static_cast<const KvElem<KF>*>(kc),
+             static_cast<const KvElem<KF>*>(vc), sel, sel_cnt, p, out, part, ml);
   CUDA_CHECK_LAUNCH();
+}
+
+template <int KF>
+auto launcher(int d) {
+  return d == 16    ? launch_d<16, KF>
+         : d == 32  ? launch_d<32, KF>
+         : d == 64  ? launch_d<64, KF>
+         : d == 128 ? launch_d<128, KF>
+                    : nullptr;  // infllm_head_dim_supported() is checked at start
 }
 
 }  // namespace
@@ -372,14 +414,12 @@ size_t sparse_attn_smem_bytes(int d, const SparseAttnParams& p) {
 }
 
 void launch_sparse_attention(int d, const bf16* q, const StepRows& s, const int2* tiles,
-                             int n_tiles, const bf16* kc, const bf16* vc, const int32_t* sel,
+                             int n_tiles, const void* kc, const void* vc, const int32_t* sel,
                              const int32_t* sel_cnt, const SparseAttnParams& p, bf16* out,
                              float* part, float* ml, cudaStream_t st) {
-  const auto launch = d == 16    ? launch_d<16>
-                      : d == 32  ? launch_d<32>
-                      : d == 64  ? launch_d<64>
-                      : d == 128 ? launch_d<128>
-                                 : nullptr;  // infllm_head_dim_supported() is checked at start
+  const auto launch = p.kv_fmt == kKvE4m3   ? launcher<kKvE4m3>(d)
+                      : p.kv_fmt == kKvE5m2 ? launcher<kKvE5m2>(d)
+                                            : launcher<kKvAct>(d);
   if (n_tiles > 0 && launch)
     launch(q, s, tiles, n_tiles, kc, vc, sel, sel_cnt, p, out, part, ml, st);
 }

@@ -19,8 +19,11 @@
 //     written in ascending order to sel / sel_cnt.
 // Exponentials are fp32 exp2 (the CPU computes exp in double); a score then rounds to bf16,
 // so rare last-bit differences can swap near-tied blocks (tests/ops counts the agreement).
+// FP8 KV caches: the compressed keys are read as their code values (exact bf16) and the
+// layer's K scale is part of SelectParams::tau (launch_infllm_select's caller).
 #include <cub/block/block_scan.cuh>
 
+#include "backend/cuda/cuda_kv_fp8.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 
@@ -54,17 +57,38 @@ __device__ __forceinline__ bool tile_row(const StepRows& R, int2 tile, int warp,
 }
 
 // Entries [j0, j0 + kET) of a compressed cache (KV head g) into smem rows of D + 8 halves;
-// entries at or past jend are zeros.
-template <int D>
-__device__ __forceinline__ void load_entries(bf16* buf, const bf16* cache, const CacheGeom& G,
+// entries at or past jend are zeros. bf16 caches by cp.async; FP8 caches (KF) by plain loads
+// of 8 codes converted in registers to their exact bf16 values (unscaled: the K scale is in
+// SelectParams::tau), stored before the caller's __syncthreads.
+template <int D, int KF>
+__device__ __forceinline__ void load_entries(bf16* buf, const KvElem<KF>* cache, const CacheGeom& G,
                                              const int32_t* pages, long long j0, long long jend,
                                              int stride, int g) {
   constexpr int LD = D + 8, CH = D / 8;
-  for (int e = threadIdx.x; e < kET * CH; e += kThreads) {
-    const int j = e / CH, c = e % CH;
-    const bool ok = j0 + j < jend;
-    const bf16* src = ok ? cache + entry_off(G, pages, j0 + j, stride) + int64_t(g) * D + c * 8 : cache;
-    cp_async16(buf + j * LD + c * 8, src, ok ? 16 : 0);
+  if constexpr (KF == kKvAct) {
+    for (int e = threadIdx.x; e < kET * CH; e += kThreads) {
+      const int j = e / CH, c = e % CH;
+      const bool ok = j0 + j < jend;
+      const bf16* src = ok ? cache + entry_off(G, pages, j0 + j, stride) + int64_t(g) * D + c * 8 : cache;
+      cp_async16(buf + j * LD + c * 8, src, ok ? 16 : 0);
+    }
+  } else {
+    // Every load of the thread issued before the first conversion (no cp.async for them).
+    constexpr int kIt = (kET * CH + kThreads - 1) / kThreads;
+    uint2 cw[kIt];
+#pragma unroll
+    for (int i = 0; i < kIt; ++i) {
+      const int e = threadIdx.x + i * kThreads, j = e / CH, c = e % CH;
+      cw[i] = e < kET * CH && j0 + j < jend
+                  ? *reinterpret_cast<const uint2*>(cache + entry_off(G, pages, j0 + j, stride) +
+                                                    int64_t(g) * D + c * 8)
+                  : make_uint2(0u, 0u);
+    }
+#pragma unroll
+    for (int i = 0; i < kIt; ++i) {
+      const int e = threadIdx.x + i * kThreads, j = e / CH, c = e % CH;
+      if (e < kET * CH) *reinterpret_cast<uint4*>(buf + j * LD + c * 8) = kv_codes8_bf16<KF>(cw[i]);
+    }
   }
 }
 
@@ -111,10 +135,10 @@ __device__ __forceinline__ void merge_ml(float& m, float& l, float m2, float l2)
 }
 
 //                                  grid: (tiles, kvh, lse_splits), block: kThreads
-template <int D>
+template <int D, int KF>
 __global__ void __launch_bounds__(kThreads) select_lse_kernel(
     const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles, int tile_begin,
-    const bf16* __restrict__ c2, SelectParams P, float2* __restrict__ ml) {
+    const KvElem<KF>* __restrict__ c2, SelectParams P, float2* __restrict__ ml) {
   pdl_begin();  // launch_pdl: before any read or write
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* buf = reinterpret_cast<bf16*>(smem_raw);  // [2][kET][D + 8]
@@ -137,11 +161,11 @@ __global__ void __launch_bounds__(kThreads) select_lse_kernel(
   if (tr.active) load_q_frags<D>(qa, q, tr.row, P.nh, g, lane);
   const float sc = P.tau * kLog2e;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows qr, qr + 8 (lane-local)
-  if (i0 < i1) load_entries<D>(buf, c2, G, tr.pages, 1LL * i0 * kET, cmax, G.s2, g);
+  if (i0 < i1) load_entries<D, KF>(buf, c2, G, tr.pages, 1LL * i0 * kET, cmax, G.s2, g);
   cp_async_commit();
   for (int i = i0; i < i1; ++i) {
     if (i + 1 < i1)
-      load_entries<D>(buf + ((i + 1 - i0) & 1) * kBuf, c2, G, tr.pages, 1LL * (i + 1) * kET, cmax, G.s2, g);
+      load_entries<D, KF>(buf + ((i + 1 - i0) & 1) * kBuf, c2, G, tr.pages, 1LL * (i + 1) * kET, cmax, G.s2, g);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
@@ -187,10 +211,10 @@ __global__ void __launch_bounds__(kThreads) select_lse_kernel(
 }
 
 //                                grid: (tiles, kvh, score_splits), block: kThreads
-template <int D>
+template <int D, int KF>
 __global__ void __launch_bounds__(kThreads) select_score_kernel(
     const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles, int tile_begin,
-    const bf16* __restrict__ c1, SelectParams P, const float2* __restrict__ ml,
+    const KvElem<KF>* __restrict__ c1, SelectParams P, const float2* __restrict__ ml,
     bf16* __restrict__ bscore, float* __restrict__ edge) {
   pdl_begin();  // launch_pdl: before any read or write
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -250,11 +274,11 @@ __global__ void __launch_bounds__(kThreads) select_score_kernel(
   float* erow = edge + (lrow * G.kvh + g) * P.et_stride;
   float* es = esc + warp * kET;
   auto need = [&](int i) { return 1LL * i * kET < cmax; };  // some row of the tile sees it
-  if (i0 < i1 && need(i0)) load_entries<D>(buf, c1, G, tr.pages, 1LL * i0 * kET, cmax, G.s1, g);
+  if (i0 < i1 && need(i0)) load_entries<D, KF>(buf, c1, G, tr.pages, 1LL * i0 * kET, cmax, G.s1, g);
   cp_async_commit();
   for (int i = i0; i < i1; ++i) {
     if (i + 1 < i1 && need(i + 1))
-      load_entries<D>(buf + ((i + 1 - i0) & 1) * kBuf, c1, G, tr.pages, 1LL * (i + 1) * kET, cmax, G.s1, g);
+      load_entries<D, KF>(buf + ((i + 1 - i0) & 1) * kBuf, c1, G, tr.pages, 1LL * (i + 1) * kET, cmax, G.s1, g);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
@@ -425,20 +449,33 @@ __global__ void __launch_bounds__(NT) select_topk_kernel(
   if (tid == 0) sel_cnt[row * G.kvh + g] = total;
 }
 
-template <int D>
+template <int D, int KF>
 void launch_select_d(const bf16* q, const StepRows& s, const int2* tiles, int tile_begin,
-                     int n_tiles, const bf16* c1, const bf16* c2, const SelectParams& p,
+                     int n_tiles, const void* c1, const void* c2, const SelectParams& p,
                      const SelectWork& w, cudaStream_t st) {
   const size_t smem_lse = size_t(2) * kET * (D + 8) * 2;
   const size_t smem_score = smem_lse + size_t(kW) * kET * 4;
-  launch_pdl(select_lse_kernel<D>,
+  launch_pdl(select_lse_kernel<D, KF>,
              dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(p.lse_splits)), kThreads, smem_lse,
-             st, q, s, tiles, tile_begin, c2, p, w.ml);
+             st, q, s, tiles, tile_begin, static_cast<const KvElem<KF>*>(c2), p, w.ml);
   CUDA_CHECK_LAUNCH();
-  launch_pdl(select_score_kernel<D>,
+  launch_pdl(select_score_kernel<D, KF>,
              dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(p.score_splits)), kThreads,
-             smem_score, st, q, s, tiles, tile_begin, c1, p, w.ml, w.bscore, w.edge);
+             smem_score, st, q, s, tiles, tile_begin, static_cast<const KvElem<KF>*>(c1), p, w.ml,
+             w.bscore, w.edge);
   CUDA_CHECK_LAUNCH();
+}
+
+template <int D>
+void launch_select_fmt(int kf, const bf16* q, const StepRows& s, const int2* tiles,
+                       int tile_begin, int n_tiles, const void* c1, const void* c2,
+                       const SelectParams& p, const SelectWork& w, cudaStream_t st) {
+  if (kf == kKvE4m3)
+    launch_select_d<D, kKvE4m3>(q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st);
+  else if (kf == kKvE5m2)
+    launch_select_d<D, kKvE5m2>(q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st);
+  else
+    launch_select_d<D, kKvAct>(q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st);
 }
 
 template <int NT>
@@ -464,15 +501,15 @@ bool infllm_head_dim_supported(int d) { return d == 16 || d == 32 || d == 64 || 
 size_t select_topk_smem_bytes(int nb_stride) { return size_t(nb_stride) * 2; }
 
 void launch_infllm_select(int d, const bf16* q, const StepRows& s, const int2* tiles,
-                          int tile_begin, int n_tiles, const bf16* c1, const bf16* c2,
+                          int tile_begin, int n_tiles, const void* c1, const void* c2,
                           const SelectParams& p, const SelectWork& w, int32_t* sel,
-                          int32_t* sel_cnt, cudaStream_t st) {
+                          int32_t* sel_cnt, cudaStream_t st, int kf) {
   if (n_tiles <= 0) return;
   switch (d) {
-    case 16: launch_select_d<16>(q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
-    case 32: launch_select_d<32>(q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
-    case 64: launch_select_d<64>(q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
-    case 128: launch_select_d<128>(q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
+    case 16: launch_select_fmt<16>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
+    case 32: launch_select_fmt<32>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
+    case 64: launch_select_fmt<64>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
+    case 128: launch_select_fmt<128>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
     default: return;
   }
   // lse_splits > 1: the step has decode rows (see SelectParams).

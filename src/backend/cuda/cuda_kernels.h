@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 
@@ -102,7 +103,28 @@ bool gemv_fp8_supported(const void* w, int64_t K, int64_t M);
 void gemv_fp8_init();
 // GemvOut::silu_pair runs on this GPU for N weight rows (the ring kernel, N % 64 == 0).
 bool gemv_fp8_silu_pair_supported(int64_t N);
-// ---- W8A8 FP8 (cuda_fp8_quant.cu; the GEMM itself is cuBLASLt: cuda_gemm_fp8.cpp) ----
+// ---- W4A16 (cuda_gemv_int4.cu; GemmDispatch::linear_int4 in cuda_gemm_int4.cpp) ----
+// Device layout of an INT4_GROUPED weight: the checkpoint's words [N, K / 8] with each word's
+// nibbles permuted (nibble j: k 2j, nibble j + 4: k 2j + 1, each q + 8) by launch_int4_repack,
+// in place, once at upload; scales fp32 [N, K / group]. Rows stay rows (slice_rows works).
+void launch_int4_repack(uint32_t* w, int64_t words, cudaStream_t st);
+// y[m, n] = Σ_g s[n, g] · Σ_{k in g} q[n, k] x[m, k] for m < M <= kGemvMaxRows, n < N (the CPU's
+// Σ_k (q s) x in another fp32 order), output through GemvOut as launch_gemv (parts, f32,
+// silu_pair). Row invariant: row m is bit-identical for any M. ldx % 8 == 0, x 16-byte aligned.
+void launch_gemv_int4(const bf16* x, int64_t ldx, const uint32_t* w, const float* w_scales,
+                      int64_t N, int K, int group, int M, const GemvOut& o, cudaStream_t st);
+// M in 1..kGemvMaxRows, K and group multiples of 128 (group divides K), w 16-byte aligned, and a
+// GPU with the ring's 229 KB of shared memory per block (sm_90). gemv_int4_init: the kernel
+// attributes now (the backend's constructor, outside any capture).
+bool gemv_int4_supported(const void* w, int64_t K, int64_t group, int64_t M);
+bool gemv_int4_silu_pair_supported(int64_t N);
+void gemv_int4_init();
+// out [rows, K] = q · s (fp32, exact), stored as T (bf16: nearest even); w in the device
+// layout. K % 8 == 0, group divides K, out 16-byte aligned.
+template <typename T>
+void launch_int4_dequantize(const uint32_t* w, const float* w_scales, int64_t rows, int64_t K,
+                            int group, T* out, cudaStream_t st);
+// ---- W8A8 FP8 (cuda_fp8_quant.cu; the GEMMs: cuda_gemm_fp8.cpp, cuda_gemm_fp8_sm90.cu) ----
 // Per-token activation quantization, core/fp8.h's fp8_quantize_rows bit for bit: for each row r
 // of x [rows, ldx] (the first cols columns), scales[r] = amax|x[r, :]| / 448 (1 for a zero
 // row) and codes[r * cols + c] = e4m3(x[r, c] / scales[r]) (IEEE division, nearest even,
@@ -116,6 +138,15 @@ void launch_quantize_rows_fp8(const bf16* x, int64_t rows, int64_t cols, int64_t
 // (fp32 y may be acc).
 void launch_fp8_apply_scales(const float* acc, int64_t T, int64_t N, const float* sx,
                              const float* sw, void* y, bool y_f32, cudaStream_t st);
+// FP8 GEMMs into bf16 on Hopper (cuda_gemm_fp8_sm90.cu, CUTLASS; M <= 64: a stream-K
+// configuration for decode-only steps, else a prefill one): y [M, N] bf16 =
+// bf16((Σ_k xq[m, k] · wq[n, k]) · sx[m] · sw[n]) with both scales in the GEMM's epilogue;
+// xq [M, K] codes, wq [N, K] codes, K % 16 == 0, N % 8 == 0, 16-byte aligned pointers.
+// Returns false, launching nothing, where it cannot run (not an sm_90 GPU, a problem CUTLASS
+// refuses, a workspace smaller than it needs): the caller then takes cuBLASLt.
+bool launch_fp8_scaled_gemm_sm90(const uint8_t* xq, const float* sx, const uint8_t* wq,
+                                 const float* sw, bf16* y, int64_t M, int64_t N, int64_t K,
+                                 void* workspace, size_t workspace_bytes, cudaStream_t st);
 // Tests: every fp32 bit pattern through the hardware e4m3 conversion and the portable one;
 // out[0] = number of disagreements, out[1] = the smallest disagreeing bit pattern (~0 if none).
 // On a GPU below sm_89 both are the portable path.
@@ -170,6 +201,15 @@ template <typename T, int D>
 void launch_gla_chunk3(const GlaArgs<T>& a, const int32_t* long_list, int n_long, cudaStream_t st);
 
 // ---- sparse layers (cuda_sparse.cu) ----
+// Element format of the sparse layers' KV caches (K, V, both compressed-key levels;
+// BackendOptions::kv_cache_dtype): the activation type, or FP8 codes (bf16 mode only) with one
+// K and one V scale per layer (backend/kv_cache_dtype.h; device conversions cuda_kv_fp8.cuh).
+inline constexpr int kKvAct = 0, kKvE4m3 = 1, kKvE5m2 = 2;
+template <int KF, typename T = bf16>
+using KvElem = std::conditional_t<KF == kKvAct, T, uint8_t>;
+struct KvScale {
+  float k = 1.f, v = 1.f;  // K (and compressed keys), V
+};
 struct CacheGeom {
   int page_size, kvh, d, s1, s2, k1, k2, bs;
   int64_t row;  // elements per token: kvh * d
@@ -188,6 +228,7 @@ struct AttnParams {
   float tau;
   int flash_min;  // rows of dense calls of >= flash_min tokens are left to flash_prefill
   int total_topk; // row stride of sel (launch_attention_selected_f32)
+  KvScale scale{};  // FP8 caches (launch_attention_fp8): the values are code · scale
 };
 struct StepRows {
   int T;
@@ -201,6 +242,19 @@ void launch_append_kv(const T* k, const T* v, const StepRows& s, const CacheGeom
 template <typename T>
 void launch_compress(const StepRows& s, const CacheGeom& g, const T* kc, T* c1, T* c2,
                      cudaStream_t st);
+// FP8 caches (bf16 mode; kf kKvE4m3 / kKvE5m2), the CPU oracle's cpu_kv_store.h bit for bit:
+// append writes codes kv_encode(k / sc.k), kv_encode(v / sc.v); compress sums the dequantized
+// cached keys (code · sc.k) in token order in fp32, / w, rounds to bf16 and writes
+// kv_encode(mean / sc.k).
+void launch_append_kv_fp8(int kf, const bf16* k, const bf16* v, const StepRows& s,
+                          const CacheGeom& g, KvScale sc, uint8_t* kc, uint8_t* vc,
+                          cudaStream_t st);
+void launch_compress_fp8(int kf, const StepRows& s, const CacheGeom& g, KvScale sc,
+                         const uint8_t* kc, uint8_t* c1, uint8_t* c2, cudaStream_t st);
+// Tests: x [n] -> codes [n] through kv_encode with `scale`, and back [n] = code value · scale
+// (the device conversions of cuda_kv_fp8.cuh, against backend/kv_cache_dtype.h).
+void launch_kv_fp8_roundtrip(int kf, const float* x, int64_t n, float scale, uint8_t* codes,
+                             float* back, cudaStream_t st);
 size_t attention_smem_bytes(int G, int d);
 // Dense rows (not sparse, fewer than flash_min tokens in their call): out[T, nh*d]. Rows of
 // split calls (DevSeq::split_row: decode and verify rows) are split over `splits` parts of
@@ -210,6 +264,11 @@ size_t attention_smem_bytes(int G, int d);
 template <typename T>
 void launch_attention(const T* q, const StepRows& s, const T* kc, const T* vc, const AttnParams& p,
                       int splits, T* out, float* part, float* ml, int max_smem, cudaStream_t st);
+// launch_attention over FP8 caches (kf kKvE4m3 / kKvE5m2; values code · p.scale, exactly the
+// CPU's).
+void launch_attention_fp8(int kf, const bf16* q, const StepRows& s, const uint8_t* kc,
+                          const uint8_t* vc, const AttnParams& p, int splits, bf16* out,
+                          float* part, float* ml, int max_smem, cudaStream_t st);
 // out[r, h] = merge of the splits' partials for every row r of a split call (after
 // launch_attention and launch_sparse_attention wrote the partials of their rows); with a
 // gate [T, nh*d]: times sigmoid(gate), as launch_mul_sigmoid would.
@@ -244,11 +303,12 @@ struct SelectWork {  // rows = launched tiles * kSparseTileRows
 };
 size_t select_topk_smem_bytes(int nb_stride);
 // Selection of the rows of tiles[tile_begin, tile_begin + n_tiles): sel[T, kvh, total_topk]
-// (ascending block ids), sel_cnt[T, kvh].
+// (ascending block ids), sel_cnt[T, kvh]. c1, c2: bf16, or FP8 codes (kf kKvE4m3 / kKvE5m2)
+// whose K scale the caller has multiplied into p.tau (the scores are tau · q · (code · scale)).
 void launch_infllm_select(int d, const bf16* q, const StepRows& s, const int2* tiles,
-                          int tile_begin, int n_tiles, const bf16* c1, const bf16* c2,
+                          int tile_begin, int n_tiles, const void* c1, const void* c2,
                           const SelectParams& p, const SelectWork& w, int32_t* sel,
-                          int32_t* sel_cnt, cudaStream_t st);
+                          int32_t* sel_cnt, cudaStream_t st, int kf = kKvAct);
 struct SparseAttnParams {
   CacheGeom g;
   int nh;
@@ -264,25 +324,32 @@ struct SparseAttnParams {
   // 1: no split), spb (1..kSparseTileRows) parts per block: grid.z = ceil(splits / spb).
   // spb changes only which block computes a part, never a number.
   int splits = 1, spb = 1;
+  // FP8 caches: kv_fmt kKvE4m3 / kKvE5m2 (tau then includes the K scale) and the V scale,
+  // applied to the output (and to split partials).
+  int kv_fmt = kKvAct;
+  float v_scale = 1.f;
 };
 size_t sparse_attn_smem_bytes(int d, const SparseAttnParams& p);
 // Stage 2 of every sparse row of the step: out[T, nh*d] (p.splits == 1) or partials as
 // launch_attention's.
 void launch_sparse_attention(int d, const bf16* q, const StepRows& s, const int2* tiles,
-                             int n_tiles, const bf16* kc, const bf16* vc, const int32_t* sel,
+                             int n_tiles, const void* kc, const void* vc, const int32_t* sel,
                              const int32_t* sel_cnt, const SparseAttnParams& p, bf16* out,
                              float* part, float* ml, cudaStream_t st);
 
 // Dense causal attention of one long call (cuda_flash.cu, head_dim 128, tensor cores):
-// rows token_begin .. token_begin + num_tokens of q/out, keys 0 .. past_len + row.
+// rows token_begin .. token_begin + num_tokens of q/out, keys 0 .. past_len + row. kc, vc:
+// bf16, or FP8 codes (kf kKvE4m3 / kKvE5m2) with the K scale multiplied into tau by the
+// caller and the V scale applied to the output.
 struct FlashSeq {
   int32_t token_begin, num_tokens, page_begin;
   long long past_len;
 };
 bool flash_prefill_supported(int d);
 void launch_flash_prefill(const bf16* q, const FlashSeq& s, const int32_t* page_table,
-                          const bf16* kc, const bf16* vc, const CacheGeom& g, int GH, int nh,
-                          float tau, bf16* out, cudaStream_t st);
+                          const void* kc, const void* vc, const CacheGeom& g, int GH, int nh,
+                          float tau, bf16* out, cudaStream_t st, int kf = kKvAct,
+                          float v_scale = 1.f);
 
 // ---- fp32 mode's InfLLM-v2 rows (cuda_f32_select.cu; stage 2 in cuda_sparse.cu) ----
 // CUDA-core fp32 replacements of the tensor-core selection and stage-2 kernels, with the CPU

@@ -1,4 +1,5 @@
-// Sparse (minicpm4) layers on the GPU (SPEC §9, golden README §6): paged bf16 KV append,
+// Sparse (minicpm4) layers on the GPU (SPEC §9, golden README §6): paged bf16 (or FP8: codes
+// of cuda_kv_fp8.cuh with the layer's K / V scales) KV append,
 // incremental two-level key compression (fp32 mean rounded to bf16), and the attention of
 // dense rows (L < dense_len): one kernel over the key blocks 0..qb of each (row, kv head),
 // flash-style online softmax in fp32, split over key blocks when the step has few rows
@@ -8,8 +9,10 @@
 // compressed keys and outputs, nothing rounded); attention_kernel<float, true> is also stage 2
 // of the InfLLM-v2 rows, over the blocks cuda_f32_select.cu selected (flash and the
 // tensor-core InfLLM-v2 kernels are bf16 only).
+#include <algorithm>
 #include <cmath>
 
+#include "backend/cuda/cuda_kv_fp8.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_norm.cuh"
@@ -18,29 +21,38 @@ namespace sala::cuda {
 
 namespace {
 
-// 1. k, v rows into the paged cache.                         grid: T, block: 128
-template <typename T>
+// 1. k, v rows into the paged cache (FP8 caches: their codes, KvScale sc).
+//                                                            grid: T, block: 128
+template <typename T, int KF>
 __global__ void append_kv_kernel(const T* __restrict__ k, const T* __restrict__ v,
                                  const int32_t* __restrict__ row_seq, const DevSeq* __restrict__ seqs,
-                                 const int32_t* __restrict__ page_table, CacheGeom g, T* kc, T* vc) {
+                                 const int32_t* __restrict__ page_table, CacheGeom g, KvScale sc,
+                                 KvElem<KF, T>* kc, KvElem<KF, T>* vc) {
   pdl_begin();  // launch_pdl: before any read or write
   const int64_t r = blockIdx.x;
   const DevSeq s = seqs[row_seq[r]];
   const int64_t p = s.past_len + (r - s.token_begin);
   const int64_t dst = token_off(g, page_table + s.page_begin, p);
   for (int64_t e = threadIdx.x; e < g.row; e += blockDim.x) {
-    kc[dst + e] = k[r * g.row + e];
-    vc[dst + e] = v[r * g.row + e];
+    if constexpr (KF == kKvAct) {
+      kc[dst + e] = k[r * g.row + e];
+      vc[dst + e] = v[r * g.row + e];
+    } else {
+      kc[dst + e] = kv_encode<KF>(ld(k[r * g.row + e]), sc.k);
+      vc[dst + e] = kv_encode<KF>(ld(v[r * g.row + e]), sc.v);
+    }
   }
 }
 
 // 2. Compressed entries completed by the new tokens: entry j of a level (window w, stride
-// st) is emitted by the token at p = j*st + w - 1. fp32 sum in token order, / w, bf16.
-//                                                            grid: (T, 2), block: 128
-template <typename T>
+// st) is emitted by the token at p = j*st + w - 1. fp32 sum in token order of the cached
+// keys (FP8: their values code · sc.k, as the CPU reads them back), / w, rounded to T, then
+// (FP8) coded with the K scale.                              grid: (T, 2), block: 128
+template <typename T, int KF>
 __global__ void compress_kernel(const int32_t* __restrict__ row_seq, const DevSeq* __restrict__ seqs,
-                                const int32_t* __restrict__ page_table, CacheGeom g,
-                                const T* __restrict__ kc, T* c1, T* c2) {
+                                const int32_t* __restrict__ page_table, CacheGeom g, KvScale sc,
+                                const KvElem<KF, T>* __restrict__ kc, KvElem<KF, T>* c1,
+                                KvElem<KF, T>* c2) {
   pdl_begin();  // launch_pdl: before any read or write
   const int64_t r = blockIdx.x;
   const DevSeq s = seqs[row_seq[r]];
@@ -49,11 +61,27 @@ __global__ void compress_kernel(const int32_t* __restrict__ row_seq, const DevSe
   const int64_t j = cache_layout::entry_completed_at(p, w, st);
   if (j < 0) return;
   const int32_t* pages = page_table + s.page_begin;
-  T* dst = (blockIdx.y == 0 ? c1 : c2) + entry_off(g, pages, j, st);
+  KvElem<KF, T>* dst = (blockIdx.y == 0 ? c1 : c2) + entry_off(g, pages, j, st);
   for (int64_t e = threadIdx.x; e < g.row; e += blockDim.x) {
     float acc = 0.f;
-    for (int64_t x = j * st; x < j * st + w; ++x) acc += ld(kc[token_off(g, pages, x) + e]);
-    dst[e] = cvt<T>(acc / float(w));
+    for (int64_t x = j * st; x < j * st + w; ++x)
+      acc += kv_value<KF>(kc[token_off(g, pages, x) + e], sc.k);
+    if constexpr (KF == kKvAct)
+      dst[e] = cvt<T>(acc / float(w));
+    else
+      dst[e] = kv_encode<KF>(rnd<T>(acc / float(w)), sc.k);
+  }
+}
+
+// Tests: kv_encode / kv_code_f32 on n values.                grid-stride, block 256
+template <int KF>
+__global__ void kv_fp8_roundtrip_kernel(const float* __restrict__ x, int64_t n, float scale,
+                                        uint8_t* __restrict__ codes, float* __restrict__ back) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const uint8_t c = kv_encode<KF>(x[i], scale);
+    codes[i] = c;
+    back[i] = kv_value<KF>(c, scale);
   }
 }
 
@@ -64,12 +92,13 @@ constexpr int kKeyTile = 64;
 //    of split calls only, DevSeq::split_row); with one split it writes T output directly,
 //    else fp32 partials (acc, m, l) per split row for combine_kernel. kSel (fp32 mode's InfLLM-v2 stage
 //    2): the sparse rows instead, over their selected blocks sel[r, g, 0 .. sel_cnt[r, g])
-//    (ascending), keys p <= t of each.
+//    (ascending), keys p <= t of each. KF: FP8 caches, read as code · P.scale (the CPU's values).
 //    grid: (T, kvh, splits), block: 256
-template <typename T, bool kSel>
+template <typename T, bool kSel, int KF = kKvAct>
 __global__ void __launch_bounds__(256) attention_kernel(
     const T* __restrict__ q, const int32_t* __restrict__ row_seq, const DevSeq* __restrict__ seqs,
-    const int32_t* __restrict__ page_table, const T* __restrict__ kc, const T* __restrict__ vc,
+    const int32_t* __restrict__ page_table, const KvElem<KF, T>* __restrict__ kc,
+    const KvElem<KF, T>* __restrict__ vc,
     AttnParams P, const int32_t* __restrict__ sel, const int32_t* __restrict__ sel_cnt,
     T* __restrict__ out, float* __restrict__ part, float* __restrict__ ml) {
   pdl_begin();  // launch_pdl: before any read or write
@@ -123,8 +152,8 @@ __global__ void __launch_bounds__(256) attention_kernel(
       for (int e = tid; e < nk * d; e += nt) {
         const int j = e / d, x = e % d;
         const int64_t off = token_off(G, pages, p0 + j) + int64_t(g) * d + x;
-        ks[j * DP + x] = ld(kc[off]);
-        vs[j * d + x] = ld(vc[off]);
+        ks[j * DP + x] = kv_value<KF>(kc[off], P.scale.k);
+        vs[j * d + x] = kv_value<KF>(vc[off], P.scale.v);
       }
       __syncthreads();
       for (int e = tid; e < GH * nk; e += nt) {
@@ -242,8 +271,8 @@ template <typename T>
 void launch_append_kv(const T* k, const T* v, const StepRows& s, const CacheGeom& g, T* kc, T* vc,
                       cudaStream_t st) {
   if (s.T == 0) return;
-  launch_pdl(append_kv_kernel<T>, unsigned(s.T), 128, 0, st, k, v, s.row_seq, s.seqs, s.page_table, g,
-             kc, vc);
+  launch_pdl(append_kv_kernel<T, kKvAct>, unsigned(s.T), 128, 0, st, k, v, s.row_seq, s.seqs,
+             s.page_table, g, KvScale{}, kc, vc);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -251,8 +280,38 @@ template <typename T>
 void launch_compress(const StepRows& s, const CacheGeom& g, const T* kc, T* c1, T* c2,
                      cudaStream_t st) {
   if (s.T == 0) return;
-  launch_pdl(compress_kernel<T>, dim3(unsigned(s.T), 2), 128, 0, st, s.row_seq, s.seqs, s.page_table,
-             g, kc, c1, c2);
+  launch_pdl(compress_kernel<T, kKvAct>, dim3(unsigned(s.T), 2), 128, 0, st, s.row_seq, s.seqs,
+             s.page_table, g, KvScale{}, kc, c1, c2);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_append_kv_fp8(int kf, const bf16* k, const bf16* v, const StepRows& s,
+                          const CacheGeom& g, KvScale sc, uint8_t* kc, uint8_t* vc,
+                          cudaStream_t st) {
+  if (s.T == 0) return;
+  const auto kern = kf == kKvE4m3 ? append_kv_kernel<bf16, kKvE4m3> : append_kv_kernel<bf16, kKvE5m2>;
+  launch_pdl(kern, unsigned(s.T), 128, 0, st, k, v, s.row_seq, s.seqs, s.page_table, g, sc, kc,
+             vc);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_compress_fp8(int kf, const StepRows& s, const CacheGeom& g, KvScale sc,
+                         const uint8_t* kc, uint8_t* c1, uint8_t* c2, cudaStream_t st) {
+  if (s.T == 0) return;
+  const auto kern = kf == kKvE4m3 ? compress_kernel<bf16, kKvE4m3> : compress_kernel<bf16, kKvE5m2>;
+  launch_pdl(kern, dim3(unsigned(s.T), 2), 128, 0, st, s.row_seq, s.seqs, s.page_table, g, sc, kc,
+             c1, c2);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_kv_fp8_roundtrip(int kf, const float* x, int64_t n, float scale, uint8_t* codes,
+                             float* back, cudaStream_t st) {
+  if (n == 0) return;
+  const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 4096));
+  if (kf == kKvE4m3)
+    kv_fp8_roundtrip_kernel<kKvE4m3><<<blocks, 256, 0, st>>>(x, n, scale, codes, back);
+  else
+    kv_fp8_roundtrip_kernel<kKvE5m2><<<blocks, 256, 0, st>>>(x, n, scale, codes, back);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -261,19 +320,20 @@ size_t attention_smem_bytes(int G, int d) {
           size_t(G) * kKeyTile + 3 * size_t(G)) * 4;
 }
 
-template <typename T, bool kSel>
-void attention_launch(const T* q, const StepRows& s, const T* kc, const T* vc, const AttnParams& p,
-                      const int32_t* sel, const int32_t* sel_cnt, int splits, T* out, float* part,
-                      float* ml, int max_smem, cudaStream_t st) {
+template <typename T, bool kSel, int KF = kKvAct>
+void attention_launch(const T* q, const StepRows& s, const KvElem<KF, T>* kc,
+                      const KvElem<KF, T>* vc, const AttnParams& p, const int32_t* sel,
+                      const int32_t* sel_cnt, int splits, T* out, float* part, float* ml,
+                      int max_smem, cudaStream_t st) {
   if (s.T == 0) return;
   const size_t smem = attention_smem_bytes(p.G, p.g.d);
   static size_t smem_set = 48 * 1024;  // one per instantiation
   if (smem > smem_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<T, kSel>,
+    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<T, kSel, KF>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
     smem_set = size_t(max_smem);
   }
-  launch_pdl(attention_kernel<T, kSel>, dim3(unsigned(s.T), unsigned(p.g.kvh), unsigned(splits)),
+  launch_pdl(attention_kernel<T, kSel, KF>, dim3(unsigned(s.T), unsigned(p.g.kvh), unsigned(splits)),
              256, smem, st, q, s.row_seq, s.seqs, s.page_table, kc, vc, p, sel, sel_cnt, out, part,
              ml);
   CUDA_CHECK_LAUNCH();
@@ -283,6 +343,17 @@ template <typename T>
 void launch_attention(const T* q, const StepRows& s, const T* kc, const T* vc, const AttnParams& p,
                       int splits, T* out, float* part, float* ml, int max_smem, cudaStream_t st) {
   attention_launch<T, false>(q, s, kc, vc, p, nullptr, nullptr, splits, out, part, ml, max_smem, st);
+}
+
+void launch_attention_fp8(int kf, const bf16* q, const StepRows& s, const uint8_t* kc,
+                          const uint8_t* vc, const AttnParams& p, int splits, bf16* out,
+                          float* part, float* ml, int max_smem, cudaStream_t st) {
+  if (kf == kKvE4m3)
+    attention_launch<bf16, false, kKvE4m3>(q, s, kc, vc, p, nullptr, nullptr, splits, out, part, ml,
+                                           max_smem, st);
+  else
+    attention_launch<bf16, false, kKvE5m2>(q, s, kc, vc, p, nullptr, nullptr, splits, out, part, ml,
+                                           max_smem, st);
 }
 
 void launch_attention_selected_f32(const float* q, const StepRows& s, const float* kc,

@@ -66,7 +66,7 @@ void SparseRunner::capture_selections(int si) const {
   }
 }
 
-// T = bf16: the tensor-core InfLLM-v2 and flash kernels. T = float (fp32 mode): the same
+// T = bf16: the tensor-core InfLLM-v2 and flash kernels, over a bf16 or an FP8 KV cache. T = float (fp32 mode): the same
 // append / compress / dense attention kernels for float, cuda_f32_select.cu's selection and
 // attention_kernel<float, true> over the selected blocks; no flash.
 template <typename T>
@@ -92,8 +92,24 @@ void SparseRunner::attention_t(int si, const Tensor& q, const Tensor& k, const T
                 sp.kernel_size, sp.level2_window(), sp.block_size, int64_t(kvh) * d};
 
   const StepRows rows{T_rows, sd.row_seq, sd.seqs, sd.page_table};
-  launch_append_kv<T>(ptr<const T>(k), ptr<const T>(v), rows, geo, cache.k, cache.v, stream_);
-  launch_compress<T>(rows, geo, cache.k, cache.c1, cache.c2, stream_);
+  // FP8 KV cache (bf16 mode only, make_cuda_backend): codes with the layer's K / V scales;
+  // the K scale goes into every score's tau, the V scale onto every output (cuda_kv_fp8.cuh).
+  const bool fp8 = kv_fmt_ != kKvAct;
+  SALA_CHECK(!fp8 || kBf16, "an FP8 KV cache runs in bf16 mode only");
+  const KvScale ksc = fp8 ? kv_scales_[size_t(si)] : KvScale{};
+  const float tau = fp8 ? c.attn_scale() * ksc.k : c.attn_scale();
+  if (fp8) {
+    if constexpr (kBf16) {
+      auto* k8 = static_cast<uint8_t*>(sc.k);
+      launch_append_kv_fp8(kv_fmt_, ptr<const bf16>(k), ptr<const bf16>(v), rows, geo, ksc, k8,
+                           static_cast<uint8_t*>(sc.v), stream_);
+      launch_compress_fp8(kv_fmt_, rows, geo, ksc, k8, static_cast<uint8_t*>(sc.c1),
+                          static_cast<uint8_t*>(sc.c2), stream_);
+    }
+  } else {
+    launch_append_kv<T>(ptr<const T>(k), ptr<const T>(v), rows, geo, cache.k, cache.v, stream_);
+    launch_compress<T>(rows, geo, cache.k, cache.c1, cache.c2, stream_);
+  }
   timer_.tick("sparse append+compress");
 
   SALA_CHECK(!kBf16 || sd.n_sparse_seqs == 0 || (GH == 16 && infllm_head_dim_supported(d)),
@@ -108,7 +124,7 @@ void SparseRunner::attention_t(int si, const Tensor& q, const Tensor& k, const T
     SelectParams P{};
     P.g = geo;
     P.nh = nh;
-    P.tau = c.attn_scale();
+    P.tau = tau;
     P.init_blocks = sp.init_blocks;
     P.local_blocks = sp.local_blocks();
     P.total_topk = sp.total_topk();
@@ -119,8 +135,8 @@ void SparseRunner::attention_t(int si, const Tensor& q, const Tensor& k, const T
     if constexpr (kBf16) {
       for (int t0 = 0; t0 < sd.n_tiles; t0 += kSelectChunkTiles)
         launch_infllm_select(d, ptr<const bf16>(q), rows, sd.tiles, t0,
-                             std::min(kSelectChunkTiles, sd.n_tiles - t0), cache.c1, cache.c2, P,
-                             select_work_, sel_, sel_cnt_, stream_);
+                             std::min(kSelectChunkTiles, sd.n_tiles - t0), sc.c1, sc.c2, P,
+                             select_work_, sel_, sel_cnt_, stream_, kv_fmt_);
     } else {
       launch_f32_select(ptr<const float>(q), rows, cache.c1, cache.c2, P, max_smem_optin_, sel_,
                         sel_cnt_, stream_);
@@ -137,15 +153,15 @@ void SparseRunner::attention_t(int si, const Tensor& q, const Tensor& k, const T
   // calls) in attention_kernel; sparse rows in sparse_attn.
   constexpr int kFlashMin = 64;
   const bool flash = kBf16 && flash_prefill_supported(d);
-  AttnParams A{geo, GH, nh, c.attn_scale(), flash ? kFlashMin : 1 << 30, sp.total_topk()};
+  AttnParams A{geo, GH, nh, c.attn_scale(), flash ? kFlashMin : 1 << 30, sp.total_topk(), ksc};
   if constexpr (kBf16) {
     if (flash) {
       for (const SeqSlice& s : meta.seqs) {
         const bool sparse_rows = sp.sparse_call(s.total_len(), meta.dense_as_sparse);
         if (sparse_rows || s.num_tokens < kFlashMin) continue;
         const FlashSeq fs{s.token_begin, s.num_tokens, s.page_begin, s.past_len};
-        launch_flash_prefill(ptr<const bf16>(q), fs, sd.page_table, cache.k, cache.v, geo, GH, nh,
-                             c.attn_scale(), ptr<bf16>(out), stream_);
+        launch_flash_prefill(ptr<const bf16>(q), fs, sd.page_table, sc.k, sc.v, geo, GH, nh, tau,
+                             ptr<bf16>(out), stream_, kv_fmt_, ksc.v);
       }
       timer_.tick("flash prefill attention");
     }
@@ -163,23 +179,31 @@ void SparseRunner::attention_t(int si, const Tensor& q, const Tensor& k, const T
   if (dense_rows && !dense_mma) {
     SALA_CHECK(attn_smem <= size_t(max_smem_optin_), "attention needs {} bytes of shared memory",
                attn_smem);
-    launch_attention<T>(ptr<const T>(q), rows, cache.k, cache.v, A, splits, ptr<T>(out),
-                        attn_part_, attn_ml_, max_smem_optin_, stream_);
+    if (fp8) {
+      if constexpr (kBf16)
+        launch_attention_fp8(kv_fmt_, ptr<const bf16>(q), rows, static_cast<const uint8_t*>(sc.k),
+                             static_cast<const uint8_t*>(sc.v), A, splits, ptr<bf16>(out),
+                             attn_part_, attn_ml_, max_smem_optin_, stream_);
+    } else {
+      launch_attention<T>(ptr<const T>(q), rows, cache.k, cache.v, A, splits, ptr<T>(out),
+                          attn_part_, attn_ml_, max_smem_optin_, stream_);
+    }
     timer_.tick("dense attention");
   }
   if (sd.n_sparse_seqs > 0 || (dense_rows && dense_mma)) {
     if constexpr (kBf16) {
-      SparseAttnParams SA{geo, nh, c.attn_scale(), sp.total_topk(), attn_nb_words_,
+      SparseAttnParams SA{geo, nh, tau, sp.total_topk(), attn_nb_words_,
                           attn_nkt_words_, attn_list_cap_, 0};
+      SA.kv_fmt = kv_fmt_;
+      SA.v_scale = ksc.v;
       SA.dense_below = dense_mma ? A.flash_min : 0;  // dense rows of shorter calls too
       SA.splits = splits;
       SA.spb = decode_parts_per_block(sd.n_tiles * kvh, splits);
       const size_t smem = sparse_attn_smem_bytes(d, SA);
       SALA_CHECK(smem + 4096 <= size_t(max_smem_optin_),
                  "sparse attention needs {} bytes of shared memory", smem);
-      launch_sparse_attention(d, ptr<const bf16>(q), rows, sd.tiles, sd.n_tiles, cache.k,
-                              cache.v, sel_, sel_cnt_, SA, ptr<bf16>(out), attn_part_,
-                              attn_ml_, stream_);
+      launch_sparse_attention(d, ptr<const bf16>(q), rows, sd.tiles, sd.n_tiles, sc.k, sc.v,
+                              sel_, sel_cnt_, SA, ptr<bf16>(out), attn_part_, attn_ml_, stream_);
     } else {
       SALA_CHECK(attn_smem <= size_t(max_smem_optin_), "attention needs {} bytes of shared memory",
                  attn_smem);

@@ -1,6 +1,7 @@
 // SparseRunner's caches, workspaces and step checks; the attention itself is in
 // cuda_sparse_attention.cpp.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "backend/cache_layout.h"
@@ -22,9 +23,22 @@ SparseRunner::SparseRunner(bool bf16_mode, int max_smem_optin, int attn_min_bloc
   min_blocks_ = attn_min_blocks > 0 ? attn_min_blocks : std::max(1, sms / 2);
 }
 
-void SparseRunner::init(const ModelConfig& cfg, const CacheShape& shape, size_t kv_element_bytes) {
+void SparseRunner::init(const ModelConfig& cfg, const CacheShape& shape, int kv_fmt,
+                        const std::vector<KvScales>& scales) {
   cfg_ = cfg;
   shape_ = shape;
+  SALA_CHECK(kv_fmt == kKvAct || bf16_, "an FP8 KV cache runs in bf16 mode only");
+  kv_fmt_ = kv_fmt;
+  SALA_CHECK(scales.empty() || int(scales.size()) == cfg.num_sparse_layers(),
+             "{} KV scales for {} sparse layers", scales.size(), cfg.num_sparse_layers());
+  kv_scales_.assign(size_t(cfg.num_sparse_layers()), KvScale{kDefaultKvScale, kDefaultKvScale});
+  for (size_t i = 0; i < scales.size(); ++i) {
+    SALA_CHECK(scales[i].k > 0.f && scales[i].v > 0.f && std::isfinite(scales[i].k) &&
+                   std::isfinite(scales[i].v),
+               "KV scales ({}, {}) of sparse layer {} must be finite and > 0", scales[i].k,
+               scales[i].v, i);
+    kv_scales_[i] = KvScale{scales[i].k, scales[i].v};
+  }
   const auto& sp = cfg.sparse;
   SALA_CHECK(shape.page_size % sp.block_size == 0, "page size {} not a multiple of block {}",
              shape.page_size, sp.block_size);
@@ -41,7 +55,7 @@ void SparseRunner::init(const ModelConfig& cfg, const CacheShape& shape, size_t 
                "tokens with block / kernel_stride dividing 64 (config: block {}, stride {})",
                bs, sp.kernel_stride);
   }
-  const size_t row = size_t(cfg.num_key_value_heads) * cfg.head_dim * kv_element_bytes;
+  const size_t row = size_t(cfg.num_key_value_heads) * cfg.head_dim * kv_element_bytes();
   const size_t tokens = size_t(shape.num_pages) * shape.page_size;
   // Bytes of K / V and of each compressed level (cache_layout: whole entries per page).
   const size_t kv_bytes = tokens * row;

@@ -1,6 +1,6 @@
 // SparseRunner: the sparse layers (dense attention below dense_len, InfLLM-v2 above, SPEC §9)
 // on the GPU. It owns the paged KV cache and the two compressed-key levels of every sparse
-// layer (elements of kv_element_bytes: bf16, or fp32 in fp32 mode), the block-selection
+// layer (bf16, fp32 in fp32 mode, or FP8 codes with per-layer K / V scales: kv_fmt), the block-selection
 // workspaces (sized at init_caches for the longest sequence the KV pool holds, capped at
 // max_position_embeddings) and the per-row workspaces (selected blocks, split-K partials;
 // sized for the model's max_step_tokens when it allocates its activations), and launches
@@ -31,8 +31,13 @@ class SparseRunner {
   SparseRunner(const SparseRunner&) = delete;
   SparseRunner& operator=(const SparseRunner&) = delete;
 
-  // The caches and selection workspaces of cfg's sparse layers (init_caches).
-  void init(const ModelConfig& cfg, const CacheShape& shape, size_t kv_element_bytes);
+  // The caches and selection workspaces of cfg's sparse layers (init_caches). kv_fmt: kKvAct
+  // (elements of the activation type) or kKvE4m3 / kKvE5m2 (one byte; bf16 mode only) with
+  // scales[i] the K / V scales of sparse layer i (empty: kDefaultKvScale).
+  void init(const ModelConfig& cfg, const CacheShape& shape, int kv_fmt,
+            const std::vector<KvScales>& scales);
+  // Bytes of one cache element (pool sizing): 1 for FP8, else 2 (bf16) or 4 (fp32 mode).
+  size_t kv_element_bytes() const { return kv_fmt_ != cuda::kKvAct ? 1 : bf16_ ? 2 : 4; }
   // After init: the per-row workspaces for 256 rows; from now on ensure_rows sizes them.
   void start_rows();
   // Per-row workspaces for `rows` (no-op before start_rows or when they are large enough;
@@ -73,7 +78,9 @@ class SparseRunner {
   ModelConfig cfg_;
   CacheShape shape_;
   bool ready_ = false;  // start_rows ran
-  struct LayerCache {  // elements of kv_element_bytes(): bf16, or fp32 in fp32 mode
+  int kv_fmt_ = cuda::kKvAct;
+  std::vector<cuda::KvScale> kv_scales_;  // per sparse layer (FP8 caches)
+  struct LayerCache {  // elements of kv_element_bytes(): bf16, fp32 in fp32 mode, or FP8 codes
     void* k;   // [num_pages, page_size, kvh, d]
     void* v;
     void* c1;  // [num_pages, page_size / s1, kvh, d]

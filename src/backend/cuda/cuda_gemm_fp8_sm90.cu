@@ -1,0 +1,166 @@
+// W8A8 FP8 GEMM for prefill-sized runs on Hopper, with both scales in the epilogue: CUTLASS 3's
+// sm_90 TMA + warp-specialized wgmma kernel (headers from the nvidia-cutlass wheel,
+// cmake/cutlass.cmake) and an epilogue visitor tree
+//   y[m, n] = bf16( (acc[m, n] · sx[m]) · sw[n] )      acc = Σ_k xq[m, k] · wq[n, k] (fp32)
+// the CPU oracle's order of the two products (backend/cpu/cpu_fp8.cpp), rounded once.
+//
+// Why: cuBLASLt on the H200 has no per-token x per-channel scaled FP8 GEMM (its outer-vector
+// scale mode is "not supported" for every shape we tried, session 8), so without this kernel
+// an FP8 prefill GEMM writes fp32 sums [T, N] and a second kernel reads them back to scale:
+// 8 bytes of extra traffic per output and a launch, 60 % of an FP8 4K prefill's GPU time was
+// "fp8 gemm + scales" (docs/PERF.md). vLLM's cutlass_scaled_mm is the same construction.
+//
+// Layouts (CUTLASS's names): A = xq [M, K] row-major (the activation codes of
+// launch_quantize_rows_fp8), B = wq [N, K] row-major = K x N column-major (the checkpoint's
+// e4m3 weight), D = y [M, N] row-major. TMA needs 16-byte aligned bases and rows: K % 16 == 0,
+// N % 8 == 0; can_implement refuses anything else and the caller falls back to cuBLASLt.
+//
+// Accumulation: the plain (not "FastAccum") FP8 mainloop: wgmma's FP8 accumulator drops low
+// bits (products aligned to the largest), so CUTLASS adds the wgmma partials into fp32
+// registers every few k-blocks (its mma promotion interval), as cuBLASLt does by default. So
+// the sums differ from the CPU's sgemm only in order and in that bounded truncation; the op
+// tests compare with the CPU oracle (CudaFp8.*).
+//
+// Shapes: two configurations of 128 x 128 x 128 tiles and the cooperative schedule (two
+// consumer warpgroups per 128-row tile): prefill runs (M > 64) persistent over the tiles in
+// clusters of 2 along M; decode-only steps of 17..64 rows with stream-K (PrefillGemm /
+// SkinnyGemm below). Rows of up to 64 outside decode-only steps take the FP8 GEMV
+// (GemmDispatch), which is row-invariant; these kernels are not.
+#include <cuda_bf16.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "backend/cuda/cuda_kernels.h"
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/sm90_visitor_compute_tma_warpspecialized.hpp"
+#include "cutlass/epilogue/fusion/sm90_visitor_load_tma_warpspecialized.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/util/packed_stride.hpp"
+
+namespace sala::cuda {
+namespace {
+
+using namespace cute;
+namespace fusion = cutlass::epilogue::fusion;
+
+using ElementCode = cutlass::float_e4m3_t;
+using ElementOut = cutlass::bfloat16_t;
+using LayoutA = cutlass::layout::RowMajor;
+using LayoutB = cutlass::layout::ColumnMajor;
+using LayoutD = cutlass::layout::RowMajor;
+constexpr int kAlignCodes = 16;  // elements per 16 bytes
+constexpr int kAlignOut = 8;
+constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+
+// One kernel configuration: tile, cluster and tile scheduler. The epilogue tree is
+// Mul1(Mul0(acc, sx[m]), sw[n]): sx broadcasts along N (a column vector of the tile: stride 1
+// in M), sw along M (a row vector: stride 1 in N).
+template <class TileShape, class ClusterShape, class Scheduler>
+struct ScaledGemm {
+  using Acc = fusion::Sm90AccFetch;
+  using ScaleRows = fusion::Sm90ColBroadcast<0, TileShape, float, float,
+                                             Stride<Int<1>, Int<0>, Int<0>>>;
+  using ScaleCols = fusion::Sm90RowBroadcast<0, TileShape, float, float,
+                                             Stride<Int<0>, Int<1>, Int<0>>>;
+  using Mul0 = fusion::Sm90Compute<cutlass::multiplies, float, float, kRound>;
+  using Mul1 = fusion::Sm90Compute<cutlass::multiplies, ElementOut, float, kRound>;
+  using Epilogue = fusion::Sm90EVT<Mul1, fusion::Sm90EVT<Mul0, Acc, ScaleRows>, ScaleCols>;
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignOut,
+      ElementOut, LayoutD, kAlignOut, cutlass::epilogue::TmaWarpSpecializedCooperative,
+      Epilogue>::CollectiveOp;
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementCode, LayoutA, kAlignCodes,
+      ElementCode, LayoutB, kAlignCodes, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
+      Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, Scheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+  static bool run(const uint8_t* xq, const float* sx, const uint8_t* wq, const float* sw,
+                  bf16* y, int m, int n, int k, void* workspace, size_t workspace_bytes,
+                  cudaStream_t st);
+};
+
+// Prefill runs (M > 64): 128 x 128 x 128 tiles in clusters of 2 along M (the x tile is
+// multicast to both), persistent over the tiles.
+using PrefillGemm = ScaledGemm<Shape<_128, _128, _128>, Shape<_2, _1, _1>,
+                               cutlass::gemm::PersistentScheduler>;
+// Decode-only steps of 17..64 rows: one 128-row tile covers M, so there are only N / 128
+// tiles (32 for o_proj's 4096 columns, fewer than the 132 SMs); stream-K splits the K loop of
+// the tiles over every SM (its partial sums reduced in a fixed order: deterministic).
+using SkinnyGemm = ScaledGemm<Shape<_128, _128, _128>, Shape<_1, _1, _1>,
+                              cutlass::gemm::StreamKScheduler>;
+
+bool device_is_sm90() {
+  // The process uses one device; its compute capability does not change.
+  static const bool sm90 = [] {
+    int dev = 0, major = 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
+               cudaSuccess &&
+           major == 9;
+  }();
+  return sm90;
+}
+
+// After can_implement accepted the problem, initialize / run failing is a broken invariant.
+void check_cutlass(cutlass::Status status, const char* what, int line) {
+  if (status == cutlass::Status::kSuccess) [[likely]] return;
+  std::fprintf(stderr, "%s:%d: CUTLASS %s failed: %s\n", __FILE__, line, what,
+               cutlass::cutlassGetStatusString(status));
+  std::fflush(stderr);
+  std::abort();
+}
+
+template <class TileShape, class ClusterShape, class Scheduler>
+bool ScaledGemm<TileShape, ClusterShape, Scheduler>::run(const uint8_t* xq, const float* sx,
+                                                         const uint8_t* wq, const float* sw,
+                                                         bf16* y, int m, int n, int k,
+                                                         void* workspace,
+                                                         size_t workspace_bytes,
+                                                         cudaStream_t st) {
+  using StrideA = typename GemmKernel::StrideA;
+  using StrideB = typename GemmKernel::StrideB;
+  using StrideD = typename GemmKernel::StrideD;
+  const StrideA sa = cutlass::make_cute_packed_stride(StrideA{}, {m, k, 1});
+  const StrideB sb = cutlass::make_cute_packed_stride(StrideB{}, {n, k, 1});
+  const StrideD sd = cutlass::make_cute_packed_stride(StrideD{}, {m, n, 1});
+  typename Gemm::Arguments args{
+      cutlass::gemm::GemmUniversalMode::kGemm,
+      {m, n, k, 1},
+      {reinterpret_cast<const ElementCode*>(xq), sa, reinterpret_cast<const ElementCode*>(wq),
+       sb},
+      {{}, nullptr, sd, reinterpret_cast<ElementOut*>(y), sd}};
+  // {Mul0's {acc, sx, op}, sw, Mul1's op}
+  args.epilogue.thread = {{{}, {sx}, {}}, {sw}, {}};
+  Gemm gemm;
+  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return false;
+  if (Gemm::get_workspace_size(args) > workspace_bytes) return false;
+  check_cutlass(gemm.initialize(args, workspace, st), "initialize", __LINE__);
+  check_cutlass(gemm.run(st), "run", __LINE__);
+  CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+}  // namespace
+
+bool launch_fp8_scaled_gemm_sm90(const uint8_t* xq, const float* sx, const uint8_t* wq,
+                                 const float* sw, bf16* y, int64_t M, int64_t N, int64_t K,
+                                 void* workspace, size_t workspace_bytes, cudaStream_t st) {
+  if (!device_is_sm90() || M <= 0 || N <= 0 || K <= 0) return false;
+  return M <= 64 ? SkinnyGemm::run(xq, sx, wq, sw, y, int(M), int(N), int(K), workspace,
+                                   workspace_bytes, st)
+                 : PrefillGemm::run(xq, sx, wq, sw, y, int(M), int(N), int(K), workspace,
+                                    workspace_bytes, st);
+}
+
+}  // namespace sala::cuda

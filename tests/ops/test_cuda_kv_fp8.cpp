@@ -1,0 +1,127 @@
+// FP8 KV cache on the GPU (issue 17): the device conversions of cuda_kv_fp8.cuh against the
+// CPU oracle's (backend/kv_cache_dtype.h, core/fp8.h) bit for bit, the one-byte elements the
+// pool is sized with, and the refusal in fp32 mode. The sparse-layer cases over FP8 caches
+// are CudaKvFp8.* in test_cuda_sparse.cpp.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/kv_cache_dtype.h"
+#include "core/error.h"
+#include "cuda_test_util.h"
+#include "engine/engine.h"
+
+namespace sala::test {
+namespace {
+
+// Inputs for the conversion check: the formats' edges (subnormals, the halfway points of
+// rounding, the saturation thresholds of e4m3 448 / 464 and e5m2 57344 / 61440, infinities,
+// NaNs of both signs, fp32 subnormals) at several scales, and random values over the whole
+// exponent range.
+std::vector<float> conversion_inputs() {
+  std::vector<float> x = {0.f, -0.f, 1.f, -1.f, 448.f, -448.f, 464.f, 463.99f, 464.01f, 480.f,
+                          1e6f, -1e6f, 57344.f, 61439.f, 61440.f, 65536.f, -61440.f,
+                          std::ldexp(1.f, -9), std::ldexp(1.f, -10), std::ldexp(1.5f, -10),
+                          std::ldexp(1.f, -16), std::ldexp(1.f, -17), std::ldexp(3.f, -18),
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(),
+                          -std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::denorm_min(), 1e-40f, -1e-39f};
+  for (int e = -24; e <= 17; ++e)  // every code's neighbourhood: m/8 steps and their midpoints
+    for (int m = 0; m < 32; ++m) {
+      const float v = std::ldexp(1.f + float(m) / 32.f, e);
+      x.push_back(v);
+      x.push_back(-v);
+    }
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 200000; ++i) {
+    const uint32_t u = bits(rng);
+    // exponents 2^-30 .. 2^20 mostly (random bit patterns are mostly huge or tiny)
+    const uint32_t e = 97 + (u >> 23) % 51;
+    x.push_back(std::bit_cast<float>((u & 0x807fffffu) | (e << 23)));
+  }
+  std::normal_distribution<float> nd;
+  for (int i = 0; i < 50000; ++i) x.push_back(nd(rng) * 3.f);
+  return x;
+}
+
+TEST(CudaKvFp8, ConversionsBitExactWithCpu) {
+  REQUIRE_GPU();
+  const std::vector<float> x = conversion_inputs();
+  const int64_t n = int64_t(x.size());
+  float *dx = nullptr, *dback = nullptr;
+  uint8_t* dcodes = nullptr;
+  ASSERT_EQ(cudaMalloc(&dx, size_t(n) * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dback, size_t(n) * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dcodes, size_t(n)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dx, x.data(), size_t(n) * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  std::vector<uint8_t> codes(static_cast<size_t>(n));
+  std::vector<float> back(static_cast<size_t>(n));
+  for (KvCacheDtype t : {KvCacheDtype::FP8_E4M3, KvCacheDtype::FP8_E5M2})
+    for (float scale : {1.f, 0.037f, 0.005f, 3.5f, 1e-3f}) {
+      const int kf = t == KvCacheDtype::FP8_E4M3 ? cuda::kKvE4m3 : cuda::kKvE5m2;
+      cuda::launch_kv_fp8_roundtrip(kf, dx, n, scale, dcodes, dback, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(codes.data(), dcodes, size_t(n), cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(back.data(), dback, size_t(n) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      int64_t bad_code = 0, bad_value = 0, saturated = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const uint8_t want = kv_fp8_encode(x[size_t(i)], t, scale);
+        const float want_v = kv_fp8_decode(want, t, scale);
+        saturated += (want & 0x7f) == (t == KvCacheDtype::FP8_E4M3 ? 0x7e : 0x7b);
+        if (codes[size_t(i)] != want) {
+          if (bad_code++ < 5)
+            ADD_FAILURE() << kv_cache_dtype_name(t) << " scale " << scale << ": x = " << x[size_t(i)]
+                          << " gives code " << int(codes[size_t(i)]) << ", the CPU " << int(want);
+        }
+        const bool same = std::isnan(want_v) ? std::isnan(back[size_t(i)])
+                                             : std::bit_cast<uint32_t>(want_v) ==
+                                                   std::bit_cast<uint32_t>(back[size_t(i)]);
+        bad_value += !same;
+      }
+      EXPECT_EQ(bad_code, 0) << kv_cache_dtype_name(t) << " scale " << scale << " of " << n;
+      EXPECT_EQ(bad_value, 0) << kv_cache_dtype_name(t) << " scale " << scale << " of " << n;
+      EXPECT_GT(saturated, 0) << "the inputs must reach the saturation threshold";
+    }
+  cudaFree(dx);
+  cudaFree(dback);
+  cudaFree(dcodes);
+}
+
+// One byte per element on the GPU, so plan_limits fits twice the bf16 pages in a budget.
+TEST(CudaKvFp8, PoolCountsOneBytePerElement) {
+  REQUIRE_GPU();
+  for (KvCacheDtype t : {KvCacheDtype::Auto, KvCacheDtype::FP8_E4M3, KvCacheDtype::FP8_E5M2}) {
+    BackendOptions o;
+    o.mode = NumericMode::BF16;
+    o.kv_cache_dtype = t;
+    auto be = make_cuda_backend(o);
+    EXPECT_EQ(be->kv_element_bytes(), kv_is_fp8(t) ? 1u : 2u) << kv_cache_dtype_name(t);
+  }
+  const ModelConfig c = layer_config(32, 2, 128, 4, 16, SparseConfig{});
+  EngineOptions eo;
+  eo.max_context_len = 4096;
+  const size_t budget = size_t(256) << 20;
+  const int64_t bf16_pages = plan_limits(c, eo, budget, 0, 2).caches.num_pages;
+  const int64_t fp8_pages = plan_limits(c, eo, budget, 0, 1).caches.num_pages;
+  EXPECT_GE(fp8_pages, 2 * bf16_pages) << bf16_pages << " bf16 pages";
+}
+
+// fp32 mode keeps fp32 caches: an FP8 KV cache there is refused with a message, not run.
+TEST(CudaKvFp8, RefusedInFp32Mode) {
+  BackendOptions o;
+  o.mode = NumericMode::F32;
+  o.kv_cache_dtype = KvCacheDtype::FP8_E4M3;
+  EXPECT_THROW(make_cuda_backend(o), Error);
+}
+
+}  // namespace
+}  // namespace sala::test
