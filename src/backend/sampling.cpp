@@ -39,17 +39,10 @@ void apply_edits_and_penalties(float* logits, int32_t vocab, const RowSampling& 
   for (int32_t e = e0; e < e1; ++e)
     if (edits[e].mask) logits[edits[e].id] = -INFINITY;
   if (!penalty) return;
-  // Repetition (HF): prompt + generated ids, divides positive logits, multiplies negative
-  // ones. Frequency / presence (OpenAI): generated ids only.
-  for (int32_t i = 0; i < vocab; ++i) {
-    const int32_t e = penalty[i];
-    if (e == 0) continue;
-    float& l = logits[i];
-    const int32_t c = e & kPenaltyCountMask;
-    if (rs.repetition_penalty != 1.0f)
-      l = l > 0 ? l / rs.repetition_penalty : l * rs.repetition_penalty;
-    if (c > 0) l -= rs.frequency_penalty * float(c) + rs.presence_penalty;
-  }
+  for (int32_t i = 0; i < vocab; ++i)
+    if (penalty[i] != 0)
+      logits[i] = penalized(logits[i], penalty[i], rs.repetition_penalty, rs.frequency_penalty,
+                            rs.presence_penalty);
 }
 
 int64_t weigh_candidates(const float* logits, int32_t vocab, float temperature, int32_t top_k,

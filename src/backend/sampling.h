@@ -32,7 +32,6 @@ struct RowSampling {
   // counted in it (one more generated occurrence).
   int32_t penalty_slot = -1;
   int32_t edit_begin = 0, edit_count = 0;  // the row's LogitEdits in the call's edit array
-  int32_t pad_ = 0;
   double u = 0;  // the draw, uniform in [0, 1) (the request's random stream); unused if greedy
 };
 
@@ -50,10 +49,22 @@ struct LogitEdit {
   int32_t next = -1;
 };
 
+// The CUDA backend copies arrays of both to the device as they are.
+static_assert(sizeof(RowSampling) == 48 && sizeof(LogitEdit) == 16, "RowSampling / LogitEdit layout");
+
 // Penalty table entries, one int32 per vocabulary id: generated occurrences in the low 30
 // bits, kInPrompt if the id occurs in the prompt.
 constexpr int32_t kPenaltyInPrompt = 1 << 30;
 constexpr int32_t kPenaltyCountMask = kPenaltyInPrompt - 1;
+// One id's logit after penalties, entry its (non-zero) table entry. Repetition (HF): prompt
+// + generated ids, divides positive logits, multiplies negative ones. Frequency / presence
+// (OpenAI): generated ids only. (cuda_sample.cu repeats these float operations.)
+inline float penalized(float l, int32_t entry, float repetition, float frequency, float presence) {
+  const int32_t c = entry & kPenaltyCountMask;
+  if (repetition != 1.0f) l = l > 0 ? l / repetition : l * repetition;
+  if (c > 0) l -= frequency * float(c) + presence;
+  return l;
+}
 // A slot's table: prompt ids flagged, generated ids counted (ids outside [0, vocab) skipped).
 std::vector<int32_t> penalty_table(int32_t vocab, const int32_t* prompt, int64_t n_prompt,
                                    const int32_t* generated, int64_t n_generated);

@@ -46,14 +46,12 @@ int64_t Sampler::weigh(float* logits, int32_t vocab, const SamplingParams& p, Sa
                        double& sum) {
   SALA_CHECK(vocab > 0);
   if (st.penalties_) {
-    // Repetition (HF): prompt + generated tokens, divides positive logits, multiplies
-    // negative ones. Frequency / presence (OpenAI): generated tokens only.
+    // backend/sampling.h's rule, over the ids the prompt or the output touched.
     for (int32_t t : st.touched_) {
-      float& l = logits[t];
-      const int32_t c = st.out_count_[size_t(t)];
-      if (p.repetition_penalty != 1.0f)
-        l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
-      if (c > 0) l -= p.frequency_penalty * float(c) + p.presence_penalty;
+      const int32_t entry = (st.in_prompt_[size_t(t)] ? kPenaltyInPrompt : 0) |
+                            std::min(st.out_count_[size_t(t)], kPenaltyCountMask);
+      logits[t] = penalized(logits[t], entry, p.repetition_penalty, p.frequency_penalty,
+                            p.presence_penalty);
     }
   }
   return weigh_candidates(logits, vocab, p.temperature, p.top_k, p.top_p, p.min_p, s_, sum);
