@@ -11,7 +11,8 @@
 // the candidates first exceeds a target. A selection is a radix select over an order-
 // preserving 32-bit key of the logit: 4 passes over the row, each a 256-bin histogram (count
 // or mass) of the next 8 key bits among the elements that match the bits found so far, built
-// with warp-aggregated shared-memory atomics (lanes with the same bin add once); then one pass
+// with warp-aggregated shared-memory atomics (lanes with the same bin add once: match_any +
+// redux.sync, sm_80+); then one pass
 // finds the j-th id among the tied elements. No sort: a step of R rows costs R blocks of
 // about 15 passes over the row (each ~294 KB at V = 73,448, L2-resident), independent of the
 // logits' distribution (a flat one keeps ~all ids under top-p 0.9, where a candidate sort
@@ -42,8 +43,8 @@ constexpr uint32_t kNoBin = 0xffffffffu;
 
 struct Smem {
   ull hist[256];
-  ull stage[kWarps][32];  // hist_add's per-warp staging
   ull red[kWarps];
+  uint32_t redv[kWarps];
   float redf[kWarps];
   int32_t redi[kWarps];
   ull bcast;
@@ -112,25 +113,18 @@ __device__ ull block_sum(ull v, Smem& sm) {
   return v;
 }
 
-// hist[d] += v over the warp's lanes with in == true; lanes with the same bin add once.
-// Called by all 32 lanes (d == kNoBin where !in).
+// hist[d] += v over the warp's lanes with in == true (d == kNoBin where !in); lanes with the
+// same bin add once: __match_any_sync groups them, redux.sync sums each group (v < 2^47 in
+// three 22-bit parts, so the 32-bit sums of up to 32 lanes are exact) and the group's first
+// lane adds. Called by all 32 lanes.
 __device__ __forceinline__ void hist_add(Smem& sm, uint32_t d, ull v) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const unsigned peers = __match_any_sync(kFull, d);
-  if (peers == kFull) {  // the whole warp in one bin (or none): a shuffle sum
-    if (d == kNoBin) return;
-    v = warp_sum(v);
-    if (lane == 0) atomicAdd(&sm.hist[d], v);
-    return;
-  }
-  sm.stage[warp][lane] = v;
-  __syncwarp();
-  if (d != kNoBin && lane == __ffs(peers) - 1) {
-    ull s = 0;
-    for (unsigned m = peers; m; m &= m - 1) s += sm.stage[warp][__ffs(m) - 1];
-    atomicAdd(&sm.hist[d], s);
-  }
-  __syncwarp();
+  if (d == kNoBin) return;  // a group of inactive lanes only
+  const unsigned r0 = __reduce_add_sync(peers, unsigned(v & 0x3fffffu));
+  const unsigned r1 = __reduce_add_sync(peers, unsigned((v >> 22) & 0x3fffffu));
+  const unsigned r2 = __reduce_add_sync(peers, unsigned(v >> 44));
+  if (int(threadIdx.x & 31) == __ffs(peers) - 1)
+    atomicAdd(&sm.hist[d], ull(r0) + (ull(r1) << 22) + (ull(r2) << 44));
 }
 
 // Candidate mass and count.
@@ -324,12 +318,12 @@ __global__ void __launch_bounds__(kThreads)
   if (lane == 0) {
     sm.redf[warp] = mx;
     sm.redi[warp] = b.i;
-    sm.stage[0][warp] = __float_as_uint(b.v);
+    sm.redv[warp] = __float_as_uint(b.v);
   }
   __syncthreads();
   if (warp == 0) {
     mx = sm.redf[lane];
-    b = Best{__uint_as_float(uint32_t(sm.stage[0][lane])), sm.redi[lane]};
+    b = Best{__uint_as_float(sm.redv[lane]), sm.redi[lane]};
     for (int off = 16; off > 0; off >>= 1) {
       mx = fmaxf(mx, __shfl_down_sync(kFull, mx, off));
       b = better(b, Best{__shfl_down_sync(kFull, b.v, off), __shfl_down_sync(kFull, b.i, off)});
