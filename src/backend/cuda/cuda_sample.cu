@@ -8,7 +8,8 @@
 // and independent of the order of the threads (seeded rows give the same token on every run
 // and in any batch) → top-k, top-p and the draw as *selections in descending-logit order*
 // (ties to the lower id, the host's order): the element at which the running count / mass of
-// the candidates first exceeds a target. A selection is a radix select over an order-
+// the candidates first exceeds a target (the draw in id order, as the host, when neither
+// top-k nor top-p is set: one summing pass and one warp's scan). A selection is a radix select over an order-
 // preserving 32-bit key of the logit: 4 passes over the row, each a 256-bin histogram (count
 // or mass) of the next 8 key bits among the elements that match the bits found so far, built
 // with warp-aggregated shared-memory atomics (lanes with the same bin add once: match_any +
@@ -181,6 +182,60 @@ __device__ int32_t nth_with_key(const RowCtx& c, uint32_t key, int32_t j, Smem& 
         break;
       }
       r -= n;
+    }
+  }
+  __syncthreads();
+  const int32_t id = sm.found_id;
+  __syncthreads();
+  return id;
+}
+
+// The candidate at which the running mass in id order first exceeds x (the host's draw when
+// neither top-k nor top-p orders the candidates). Warp w sums ids [w·seg, (w+1)·seg); warp 0
+// finds the warp; that warp walks its 32-id chunks with an inclusive scan.
+__device__ int32_t draw_in_id_order(const RowCtx& c, ull x, Smem& sm) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int32_t seg = (c.V + kThreads - 1) / kThreads * 32;
+  const int32_t lo = warp * seg, hi = min(c.V, lo + seg);
+  auto weight = [&](int32_t i) -> ull {
+    uint32_t k;
+    ull W;
+    return i < hi && elem(c, i, k, W) ? W : 0ull;
+  };
+  auto scan = [&](ull v) {  // inclusive prefix sum over the warp's lanes
+    for (int off = 1; off < 32; off <<= 1) {
+      const ull o = __shfl_up_sync(kFull, v, off);
+      if (lane >= off) v += o;
+    }
+    return v;
+  };
+  ull s = 0;
+  for (int32_t b = lo; b < lo + seg; b += 32) s += weight(b + lane);
+  s = warp_sum(s);
+  if (lane == 0) sm.red[warp] = s;
+  if (threadIdx.x == 0) sm.found_id = -1;
+  __syncthreads();
+  if (warp == 0) {
+    const ull v = sm.red[lane];
+    const ull incl = scan(v);
+    const ull total = __shfl_sync(kFull, incl, 31);
+    if (total > 0 && x >= total) x = total - 1;  // rounding guard
+    const unsigned ball = __ballot_sync(kFull, incl > x);
+    if (lane == 0) sm.found_warp = ball ? __ffs(ball) - 1 : -1;
+    if (ball && lane == __ffs(ball) - 1) sm.rem = x - (incl - v);
+  }
+  __syncthreads();
+  if (warp == sm.found_warp) {
+    ull r = sm.rem;
+    for (int32_t b = lo; b < lo + seg; b += 32) {
+      const ull incl = scan(weight(b + lane));
+      const ull tot = __shfl_sync(kFull, incl, 31);
+      if (r < tot) {  // uniform over the warp
+        const unsigned ball = __ballot_sync(kFull, incl > r);
+        if (lane == __ffs(ball) - 1) sm.found_id = b + lane;
+        break;
+      }
+      r -= tot;
     }
   }
   __syncthreads();
@@ -366,7 +421,8 @@ __global__ void __launch_bounds__(kThreads)
     if (use_k || use_p || c.use_min_p) totals(c, sm, mass, count);
     ull u = ull(rs.u * double(mass));
     if (u >= mass) u = mass - 1;
-    select(c, true, u, sm, k, id);
+    if (use_k || use_p) select(c, true, u, sm, k, id);  // descending-logit order
+    else id = draw_in_id_order(c, u, sm);                // the host's id order
     if (id >= 0) tok = id;
   }
   if (threadIdx.x == 0) {
