@@ -67,7 +67,8 @@ double BenchSampling::step(Model& model, const StepMeta& meta) {
   dev_.clear();
   for (size_t b = 0; b < st_.size(); ++b)
     dev_.add(int32_t(b), uint64_t(b) + 1, p_, st_[b], tokens_[b], prompt_len_,
-             meta.seqs[b].state_slot, {}, vocab_, model.backend());
+             int32_t(tokens_[b].size()) - prompt_len_, meta.seqs[b].state_slot, {}, vocab_,
+             model.backend());
   dev_.run(model.backend(), model.logits(), out_);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   for (size_t b = 0; b < st_.size(); ++b) {  // the penalty state follows the sampled tokens

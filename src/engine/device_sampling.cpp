@@ -5,10 +5,11 @@
 namespace sala {
 
 void DeviceSampling::add(int32_t row, uint64_t id, const SamplingParams& p, SamplerState& st,
-                         const std::vector<int32_t>& tokens, int32_t prompt_len, int32_t slot,
-                         const std::vector<int32_t>& eos_ids, int32_t vocab, Backend& be) {
-  SALA_CHECK(prompt_len >= 0 && size_t(prompt_len) <= tokens.size());
-  const int64_t generated = int64_t(tokens.size()) - prompt_len;
+                         const std::vector<int32_t>& tokens, int32_t prompt_len,
+                         int32_t generated, int32_t slot, const std::vector<int32_t>& eos_ids,
+                         int32_t vocab, Backend& be) {
+  SALA_CHECK(prompt_len >= 0 && generated >= 0 &&
+             size_t(prompt_len) + size_t(generated) <= tokens.size());
   RowSampling rs;
   rs.temperature = p.temperature;
   rs.top_k = p.top_k;
@@ -20,10 +21,10 @@ void DeviceSampling::add(int32_t row, uint64_t id, const SamplingParams& p, Samp
   if (st.penalties()) {
     SALA_CHECK(slot >= 0);
     auto& owner = owner_[slot];
-    if (owner != std::pair<uint64_t, int64_t>{id, generated})
+    if (owner != std::pair<uint64_t, int64_t>{id, int64_t(generated)})
       be.load_penalties(slot, vocab, tokens.data(), prompt_len, tokens.data() + prompt_len,
                         generated);
-    owner = {id, generated + 1};  // the kernel counts the token this row samples
+    owner = {id, int64_t(generated) + 1};  // the kernel counts the token this row samples
     rs.penalty_slot = slot;
   }
   // adjust_logits' changes: the biases in order, then the masks; chained per id.

@@ -31,11 +31,12 @@ class DeviceSampling {
     edits_.clear();
   }
   bool empty() const { return rows_.empty(); }
-  // Logit row `row` samples for request `id` (tokens: prompt then generated, `prompt_len` of
-  // the prompt; `slot`: its state slot). Draws from st's stream unless the row is greedy.
+  // Logit row `row` samples for request `id`: tokens[0, prompt_len) its prompt, the next
+  // `generated` its generated tokens (tokens may hold more: drafts); `slot` its state slot.
+  // Draws from st's stream unless the row is greedy.
   void add(int32_t row, uint64_t id, const SamplingParams& p, SamplerState& st,
-           const std::vector<int32_t>& tokens, int32_t prompt_len, int32_t slot,
-           const std::vector<int32_t>& eos_ids, int32_t vocab, Backend& be);
+           const std::vector<int32_t>& tokens, int32_t prompt_len, int32_t generated,
+           int32_t slot, const std::vector<int32_t>& eos_ids, int32_t vocab, Backend& be);
   // Runs the rows on logits [R, V] (the model's workspace); tokens_by_row[row] = the token.
   void run(Backend& be, const Tensor& logits, std::vector<int32_t>& tokens_by_row);
 

@@ -386,8 +386,9 @@ class EngineImpl final : public Engine {
       if (!it.sample) continue;
       Request* r = static_cast<Request*>(it.seq);
       if (r->sampling.max_new_tokens > 0)  // else scoring: no token
-        device_.add(row, r->id, r->sampling, r->sampler, r->tokens, int32_t(r->prompt_len), r->slot,
-                    info_.eos_token_ids, info_.vocab_size, model_->backend());
+        device_.add(row, r->id, r->sampling, r->sampler, r->tokens, int32_t(r->prompt_len),
+                    r->generated, r->slot, info_.eos_token_ids, info_.vocab_size,
+                    model_->backend());
       ++row;
     }
     if (!device_.empty()) device_.run(model_->backend(), model_->logits(), device_tokens_);

@@ -59,7 +59,8 @@ TEST(DeviceSamplingUnit, SameTokensAsTheHostPath) {
     for (float& x : logits) x = nd(g);
     ds.clear();
     for (int32_t r = 0; r < R; ++r)
-      ds.add(r, uint64_t(r) + 1, ps[size_t(r)], dev[size_t(r)], tokens[size_t(r)], 50, r, eos, V, be);
+      ds.add(r, uint64_t(r) + 1, ps[size_t(r)], dev[size_t(r)], tokens[size_t(r)], 50,
+             int32_t(tokens[size_t(r)].size()) - 50, r, eos, V, be);
     ds.run(be, Tensor{logits.data(), DType::F32, R, V}, by_row);
     for (int32_t r = 0; r < R; ++r) {
       std::vector<float> row(logits.begin() + r * V, logits.begin() + (r + 1) * V);
