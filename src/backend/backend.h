@@ -21,6 +21,7 @@
 #include "core/safetensors.h"
 #include "backend/kv_cache_dtype.h"
 #include "backend/logprobs.h"
+#include "backend/sampling.h"
 #include "backend/token_mask.h"
 #include "backend/step.h"
 
@@ -246,6 +247,25 @@ class Backend {
                       top_ids + i * top_n, top_logprobs + i * top_n);
     }
   }
+  // Sampling without moving logits to the host (backend/sampling.h): for each i < n, out[i] =
+  // the token of row rows[i] of fp32 logits [R, V] under params[i] (its edits in `edits`),
+  // with the host sampler's rules (HostSampler, the CPU backend's implementation and the
+  // oracle); logits stay as they are (logprobs_rows afterwards sees the raw rows). A row with
+  // penalty_slot >= 0 reads that table and counts its token in it.
+  virtual void sample_rows(const Tensor& /*logits*/, const int32_t* /*rows*/, int64_t /*n*/,
+                           const RowSampling* /*params*/, const LogitEdit* /*edits*/,
+                           int32_t* /*out*/) {
+    fail("the {} backend cannot sample on the device", name());
+  }
+  // Fills slot's penalty table [vocab]: the prompt's ids flagged, the generated ids counted
+  // (penalty_table); sample_rows then keeps it up to date.
+  virtual void load_penalties(int32_t /*slot*/, int32_t /*vocab*/, const int32_t* /*prompt*/,
+                              int64_t /*n_prompt*/, const int32_t* /*generated*/,
+                              int64_t /*n_generated*/) {
+    fail("the {} backend cannot sample on the device", name());
+  }
+  // Whether sample_rows / load_penalties are implemented.
+  virtual bool samples_rows() const { return false; }
   virtual void synchronize() {}
   // Copies the lightning state of slot src (every lightning layer) over slot dst, in order
   // with the steps: the snapshot before a speculative verify step and the rollback to it, so

@@ -20,10 +20,12 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli/bench_floors.h"
 #include "cli/bench_grammar.h"
+#include "cli/bench_sampling.h"
 #include "cli/command.h"
 #include "backend/cache_layout.h"
 #include "core/check.h"
@@ -53,6 +55,7 @@ struct Args {
   std::vector<int> verify_draft;  // each K: also time verify steps of 1 + K rows per sequence
   std::string decode_grammar;     // "" | json | a JSON-schema file (cli/bench_grammar.h)
   std::string grammar_tokenizer;  // the grammar's vocabulary (default: the model directory)
+  std::string decode_sampling;  // "": greedy only; else also sampled steps (bench_sampling.h)
 };
 
 
@@ -144,6 +147,9 @@ struct Bench {
     } else if (kind == "verify") {
       set(a.decode_in, fmt::format("C={} K={}", a.decode_in, int(row["draft_tokens"])), "ms_per_step",
           row["ms_per_step"], row["decode_ms"], double(row["decode_ms"]) / double(row["ms_per_step"]));
+    } else if (kind == "decode_sampling") {  // floor: the greedy step of the same run
+      set(a.decode_in, fmt::format("C={} sampled", a.decode_in), "ms_per_step", row["ms_per_step"],
+          row["greedy_ms"], double(row["greedy_ms"]) / double(row["ms_per_step"]));
     } else {
       SALA_CHECK(kind == "long_decode");
       const int64_t C = row["context"];
@@ -317,6 +323,8 @@ int run(const Args& a) {
   sala::ModelConfig cfg = sala::load_model_config(a.model);
   sala::Checkpoint ckpt(a.model);
   const bool long_decode = !a.long_decode_contexts.empty();
+  std::optional<sala::SamplingParams> sampling;  // before the model loads: fail fast
+  if (!a.decode_sampling.empty()) sampling = sala::cli::parse_decode_sampling(a.decode_sampling);
   if (a.chunk <= 0 || a.long_decode_steps <= 0 || (long_decode && a.long_decode_batches.empty()))
     sala::fail("--chunk, --long-decode-steps and --long-decode-batches must be positive");
   for (int k : a.verify_draft)
@@ -395,6 +403,12 @@ int run(const Args& a) {
 
   for (int B : a.decode_batches) {
     std::vector<int32_t> next(static_cast<size_t>(B));
+    // --decode-sampling: every step is run again at the same positions with sampled rows (the
+    // repeat rewrites the same KV slots; its lightning update only perturbs the numbers).
+    std::unique_ptr<sala::cli::BenchSampling> sampled;
+    if (sampling)
+      sampled = std::make_unique<sala::cli::BenchSampling>(*sampling, B, prompt, a.decode_in, V);
+    std::vector<double> sampled_ms;
     for (int b = 0; b < B; ++b) {  // prefill each sequence alone
       sala::StepMeta m;
       m.add_seq(prompt.data(), a.decode_in, 0, b, seq_pages(b, pages_per_seq), false, true);
@@ -409,6 +423,7 @@ int run(const Args& a) {
       const auto t0 = Clock::now();
       model.forward(m, logits, nullptr, &next);  // greedy on the device, as the engine does
       step_ms.push_back(since(t0) * 1e3);
+      if (sampled) sampled_ms.push_back(sampled->step(model, m));
       if ((s + 1) % 64 == 0 || s + 1 == a.decode_out)
         fmt::print(stderr, "\rdecode batch {:>2}: step {}/{}", B, s + 1, a.decode_out);
     }
@@ -420,6 +435,14 @@ int run(const Args& a) {
                {"floor_ms", decode_floor_ms}, {"fraction_of_floor", floor_ratio}},
               fmt::format("decode  B={:<3} {:>9.3f} ms/step {:>10.1f} tok/s   floor {:.3f} ms -> {:5.1f}% of floor",
                           B, med, B * 1e3 / med, decode_floor_ms, 100 * floor_ratio));
+    if (sampled) {
+      std::sort(sampled_ms.begin(), sampled_ms.end());
+      const double smed = sampled_ms[sampled_ms.size() / 2];
+      bench.add({{"kind", "decode_sampling"}, {"batch", B}, {"sampling", a.decode_sampling},
+                 {"ms_per_step", smed}, {"greedy_ms", med}, {"ratio_to_greedy", smed / med}},
+                fmt::format("sampled B={:<3} {:>9.3f} ms/step = {:.3f}x the greedy step ({})", B,
+                            smed, smed / med, a.decode_sampling));
+    }
     for (int k : a.verify_draft) bench_verify(bench, B, k, pages_per_seq, next, med);
     if (grammar) bench_decode_grammar(bench, *grammar, B, pages_per_seq);
   }
@@ -481,6 +504,11 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
                  "every sequence under this grammar (greedy under the mask), vs the plain step");
   app.add_option("--grammar-tokenizer", a->grammar_tokenizer, "the grammar's vocabulary (default: "
                  "--model-path; a random checkpoint has none: e.g. models/sala-tiny-chat)");
+  app.add_option("--decode-sampling", a->decode_sampling,
+                 "also time each decode step with sampled rows, e.g. temperature=0.7,top_p=0.9,"
+                 "repetition_penalty=1.1,seed=1 (keys: temperature top_k top_p min_p "
+                 "repetition_penalty frequency_penalty presence_penalty seed); prints the ratio "
+                 "to the greedy step of the same run");
   app.add_option("--threads", a->threads, "CPU threads (0 = all)");
   app.add_flag("--bf16", a->bf16, "CPU: emulate bf16 rounding");
   app.add_option("--quantization", a->quantization,

@@ -16,6 +16,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "engine/block_pool.h"
+#include "engine/device_sampling.h"
 #include "engine/draft_model.h"
 #include "engine/engine.h"
 #include "engine/engine_handle.h"
@@ -282,12 +283,16 @@ class EngineImpl final : public Engine {
     }
     speculator_.planned(plan_, model_->backend());
     // A step whose sampled rows are all plain greedy takes the argmax on the device and
-    // moves R ids instead of R × vocab logits to the host.
-    bool greedy_only = true;
-    for (const ScheduledSeq& it : plan_.items)
-      if (it.sample && !static_cast<Request*>(it.seq)->sampler.plain_greedy(
-                           static_cast<Request*>(it.seq)->sampling))
-        greedy_only = false;
+    // moves R ids instead of R × vocab logits to the host; other steps sample on the backend
+    // (device_sampling.h) unless a sampled verify call needs its rows on the host.
+    bool greedy_only = true, host_rows = false;
+    for (const ScheduledSeq& it : plan_.items) {
+      const Request* r = static_cast<const Request*>(it.seq);
+      greedy_only &= !it.sample || r->sampler.plain_greedy(r->sampling);
+      host_rows |= it.sample && r->spec.drafts > 0;
+    }
+    const bool on_device = !greedy_only && !(host_rows || !opts_.device_sampling ||
+                                             !model_->backend().samples_rows());
     prompt_rows_.plan(plan_, meta_, [](Sequence* s) -> LogprobState& {
       return static_cast<Request*>(s)->lp;
     });
@@ -295,7 +300,8 @@ class EngineImpl final : public Engine {
       return static_cast<const Request*>(s)->grammar.get();
     });
     model_->forward(meta_, logits_, nullptr, greedy_only ? &argmax_ : nullptr,
-                    &prompt_rows_.rows(), &masks_);
+                    &prompt_rows_.rows(), &masks_, on_device);
+    if (on_device) sample_on_device();
     prompt_rows_.collect();
     for (const ScheduledSeq& it : plan_.items) {
       Request* r = static_cast<Request*>(it.seq);
@@ -336,9 +342,11 @@ class EngineImpl final : public Engine {
         continue;
       }
       float* row_logits = logits_.data() + this_row * size_t(V);
-      if (!greedy_only) adjust_logits(row_logits, V, r->sampling, r->generated, info_.eos_token_ids);
-      const int32_t tok =
-          greedy_only ? argmax_[this_row] : sampler_.sample(row_logits, V, r->sampling, r->sampler);
+      const bool host = !greedy_only && !on_device;
+      if (host) adjust_logits(row_logits, V, r->sampling, r->generated, info_.eos_token_ids);
+      const int32_t tok = greedy_only ? argmax_[this_row]
+                          : on_device ? device_tokens_[this_row]
+                                      : sampler_.sample(row_logits, V, r->sampling, r->sampler);
       if (r->grammar && !advance_grammar(r, tok)) continue;
       r->sampler.observe(tok);
       r->tokens.push_back(tok);
@@ -368,6 +376,22 @@ class EngineImpl final : public Engine {
     ++stats_.steps;
     stats_.step_tokens_total += plan_.num_tokens;
     stats_.generated_tokens_total += generated;
+  }
+
+  // The step's sampled rows (no verify call among them) on the backend, in row order.
+  void sample_on_device() {
+    device_.clear();
+    int32_t row = 0;
+    for (const ScheduledSeq& it : plan_.items) {
+      if (!it.sample) continue;
+      Request* r = static_cast<Request*>(it.seq);
+      if (r->sampling.max_new_tokens > 0)  // else scoring: no token
+        device_.add(row, r->id, r->sampling, r->sampler, r->tokens, int32_t(r->prompt_len),
+                    r->generated, r->slot, info_.eos_token_ids, info_.vocab_size,
+                    model_->backend());
+      ++row;
+    }
+    if (!device_.empty()) device_.run(model_->backend(), model_->logits(), device_tokens_);
   }
 
   bool is_stop(const Request* r, int32_t tok) const {
@@ -471,6 +495,8 @@ class EngineImpl final : public Engine {
   std::unordered_map<uint64_t, std::unique_ptr<Request>> requests_;  // engine thread only
   Sampler sampler_;
   std::vector<int32_t> argmax_;  // greedy-only steps: one id per logit row
+  DeviceSampling device_;              // sampled steps on the backend
+  std::vector<int32_t> device_tokens_;  // their tokens, by logit row
   Speculator speculator_;
   std::vector<int32_t> spec_emit_;  // a verify call's tokens to emit
   PromptLogprobRows prompt_rows_;       // this step's prompt-logprob rows

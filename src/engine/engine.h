@@ -110,6 +110,10 @@ struct EngineOptions {
   // (speculative.draft_model: make_engine's draft_model, engine/draft_model.h); plan_limits
   // gives it a snapshot state slot per request and 1 + num_draft_tokens logit rows per request.
   SpeculativeOptions speculative;
+  // Sampled (non-greedy) steps sample on the backend (Backend::sample_rows: only ids leave the
+  // device); false: the logits rows are downloaded and sampled by the host Sampler. Steps with
+  // a sampled speculative verify call always sample on the host (Sampler::sample_draft).
+  bool device_sampling = true;
 };
 
 struct EngineStats {

@@ -42,88 +42,23 @@ void adjust_logits(float* logits, int32_t vocab, const SamplingParams& p, int32_
   for (int32_t id : p.stop_token_ids) mask(id);
 }
 
-int32_t argmax(const float* x, int32_t n) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < n; ++i)
-    if (x[i] > x[best]) best = i;  // strict: ties keep the lowest id
-  return best;
-}
-
 int64_t Sampler::weigh(float* logits, int32_t vocab, const SamplingParams& p, SamplerState& st,
                        double& sum) {
   SALA_CHECK(vocab > 0);
   if (st.penalties_) {
-    // Repetition (HF): prompt + generated tokens, divides positive logits, multiplies
-    // negative ones. Frequency / presence (OpenAI): generated tokens only.
+    // backend/sampling.h's rule, over the ids the prompt or the output touched.
     for (int32_t t : st.touched_) {
-      float& l = logits[t];
-      const int32_t c = st.out_count_[size_t(t)];
-      if (p.repetition_penalty != 1.0f)
-        l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
-      if (c > 0) l -= p.frequency_penalty * float(c) + p.presence_penalty;
+      const int32_t entry = (st.in_prompt_[size_t(t)] ? kPenaltyInPrompt : 0) |
+                            std::min(st.out_count_[size_t(t)], kPenaltyCountMask);
+      logits[t] = penalized(logits[t], entry, p.repetition_penalty, p.frequency_penalty,
+                            p.presence_penalty);
     }
   }
-  if (p.temperature <= 0.0f || p.top_k == 1) return -1;
-
-  // Candidates, sorted by logit (descending, ties to the lower id) when top-k / top-p need
-  // an order; otherwise all ids in id order.
-  const float inv_t = 1.0f / p.temperature;
-  const bool use_k = p.top_k > 0 && p.top_k < vocab;
-  const bool use_p = p.top_p > 0.0f && p.top_p < 1.0f;
-  cand_.resize(size_t(vocab));
-  for (int32_t i = 0; i < vocab; ++i) cand_[size_t(i)] = {logits[i], i};
-  auto by_logit = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
-    return a.first != b.first ? a.first > b.first : a.second < b.second;
-  };
-  size_t n = size_t(vocab);
-  if (use_k) {
-    n = size_t(p.top_k);
-    std::nth_element(cand_.begin(), cand_.begin() + std::ptrdiff_t(n) - 1, cand_.end(), by_logit);
-    std::sort(cand_.begin(), cand_.begin() + std::ptrdiff_t(n), by_logit);
-  } else if (use_p) {
-    std::sort(cand_.begin(), cand_.end(), by_logit);
-  }
-  float mx = -INFINITY;
-  for (size_t i = 0; i < n; ++i) mx = std::max(mx, cand_[i].first);
-  probs_.resize(n);
-  sum = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const float e = std::exp((cand_[i].first - mx) * inv_t);  // -inf logits give 0
-    probs_[i] = e;
-    sum += e;
-  }
-  if (!(sum > 0)) return -1;  // all -inf / NaN: fall back to greedy
-  if (use_p) {  // smallest prefix whose mass reaches top_p (at least one token)
-    double acc = 0;
-    size_t keep = 0;
-    while (keep < n) {
-      acc += probs_[keep++];
-      if (acc >= double(p.top_p) * sum) break;
-    }
-    n = keep;
-  }
-  if (p.min_p > 0.0f) {  // relative to the most likely token, whose weight is 1
-    const float thr = p.min_p;
-    for (size_t i = 0; i < n; ++i)
-      if (probs_[i] < thr && !(cand_[i].first == mx)) probs_[i] = 0;
-  }
-  sum = 0;
-  for (size_t i = 0; i < n; ++i) sum += probs_[i];
-  return int64_t(n);
+  return weigh_candidates(logits, vocab, p.temperature, p.top_k, p.top_p, p.min_p, s_, sum);
 }
 
 int32_t Sampler::draw(size_t n, double sum, SamplerState& st) {
-  // One 53-bit uniform draw from the request's stream (portable across standard libraries).
-  const double u = double(st.rng_() >> 11) * 0x1.0p-53 * sum;
-  double acc = 0;
-  size_t last = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (probs_[i] <= 0) continue;
-    last = i;
-    acc += probs_[i];
-    if (u < acc) return cand_[i].second;
-  }
-  return cand_[last].second;
+  return draw_candidate(s_, n, st.uniform() * sum);
 }
 
 int32_t Sampler::sample(float* logits, int32_t vocab, const SamplingParams& p,
@@ -144,11 +79,11 @@ int32_t Sampler::sample_draft(float* logits, int32_t vocab, const SamplingParams
   }
   size_t at = size_t(n);  // the draft's candidate, if it has one
   for (size_t i = 0; i < size_t(n); ++i)
-    if (cand_[i].second == draft) at = i;
-  const double pd = at < size_t(n) ? double(probs_[at]) : 0.0;  // unnormalised: p(draft)·sum
+    if (s_.cand[i].second == draft) at = i;
+  const double pd = at < size_t(n) ? double(s_.probs[at]) : 0.0;  // unnormalised: p(draft)·sum
   // Accept iff u < p(draft) / q(draft), u uniform in [0, 1): u · sum · q(draft) < pd.
   const double qd = q ? double(q[draft]) : 1.0;
-  const double u = double(st.rng_() >> 11) * 0x1.0p-53 * sum;
+  const double u = st.uniform() * sum;
   accepted = u * qd < pd;
   if (accepted) return draft;
   if (!q) {
@@ -156,7 +91,7 @@ int32_t Sampler::sample_draft(float* logits, int32_t vocab, const SamplingParams
     // mass is positive: u < sum, so pd < sum.
     if (at < size_t(n)) {
       sum -= pd;
-      probs_[at] = 0;
+      s_.probs[at] = 0;
     }
     return draw(size_t(n), sum, st);
   }
@@ -166,9 +101,9 @@ int32_t Sampler::sample_draft(float* logits, int32_t vocab, const SamplingParams
   // speculation verifies plain rows only, so no penalty is applied twice).
   double rsum = 0;
   for (size_t i = 0; i < size_t(n); ++i) {
-    const double r = double(probs_[i]) / sum - double(q[cand_[i].second]);
-    probs_[i] = r > 0 ? float(r) : 0.0f;
-    rsum += probs_[i];
+    const double r = double(s_.probs[i]) / sum - double(q[s_.cand[i].second]);
+    s_.probs[i] = r > 0 ? float(r) : 0.0f;
+    rsum += s_.probs[i];
   }
   if (rsum > 0) return draw(size_t(n), rsum, st);
   const int64_t m = weigh(logits, vocab, p, st, sum);
@@ -189,9 +124,9 @@ int32_t Sampler::sample_proposal(float* logits, int32_t vocab, const SamplingPar
   // sample_draft will divide by.
   double qsum = 0;
   for (size_t i = 0; i < size_t(n); ++i) {
-    probs_[i] = float(double(probs_[i]) / sum);
-    q[cand_[i].second] = probs_[i];
-    qsum += probs_[i];
+    s_.probs[i] = float(double(s_.probs[i]) / sum);
+    q[s_.cand[i].second] = s_.probs[i];
+    qsum += s_.probs[i];
   }
   return draw(size_t(n), qsum, st);
 }

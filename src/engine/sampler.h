@@ -1,13 +1,16 @@
 // CPU sampling from one fp32 logits row. Greedy (temperature <= 0 or top_k == 1) is the
 // argmax with ties to the lowest id. Otherwise: penalties, temperature, top-k, top-p, min-p
 // (SGLang's order), then one draw from the request's own RNG, so the same seed gives the
-// same tokens. The CUDA backend may later sample on the device behind the same interface.
+// same tokens. The arithmetic is backend/sampling.h's (weigh_candidates, draw_candidate), which
+// Backend::sample_rows runs on the device's logits (engine/device_sampling.h) with draws taken
+// from the same stream (SamplerState::uniform).
 #pragma once
 #include <cstdint>
 #include <random>
 #include <utility>
 #include <vector>
 
+#include "backend/sampling.h"
 #include "engine/engine.h"
 
 namespace sala {
@@ -32,6 +35,10 @@ class SamplerState {
     return !penalties_ && p.logit_bias.empty() && p.min_new_tokens == 0;
   }
   uint64_t seed() const { return seed_; }
+  bool penalties() const { return penalties_; }
+  // The next draw of the request's stream, uniform in [0, 1) with 53 bits (the draw sample()
+  // makes; portable across standard libraries).
+  double uniform() { return double(rng_() >> 11) * 0x1.0p-53; }
 
  private:
   friend class Sampler;
@@ -49,9 +56,6 @@ class SamplerState {
 // min_tokens: a mask, not a rejected sample).
 void adjust_logits(float* logits, int32_t vocab, const SamplingParams& p, int32_t generated,
                    const std::vector<int32_t>& eos_ids);
-
-// Index of the largest value, ties to the lowest index.
-int32_t argmax(const float* x, int32_t n);
 
 class Sampler {
  public:
@@ -82,8 +86,7 @@ class Sampler {
   // One draw from the weights of weigh() (the request's stream).
   int32_t draw(size_t n, double sum, SamplerState& st);
 
-  std::vector<std::pair<float, int32_t>> cand_;
-  std::vector<float> probs_;
+  SampleScratch s_;  // candidates and weights of the latest weigh()
 };
 
 }  // namespace sala

@@ -90,7 +90,8 @@ Model::GraphStep Model::graph_step(const StepMeta& meta, ForwardTrace* trace) {
 }
 
 void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTrace* trace,
-                    std::vector<int32_t>* argmax, RowLogprobs* extra, const LogitMasks* masks) {
+                    std::vector<int32_t>* argmax, RowLogprobs* extra, const LogitMasks* masks,
+                    bool keep_logits) {
   const int64_t T = meta.num_tokens();
   const int64_t R = int64_t(meta.logit_rows.size());
   SALA_CHECK(T > 0 && T <= limits_.max_step_tokens, "step has {} tokens (max {})", T,
@@ -136,6 +137,7 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
     be.argmax_rows(out, argmax->data());
     return;
   }
+  if (keep_logits) return;
   logits.resize(size_t(R) * size_t(cfg_.vocab_size));
   be.download_f32(out, logits.data());
 }

@@ -55,9 +55,14 @@ class Model {
   // `masks`: structured output's allowed tokens of some logit rows, applied to the logits
   // (Backend::mask_logits) before the argmax or the download; later `logprobs` calls see the
   // masked rows too (as vLLM: a grammar's logprobs are those of the masked distribution).
+  // `keep_logits`: neither the argmax nor the download; the logits stay in the workspace for
+  // logits() (sampling on the device).
   void forward(const StepMeta& meta, std::vector<float>& logits, ForwardTrace* trace = nullptr,
                std::vector<int32_t>* argmax = nullptr, RowLogprobs* extra = nullptr,
-               const LogitMasks* masks = nullptr);
+               const LogitMasks* masks = nullptr, bool keep_logits = false);
+  // The logits workspace [max_logit_rows, vocab] fp32 in backend memory: after forward, rows
+  // [0, R) are the step's logit rows (Backend::sample_rows reads them there).
+  Tensor logits() const { return {logits_.data, DType::F32, limits_.max_logit_rows, cfg_.vocab_size}; }
   // After forward: log-probabilities of some of its logit rows (indexes into
   // meta.logit_rows), from the logits still in the workspace (never downloaded whole).
   void logprobs(RowLogprobs& lp);

@@ -341,9 +341,9 @@ TEST(CudaFp8, LinearSiluMul) {
     }
 }
 
-// Decode-only steps of 17..64 rows (one row per sequence) skip the GEMV: on Hopper the CUTLASS
-// stream-K kernel (cuda_gemm_fp8_sm90.cu), elsewhere cuBLASLt; close to the CPU at the
-// model's projections and at shapes that are no multiple of its tile.
+// Decode-only steps of 17..64 rows (one row per sequence) skip the GEMV (cuBLASLt: the fp32
+// output and the scaling kernel); close to the CPU at the model's projections and at shapes
+// that are no multiple of a GEMM tile.
 TEST(CudaFp8, WideDecodeSteps) {
   REQUIRE_GPU();
   uint32_t seed = 1200;

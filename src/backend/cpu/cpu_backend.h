@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_kv_store.h"
+#include "core/check.h"
 
 namespace sala {
 
@@ -58,6 +59,20 @@ class CpuBackend : public Backend {
                    int32_t words) override;
   void logprobs_rows(const Tensor& logits, const int32_t* rows, const int32_t* targets, int64_t n,
                      int top_n, float* logprob, int32_t* top_ids, float* top_logprobs) override;
+  // The host sampler (backend/sampling.h) on the rows in place: the oracle of the CUDA kernel.
+  void sample_rows(const Tensor& logits, const int32_t* rows, int64_t n, const RowSampling* params,
+                   const LogitEdit* edits, int32_t* out) override {
+    SALA_CHECK(logits.dtype == DType::F32, "sample_rows of {}", dtype_name(logits.dtype));
+    for (int64_t i = 0; i < n; ++i)
+      SALA_CHECK(rows[i] >= 0 && rows[i] < logits.rows, "sample row {} of {}", rows[i], logits.rows);
+    sampler_.sample_rows(static_cast<const float*>(logits.data), int32_t(logits.cols), rows, n,
+                         params, edits, out);
+  }
+  void load_penalties(int32_t slot, int32_t vocab, const int32_t* prompt, int64_t n_prompt,
+                      const int32_t* generated, int64_t n_generated) override {
+    sampler_.load_penalties(slot, vocab, prompt, n_prompt, generated, n_generated);
+  }
+  bool samples_rows() const override { return true; }
 
   // Paged sparse-layer cache of one layer: fp32 (bf16-representable values in BF16 mode), or
   // FP8 codes with the layer's scales (K's for the compressed keys) under an FP8 KV cache.
@@ -94,6 +109,7 @@ class CpuBackend : public Backend {
   std::vector<SparseLayerCache> sparse_;  // per sparse layer
   std::vector<float> states_;  // [num_slots, n_lightning, nh, d, d] fp32
   int32_t num_slots_ = 0;
+  HostSampler sampler_;  // sample_rows, load_penalties
 };
 
 }  // namespace sala

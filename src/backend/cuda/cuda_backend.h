@@ -111,6 +111,13 @@ class CudaBackend : public Backend {
   void argmax_rows(const Tensor& logits, int32_t* out) override;
   void mask_logits(Tensor& logits, const int32_t* rows, int64_t n, const uint32_t* masks,
                    int32_t words) override;
+  // cuda_sample.cu: one block per row; params, edits and rows go up in one copy, ids come
+  // back in one (cuda_backend_sample.cpp).
+  void sample_rows(const Tensor& logits, const int32_t* rows, int64_t n, const RowSampling* params,
+                   const LogitEdit* edits, int32_t* out) override;
+  void load_penalties(int32_t slot, int32_t vocab, const int32_t* prompt, int64_t n_prompt,
+                      const int32_t* generated, int64_t n_generated) override;
+  bool samples_rows() const override { return true; }
   void synchronize() override;
 
   bool graphs_enabled() const override { return graphs_.enabled(); }
@@ -161,6 +168,17 @@ class CudaBackend : public Backend {
   int64_t mask_cap_ = 0;
   int32_t mask_words_ = 0;
   size_t pinned_dl_bytes_ = 0;
+  // sample_rows: [params | edits | rows | ids] in one device buffer and its pinned twin
+  // (capacities sample_cap_ rows, edit_cap_ edits); scratch rows [scratch_rows_, vocab] fp32;
+  // penalty tables [pen_slots_, pen_vocab_] int32. Each grows on demand (sampling is never
+  // recorded in a graph).
+  void* sample_dev_ = nullptr;
+  void* sample_host_ = nullptr;
+  int64_t sample_cap_ = 0, edit_cap_ = 0;
+  float* sample_scratch_ = nullptr;
+  int64_t scratch_elems_ = 0;
+  int32_t* pen_table_ = nullptr;
+  int32_t pen_slots_ = 0, pen_vocab_ = 0;
 };
 
 }  // namespace sala

@@ -3,7 +3,7 @@
 // (backend/cpu/cpu_fp8.cpp) up to the fp32 summation order:
 //   xq [T, K], sx [T] = fp8_quantize_rows(x)          launch_quantize_rows_fp8 (bit for bit)
 //   y[t, n] = (Σ_k xq[t, k] · wq[n, k]) · sx[t] · sw[n]   one FP8 GEMM per output part:
-//   on Hopper, bf16 outputs take CUTLASS's kernels with the scales in their epilogue
+//   on Hopper, prefill runs into bf16 take CUTLASS's kernel with the scales in its epilogue
 //   (cuda_gemm_fp8_sm90.cu); the rest cuBLASLt, as below
 // The products of two e4m3 values are exact in fp32, so the GPU and the CPU differ only in how
 // the fp32 sums are ordered (and where the two scales multiply); the bf16 output rounds once.
@@ -172,9 +172,10 @@ void GemmDispatch::fp8_gemm(const uint8_t* xq, const float* sx, int64_t T, const
              "FP8 GEMM T={} K={} N={}: needs 16-byte aligned operands (weight codes {}, scales "
              "{}; output {})",
              Ti, K, N, ptr_alignment(w.data), ptr_alignment(w.scales), ptr_alignment(y.data));
-  // Outputs into bf16 (prefill runs, decode-only steps of 17..64 rows): CUTLASS's Hopper
-  // kernels with both scales in the epilogue (cuda_gemm_fp8_sm90.cu), no fp32 round trip; they
-  // decline off Hopper or for a shape they refuse. fp32 logits stay on cuBLASLt.
+  // Prefill runs (more than 64 rows) into bf16: CUTLASS's Hopper kernel with both scales in
+  // its epilogue (cuda_gemm_fp8_sm90.cu), no fp32 round trip; it declines off Hopper, for runs
+  // of up to 64 rows (decode-only steps: cuBLASLt was faster there) and for shapes it refuses.
+  // fp32 logits stay on cuBLASLt.
   if (!f32_out &&
       launch_fp8_scaled_gemm_sm90(xq, sx, static_cast<const uint8_t*>(w.data), w.scales,
                                   ptr<bf16>(y), T, N, K, lt_workspace_, lt_workspace_size_,

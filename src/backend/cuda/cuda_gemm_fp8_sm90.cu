@@ -21,11 +21,12 @@
 // the sums differ from the CPU's sgemm only in order and in that bounded truncation; the op
 // tests compare with the CPU oracle (CudaFp8.*).
 //
-// Shapes: two configurations of 128 x 128 x 128 tiles and the cooperative schedule (two
-// consumer warpgroups per 128-row tile): prefill runs (M > 64) persistent over the tiles in
-// clusters of 2 along M; decode-only steps of 17..64 rows with stream-K (PrefillGemm /
-// SkinnyGemm below). Rows of up to 64 outside decode-only steps take the FP8 GEMV
-// (GemmDispatch), which is row-invariant; these kernels are not.
+// Shapes: runs of more than 64 rows (prefill), 128 x 128 x 128 tiles with the cooperative
+// schedule (two consumer warpgroups per 128-row tile), persistent over the tiles in clusters
+// of 2 along M. Runs of up to 64 rows are not taken: the FP8 GEMV (row-invariant) or, in
+// decode-only steps of 17..64 rows, cuBLASLt. A stream-K configuration of this kernel for those
+// decode steps was measured slower than cuBLASLt's fp32 output + scaling kernel (H200, FP8
+// decode at B=64: 9.99 vs 8.06 ms per step, session 11) and removed.
 #include <cuda_bf16.h>
 
 #include <cstdio>
@@ -57,7 +58,7 @@ constexpr int kAlignCodes = 16;  // elements per 16 bytes
 constexpr int kAlignOut = 8;
 constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
-// One kernel configuration: tile, cluster and tile scheduler. The epilogue tree is
+// A kernel configuration: tile, cluster and tile scheduler. The epilogue tree is
 // Mul1(Mul0(acc, sx[m]), sw[n]): sx broadcasts along N (a column vector of the tile: stride 1
 // in M), sw along M (a row vector: stride 1 in N).
 template <class TileShape, class ClusterShape, class Scheduler>
@@ -94,11 +95,6 @@ struct ScaledGemm {
 // multicast to both), persistent over the tiles.
 using PrefillGemm = ScaledGemm<Shape<_128, _128, _128>, Shape<_2, _1, _1>,
                                cutlass::gemm::PersistentScheduler>;
-// Decode-only steps of 17..64 rows: one 128-row tile covers M, so there are only N / 128
-// tiles (32 for o_proj's 4096 columns, fewer than the 132 SMs); stream-K splits the K loop of
-// the tiles over every SM (its partial sums reduced in a fixed order: deterministic).
-using SkinnyGemm = ScaledGemm<Shape<_128, _128, _128>, Shape<_1, _1, _1>,
-                              cutlass::gemm::StreamKScheduler>;
 
 bool device_is_sm90() {
   // The process uses one device; its compute capability does not change.
@@ -156,11 +152,9 @@ bool ScaledGemm<TileShape, ClusterShape, Scheduler>::run(const uint8_t* xq, cons
 bool launch_fp8_scaled_gemm_sm90(const uint8_t* xq, const float* sx, const uint8_t* wq,
                                  const float* sw, bf16* y, int64_t M, int64_t N, int64_t K,
                                  void* workspace, size_t workspace_bytes, cudaStream_t st) {
-  if (!device_is_sm90() || M <= 0 || N <= 0 || K <= 0) return false;
-  return M <= 64 ? SkinnyGemm::run(xq, sx, wq, sw, y, int(M), int(N), int(K), workspace,
-                                   workspace_bytes, st)
-                 : PrefillGemm::run(xq, sx, wq, sw, y, int(M), int(N), int(K), workspace,
-                                    workspace_bytes, st);
+  if (!device_is_sm90() || M <= 64 || N <= 0 || K <= 0) return false;
+  return PrefillGemm::run(xq, sx, wq, sw, y, int(M), int(N), int(K), workspace, workspace_bytes,
+                          st);
 }
 
 }  // namespace sala::cuda
