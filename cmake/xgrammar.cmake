@@ -7,36 +7,9 @@
 # tvm_ffi); the Python bindings (cpp/tvm_ffi, nanobind) are left out.
 set(SALA_XGRAMMAR_VERSION 0.2.8)
 set(SALA_XGRAMMAR_SHA256 8305646fd2b319d6c3003f51a1665e54cbbe9cba1fb636bc41d0b46434ccbb80)
-if(DEFINED ENV{SALA_DEPS_DIR})
-  set(_sala_deps_default "$ENV{SALA_DEPS_DIR}")
-else()
-  set(_sala_deps_default "$ENV{HOME}/.cache/sala-deps")
-endif()
-set(SALA_DEPS_DIR "${_sala_deps_default}" CACHE PATH "Where downloaded source packages are kept")
+include(${CMAKE_CURRENT_LIST_DIR}/pypi_file.cmake)
+sala_pypi_file(xgrammar-${SALA_XGRAMMAR_VERSION}.tar.gz ${SALA_XGRAMMAR_SHA256} scripts/fetch_xgrammar.sh)
 set(_xg_sdist "${SALA_DEPS_DIR}/xgrammar-${SALA_XGRAMMAR_VERSION}.tar.gz")
-
-function(_sala_xgrammar_sdist_ok out)
-  set(${out} FALSE PARENT_SCOPE)
-  if(EXISTS "${_xg_sdist}")
-    file(SHA256 "${_xg_sdist}" h)
-    if(h STREQUAL SALA_XGRAMMAR_SHA256)
-      set(${out} TRUE PARENT_SCOPE)
-    endif()
-  endif()
-endfunction()
-
-_sala_xgrammar_sdist_ok(_xg_ok)
-if(NOT _xg_ok)
-  message(STATUS "xgrammar ${SALA_XGRAMMAR_VERSION}: fetching its sdist from PyPI into ${SALA_DEPS_DIR}")
-  execute_process(COMMAND bash "${CMAKE_CURRENT_SOURCE_DIR}/scripts/fetch_xgrammar.sh" "${SALA_DEPS_DIR}"
-                  RESULT_VARIABLE _xg_rc OUTPUT_QUIET)
-  _sala_xgrammar_sdist_ok(_xg_ok)
-  if(NOT _xg_rc EQUAL 0 OR NOT _xg_ok)
-    message(FATAL_ERROR "xgrammar-${SALA_XGRAMMAR_VERSION}.tar.gz (sha256 ${SALA_XGRAMMAR_SHA256}) "
-                        "is not in ${SALA_DEPS_DIR} and scripts/fetch_xgrammar.sh could not fetch it "
-                        "(it needs PyPI and python3-venv; scripts/install_deps.sh installs both)")
-  endif()
-endif()
 
 set(_xg_root "${CMAKE_BINARY_DIR}/_deps/xgrammar-${SALA_XGRAMMAR_VERSION}")
 if(NOT EXISTS "${_xg_root}/.sala-unpacked")
@@ -44,7 +17,6 @@ if(NOT EXISTS "${_xg_root}/.sala-unpacked")
   file(ARCHIVE_EXTRACT INPUT "${_xg_sdist}" DESTINATION "${CMAKE_BINARY_DIR}/_deps")
   file(TOUCH "${_xg_root}/.sala-unpacked")
 endif()
-set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_xg_sdist}")
 
 file(GLOB_RECURSE _xg_sources CONFIGURE_DEPENDS "${_xg_root}/cpp/*.cc")
 list(FILTER _xg_sources EXCLUDE REGEX "/cpp/tvm_ffi/")

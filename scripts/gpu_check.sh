@@ -282,44 +282,23 @@ GRAMMAR_BENCH_ARGS="--decode-batches 1,8,64 --decode-input 128 --decode-output 1
   --prefill-batches 1 --prefill-input 256 --decode-grammar $ROOT/tests/model/bench_grammar_schema.json \
   --grammar-tokenizer $ROOT/models/sala-tiny-chat"
 
-# FP8 (issue 17) / W4A16 (issue 22) fidelity: `sala fidelity` prints top-1 agreement, KL, logit
-# cosine and the greedy prefix; a run that fails (or prints no agreement line) fails the check.
-# The CPU side of the 9B comparison is the oracle in bf16 emulation (~3 min on 16 cores).
-# $1: the fidelity spec's quantization tag (fp8 | w4) and the mode's name.
+# Fidelity of the quantized modes: FP8 weights (issue 17), W4A16 (issue 22), the FP8 KV cache
+# (issue 17). `sala fidelity` prints top-1 agreement, KL, logit cosine and the greedy prefix; a
+# run that fails (or prints no agreement line) fails the check. Per model: the GPU against the
+# CPU oracle in the same mode (cpu:bf16:TAG vs cuda:bf16:TAG) and GPU bf16 against GPU TAG; the
+# CPU side of the 9B comparison is the oracle in bf16 emulation (~3 min on 16 cores).
+# quant_fidelity TAG [PAIR...]: TAG the fidelity spec's quantization tag (fp8 | w4 | kv8) and
+# the mode's name; PAIRs ("a,b") are added for the small models only.
 quant_fidelity() {
   setup
-  local t0=$SECONDS m pair a b name q=$1
+  local t0=$SECONDS m pair a b name pairs q=$1
+  shift
   [ -e "$MODEL_DIR/model.safetensors.index.json" ] || [ -e "$MODEL_DIR/model.safetensors" ] ||
     "$BIN/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$MODEL_DIR" 2>&1 | tail -1
   echo "make-random: $((SECONDS - t0)) s"
   for m in "$MODEL_DIR" "$ROOT/models/sala-tiny-chat" "$GOLDEN_ROOT"/tiny-*; do
-    for pair in "cpu:bf16:$q cuda:bf16:$q" "cuda:bf16 cuda:bf16:$q"; do
-      read -r a b <<<"$pair"
-      name="fidelity $(basename "$m") $a vs $b"
-      echo "== $name"
-      run_logged "$OUT/fidelity_$(basename "$m")_${a//:/_}_${b//:/_}.log" \
-        "$BIN/sala" fidelity --model-path "$m" --config-a "$a" --config-b "$b" \
-        --random "${FP8_SEQS:-2}" --length "${FP8_LEN:-160}" --greedy "${FP8_GREEDY:-4}"
-      $SUM lines "$OUT/checks.jsonl" "$name" \
-        "$OUT/fidelity_$(basename "$m")_${a//:/_}_${b//:/_}.log" "$RC" "$SECS" \
-        "top-1 agreement|KL|greedy"
-    done
-  done
-  finish "$q"
-}
-
-# FP8 KV cache (issue 17): the CPU side of the 9B comparison is the bf16-emulation oracle with
-# its FP8 KV cache (~3 min on 16 cores); the tiny models add dense-as-sparse pairs.
-kv8() {
-  setup
-  local t0=$SECONDS m pair a b name pairs
-  [ -e "$MODEL_DIR/model.safetensors.index.json" ] || [ -e "$MODEL_DIR/model.safetensors" ] ||
-    "$BIN/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$MODEL_DIR" 2>&1 | tail -1
-  echo "make-random: $((SECONDS - t0)) s"
-  for m in "$MODEL_DIR" "$ROOT/models/sala-tiny-chat" "$GOLDEN_ROOT"/tiny-*; do
-    pairs="cpu:bf16:kv8,cuda:bf16:kv8 cuda:bf16,cuda:bf16:kv8"
-    [ "$m" = "$MODEL_DIR" ] || pairs="$pairs cpu:bf16:dense-as-sparse:kv8,cuda:bf16:dense-as-sparse:kv8 \
-cpu:bf16:dense-as-sparse:kv=fp8_e5m2,cuda:bf16:dense-as-sparse:kv=fp8_e5m2"
+    pairs="cpu:bf16:$q,cuda:bf16:$q cuda:bf16,cuda:bf16:$q"
+    [ "$m" = "$MODEL_DIR" ] || pairs="$pairs $*"
     for pair in $pairs; do
       IFS=, read -r a b <<<"$pair"
       name="fidelity $(basename "$m") $a vs $b"
@@ -332,8 +311,12 @@ cpu:bf16:dense-as-sparse:kv=fp8_e5m2,cuda:bf16:dense-as-sparse:kv=fp8_e5m2"
         "top-1 agreement|KL|greedy"
     done
   done
-  finish kv8
+  finish "$q"
 }
+# The FP8 KV cache's small-model pairs: with --dense-as-sparse every sparse layer selects, in
+# e4m3 and e5m2.
+KV8_TINY_PAIRS="cpu:bf16:dense-as-sparse:kv8,cuda:bf16:dense-as-sparse:kv8 \
+cpu:bf16:dense-as-sparse:kv=fp8_e5m2,cuda:bf16:dense-as-sparse:kv=fp8_e5m2"
 
 # bf16 KV vs FP8 e4m3 KV in one command: decode at a 4K context and the long prefill rows.
 KV8_LONG_BENCH_ARGS="--decode-batches 1 --decode-output 16 --prefill-batches 1 \
@@ -401,7 +384,8 @@ case "${1:-}" in
   spec) spec ;;
   fp8) quant_fidelity fp8 ;;
   w4) quant_fidelity w4 ;;
-  kv8) kv8 ;;
+  # shellcheck disable=SC2086  # KV8_TINY_PAIRS is a list
+  kv8) quant_fidelity kv8 $KV8_TINY_PAIRS ;;
   kv8-bench) kv8_bench ;;
   exec) shift; setup >&2; export SALA_GPU_DIR=$BIN; "$@" ;;
   table|markdown) $SUM "$1" "${2:-$SUMMARY}" ;;

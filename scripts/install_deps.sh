@@ -5,7 +5,8 @@
 #   scripts/install_deps.sh           build + run: what scripts/demo.sh and `sala serve` need,
 #                                     and xgrammar's sdist from PyPI (scripts/fetch_xgrammar.sh:
 #                                     the grammar engine's sources, checked by sha256, cached in
-#                                     $SALA_DEPS_DIR, default ~/.cache/sala-deps)
+#                                     $SALA_DEPS_DIR, default ~/.cache/sala-deps); with nvcc
+#                                     also CUTLASS's headers (scripts/fetch_cutlass.sh)
 #   scripts/install_deps.sh --tests   also what the tests need (GoogleTest, python3-venv, ccache,
 #                                     clang-14 + libclang-rt-14-dev + libomp-14-dev for fuzzing),
 #                                     then the PyPI packages of tests/requirements.txt into .venv
@@ -80,10 +81,19 @@ fi
 xgrammar_sdist() {  # the name fetch_xgrammar.sh gives the cached file
   echo "${SALA_DEPS_DIR:-$HOME/.cache/sala-deps}/xgrammar-$(sed -n 's/^VERSION=//p' scripts/fetch_xgrammar.sh).tar.gz"
 }
+# With the CUDA toolkit: CUTLASS's headers (the nvidia-cutlass wheel) for the Hopper FP8 GEMM.
+have_nvcc() { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; }
+cutlass_wheel() {  # the name fetch_cutlass.sh gives the cached file
+  echo "${SALA_DEPS_DIR:-$HOME/.cache/sala-deps}/nvidia_cutlass-$(sed -n 's/^VERSION=//p' scripts/fetch_cutlass.sh)-py3-none-any.whl"
+}
 if [ "$check" = 1 ]; then
   [ -f "$(xgrammar_sdist)" ] || { echo "missing: $(xgrammar_sdist) (scripts/fetch_xgrammar.sh)"; exit 1; }
+  if have_nvcc && [ ! -f "$(cutlass_wheel)" ]; then
+    echo "missing: $(cutlass_wheel) (scripts/fetch_cutlass.sh)"; exit 1
+  fi
 else
   bash scripts/fetch_xgrammar.sh >/dev/null
+  if have_nvcc; then bash scripts/fetch_cutlass.sh >/dev/null; fi
 fi
 
 if [ "$tests" = 1 ] && [ "$check" = 0 ]; then

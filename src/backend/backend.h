@@ -37,6 +37,8 @@ struct Tensor {
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype); }
   // Rows [r0, r0+n) of a contiguous tensor.
   Tensor slice_rows(int64_t r0, int64_t n) const {
+    SALA_CHECK(r0 >= 0 && n >= 0 && r0 + n <= rows, "slice [{}, {}) of a {}-row tensor", r0,
+               r0 + n, rows);
     return {static_cast<char*>(data) + size_t(r0 * cols) * dtype_size(dtype), dtype, n, cols};
   }
   // A bf16 / fp32 matrix [out, in] is a dense weight of that format.

@@ -62,9 +62,9 @@ Int4Host weight(int64_t N, int64_t K, int32_t group, uint32_t seed) {
   return int4_rtn(h, group);
 }
 
-// x [64, K]: N(0, 1), row 3 zero, row 5 large (x100), row 11 tiny (x1e-4).
-HostMat activations(int64_t K, uint32_t seed) {
-  HostMat x = randn(kRowsMax, K, seed, 1.f);
+// x [rows, K]: N(0, 1), row 3 zero, row 5 large (x100), row 11 tiny (x1e-4).
+HostMat activations(int64_t K, uint32_t seed, int64_t rows = kRowsMax) {
+  HostMat x = randn(rows, K, seed, 1.f);
   const std::vector<float> f = x.f32();
   auto set = [&](int64_t r, float s) {
     for (int64_t k = 0; k < K; ++k) x.bits[size_t(r * K + k)] = bf16_bits(f[size_t(r * K + k)] * s);
@@ -158,7 +158,7 @@ TEST(CudaInt4Gemv, OutputModes) {
   uint32_t seed = 4500;
   Pair p;
   const int64_t K = 2048;
-  const HostMat hx = activations(K, seed++);
+  const HostMat hx = activations(K, seed++, 100);  // M = 100 below: the dequantized path
   auto xt = p.up(hx);
   const Int4Host q = weight(2048, K, 128, seed++);
   const Weight wc = upload_int4_host(*p.cpu, q), wg = upload_int4_host(*p.gpu, q);
