@@ -25,6 +25,7 @@
 
 #include "cli/bench_floors.h"
 #include "cli/bench_grammar.h"
+#include "cli/bench_rows.h"
 #include "cli/bench_sampling.h"
 #include "cli/command.h"
 #include "backend/cache_layout.h"
@@ -107,55 +108,10 @@ struct Bench {
 
   // The JSON is rewritten after each result: a run stopped by a later, longer case keeps these.
   void add(nlohmann::json row, std::string line) {
-    add_common_keys(row);
+    add_common_keys(row, a.decode_in);
     results.push_back(std::move(row));
     table.push_back(std::move(line));
     if (!a.out_json.empty()) std::ofstream(a.out_json) << results.dump(2) << "\n";
-  }
-
-  // Keys every row carries, whatever its kind (docs/PERF.md's tables and
-  // scripts/gpu_check.sh's summary read these): name (the table line's label), batch,
-  // context (tokens before the timed steps, or the prompt length of a prefill), the measured
-  // value with its unit, the floor in the same unit and ratio (share of the floor reached:
-  // floor / time, or throughput / ceiling).
-  void add_common_keys(nlohmann::json& row) const {
-    const std::string kind = row.at("kind");
-    const int batch = row.at("batch");
-    auto set = [&](int64_t context, const std::string& label, const char* unit, double value,
-                   double floor, double ratio) {
-      row["name"] = fmt::format("{} B={} {}", kind, batch, label);
-      row["context"] = context;
-      row["unit"] = unit;
-      row["value"] = value;
-      row["floor"] = floor;
-      row["ratio"] = ratio;
-    };
-    if (kind == "decode") {
-      set(a.decode_in, fmt::format("C={}", a.decode_in), "ms_per_step", row["ms_per_step"],
-          row["floor_ms"], row["fraction_of_floor"]);
-    } else if (kind == "prefill") {
-      const int64_t L = row["input_len"];
-      const double tok_s = row["tok_s"], ceiling = row["ceiling_tok_s"];
-      set(L, fmt::format("L={}", L), "tok_s", tok_s, ceiling, tok_s / ceiling);
-    } else if (kind == "long_prefill") {
-      const int64_t L = row["input_len"];
-      set(L, fmt::format("L={}", L), "seconds", row["seconds"], row["floor_seconds"],
-          row["fraction_of_floor"]);
-    } else if (kind == "decode_grammar") {
-      set(a.decode_in, fmt::format("C={} {}", a.decode_in, std::string(row["grammar"])), "ms_per_step",
-          row["ms_per_step"], row["decode_ms"], double(row["decode_ms"]) / double(row["ms_per_step"]));
-    } else if (kind == "verify") {
-      set(a.decode_in, fmt::format("C={} K={}", a.decode_in, int(row["draft_tokens"])), "ms_per_step",
-          row["ms_per_step"], row["decode_ms"], double(row["decode_ms"]) / double(row["ms_per_step"]));
-    } else if (kind == "decode_sampling") {  // floor: the greedy step of the same run
-      set(a.decode_in, fmt::format("C={} sampled", a.decode_in), "ms_per_step", row["ms_per_step"],
-          row["greedy_ms"], double(row["greedy_ms"]) / double(row["ms_per_step"]));
-    } else {
-      SALA_CHECK(kind == "long_decode");
-      const int64_t C = row["context"];
-      set(C, fmt::format("C={}", C), "ms_per_step", row["ms_per_step"], row["floor_ms"],
-          row["fraction_of_floor"]);
-    }
   }
 };
 
