@@ -55,29 +55,8 @@ class EngineImpl final : public Engine {
                     [this](const Sequence& s) { return draft_policy(s); }) {
     const ModelConfig& cfg = model_->config();
     const ModelLimits& lim = model_->limits();
-    EngineOptions o = opts;
-    const SpeculativeOptions& so = o.speculative;
-    SALA_CHECK(so.num_draft_tokens >= 0 && so.num_draft_tokens <= 15 && so.ngram_min >= 1 &&
-                   so.ngram_max >= so.ngram_min,
-               "speculative options: {} drafts (0..15), n-grams {}..{}", so.num_draft_tokens,
-               so.ngram_min, so.ngram_max);
-    // With speculation the upper half of the state slots holds the snapshots, and a running
-    // request may take 1 + num_draft_tokens rows and logit rows per step.
-    const int32_t rows = 1 + so.num_draft_tokens;
-    const int32_t slots = lim.caches.num_slots / (so.enabled() ? 2 : 1);
-    o.max_running_requests = std::min({o.max_running_requests, slots, lim.max_logit_rows / rows});
-    o.max_step_tokens = std::min(o.max_step_tokens, lim.max_step_tokens);
-    // Room for a whole chunk beside a decode row (verify call) of every running request, so
-    // that prefill chunks (fixed boundaries, see scheduler.h) never starve behind decodes.
-    o.max_step_tokens = std::min(std::max(o.max_step_tokens,
-                                          o.chunked_prefill_size + o.max_running_requests * rows),
-                                 lim.max_step_tokens);
-    o.chunked_prefill_size = std::max(
-        1, std::min(o.chunked_prefill_size, o.max_step_tokens - o.max_running_requests * rows));
-    if (o.max_context_len <= 0) o.max_context_len = cfg.max_position_embeddings;
-    SALA_CHECK(o.max_running_requests > 0 && o.max_step_tokens > 0 &&
-                   o.chunked_prefill_size > 0 && o.max_context_len > 0,
-               "engine limits must be positive");
+    const EngineOptions o = fit_engine_options(opts, cfg, lim);
+    const int32_t slots = request_state_slots(o, lim);
     opts_ = o;
     info_.options = o;
     info_.max_context_len = o.max_context_len;

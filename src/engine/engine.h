@@ -181,6 +181,13 @@ std::unique_ptr<Engine> make_engine(std::unique_ptr<Model> model, const EngineOp
 ModelLimits plan_limits(const ModelConfig& cfg, const EngineOptions& opts,
                         size_t memory_budget_bytes, int64_t max_total_tokens = 0,
                         size_t kv_element_bytes = 4, const ModelConfig* draft = nullptr);
+// The state slots requests may hold (the upper half holds speculative snapshots), and the
+// engine's options fitted to the model's limits: running requests, step tokens and the prefill
+// chunk clamped so a whole chunk fits beside a verify call of every running request (what
+// make_engine runs; pool_sizing.cpp). SALA_CHECK on options no limits can satisfy.
+int32_t request_state_slots(const EngineOptions& o, const ModelLimits& lim);
+EngineOptions fit_engine_options(const EngineOptions& opts, const ModelConfig& cfg,
+                                 const ModelLimits& lim);
 // The draft model's limits beside the target's `target` (plan_limits): a state slot and a
 // snapshot slot per running request; KV pages for the target's tokens plus, per running
 // request, the drafts it computes ahead of the target (num_draft_tokens) and a partial page;

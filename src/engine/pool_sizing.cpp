@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "backend/cache_layout.h"
+#include "core/check.h"
 #include "engine/engine.h"
 
 namespace sala {
@@ -80,6 +81,38 @@ ModelLimits plan_draft_limits(const ModelConfig& draft, const EngineOptions& opt
   d.max_step_tokens = target.max_step_tokens + running * (1 + k);
   d.max_logit_rows = running;
   return d;
+}
+
+int32_t request_state_slots(const EngineOptions& o, const ModelLimits& lim) {
+  // With speculation the upper half of the state slots holds the snapshots.
+  return lim.caches.num_slots / (o.speculative.enabled() ? 2 : 1);
+}
+
+EngineOptions fit_engine_options(const EngineOptions& opts, const ModelConfig& cfg,
+                                 const ModelLimits& lim) {
+  EngineOptions o = opts;
+  const SpeculativeOptions& so = o.speculative;
+  SALA_CHECK(so.num_draft_tokens >= 0 && so.num_draft_tokens <= 15 && so.ngram_min >= 1 &&
+                 so.ngram_max >= so.ngram_min,
+             "speculative options: {} drafts (0..15), n-grams {}..{}", so.num_draft_tokens,
+             so.ngram_min, so.ngram_max);
+  // A running request may take 1 + num_draft_tokens rows and logit rows per step.
+  const int32_t rows = 1 + so.num_draft_tokens;
+  o.max_running_requests = std::min(
+      {o.max_running_requests, request_state_slots(o, lim), lim.max_logit_rows / rows});
+  o.max_step_tokens = std::min(o.max_step_tokens, lim.max_step_tokens);
+  // Room for a whole chunk beside a decode row (verify call) of every running request, so
+  // that prefill chunks (fixed boundaries, see scheduler.h) never starve behind decodes.
+  o.max_step_tokens = std::min(std::max(o.max_step_tokens,
+                                        o.chunked_prefill_size + o.max_running_requests * rows),
+                               lim.max_step_tokens);
+  o.chunked_prefill_size = std::max(
+      1, std::min(o.chunked_prefill_size, o.max_step_tokens - o.max_running_requests * rows));
+  if (o.max_context_len <= 0) o.max_context_len = cfg.max_position_embeddings;
+  SALA_CHECK(o.max_running_requests > 0 && o.max_step_tokens > 0 &&
+                 o.chunked_prefill_size > 0 && o.max_context_len > 0,
+             "engine limits must be positive");
+  return o;
 }
 
 }  // namespace sala
