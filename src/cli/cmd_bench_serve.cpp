@@ -3,11 +3,14 @@
 // --dataset-name custom) at concurrency 1, 8 and unbounded; see src/harness/bench_serve.h.
 #include <fmt/core.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/serve_roofline.h"
 #include "core/error.h"
 #include "harness/bench_serve.h"
 #include "harness/http.h"
@@ -21,7 +24,8 @@ struct Args {
   std::string url = "http://127.0.0.1:30000";
   std::vector<std::string> data;
   std::string concurrency = "1,8,inf";
-  std::string baseline, out, svg, tokenizer;
+  std::string baseline, out, svg, tokenizer, roofline_config;
+  bool no_roofline = false;
   uint64_t seed = 42;
   bool no_shuffle = false;
   int64_t num_prompts = -1;
@@ -29,6 +33,51 @@ struct Args {
   bool no_flush = false, quiet = false;
   double timeout = 6 * 3600;
 };
+
+// The served model for the roofline: --roofline-config, else the server's model_path when it
+// is a directory here (both servers report it, with quantization and chunked_prefill_size, in
+// /get_server_info). nullopt, with a note, when neither is readable.
+std::optional<sala::cli::RooflineModel> roofline_model(const Args& a, const std::string& url,
+                                                       const std::string& info_path) {
+  if (a.no_roofline) return std::nullopt;
+  sala::cli::RooflineModel m;
+  std::string path = a.roofline_config;
+  try {
+    const nlohmann::json info = sala::harness::get_json(url, info_path);
+    if (path.empty() && info.contains("model_path") && info["model_path"].is_string())
+      path = info["model_path"].get<std::string>();
+    if (info.contains("quantization") && info["quantization"].is_string())
+      m.quantization = info["quantization"].get<std::string>();
+    if (info.contains("chunked_prefill_size") && info["chunked_prefill_size"].is_number_integer())
+      m.chunk = std::max<int64_t>(1, info["chunked_prefill_size"].get<int64_t>());
+  } catch (const sala::Error& e) {
+    if (a.roofline_config.empty()) {
+      fmt::print(stderr, "roofline: skipped ({}; --roofline-config names the model)\n", e.what());
+      return std::nullopt;
+    }
+  }
+  if (path.empty() || !std::filesystem::exists(path)) {
+    if (!a.roofline_config.empty()) sala::fail("--roofline-config '{}' does not exist", path);
+    fmt::print(stderr, "roofline: skipped (the server's model path '{}' is not here; "
+                       "--roofline-config names its config.json)\n", path);
+    return std::nullopt;
+  }
+  m.cfg = sala::load_model_config(path);
+  return m;
+}
+
+void add_roofline(sala::harness::TierResult& t, const sala::cli::RooflineModel& m) {
+  std::vector<int64_t> in, out;
+  for (const auto& o : t.outputs)
+    if (o.success) {
+      in.push_back(o.server_prompt_len >= 0 ? o.server_prompt_len : o.prompt_len);
+      out.push_back(o.output_len);
+    }
+  const sala::cli::ServeRoofline r = sala::cli::serve_roofline(m, in, out, t.concurrency);
+  t.roofline_s = r.total_s();
+  t.roofline_prefill_s = r.prefill_s;
+  t.roofline_decode_s = r.decode_s;
+}
 
 int run(const Args& a) {
   using namespace sala::harness;
@@ -65,11 +114,13 @@ int run(const Args& a) {
                  in, out);
     }
 
+  const auto roof = roofline_model(a, opt.base_url, opt.server_info_path);
   std::vector<TierResult> tiers;
   for (size_t i = 0; i < conc.size(); ++i) {
     const std::string& d = a.data.size() == 1 ? a.data[0] : a.data[i];
     TierResult t = run_tier(opt, rows[d], conc[i]);
     t.data_path = d;
+    if (roof) add_roofline(t, *roof);
     fmt::print("{}", format_tier(t));
     std::fflush(stdout);
     tiers.push_back(std::move(t));
@@ -110,6 +161,10 @@ sala::cli::Registrar reg("bench serve", "serving benchmark through /generate, as
   s.add_flag("--no-flush-cache", a->no_flush, "skip POST /flush_cache before the timed part");
   s.add_option("--request-timeout", a->timeout, "seconds per request")->capture_default_str();
   s.add_flag("--quiet", a->quiet, "no progress on stderr");
+  s.add_option("--roofline-config", a->roofline_config,
+               "the served model's config.json or directory, for each tier's roofline-implied "
+               "duration (default: the server's model_path, when it is a directory here)");
+  s.add_flag("--no-roofline", a->no_roofline, "print no roofline");
   return [a]() -> int { return run(*a); };
 });
 

@@ -324,9 +324,12 @@ std::string format_summary(const std::vector<TierResult>& tiers,
                            const std::map<std::string, double>& baseline) {
   std::string s;
   bool base = !baseline.empty();
-  s += fmt::format("\n{:<6} {:>12} {:>9} {:>9} {:>12} {:>12} {:>10} {:>10} {:>9} {:>9}{}\n", "tier",
+  bool roof = false;
+  for (const auto& t : tiers) roof = roof || t.roofline_s > 0;
+  s += fmt::format("\n{:<6} {:>12} {:>9} {:>9} {:>12} {:>12} {:>10} {:>10} {:>9} {:>9}{}{}\n", "tier",
                    "duration_s", "ok", "failed", "in_tok/s", "out_tok/s", "TTFT_p50", "TTFT_p99",
-                   "ITL_p50", "ITL_p99", base ? fmt::format(" {:>12} {:>8}", "baseline_s", "speedup") : "");
+                   "ITL_p50", "ITL_p99", roof ? fmt::format(" {:>11} {:>9}", "roofline_s", "of_roof") : "",
+                   base ? fmt::format(" {:>12} {:>8}", "baseline_s", "speedup") : "");
   std::map<std::string, double> durs;
   for (const auto& t : tiers) {
     durs[t.label] = t.duration_s;
@@ -338,11 +341,18 @@ std::string format_summary(const std::vector<TierResult>& tiers,
       else
         b = fmt::format(" {:>12} {:>8}", "-", "-");
     }
-    s += fmt::format("{:<6} {:>12.2f} {:>9} {:>9} {:>12.1f} {:>12.1f} {:>10.1f} {:>10.1f} {:>9.2f} {:>9.2f}{}\n",
+    std::string r;
+    if (roof)
+      r = t.roofline_s > 0 ? fmt::format(" {:>11.4g} {:>8.1f}%", t.roofline_s,
+                                         100 * t.roofline_s / t.duration_s)
+                           : fmt::format(" {:>11} {:>9}", "-", "-");
+    s += fmt::format("{:<6} {:>12.2f} {:>9} {:>9} {:>12.1f} {:>12.1f} {:>10.1f} {:>10.1f} {:>9.2f} {:>9.2f}{}{}\n",
                      t.label, t.duration_s, t.completed, t.failed, t.input_throughput,
-                     t.output_throughput, t.ttft_ms.p50, t.ttft_ms.p99, t.itl_ms.p50, t.itl_ms.p99, b);
+                     t.output_throughput, t.ttft_ms.p50, t.ttft_ms.p99, t.itl_ms.p50, t.itl_ms.p99, r, b);
   }
-  s += "(TTFT and ITL in ms)\n";
+  s += "(TTFT and ITL in ms";
+  if (roof) s += "; roofline_s: prefill FLOPs at the tensor-core peak + decode steps at the weight-streaming floor, of_roof: roofline_s / duration_s";
+  s += ")\n";
   double w = weighted_duration(durs);
   if (w >= 0) {
     s += fmt::format("Weighted duration 0.4*S1 + 0.3*S8 + 0.3*Sinf: {:.2f} s (lower is better)\n", w);
@@ -390,6 +400,9 @@ nlohmann::json tier_json(const TierResult& t) {
       {"e2e_latency_ms", sj(t.e2e_ms)},
       {"output_tokens_per_second", t.tokens_per_second},
       {"requests", std::move(reqs)},
+      {"roofline_s", t.roofline_s > 0 ? nlohmann::json(t.roofline_s) : nlohmann::json(nullptr)},
+      {"roofline_prefill_s", t.roofline_s > 0 ? nlohmann::json(t.roofline_prefill_s) : nlohmann::json(nullptr)},
+      {"roofline_decode_s", t.roofline_s > 0 ? nlohmann::json(t.roofline_decode_s) : nlohmann::json(nullptr)},
   };
 }
 

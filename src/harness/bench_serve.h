@@ -54,6 +54,8 @@ struct TierResult {
   double max_output_tokens_per_s = 0;
   int max_concurrent_requests = 0;
   std::vector<double> tokens_per_second;  // output tokens in each 1 s bucket
+  // The roofline-implied duration of what the tier ran (cli/serve_roofline.h), 0 if unknown.
+  double roofline_s = 0, roofline_prefill_s = 0, roofline_decode_s = 0;
 };
 
 std::string tier_label(int concurrency);
