@@ -186,25 +186,30 @@ bool GemmDispatch::gemv_rows(int64_t rows) const {
   return rows <= kDecodeGemvRows || (rows <= kGemvMaxRows && !decode_only_step());
 }
 
-// Decode-only steps of 17..kStackMaxRows rows (bf16): a stacked weight's outputs come from one
-// cuBLASLt GEMM instead of one per output (cuBLAS kernels take no part in PDL, so every call
-// costs a launch gap). Not in steps that prefill: there each sequence's rows are multiplied as
-// they would be alone (linear).
-bool GemmDispatch::stacked_gemm(const Tensor& x, const Tensor& w) {
+// Decode-only steps of 17..kStackMaxRows rows: a stacked weight's outputs come from one GEMM
+// instead of one per output (cuBLAS kernels take no part in PDL, so every call costs a launch
+// gap; an FP8 part of 256 or 4096 columns also spreads over too few SMs). Not in steps that
+// prefill: there each sequence's rows are multiplied as they would be alone (linear). True when
+// x's rows qualify and the workspace holds [x.rows, n].
+bool GemmDispatch::stack_fits(const Tensor& x, int64_t n) {
   if (!(bf16_ && decode_only_step() && x.rows > kDecodeGemvRows && x.rows <= kStackMaxRows &&
-        is_act(x) && is_act(w) &&
-        x.cols == w.cols))
+        is_act(x)))
     return false;
-  if (x.rows * w.rows <= stack_ws_elems_) return true;
+  if (x.rows * n <= stack_ws_elems_) return true;
   // Wider than plan_stack_workspace planned (not the released shapes): grow, outside
   // recordings only (a recorded step's shapes ran eagerly first, so it never lands here).
   if (graphs_.capturing()) return false;
   graphs_.drop();
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   arena_.release(stack_ws_);
-  stack_ws_elems_ = kStackMaxRows * w.rows;
+  stack_ws_elems_ = kStackMaxRows * n;
   stack_ws_ = arena_.device(size_t(stack_ws_elems_) * 2);
   return true;
+}
+
+// bf16 weights: the stacked GEMM is cuBLASLt's (linear_rows).
+bool GemmDispatch::stacked_gemm(const Tensor& x, const Tensor& w) {
+  return is_act(w) && x.cols == w.cols && stack_fits(x, w.rows);
 }
 
 bool GemmDispatch::linear_multi(const Tensor& x, const Weight& wt, const std::vector<Tensor*>& ys) {
@@ -247,11 +252,23 @@ bool GemmDispatch::linear_multi(const Tensor& x, const Weight& wt, const std::ve
 // layer and the same bits as the two-op default. Stacked steps: the SiLU product of the
 // stacked GEMM's halves.
 bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g, Tensor& /*u*/) {
-  // FP8: ≤ 16 rows, the FP8 GEMV's silu_pair epilogue (one kernel); otherwise Backend's
+  // FP8: ≤ 16 rows, the FP8 GEMV's silu_pair epilogue (one kernel); decode-only steps of
+  // 17..64 rows, one GEMM over both halves and silu_mul_halves; otherwise Backend's
   // composition, linear_multi (one quantization, a GEMM per half) then silu_mul.
   if (wt.format == WeightFormat::FP8_E4M3) {
-    if (!(bf16_ && is_bf16(g) && g.rows == x.rows && wt.rows == 2 * g.cols && is_act(x) &&
-          x.cols == wt.cols && gemv_rows(x.rows) && gemv_fp8_silu_pair_supported(wt.rows) &&
+    const bool shaped = bf16_ && is_bf16(g) && g.rows == x.rows && wt.rows == 2 * g.cols &&
+                        is_act(x) && x.cols == wt.cols;
+    if (shaped && !gemv_rows(x.rows) && stack_fits(x, wt.rows)) {
+      const Fp8Input in = fp8_input(x.rows, x.cols);
+      launch_quantize_rows_fp8(ptr<bf16>(x), x.rows, x.cols, x.cols, in.codes, in.scales,
+                               stream_);
+      Tensor ws{stack_ws_, DType::BF16, x.rows, wt.rows};
+      fp8_gemm(in.codes, in.scales, x.rows, wt, ws);
+      launch_silu_mul_halves(ptr<bf16>(ws), x.rows, g.cols, ptr<bf16>(g), stream_);
+      timer_.tick("fp8 silu_mul halves");
+      return true;
+    }
+    if (!(shaped && gemv_rows(x.rows) && gemv_fp8_silu_pair_supported(wt.rows) &&
           gemv_fp8_supported(wt.data, x.cols, x.rows)))
       return false;
     const GemvOut o = gemv_silu_pair(g);

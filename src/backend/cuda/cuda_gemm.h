@@ -151,6 +151,9 @@ class GemmDispatch {
   // A GEMV of `rows` rows is the path for this step: <= kDecodeGemvRows rows, or (verify and
   // prefill runs) <= kGemvMaxRows rows outside decode-only steps.
   bool gemv_rows(int64_t rows) const;
+  // A decode-only step's x qualifies for a stacked GEMM of n output columns (stack_ws_ holds
+  // [x.rows, n], grown if needed outside recordings).
+  bool stack_fits(const Tensor& x, int64_t n);
   void* stack_ws_ = nullptr;
   int64_t stack_ws_elems_ = 0;
 };

@@ -23,15 +23,18 @@
 //
 // Shapes: runs of more than 64 rows (prefill), 128 x 128 x 128 tiles with the cooperative
 // schedule (two consumer warpgroups per 128-row tile), persistent over the tiles in clusters
-// of 2 along M. Runs of up to 64 rows are not taken: the FP8 GEMV (row-invariant) or, in
-// decode-only steps of 17..64 rows, cuBLASLt. A stream-K configuration of this kernel for those
-// decode steps was measured slower than cuBLASLt's fp32 output + scaling kernel (H200, FP8
-// decode at B=64: 9.99 vs 8.06 ms per step, session 11) and removed.
+// of 2 along M; decode-only steps of 32..64 rows whose output is at least twice as wide as
+// the input, 64 x 128 x 128 tiles with the ping-pong schedule (DecodeGemm below). Other runs
+// of up to 64 rows are not taken: the FP8 GEMV (row-invariant) or, in decode-only steps of
+// 17..64 rows, cuBLASLt. A stream-K configuration of the prefill tiles for those decode steps
+// was measured slower than cuBLASLt's fp32 output + scaling kernel (H200, FP8 decode at B=64:
+// 9.99 vs 8.06 ms per step, session 11) and removed.
 #include <cuda_bf16.h>
 
 #include <cstdio>
 #include <cstdlib>
 
+#include "backend/cuda/cuda_gemm_fp8_sm90.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -61,7 +64,8 @@ constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 // A kernel configuration: tile, cluster and tile scheduler. The epilogue tree is
 // Mul1(Mul0(acc, sx[m]), sw[n]): sx broadcasts along N (a column vector of the tile: stride 1
 // in M), sw along M (a row vector: stride 1 in N).
-template <class TileShape, class ClusterShape, class Scheduler>
+template <class TileShape, class ClusterShape, class Scheduler, class KernelSchedule,
+          class EpilogueSchedule>
 struct ScaledGemm {
   using Acc = fusion::Sm90AccFetch;
   using ScaleRows = fusion::Sm90ColBroadcast<0, TileShape, float, float,
@@ -74,14 +78,13 @@ struct ScaledGemm {
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignOut,
-      ElementOut, LayoutD, kAlignOut, cutlass::epilogue::TmaWarpSpecializedCooperative,
-      Epilogue>::CollectiveOp;
+      ElementOut, LayoutD, kAlignOut, EpilogueSchedule, Epilogue>::CollectiveOp;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementCode, LayoutA, kAlignCodes,
       ElementCode, LayoutB, kAlignCodes, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+      KernelSchedule>::CollectiveOp;
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
       Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue, Scheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
@@ -94,7 +97,21 @@ struct ScaledGemm {
 // Prefill runs (M > 64): 128 x 128 x 128 tiles in clusters of 2 along M (the x tile is
 // multicast to both), persistent over the tiles.
 using PrefillGemm = ScaledGemm<Shape<_128, _128, _128>, Shape<_2, _1, _1>,
-                               cutlass::gemm::PersistentScheduler>;
+                               cutlass::gemm::PersistentScheduler,
+                               cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                               cutlass::epilogue::TmaWarpSpecializedCooperative>;
+// Decode-only steps of 32..64 rows with wide outputs (N >= 2 K: the stacked q/k/v/gate and
+// gate_up GEMMs of GemmDispatch::stack_fits): one 64-row tile along M (the ping-pong schedule,
+// one consumer warpgroup per tile), 128-column tiles. H200 (CudaFp8.DecodeConfigsSpeed, with
+// the quantize kernel), M = 64: 4096 -> 16384 27.1 vs cuBLASLt's 34.0 µs, 4096 -> 32768 45.1 vs
+// 55.3, 4096 -> 8704 19.8 vs 21.0; but 16384 -> 4096 50.1 vs 35.2 and 4096 -> 4096 19.1 vs
+// 16.6 (too few column tiles for the SMs), and at M = 17 cuBLASLt is as fast or faster. A
+// 64 x 64 tile in clusters of 8 along N was measured too (4096 -> 4096: 15.3 µs, 4096 ->
+// 16384: 31.5) and not kept.
+using DecodeGemm = ScaledGemm<Shape<_64, _128, _128>, Shape<_1, _1, _1>,
+                              cutlass::gemm::PersistentScheduler,
+                              cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                              cutlass::epilogue::TmaWarpSpecialized>;
 
 bool device_is_sm90() {
   // The process uses one device; its compute capability does not change.
@@ -117,8 +134,9 @@ void check_cutlass(cutlass::Status status, const char* what, int line) {
   std::abort();
 }
 
-template <class TileShape, class ClusterShape, class Scheduler>
-bool ScaledGemm<TileShape, ClusterShape, Scheduler>::run(const uint8_t* xq, const float* sx,
+template <class TileShape, class ClusterShape, class Scheduler, class KernelSchedule,
+          class EpilogueSchedule>
+bool ScaledGemm<TileShape, ClusterShape, Scheduler, KernelSchedule, EpilogueSchedule>::run(const uint8_t* xq, const float* sx,
                                                          const uint8_t* wq, const float* sw,
                                                          bf16* y, int m, int n, int k,
                                                          void* workspace,
@@ -152,9 +170,28 @@ bool ScaledGemm<TileShape, ClusterShape, Scheduler>::run(const uint8_t* xq, cons
 bool launch_fp8_scaled_gemm_sm90(const uint8_t* xq, const float* sx, const uint8_t* wq,
                                  const float* sw, bf16* y, int64_t M, int64_t N, int64_t K,
                                  void* workspace, size_t workspace_bytes, cudaStream_t st) {
-  if (!device_is_sm90() || M <= 64 || N <= 0 || K <= 0) return false;
-  return PrefillGemm::run(xq, sx, wq, sw, y, int(M), int(N), int(K), workspace, workspace_bytes,
-                          st);
+  const Fp8Sm90Config c = M > 64                       ? Fp8Sm90Config::kPrefill
+                         : M >= 32 && N >= 2 * K && K > 0 ? Fp8Sm90Config::kDecode
+                                                          : Fp8Sm90Config::kNone;
+  return launch_fp8_scaled_gemm_sm90_config(c, xq, sx, wq, sw, y, M, N, K, workspace,
+                                            workspace_bytes, st);
+}
+
+bool launch_fp8_scaled_gemm_sm90_config(Fp8Sm90Config c, const uint8_t* xq, const float* sx,
+                                        const uint8_t* wq, const float* sw, bf16* y, int64_t M,
+                                        int64_t N, int64_t K, void* workspace,
+                                        size_t workspace_bytes, cudaStream_t st) {
+  if (!device_is_sm90() || M <= 0 || N <= 0 || K <= 0) return false;
+  const int m = int(M), n = int(N), k = int(K);
+  switch (c) {
+    case Fp8Sm90Config::kPrefill:
+      return PrefillGemm::run(xq, sx, wq, sw, y, m, n, k, workspace, workspace_bytes, st);
+    case Fp8Sm90Config::kDecode:
+      return DecodeGemm::run(xq, sx, wq, sw, y, m, n, k, workspace, workspace_bytes, st);
+    case Fp8Sm90Config::kNone:
+      return false;
+  }
+  return false;
 }
 
 }  // namespace sala::cuda

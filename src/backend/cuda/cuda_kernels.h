@@ -138,10 +138,11 @@ void launch_quantize_rows_fp8(const bf16* x, int64_t rows, int64_t cols, int64_t
 // (fp32 y may be acc).
 void launch_fp8_apply_scales(const float* acc, int64_t T, int64_t N, const float* sx,
                              const float* sw, void* y, bool y_f32, cudaStream_t st);
-// FP8 prefill GEMMs (M > 64) into bf16 on Hopper (cuda_gemm_fp8_sm90.cu, CUTLASS): y [M, N] =
+// FP8 GEMMs into bf16 on Hopper (cuda_gemm_fp8_sm90.cu, CUTLASS): y [M, N] =
 // bf16((Σ_k xq[m, k] · wq[n, k]) · sx[m] · sw[n]) with both scales in the GEMM's epilogue;
-// xq [M, K] codes, wq [N, K] codes, K % 16 == 0, N % 8 == 0, 16-byte aligned pointers.
-// Returns false, launching nothing, where it does not run (not an sm_90 GPU, M <= 64, a
+// xq [M, K] codes, wq [N, K] codes, K % 16 == 0, N % 8 == 0, 16-byte aligned pointers. Runs
+// of M > 64 rows (prefill), and of 32..64 rows with N >= 2 K (stacked decode-step GEMMs).
+// Returns false, launching nothing, where it does not run (not an sm_90 GPU, other shapes, a
 // problem CUTLASS refuses, a workspace smaller than it needs): the caller then takes cuBLASLt.
 bool launch_fp8_scaled_gemm_sm90(const uint8_t* xq, const float* sx, const uint8_t* wq,
                                  const float* sw, bf16* y, int64_t M, int64_t N, int64_t K,
