@@ -62,13 +62,7 @@ struct CacheShape {
   int32_t num_slots = 0;    // lightning-state slots (one per running sequence)
 };
 
-enum class NumericMode { F32, BF16 };
-
-// The CPU backend's linear() runs its GEMMs over blocks of this many output columns (the last
-// block of a weight fewer): a column's bits then depend neither on the thread count nor on
-// slicing the weight's rows at multiples of it (tensor parallelism's shards,
-// model/tensor_parallel.h).
-inline constexpr int64_t kLinearColBlock = 64;  // the golden README's two contracts
+enum class NumericMode { F32, BF16 };  // the golden README's two contracts
 
 class Backend {
  public:

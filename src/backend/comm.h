@@ -25,7 +25,7 @@ class Communicator {
   // The same into rank `root`'s full only (other ranks pass any tensor; it is not written).
   virtual void gather_cols(const Tensor& local, Tensor& full, int root) = 0;
   // x = x_0 + x_1 + ... + x_{size-1}, summed in rank order on every rank (fixed bits, the same
-  // on every rank). fp32.
+  // on every rank and from run to run). fp32 (rounded to bf16 where the group emulates bf16).
   virtual void all_reduce_sum(Tensor& x) = 0;
   // Greedy token of vocab-parallel logits: local[R, Vr] is rank r's vocab slice starting at
   // id vocab_offset; out[R] (on `root` only) = the global argmax, ties to the lowest id (the
@@ -36,10 +36,12 @@ class Communicator {
 
 // An in-process group of `size` ranks over host memory (fp32 tensors of the CPU backend):
 // rank r's communicator is comm(r), each used by one thread. The collectives synchronise
-// with a barrier; none allocates per call beyond a per-rank scratch vector.
+// with a barrier; none allocates per call beyond a per-rank scratch vector. round_bf16: the
+// CPU backend's bf16 emulation: all_reduce_sum's result rounded to bf16, as an NCCL all-reduce
+// of bf16 tensors returns bf16.
 class CpuCommGroup {
  public:
-  explicit CpuCommGroup(int size);
+  explicit CpuCommGroup(int size, bool round_bf16 = false);
   ~CpuCommGroup();
   std::unique_ptr<Communicator> comm(int rank);
   int size() const;

@@ -4,12 +4,15 @@
 
 #include "backend/comm.h"
 #include "core/check.h"
+#include "core/dtype.h"
 
 namespace sala {
 
 struct CpuCommGroup::State {
-  explicit State(int n) : n(n), bar(n), ptr(size_t(n)), ids(size_t(n)), vals(size_t(n)) {}
+  State(int n, bool round_bf16)
+      : n(n), round_bf16(round_bf16), bar(n), ptr(size_t(n)), ids(size_t(n)), vals(size_t(n)) {}
   int n;
+  bool round_bf16;
   std::barrier<> bar;
   std::vector<const void*> ptr;           // each rank's published tensor
   std::vector<std::vector<int32_t>> ids;  // argmax_rows: each rank's local best ids
@@ -42,6 +45,8 @@ class CpuComm : public Communicator {
       const float* p = static_cast<const float*>(s_.ptr[size_t(r)]);
       for (size_t i = 0; i < n; ++i) scratch_[i] += p[i];
     }
+    if (s_.round_bf16)
+      for (float& v : scratch_) v = round_bf16(v);
     barrier();
     std::memcpy(x.data, scratch_.data(), n * sizeof(float));
   }
@@ -106,9 +111,9 @@ class CpuComm : public Communicator {
 
 }  // namespace
 
-CpuCommGroup::CpuCommGroup(int size) {
+CpuCommGroup::CpuCommGroup(int size, bool round_bf16) {
   SALA_CHECK(size >= 1, "a communicator group of {} ranks", size);
-  s_ = std::make_unique<State>(size);
+  s_ = std::make_unique<State>(size, round_bf16);
 }
 CpuCommGroup::~CpuCommGroup() = default;
 int CpuCommGroup::size() const { return s_->n; }

@@ -188,6 +188,7 @@ void Model::logprobs(RowLogprobs& lp) {
   lp.top_ids.resize(n * size_t(lp.top_n));
   lp.top_logprobs.resize(n * size_t(lp.top_n));
   if (n == 0) return;
+  if (tp_) tp_->gather_logits(logits_);  // after a distributed-argmax step
   const Tensor out{logits_.data, DType::F32, limits_.max_logit_rows, cfg_.vocab_size};
   backend_->logprobs_rows(out, lp.rows.data(), lp.targets.data(), int64_t(n), lp.top_n,
                           lp.logprob.data(), lp.top_ids.data(), lp.top_logprobs.data());

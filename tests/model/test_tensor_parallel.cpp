@@ -1,14 +1,22 @@
 // Tensor parallelism on the CPU backend (issue 24): the in-process communicator, and TP=2
-// against TP=1 on the golden tiny models, bit for bit in both numeric modes
-// (model/tensor_parallel.h: every GEMM element is TP=1's dot product, every norm TP=1's row).
+// against TP=1 on the golden tiny models and on a 2-KV-head variant of tiny-sparse (the
+// sparse layers' KV heads split, as the real model's). The row-parallel o_proj / down_proj
+// sum K-halves apart, so TP=2 equals TP=1 to fp32 rounding (bounds below), and its bits are
+// fixed from run to run. The bounds are ~100x below what a per-shard lightning slope or
+// o_norm (the reference SGLang TP bugs) changes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <cstring>
 #include <thread>
 
 #include "backend/comm.h"
 #include "core/error.h"
+#include "core/safetensors.h"
 #include "model/tensor_parallel.h"
 #include "test_util.h"
 
@@ -36,8 +44,8 @@ int64_t bits_differ(const std::vector<float>& a, const std::vector<float>& b, do
 }
 
 // Runs f(comm) on `n` ranks, one thread each.
-void on_ranks(int n, const std::function<void(Communicator&)>& f) {
-  CpuCommGroup g(n);
+void on_ranks(int n, const std::function<void(Communicator&)>& f, bool round_bf16 = false) {
+  CpuCommGroup g(n, round_bf16);
   std::vector<std::unique_ptr<Communicator>> comms;
   for (int r = 0; r < n; ++r) comms.push_back(g.comm(r));
   std::vector<std::thread> th;
@@ -74,6 +82,17 @@ TEST(CpuComm, AllReduceSumsInRankOrder) {
   for (float g : got) EXPECT_EQ(g, (1e8f + 1.f) + -1e8f);
 }
 
+TEST(CpuComm, AllReduceRoundsToBf16WhenEmulatingIt) {
+  // 1 + 2^-10 is no bf16 value (8 mantissa bits): rounded to 1 in the bf16 group only.
+  for (bool bf16 : {false, true})
+    on_ranks(2, [&](Communicator& c) {
+      float x = c.rank() == 0 ? 1.f : 1.f / 1024;
+      Tensor t{&x, DType::F32, 1, 1};
+      c.all_reduce_sum(t);
+      EXPECT_EQ(x, bf16 ? 1.f : 1.f + 1.f / 1024);
+    }, bf16);
+}
+
 TEST(CpuComm, ArgmaxTiesGoToTheLowestId) {
   on_ranks(2, [](Communicator& c) {
     // Row 0: the maximum 5 on both ranks (ids 1 and 4): id 1. Row 1: rank 1's 7 (id 5).
@@ -95,51 +114,82 @@ TEST(CpuComm, ArgmaxTiesGoToTheLowestId) {
   });
 }
 
-// The premise of the column split: y[:, n0:n1] of one GEMM equals the GEMM of the weight's
-// rows n0..n1 (the CPU backend's sgemv per row, sgemm over fixed column blocks), at any
-// thread count.
-TEST(TensorParallel, LinearColumnSlicesAreExact) {
-  for (int threads : {1, 2, 3}) {
-    auto be = make_cpu_backend(BackendOptions{NumericMode::F32, threads});
-    for (int64_t T : {1, 5, 16, 17, 300}) {
-      for (int64_t K : {256, 512}) {
-        const int64_t N = 512;
-        Tensor x = be->alloc(T, K, DType::F32), w = be->alloc(N, K, DType::F32);
-        uint32_t s = 1;
-        auto rnd = [&] {
-          s = s * 1664525u + 1013904223u;
-          return float(int32_t(s >> 8) % 2001 - 1000) / 997.f;
-        };
-        for (int64_t i = 0; i < x.numel(); ++i) static_cast<float*>(x.data)[i] = rnd();
-        for (int64_t i = 0; i < w.numel(); ++i) static_cast<float*>(w.data)[i] = rnd();
-        Tensor y = be->alloc(T, N, DType::F32);
-        be->linear(x, w, y);
-        for (int64_t part : {2, 4}) {
-          const int64_t n = N / part;
-          Tensor yp = be->alloc(T, n, DType::F32);
-          for (int64_t p = 0; p < part; ++p) {
-            be->linear(x, Weight(w).slice_rows(p * n, n), yp);
-            int64_t bad = 0;
-            for (int64_t t = 0; t < T; ++t)
-              bad += std::memcmp(static_cast<float*>(y.data) + t * N + p * n,
-                                 static_cast<float*>(yp.data) + t * n, size_t(n) * 4) != 0;
-            EXPECT_EQ(bad, 0) << "threads " << threads << " T " << T << " K " << K << " slice "
-                              << p << "/" << part;
-          }
-        }
+// tiny-sparse re-cut into heads of 8 dimensions: 32 query heads and 2 KV heads of 8 in its
+// sparse layers (InfLLM-v2's group of 16, as the real model's 32/2) and 32 lightning heads
+// (the same weights: heads*d stays 256; q_norm/k_norm keep their first 8 weights), in a
+// temporary directory. TP=2 then splits the sparse layers (one KV head per rank with its 16
+// query heads); the golden models' one KV head is replicated.
+std::string two_kv_dir() {
+  static const std::string dir = [] {
+    const std::string src = golden("tiny-sparse"), out = ::testing::TempDir() + "/sala_tp_kv2";
+    std::filesystem::create_directories(out);
+    nlohmann::json cfg = nlohmann::json::parse(std::ifstream(src + "/config.json"));
+    cfg["num_key_value_heads"] = 2;
+    cfg["num_attention_heads"] = cfg["lightning_nh"] = cfg["lightning_nkv"] = 32;
+    cfg["head_dim"] = cfg["lightning_head_dim"] = 8;
+    std::ofstream(out + "/config.json") << cfg.dump();
+    const Checkpoint ck(src);
+    std::vector<TensorToWrite> ts;
+    for (const auto& [name, v] : ck.all()) {
+      TensorToWrite t{name, DType::F32, v->shape, std::vector<uint8_t>(size_t(v->numel()) * 4)};
+      v->to_f32(reinterpret_cast<float*>(t.bytes.data()));
+      if (name.find("q_norm") != std::string::npos || name.find("k_norm") != std::string::npos) {
+        t.shape = {8};
+        t.bytes.resize(8 * 4);
       }
+      ts.push_back(std::move(t));
     }
+    write_safetensors(out + "/model.safetensors", ts);
+    return out;
+  }();
+  return dir;
+}
+
+// The smallest cosine similarity between rows of `cols` elements of a and b.
+// The cosine similarity between rows of `cols` elements of a and b, row by row.
+std::vector<double> row_cos(const std::vector<float>& a, const std::vector<float>& b, int64_t cols) {
+  EXPECT_EQ(a.size(), b.size());
+  std::vector<double> c;
+  for (size_t r = 0; (r + 1) * size_t(cols) <= std::min(a.size(), b.size()); ++r) {
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t j = r * size_t(cols); j < (r + 1) * size_t(cols); ++j)
+      ab += double(a[j]) * b[j], aa += double(a[j]) * a[j], bb += double(b[j]) * b[j];
+    c.push_back(ab / std::sqrt(std::max(aa * bb, 1e-300)));
+  }
+  return c;
+}
+double min_of(std::vector<double> c) { return *std::min_element(c.begin(), c.end()); }
+double median_of(std::vector<double> c) {
+  std::nth_element(c.begin(), c.begin() + ptrdiff_t(c.size() / 2), c.end());
+  return c[c.size() / 2];
+}
+
+// TP=2's logits (or hidden states) against TP=1's, rows of `cols`. fp32: |a - b| / max|b|
+// below 2e-5 (the K-halves' sums differ from one dot product by a few ulps, grown over 4
+// layers; measured < 1e-6). bf16: a last-bit flip of a bf16 activation is 2^-8 relative and
+// can flip an InfLLM-v2 block choice at a near-tie, so the golden README's bf16 criteria:
+// every row's cosine >= 0.95, their median >= 0.999. A per-shard slope or o_norm (the
+// reference's TP bugs) fails both modes' bars.
+void expect_close(const std::vector<float>& tp2, const std::vector<float>& tp1, int64_t cols,
+                  NumericMode mode, const std::string& what) {
+  if (mode == NumericMode::F32)
+    EXPECT_LT(max_rel_diff(tp2, tp1), 2e-5) << what;
+  else {
+    const auto c = row_cos(tp2, tp1, cols);
+    EXPECT_GE(min_of(c), 0.95) << what;
+    EXPECT_GE(median_of(c), 0.999) << what;
   }
 }
 
 class TpModes : public ::testing::TestWithParam<NumericMode> {};
 
-// One prefill of 300 rows (the sparse model past dense_len: InfLLM-v2 rows), every row's
-// logits and the residual stream after every layer.
-TEST_P(TpModes, PrefillHiddenStatesAndLogitsEqualTp1) {
-  for (const char* c : {"tiny-dense", "tiny-sparse"}) {
-    auto m1 = load(c, 1, GetParam());
-    auto m2 = load(c, 2, GetParam());
+// One prefill of 300 rows (the sparse models past dense_len: InfLLM-v2 rows), every row's
+// logits and the residual stream after every layer; InfLLM-v2's selected blocks equal.
+TEST_P(TpModes, PrefillHiddenStatesAndLogitsMatchTp1) {
+  const NumericMode mode = GetParam();
+  for (const std::string c : {golden("tiny-dense"), golden("tiny-sparse"), two_kv_dir()}) {
+    auto m1 = load_tiny(c, 512, 64, 2, GetParam());
+    auto m2 = load_tiny(c, 512, 64, 2, GetParam(), nullptr, KvCacheDtype::Auto, 2);
     ASSERT_EQ(m2->tp_size(), 2);
     const auto ids = random_tokens(300, m1->config().vocab_size, 7);
     StepMeta meta;
@@ -153,38 +203,56 @@ TEST_P(TpModes, PrefillHiddenStatesAndLogitsEqualTp1) {
     meta.capture = &cap2;
     m2->forward(meta, l2, &t2);
     ASSERT_EQ(t1.hidden.size(), t2.hidden.size());
-    double d = 0;
+    const int64_t H = m1->config().hidden_size, V = m1->config().vocab_size;
     for (size_t k = 0; k < t1.hidden.size(); ++k)
-      EXPECT_EQ(bits_differ(t1.hidden[k], t2.hidden[k], &d), 0) << c << " hidden[" << k << "] " << d;
-    EXPECT_EQ(bits_differ(l1, l2, &d), 0) << c << " logits max abs diff " << d;
-    EXPECT_EQ(cap1.selections, cap2.selections) << c;  // InfLLM-v2's blocks, every head
+      expect_close(t2.hidden[k], t1.hidden[k], H, mode, c + " hidden[" + std::to_string(k) + "]");
+    double d = 0;
+    bits_differ(l1, l2, &d);
+    expect_close(l2, l1, V, mode, c + " logits, max abs diff " + std::to_string(d));
+    std::printf("%s %s: 300-row prefill, TP=2 vs TP=1 logits max abs diff %.3g, rel %.3g, row "
+                "cosine min %.7f median %.7f; selections %s\n", c.c_str(),
+                mode == NumericMode::F32 ? "fp32" : "bf16", d, max_rel_diff(l2, l1),
+                min_of(row_cos(l2, l1, V)), median_of(row_cos(l2, l1, V)),
+                cap1.selections == cap2.selections ? "equal" : "differ");
+    ASSERT_FALSE(cap1.selections.empty());
+    if (mode == NumericMode::F32)  // bf16: a block score's near-tie may flip (above)
+      EXPECT_EQ(cap1.selections, cap2.selections) << c;  // InfLLM-v2's blocks, every KV head
+    // A second TP=2 model: the same bits (rank-order all-reduce, fixed GEMM shapes).
+    auto m3 = load_tiny(c, 512, 64, 2, GetParam(), nullptr, KvCacheDtype::Auto, 2);
+    std::vector<float> l3;
+    meta.capture = nullptr;
+    m3->forward(meta, l3);
+    EXPECT_EQ(bits_differ(l3, l2, &d), 0) << c << " TP=2 run to run";
   }
 }
 
-// prefill == prefill + step-by-step decode under TP=2 (fp32), and each of them == TP=1's bits.
+// prefill == prefill + step-by-step decode under TP=2; each of them near TP=1's.
 TEST_P(TpModes, StepByStepDecodeEqualsPrefill) {
-  auto m1 = load("tiny-sparse", 1, GetParam());
-  auto m2 = load("tiny-sparse", 2, GetParam());
-  const int L = 330;
-  const auto ids = random_tokens(L, m1->config().vocab_size, 11);
-  std::vector<int32_t> calls{300};
-  calls.resize(size_t(L - 300 + 1), 1);
-  const auto step2 = run_calls(*m2, ids, calls, 0, page_range(0, 64));
-  const auto one2 = run_calls(*m2, ids, {L}, 1, page_range(0, 64));  // the other slot: fresh
-  const auto step1 = run_calls(*m1, ids, calls, 0, page_range(0, 64));
-  const auto one1 = run_calls(*m1, ids, {L}, 1, page_range(0, 64));
-  double d = 0;
-  if (GetParam() == NumericMode::F32)  // test_invariants' bound for TP=1 (fp32 only: bf16
-    EXPECT_LT(max_rel_diff(step2, one2), 2e-5);  // rounds the chunked and recurrent GLA apart)
-  EXPECT_EQ(bits_differ(step2, step1, &d), 0) << "decode, max abs diff " << d;
-  EXPECT_EQ(bits_differ(one2, one1, &d), 0) << "prefill, max abs diff " << d;
+  const NumericMode mode = GetParam();
+  for (const std::string c : {golden("tiny-sparse"), two_kv_dir()}) {
+    auto m1 = load_tiny(c, 512, 64, 2, GetParam());
+    auto m2 = load_tiny(c, 512, 64, 2, GetParam(), nullptr, KvCacheDtype::Auto, 2);
+    const int L = 330;
+    const auto ids = random_tokens(L, m1->config().vocab_size, 11);
+    std::vector<int32_t> calls{300};
+    calls.resize(size_t(L - 300 + 1), 1);
+    const auto step2 = run_calls(*m2, ids, calls, 0, page_range(0, 64));
+    const auto one2 = run_calls(*m2, ids, {L}, 1, page_range(0, 64));  // the other slot: fresh
+    const auto step1 = run_calls(*m1, ids, calls, 0, page_range(0, 64));
+    const auto one1 = run_calls(*m1, ids, {L}, 1, page_range(0, 64));
+    if (GetParam() == NumericMode::F32)  // test_invariants' bound for TP=1 (fp32 only: bf16
+      EXPECT_LT(max_rel_diff(step2, one2), 2e-5) << c;  // rounds chunked and recurrent GLA apart)
+    const int64_t V = m1->config().vocab_size;
+    expect_close(step2, step1, V, mode, c + " decode");
+    expect_close(one2, one1, V, mode, c + " prefill");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Mode, TpModes, ::testing::Values(NumericMode::F32, NumericMode::BF16));
 
-// Greedy steps take the distributed argmax; masked steps, prompt logprobs and logprobs of
-// the gathered logits equal TP=1's.
-TEST(TensorParallel, ArgmaxMasksAndLogprobsEqualTp1) {
+// Greedy steps take the distributed argmax (and Model::logprobs after one gathers the
+// shards); masked steps, prompt logprobs and logprobs of the gathered logits match TP=1's.
+TEST(TensorParallel, ArgmaxMasksAndLogprobsMatchTp1) {
   auto m1 = load("tiny-sparse", 1);
   auto m2 = load("tiny-sparse", 2);
   const int V = m1->config().vocab_size;
@@ -198,15 +266,32 @@ TEST(TensorParallel, ArgmaxMasksAndLogprobsEqualTp1) {
     e->targets = {1, 2, 3, 4, 5};
     e->top_n = 5;
   }
+  auto near = [](const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4) << what << " " << i;
+  };
   StepMeta meta;
   meta.add_seq(ids.data(), 280, 0, 0, pages, false, true);
   meta.logit_rows = {0, 17, 279};
   m1->forward(meta, unused, nullptr, &a1, &e1);
   m2->forward(meta, unused, nullptr, &a2, &e2);
   EXPECT_EQ(a1, a2);
-  EXPECT_EQ(e1.logprob, e2.logprob);
+  near(e1.logprob, e2.logprob, "prompt logprob");
   EXPECT_EQ(e1.top_ids, e2.top_ids);
-  EXPECT_EQ(e1.top_logprobs, e2.top_logprobs);
+  near(e1.top_logprobs, e2.top_logprobs, "prompt top logprobs");
+  // The argmax step's tokens' logprobs: the shards gathered after the step.
+  RowLogprobs g1, g2;
+  for (RowLogprobs* g : {&g1, &g2}) {
+    g->rows = {0, 1, 2};
+    g->targets = a1;
+    g->top_n = 4;
+  }
+  m1->logprobs(g1);
+  m2->logprobs(g2);
+  near(g1.logprob, g2.logprob, "greedy logprob");
+  EXPECT_EQ(g1.top_ids, g2.top_ids);
+  near(g1.top_logprobs, g2.top_logprobs, "greedy top logprobs");
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(g2.top_ids[i * 4], a2[i]);  // the argmax is the top-1
   // A masked greedy step (only even ids allowed): the gathered logits, masked on rank 0.
   LogitMasks masks;
   masks.words = (V + 31) / 32;
@@ -230,20 +315,18 @@ TEST(TensorParallel, ArgmaxMasksAndLogprobsEqualTp1) {
   }
   m1->logprobs(l1);
   m2->logprobs(l2);
-  EXPECT_EQ(l1.logprob, l2.logprob);
+  near(l1.logprob, l2.logprob, "masked logprob");
   EXPECT_EQ(l1.top_ids, l2.top_ids);
 }
 
-TEST(TensorParallel, VocabSlicesStartAtGemmBlocks) {
-  EXPECT_EQ(vocab_begin(73448, 2, 1), 36736);  // the real model: 36736 + 36712 ids
+TEST(TensorParallel, VocabSlices) {
+  EXPECT_EQ(vocab_begin(73448, 2, 1), 36724);  // the real model: 36724 + 36724 ids
   EXPECT_EQ(vocab_begin(73448, 2, 2), 73448);
-  EXPECT_EQ(vocab_begin(800, 2, 1), 448);  // sala-tiny-chat: 448 + 352
-  EXPECT_EQ(vocab_begin(512, 2, 1), 256);
-  for (int n : {2, 3, 4, 8})
-    for (int r = 0; r < n; ++r) EXPECT_EQ(vocab_begin(73448, n, r) % kLinearColBlock, 0);
+  EXPECT_EQ(vocab_begin(800, 3, 1), 267);  // sala-tiny-chat at TP=3: 267 + 267 + 266
+  EXPECT_EQ(vocab_begin(800, 3, 3), 800);
   ModelConfig c = load_model_config(golden("tiny-sparse"));
-  c.vocab_size = 64;  // one block: nothing left for rank 1
-  EXPECT_NE(error_of([&] { check_tp_config(c, 2); }).find("vocab_size = 64 is too small"),
+  c.vocab_size = 5;  // slices of 2: nothing left for rank 3 of 4
+  EXPECT_NE(error_of([&] { check_tp_config(c, 4); }).find("vocab_size = 5 is too small"),
             std::string::npos);
 }
 

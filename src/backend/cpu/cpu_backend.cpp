@@ -156,32 +156,27 @@ void CpuBackend::linear(const Tensor& x, const Weight& wt, Tensor& y) {
              "linear shapes x[{},{}] w[{},{}] y[{},{}]", x.rows, x.cols, w.rows, w.cols, y.rows,
              y.cols);
   if (x.rows == 0) return;
-  // The output columns (weight rows) in fixed blocks of kLinearColBlock, spread over the
-  // threads: y[:, n0:n1] = x · W[n0:n1]ᵀ. OpenBLAS picks its kernel (and so a column's
-  // summation order) by the call's shape and the column's place in it: fixed blocks make every
-  // column's bits independent of the thread count and of how the columns are cut, so a
-  // tensor-parallel rank's column slice (model/tensor_parallel.h; slices of whole blocks)
-  // computes TP=1's bits.
+  // Split the output columns (weight rows) over the threads: y[:, n0:n1] = x · W[n0:n1]ᵀ.
   const int64_t N = w.rows;
-  const int64_t blocks = (N + kLinearColBlock - 1) / kLinearColBlock;
-  const float* wp = static_cast<const float*>(w.data);
-  const float* xp = static_cast<const float*>(x.data);
-  float* yp = static_cast<float*>(y.data);
+  const int64_t parts = std::min<int64_t>(omp_get_max_threads(), std::max<int64_t>(1, N / 64));
 #pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t n0 = b * kLinearColBlock, n1 = std::min(N, n0 + kLinearColBlock);
+  for (int64_t p = 0; p < parts; ++p) {
+    const int64_t n0 = N * p / parts, n1 = N * (p + 1) / parts;
     // Steps of up to 16 rows (decode steps, speculative verify rows): one GEMV per row, so a
     // row's result does not depend on what shares its step (batch invariance, and verify
     // rows bit-identical to decode rows: issue 21). Longer steps: sgemm.
     if (x.rows <= 16) {
       for (int64_t r = 0; r < x.rows; ++r)
         cblas_sgemv(CblasRowMajor, CblasNoTrans, int(n1 - n0), int(x.cols), 1.f,
-                    wp + n0 * w.cols, int(w.cols), xp + r * x.cols, 1, 0.f,
-                    yp + r * y.cols + n0, 1);
+                    static_cast<const float*>(w.data) + n0 * w.cols, int(w.cols),
+                    static_cast<const float*>(x.data) + r * x.cols, 1, 0.f,
+                    static_cast<float*>(y.data) + r * y.cols + n0, 1);
       continue;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(x.rows), int(n1 - n0), int(x.cols),
-                1.f, xp, int(x.cols), wp + n0 * w.cols, int(w.cols), 0.f, yp + n0, int(y.cols));
+                1.f, static_cast<const float*>(x.data), int(x.cols),
+                static_cast<const float*>(w.data) + n0 * w.cols, int(w.cols), 0.f,
+                static_cast<float*>(y.data) + n0, int(y.cols));
   }
   round_all(y);
 }
