@@ -51,7 +51,8 @@
 #                                     BENCH_ARGS="<decode4k's> --quantization w4a16" decode4k
 #   scripts/gpu_check.sh spec         (GPU machine) speculative decoding (issue 21):
 #                                     scripts/spec_equality_check.py on sala-tiny-chat (every
-#                                     completion with and without NGRAM, accept lengths and
+#                                     completion with and without NGRAM, then STANDALONE with a
+#                                     noisy copy of the model as the draft, accept lengths and
 #                                     tokens/s by task kind at concurrency 1 and 8), then the
 #                                     verify step vs the decode step (K = 1, 4; B = 1/8/64, 4K
 #                                     context) in bf16 and FP8 on the full-size checkpoint
@@ -346,6 +347,16 @@ spec() {
   cat "$OUT/spec_equality.log"
   $SUM lines "$OUT/checks.jsonl" "spec equality tiny-chat" "$OUT/spec_equality.log" "$RC" \
     "$SECS" "differ|tok/s"
+  # The same with a draft model sharing the GPU: a noisy copy, so drafts are often rejected.
+  python3 "$ROOT/scripts/perturb_checkpoint.py" "$ROOT/models/sala-tiny-chat" "$OUT/draft" \
+    --noise 1.0 --seed 0 >/dev/null
+  SPEC_DRAFT=$OUT/draft run_logged "$OUT/spec_standalone.log" python3 \
+    "$ROOT/scripts/spec_equality_check.py" "$BIN/sala" "$ROOT/tests/fixtures/eval/tiny-chat.jsonl" \
+    "$OUT/spec_standalone.json" --model-path "$ROOT/models/sala-tiny-chat" --device "$DEVICE"
+  cat "$OUT/spec_standalone.log"
+  rm -rf "$OUT/draft"
+  $SUM lines "$OUT/checks.jsonl" "spec equality tiny-chat STANDALONE" "$OUT/spec_standalone.log" \
+    "$RC" "$SECS" "differ|tok/s"
   local q
   for q in "" "--quantization fp8"; do
     # shellcheck disable=SC2086  # $q is a list of options

@@ -3,7 +3,7 @@
 
 Runs a question set (tests/fixtures/eval/tiny-chat.jsonl shape: question, kind) greedy through
 two `sala serve` processes with the same flags, without and with `--speculative-algorithm
-NGRAM`, one request at a time, and compares every completion's text. The plain run asks for
+NGRAM` (or STANDALONE with the draft model SPEC_DRAFT names), one request at a time, and compares every completion's text. The plain run asks for
 the top-2 log probabilities of each token (speculation is off for such requests, and they do
 not change greedy output), so a completion that differs is traced to its first differing
 token and the plain run's margin there: the gap between the chosen token's log probability
@@ -30,8 +30,11 @@ from concurrent.futures import ThreadPoolExecutor
 STOP = ["</s>", "<|im_end|>"]
 MAX_TOKENS = int(os.environ.get("SPEC_MAX_TOKENS", "96"))
 TIE = float(os.environ.get("SPEC_TIE", "0.1"))
-SPEC = ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens",
-        os.environ.get("SPEC_K", "4")]
+# NGRAM, or with SPEC_DRAFT=DIR a draft model (STANDALONE).
+SPEC = (["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path",
+         os.environ["SPEC_DRAFT"]] if os.environ.get("SPEC_DRAFT")
+        else ["--speculative-algorithm", "NGRAM"]) + [
+    "--speculative-num-draft-tokens", os.environ.get("SPEC_K", "4")]
 
 
 def free_port():

@@ -149,9 +149,6 @@ int run_serve(const ServeOpts& o) {
       throw sala::Error(fmt::format("--speculative-ngram-min-match-window-size {} is larger than "
                                     "--speculative-ngram-max-match-window-size {}",
                                     o.speculative_ngram_min, o.speculative_ngram_max));
-    if (o.device != "cpu" && standalone)
-      throw sala::Error("--speculative-algorithm STANDALONE runs on --device cpu only so far: "
-                        "the draft model's steps have not been run on the GPU");
     lo.engine.speculative = {o.speculative_num_draft_tokens, o.speculative_ngram_min,
                              o.speculative_ngram_max, standalone};
     lo.draft_model_path = o.speculative_draft_model_path;

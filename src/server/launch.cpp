@@ -87,13 +87,25 @@ Loaded launch(const LaunchOptions& o) {
     bo.mode = NumericMode::BF16;  // the GPU path is bf16 by contract
     bo.cuda_graphs = o.cuda_graphs;
   }
+  ModelConfig dcfg;
+  const bool draft = !o.draft_model_path.empty();
+  if (draft) {
+    if (!fs::is_directory(o.draft_model_path))
+      fail("--speculative-draft-model-path '{}' is not a directory", o.draft_model_path);
+    dcfg = load_model_config(o.draft_model_path);
+    check_draft_compatible(L, o.model_path, dcfg, o.draft_model_path);
+  }
   std::unique_ptr<Backend> backend = make_backend(o.device, bo);
   size_t cache_budget = o.kv_memory_bytes;
   if (o.device == "cuda") {
     // SGLang's --mem-fraction-static: weights + KV pool + state slots take this fraction of
     // the GPU; activations, cuBLASLt workspace and graphs get a fixed reserve of the rest.
-    const size_t weight_bytes = planned_weight_bytes(L.cfg, backend->linear_format(),
-                                                     backend->weight_format(), bo.int4_group_size);
+    // A draft model shares the device: its bf16 weights (no load-time quantization) count too.
+    const size_t weight_bytes =
+        planned_weight_bytes(L.cfg, backend->linear_format(), backend->weight_format(),
+                             bo.int4_group_size) +
+        (draft ? planned_weight_bytes(dcfg, backend->weight_format(), backend->weight_format(), 0)
+               : 0);
     const size_t total = backend->device_memory_total();
     const size_t reserve = size_t(6) << 30;
     const double usable = o.mem_fraction_static * double(total);
@@ -104,14 +116,6 @@ Loaded launch(const LaunchOptions& o) {
     cache_budget = size_t(usable) - weight_bytes - reserve;
   }
 
-  ModelConfig dcfg;
-  const bool draft = !o.draft_model_path.empty();
-  if (draft) {
-    if (!fs::is_directory(o.draft_model_path))
-      fail("--speculative-draft-model-path '{}' is not a directory", o.draft_model_path);
-    dcfg = load_model_config(o.draft_model_path);
-    check_draft_compatible(L, o.model_path, dcfg, o.draft_model_path);
-  }
   ModelLimits lim = plan_limits(L.cfg, o.engine, cache_budget, o.max_total_tokens,
                                 backend->kv_element_bytes(), draft ? &dcfg : nullptr);
   std::unique_ptr<Model> draft_model;

@@ -86,9 +86,9 @@ void CudaBackend::sample_rows(const Tensor& logits, const int32_t* rows, int64_t
     sample_dev_ = arena_.device(l.bytes);
     sample_host_ = arena_.pinned(l.bytes);
   }
-  if (n * V > scratch_elems_) {
+  if (2 * n * V > scratch_elems_) {  // per row: the edited logits and their weights
     if (sample_scratch_) arena_.release(sample_scratch_);
-    scratch_elems_ = n * V;
+    scratch_elems_ = 2 * n * V;
     sample_scratch_ = static_cast<float*>(arena_.device(size_t(scratch_elems_) * 4));
   }
   const SampleLayout l(sample_cap_, edit_cap_);

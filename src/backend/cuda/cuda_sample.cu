@@ -9,15 +9,17 @@
 // and in any batch) → top-k, top-p and the draw as *selections in descending-logit order*
 // (ties to the lower id, the host's order): the element at which the running count / mass of
 // the candidates first exceeds a target (the draw in id order, as the host, when neither
-// top-k nor top-p is set: one summing pass and one warp's scan). A selection is a radix select over an order-
-// preserving 32-bit key of the logit: 4 passes over the row, each a 256-bin histogram (count
-// or mass) of the next 8 key bits among the elements that match the bits found so far, built
-// with warp-aggregated shared-memory atomics (lanes with the same bin add once: match_any +
-// redux.sync, sm_80+); then one pass
-// finds the j-th id among the tied elements. No sort: a step of R rows costs R blocks of
-// about 15 passes over the row (each ~294 KB at V = 73,448, L2-resident), independent of the
-// logits' distribution (a flat one keeps ~all ids under top-p 0.9, where a candidate sort
-// would be a full sort).
+// top-k nor top-p is set: one summing pass and one warp's scan).
+//
+// A selection is bucketed (below): the weights are computed once into the scratch row, one
+// pass buckets the candidates by logit (2,048 buckets in descending-logit order, counts and
+// masses), a block scan finds the target's bucket, one pass collects that bucket's few
+// candidates and a shared-memory sort orders them. Top-p's pick truncates the buckets, so the
+// draw usually reuses them and the sorted list: a top-p row costs ~5 passes over its 73,448
+// logits. A bucket of more than 2,048 candidates (long runs of equal logits) takes the radix
+// select instead (cuda_sample_row.cuh: 4 passes of 8-bit histograms over an order-preserving
+// key, then the j-th tied id), which picks the same element. Session 11's kernel ran the
+// radix select for every selection: ~15 passes, ~600 us per row on an H200 whatever the batch.
 //
 // Differences from the host (hence a statistical test, tests/ops/test_cuda_sample.cpp): CUDA's
 // expf is within 2 ulp of glibc's; weights below 2^-46 of the maximum's are 0 (never drawn);
@@ -32,303 +34,241 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_sample.h"
+#include "backend/cuda/cuda_sample_row.cuh"
 
 namespace sala::cuda {
 namespace {
 
-using ull = unsigned long long;
-constexpr int kThreads = 1024;
-constexpr int kWarps = kThreads / 32;
-constexpr unsigned kFull = 0xffffffffu;
-constexpr uint32_t kNoBin = 0xffffffffu;
+using namespace sample_detail;
 
-struct Smem {
-  ull hist[256];
-  ull red[kWarps];
-  uint32_t redv[kWarps];
-  float redf[kWarps];
-  int32_t redi[kWarps];
-  ull bcast;
-  uint32_t digit;
-  ull rem;
-  int32_t found_warp, found_rem, found_id;
+// ---- bucketed selection ----
+// Candidates fall into kBuckets buckets by b(l) = min(kBuckets - 1, int((mx - l) · inv_t ·
+// bscale)), non-increasing in l (each rounded operation is monotone), so bucket 0, 1, ... is
+// descending-key order and equal logits share a bucket; bscale spreads the row's candidate
+// logits [lo, mx] over all buckets. One pass fills the buckets' counts and fixed-point masses;
+// a block scan finds the bucket holding the target rank / mass; one pass collects that bucket's
+// candidates (at most kListCap) and a bitonic sort orders them (key descending, id ascending):
+// the host's order, so the pick is exactly radix_select's. A narrowing pick (top-k, top-p)
+// truncates the buckets to the new prefix, so later selections and totals need no new pass.
+constexpr int kBuckets = 2048;
+constexpr int kListCap = 2048;
+constexpr int kPerThread = kBuckets / kThreads;
+static_assert(kPerThread * kThreads == kBuckets, "each thread owns kPerThread buckets");
+
+struct BucketSmem {
+  ull mass[kBuckets];
+  uint32_t count[kBuckets];
+  ull list[kListCap];  // (~key << 32) | id of the collected bucket, sorted ascending
+  ull wsum[kWarps];
+  int32_t list_bucket, list_n;  // list holds list_n sorted candidates of list_bucket (-1: none)
+  int32_t n, bucket;
+  ull rem, scan_total;
+  int32_t pick;
 };
 
-// Larger float → larger key; -0 and +0 are one key (the host compares them equal).
-__device__ __forceinline__ uint32_t order_key(float l) {
-  if (l == 0.0f) l = 0.0f;
-  const uint32_t u = __float_as_uint(l);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-__device__ __forceinline__ float key_value(uint32_t k) {
-  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+__device__ __forceinline__ int bucket_of(const RowCtx& c, float l) {
+  const float t = __fmul_rn(__fmul_rn(__fsub_rn(c.mx, l), c.inv_t), c.bscale);
+  return t < float(kBuckets - 1) ? int(t) : kBuckets - 1;
 }
 
-// The row's state: scratch logits [V] after edits and penalties, and which ids are candidates.
-struct RowCtx {
-  const float* lp;
-  int32_t V;
-  float mx, inv_t, min_p;
-  bool use_min_p;
-  // Top-k / top-p prefix: a candidate has key > ck, or key == ck and id <= cl.
-  uint32_t ck;
-  int32_t cl;
-};
-
-__device__ __forceinline__ ull fixed_weight(float l, const RowCtx& c, float* w_out = nullptr) {
-  const float w = expf(__fmul_rn(__fsub_rn(l, c.mx), c.inv_t));  // the host's exp((l - mx) * inv_t)
-  if (w_out) *w_out = w;
-  if (!(w > 0.0f)) return 0;  // -inf logits, NaN
-  return ull(double(w) * 70368744177664.0);  // 2^46: ≤ 2^46 per id, < 2^64 for V < 2^18
-}
-
-// Whether id i is a candidate; its key and fixed-point weight.
-__device__ __forceinline__ bool elem(const RowCtx& c, int32_t i, uint32_t& key, ull& W) {
-  const float l = c.lp[i];
-  float w;
-  W = fixed_weight(l, c, &w);
-  key = order_key(l);
-  if (W == 0) return false;
-  if (c.use_min_p && w < c.min_p && !(l == c.mx)) return false;  // the host's min-p rule
-  return key > c.ck || (key == c.ck && i <= c.cl);
-}
-
-__device__ __forceinline__ ull warp_sum(ull v) {
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(kFull, v, off);
-  return v;
-}
-
-// Sum over the block (every thread gets it).
-__device__ ull block_sum(ull v, Smem& sm) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_sum(v);
-  if (lane == 0) sm.red[warp] = v;
+// Counts and masses of the candidates per bucket (every thread calls it).
+__device__ void fill_buckets(const RowCtx& c, BucketSmem& bs) {
+  for (int b = threadIdx.x; b < kBuckets; b += kThreads) bs.mass[b] = 0, bs.count[b] = 0;
+  if (threadIdx.x == 0) bs.list_bucket = -1;
   __syncthreads();
-  if (warp == 0) {
-    v = warp_sum(sm.red[lane]);
-    if (lane == 0) sm.bcast = v;
-  }
-  __syncthreads();
-  v = sm.bcast;
-  __syncthreads();
-  return v;
-}
-
-// hist[d] += v over the warp's lanes with in == true (d == kNoBin where !in); lanes with the
-// same bin add once: __match_any_sync groups them, redux.sync sums each group (v < 2^47 in
-// three 22-bit parts, so the 32-bit sums of up to 32 lanes are exact) and the group's first
-// lane adds. Called by all 32 lanes.
-__device__ __forceinline__ void hist_add(Smem& sm, uint32_t d, ull v) {
-  const unsigned peers = __match_any_sync(kFull, d);
-  if (d == kNoBin) return;  // a group of inactive lanes only
-  const unsigned r0 = __reduce_add_sync(peers, unsigned(v & 0x3fffffu));
-  const unsigned r1 = __reduce_add_sync(peers, unsigned((v >> 22) & 0x3fffffu));
-  const unsigned r2 = __reduce_add_sync(peers, unsigned(v >> 44));
-  if (int(threadIdx.x & 31) == __ffs(peers) - 1)
-    atomicAdd(&sm.hist[d], ull(r0) + (ull(r1) << 22) + (ull(r2) << 44));
-}
-
-// Candidate mass and count.
-__device__ void totals(const RowCtx& c, Smem& sm, ull& mass, ull& count) {
-  ull m = 0, n = 0;
   for (int32_t i = threadIdx.x; i < c.V; i += kThreads) {
     uint32_t key;
     ull W;
     if (elem(c, i, key, W)) {
-      m += W;
-      ++n;
+      const int b = bucket_of(c, c.lp[i]);
+      atomicAdd(&bs.mass[b], W);
+      atomicAdd(&bs.count[b], 1u);
     }
   }
-  mass = block_sum(m, sm);
-  count = block_sum(n, sm);
+  __syncthreads();
 }
 
-// The id of the j-th (0-based) candidate with key `key`, in id order (-1 if there is none).
-// Warp w scans ids [w·seg, (w+1)·seg) in 32-id chunks.
-__device__ int32_t nth_with_key(const RowCtx& c, uint32_t key, int32_t j, Smem& sm) {
+// Inclusive block scan of one value per thread (thread order); the block total in *total.
+__device__ ull block_scan(ull v, BucketSmem& bs, ull* total) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int32_t seg = (c.V + kThreads - 1) / kThreads * 32;
-  const int32_t lo = warp * seg, hi = min(c.V, lo + seg);
-  auto flag = [&](int32_t i) {
-    uint32_t k;
-    ull W;
-    return i < hi && elem(c, i, k, W) && k == key;
-  };
-  int32_t cnt = 0;
-  for (int32_t b = lo; b < lo + seg; b += 32) cnt += __popc(__ballot_sync(kFull, flag(b + lane)));
-  if (lane == 0) sm.redi[warp] = cnt;
-  if (threadIdx.x == 0) sm.found_id = -1;
-  __syncthreads();
-  if (warp == 0) {
-    const int32_t v = sm.redi[lane];
-    int32_t incl = v;
-    for (int off = 1; off < 32; off <<= 1) {
-      const int32_t o = __shfl_up_sync(kFull, incl, off);
-      if (lane >= off) incl += o;
-    }
-    const unsigned ball = __ballot_sync(kFull, incl > j);
-    if (lane == 0) sm.found_warp = ball ? __ffs(ball) - 1 : -1;
-    if (ball && lane == __ffs(ball) - 1) sm.found_rem = j - (incl - v);
-  }
-  __syncthreads();
-  if (warp == sm.found_warp) {
-    int32_t r = sm.found_rem;
-    for (int32_t b = lo; b < lo + seg; b += 32) {
-      unsigned m = __ballot_sync(kFull, flag(b + lane));
-      const int32_t n = __popc(m);
-      if (r < n) {  // uniform over the warp
-        for (int32_t k = 0; k < r; ++k) m &= m - 1;
-        if (lane == 0) sm.found_id = b + __ffs(m) - 1;
-        break;
-      }
-      r -= n;
-    }
-  }
-  __syncthreads();
-  const int32_t id = sm.found_id;
-  __syncthreads();
-  return id;
-}
-
-// The candidate at which the running mass in id order first exceeds x (the host's draw when
-// neither top-k nor top-p orders the candidates). Warp w sums ids [w·seg, (w+1)·seg); warp 0
-// finds the warp; that warp walks its 32-id chunks with an inclusive scan.
-__device__ int32_t draw_in_id_order(const RowCtx& c, ull x, Smem& sm) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int32_t seg = (c.V + kThreads - 1) / kThreads * 32;
-  const int32_t lo = warp * seg, hi = min(c.V, lo + seg);
-  auto weight = [&](int32_t i) -> ull {
-    uint32_t k;
-    ull W;
-    return i < hi && elem(c, i, k, W) ? W : 0ull;
-  };
-  auto scan = [&](ull v) {  // inclusive prefix sum over the warp's lanes
-    for (int off = 1; off < 32; off <<= 1) {
-      const ull o = __shfl_up_sync(kFull, v, off);
-      if (lane >= off) v += o;
-    }
-    return v;
-  };
-  ull s = 0;
-  for (int32_t b = lo; b < lo + seg; b += 32) s += weight(b + lane);
-  s = warp_sum(s);
-  if (lane == 0) sm.red[warp] = s;
-  if (threadIdx.x == 0) sm.found_id = -1;
-  __syncthreads();
-  if (warp == 0) {
-    const ull v = sm.red[lane];
-    const ull incl = scan(v);
-    const ull total = __shfl_sync(kFull, incl, 31);
-    if (total > 0 && x >= total) x = total - 1;  // rounding guard
-    const unsigned ball = __ballot_sync(kFull, incl > x);
-    if (lane == 0) sm.found_warp = ball ? __ffs(ball) - 1 : -1;
-    if (ball && lane == __ffs(ball) - 1) sm.rem = x - (incl - v);
-  }
-  __syncthreads();
-  if (warp == sm.found_warp) {
-    ull r = sm.rem;
-    for (int32_t b = lo; b < lo + seg; b += 32) {
-      const ull incl = scan(weight(b + lane));
-      const ull tot = __shfl_sync(kFull, incl, 31);
-      if (r < tot) {  // uniform over the warp
-        const unsigned ball = __ballot_sync(kFull, incl > r);
-        if (lane == __ffs(ball) - 1) sm.found_id = b + lane;
-        break;
-      }
-      r -= tot;
-    }
-  }
-  __syncthreads();
-  const int32_t id = sm.found_id;
-  __syncthreads();
-  return id;
-}
-
-// Warp 0: the bin, from the top, where the running total of hist first exceeds rem; the
-// remainder inside that bin. Lane l holds bins 255 - 8l .. 248 - 8l.
-__device__ void pick_digit(Smem& sm, ull rem) {
-  const int lane = threadIdx.x & 31;
-  ull s = 0;
-  for (int q = 0; q < 8; ++q) s += sm.hist[255 - 8 * lane - q];
-  ull incl = s;
+  ull incl = v;
   for (int off = 1; off < 32; off <<= 1) {
     const ull o = __shfl_up_sync(kFull, incl, off);
     if (lane >= off) incl += o;
   }
-  const ull total = __shfl_sync(kFull, incl, 31);
-  if (total == 0) {  // no candidate left under the prefix (cannot happen; keeps the bins valid)
-    if (lane == 0) sm.digit = 0, sm.rem = 0;
-    return;
+  if (lane == 31) bs.wsum[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    ull w = bs.wsum[lane], wi = w;
+    for (int off = 1; off < 32; off <<= 1) {
+      const ull o = __shfl_up_sync(kFull, wi, off);
+      if (lane >= off) wi += o;
+    }
+    bs.wsum[lane] = wi - w;  // exclusive prefix of the warps
+    if (lane == 31) bs.scan_total = wi;
   }
-  if (rem >= total) rem = total - 1;  // the draw's rounding guard
-  const unsigned ball = __ballot_sync(kFull, incl > rem);
-  if (lane == __ffs(ball) - 1) {
-    ull r = rem - (incl - s);
-    for (int q = 0; q < 8; ++q) {
-      const int d = 255 - 8 * lane - q;
-      if (r < sm.hist[d]) {
-        sm.digit = uint32_t(d);
-        sm.rem = r;
+  __syncthreads();
+  incl += bs.wsum[warp];
+  *total = bs.scan_total;
+  __syncthreads();
+  return incl;
+}
+
+struct Totals {
+  ull mass, count;
+};
+__device__ Totals bucket_totals(BucketSmem& bs) {
+  ull m = 0, n = 0;
+  for (int q = 0; q < kPerThread; ++q) {
+    m += bs.mass[threadIdx.x * kPerThread + q];
+    n += bs.count[threadIdx.x * kPerThread + q];
+  }
+  Totals t;
+  block_scan(m, bs, &t.mass);
+  block_scan(n, bs, &t.count);
+  return t;
+}
+
+// The bucket in which the running count / mass first exceeds x (clamped to the total - 1, the
+// draw's rounding guard) and the remainder inside it: bs.bucket, bs.rem.
+__device__ void find_bucket(BucketSmem& bs, bool by_mass, ull x) {
+  if (threadIdx.x == 0) bs.bucket = 0, bs.rem = 0;  // (no candidate: cannot happen)
+  ull own[kPerThread], v = 0;
+  for (int q = 0; q < kPerThread; ++q) {
+    const int b = threadIdx.x * kPerThread + q;
+    own[q] = by_mass ? bs.mass[b] : ull(bs.count[b]);
+    v += own[q];
+  }
+  ull total;
+  const ull incl = block_scan(v, bs, &total);
+  if (total > 0 && x >= total) x = total - 1;
+  ull run = incl - v;
+  if (run <= x && x < incl) {  // exactly one thread
+    for (int q = 0; q < kPerThread; ++q) {
+      if (x < run + own[q]) {
+        bs.bucket = threadIdx.x * kPerThread + q;
+        bs.rem = x - run;
         break;
       }
-      r -= sm.hist[d];
+      run += own[q];
     }
   }
+  __syncthreads();
 }
 
-// The candidate at which the running count (by_mass false) or mass of the candidates in
-// descending key order, ties by ascending id, first exceeds x; its key and id.
-__device__ void select(const RowCtx& c, bool by_mass, ull x, Smem& sm, uint32_t& key_out,
-                       int32_t& id_out) {
-  uint32_t prefix = 0, pmask = 0;
-  ull rem = x;
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int b = threadIdx.x; b < 256; b += kThreads) sm.hist[b] = 0;
-    __syncthreads();
-    for (int32_t base = 0; base < c.V; base += kThreads) {  // the same trip count in every lane
-      const int32_t i = base + int32_t(threadIdx.x);
-      uint32_t key = 0;
-      ull W = 0;
-      const bool in = i < c.V && elem(c, i, key, W) && (key & pmask) == prefix;
-      hist_add(sm, in ? (key >> shift) & 255u : kNoBin, by_mass ? W : 1ull);
+// Bucket b's candidates into bs.list, sorted (key descending, id ascending); bs.list_n.
+__device__ void collect_sorted(const RowCtx& c, BucketSmem& bs, int b) {
+  if (threadIdx.x == 0) bs.n = 0;
+  __syncthreads();
+  for (int32_t i = threadIdx.x; i < c.V; i += kThreads) {
+    uint32_t key;
+    ull W;
+    if (elem(c, i, key, W) && bucket_of(c, c.lp[i]) == b) {
+      const int slot = atomicAdd(&bs.n, 1);
+      if (slot < kListCap) bs.list[slot] = (ull(~key) << 32) | uint32_t(i);
     }
-    __syncthreads();
-    if (threadIdx.x < 32) pick_digit(sm, rem);
-    __syncthreads();
-    prefix |= sm.digit << shift;
-    pmask |= 255u << shift;
-    rem = sm.rem;
   }
-  // rem: the offset inside the tie group (key == prefix), whose members weigh the same.
-  const ull per = by_mass ? fixed_weight(key_value(prefix), c) : 1ull;
-  const ull group = sm.hist[prefix & 255u];
-  ull j = per ? rem / per : 0;
-  if (per && j >= group / per) j = group / per - 1;
-  __syncthreads();  // hist is cleared by the next select
-  key_out = prefix;
-  id_out = nth_with_key(c, prefix, int32_t(j), sm);
+  __syncthreads();
+  const int n = min(bs.n, kListCap);  // == bs.count[b] <= kListCap (the caller checked)
+  int P = 1;
+  while (P < n) P <<= 1;
+  for (int i = n + int(threadIdx.x); i < P; i += kThreads) bs.list[i] = ~0ull;
+  __syncthreads();
+  for (int k = 2; k <= P; k <<= 1)  // bitonic sort, ascending
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int i = threadIdx.x; i < P; i += kThreads) {
+        const int l = i ^ j;
+        if (l > i) {
+          const ull a = bs.list[i], d = bs.list[l];
+          if (((i & k) == 0) == (a > d)) bs.list[i] = d, bs.list[l] = a;
+        }
+      }
+      __syncthreads();
+    }
+  if (threadIdx.x == 0) bs.list_bucket = b, bs.list_n = n;
+  __syncthreads();
 }
 
-struct Best {
-  float v;
-  int32_t i;
-};
-__device__ __forceinline__ Best better(Best a, Best b) {
-  if (b.v > a.v || (b.v == a.v && b.i < a.i)) return b;  // NaN never wins; ties to the lower id
-  return a;
+// The candidate at rank / mass x in descending-key order (radix_select's pick), from the
+// buckets. narrow: it becomes the prefix's end (c.ck, c.cl) and the buckets are truncated to
+// the new candidates.
+__device__ int32_t select_bucketed(RowCtx& c, BucketSmem& bs, Smem& sm, bool by_mass, ull x,
+                                   bool narrow) {
+  find_bucket(bs, by_mass, x);
+  const int b = bs.bucket;
+  if (bs.count[b] > uint32_t(kListCap)) {  // a crowded bucket: the radix select's passes
+    uint32_t key;
+    int32_t id;
+    radix_select(c, by_mass, x, sm, key, id);
+    if (narrow) {
+      c.ck = key;
+      c.cl = id;
+      fill_buckets(c, bs);
+    }
+    return id;
+  }
+  if (bs.list_bucket != b) collect_sorted(c, bs, b);
+  const int lane = threadIdx.x & 31, n = bs.list_n;
+  if (threadIdx.x < 32) {  // warp 0 walks the sorted list
+    const ull rem = bs.rem;
+    ull run = 0;
+    int pick = n > 0 ? n - 1 : 0;  // the rounding guard's last candidate
+    for (int base = 0; base < n; base += 32) {
+      const int i = base + lane;
+      ull v = 0;
+      if (i < n) v = by_mass ? fixed_of(c.wp[uint32_t(bs.list[i])]) : 1ull;
+      ull incl = v;
+      for (int off = 1; off < 32; off <<= 1) {
+        const ull o = __shfl_up_sync(kFull, incl, off);
+        if (lane >= off) incl += o;
+      }
+      incl += run;
+      const unsigned ball = __ballot_sync(kFull, i < n && incl > rem);
+      if (ball) {
+        pick = base + __ffs(ball) - 1;
+        break;
+      }
+      run = __shfl_sync(kFull, incl, 31);
+    }
+    if (lane == 0) bs.pick = pick;
+  }
+  __syncthreads();
+  const int pick = bs.pick;
+  const ull sel = bs.list[pick];
+  const int32_t id = int32_t(uint32_t(sel));
+  if (narrow) {
+    c.ck = ~uint32_t(sel >> 32);
+    c.cl = id;
+    if (threadIdx.x < 32) {  // the picked bucket keeps the list's first pick + 1 candidates
+      ull m = 0;
+      for (int i = lane; i <= pick; i += 32) m += fixed_of(c.wp[uint32_t(bs.list[i])]);
+      m = warp_sum(m);
+      if (lane == 0) {
+        bs.mass[b] = m;
+        bs.count[b] = uint32_t(pick + 1);
+        bs.list_n = pick + 1;
+      }
+    }
+    for (int q = b + 1 + int(threadIdx.x); q < kBuckets; q += kThreads) bs.mass[q] = 0, bs.count[q] = 0;
+    __syncthreads();
+  }
+  return id;
 }
 
-// Grid: one block per sampled row. logits [*, V] fp32 (read only); scratch [gridDim.x, V].
+// Grid: one block per sampled row. logits [*, V] fp32 (read only); scratch [gridDim.x, 2, V]:
+// the row's edited logits, then their weights.
 __global__ void __launch_bounds__(kThreads)
     sample_rows_kernel(const float* __restrict__ logits, int32_t V, const int32_t* __restrict__ rows,
                        const RowSampling* __restrict__ params, const LogitEdit* __restrict__ edits,
                        int32_t* __restrict__ pen_table, float* __restrict__ scratch,
                        int32_t* __restrict__ out) {
   __shared__ Smem sm;
+  __shared__ BucketSmem bs;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const RowSampling rs = params[blockIdx.x];
   const float* raw = logits + int64_t(rows[blockIdx.x]) * V;
-  float* lp = scratch + int64_t(blockIdx.x) * V;
+  float* lp = scratch + int64_t(blockIdx.x) * 2 * V;
+  float* wp = lp + V;
   int32_t* pen = rs.penalty_slot >= 0 ? pen_table + int64_t(rs.penalty_slot) * V : nullptr;
 
   // 1. Edits (bias, then the min_tokens mask), then penalties: the host's float operations.
@@ -396,33 +336,51 @@ __global__ void __launch_bounds__(kThreads)
   int32_t tok = amax;
   const bool greedy = rs.temperature <= 0.0f || rs.top_k == 1;
   if (!greedy && isfinite(mx)) {  // else the host's argmax fallback
-    RowCtx c{lp, V, mx, __fdiv_rn(1.0f, rs.temperature), rs.min_p, false, 0u, INT32_MAX};
+    RowCtx c{lp, wp, V, mx, __fdiv_rn(1.0f, rs.temperature), rs.min_p, false, 0u, INT32_MAX, 0.f};
+    // 2. Every weight once (wp), and the lowest candidate logit: the buckets' spread.
+    float lo = mx;
+    for (int32_t i = threadIdx.x; i < V; i += kThreads) {
+      const float l = lp[i], w = weight_of(l, c);
+      wp[i] = w;
+      if (fixed_of(w) > 0) lo = fminf(lo, l);
+    }
+    for (int off = 16; off > 0; off >>= 1) lo = fminf(lo, __shfl_down_sync(kFull, lo, off));
+    if (lane == 0) sm.redf[warp] = lo;
+    __syncthreads();  // also: wp is complete
+    if (warp == 0) {
+      lo = sm.redf[lane];
+      for (int off = 16; off > 0; off >>= 1) lo = fminf(lo, __shfl_down_sync(kFull, lo, off));
+      if (lane == 0) sm.redf[0] = lo;
+    }
+    __syncthreads();
+    const float range = __fmul_rn(__fsub_rn(mx, sm.redf[0]), c.inv_t);
+    c.bscale = range > 0.0f ? __fdiv_rn(float(kBuckets), range) : 0.0f;
+    // 3. Top-k, then top-p over its candidates, then min-p, then the draw: the host's order.
     const bool use_k = rs.top_k > 0 && rs.top_k < V;
     const bool use_p = rs.top_p > 0.0f && rs.top_p < 1.0f;
-    ull mass, count;
-    totals(c, sm, mass, count);
-    uint32_t k;
-    int32_t id;
-    if (use_k && count > ull(rs.top_k)) {  // the k-th candidate ends the prefix
-      select(c, false, ull(rs.top_k - 1), sm, k, id);
-      c.ck = k;
-      c.cl = id;
-      if (use_p) totals(c, sm, mass, count);
+    fill_buckets(c, bs);
+    Totals t = bucket_totals(bs);
+    if (use_k && t.count > ull(rs.top_k)) {  // the k-th candidate ends the prefix
+      select_bucketed(c, bs, sm, false, ull(rs.top_k - 1), true);
+      t = bucket_totals(bs);
     }
     if (use_p) {  // the smallest prefix whose mass reaches top_p of the candidates'
-      const double target = ceil(double(rs.top_p) * double(mass));
+      const double target = ceil(double(rs.top_p) * double(t.mass));
       ull x = target >= 1.0 ? ull(target) - 1 : 0;
-      if (x >= mass) x = mass - 1;
-      select(c, true, x, sm, k, id);
-      c.ck = k;
-      c.cl = id;
+      if (x >= t.mass) x = t.mass - 1;
+      select_bucketed(c, bs, sm, true, x, true);
+      t = bucket_totals(bs);
     }
-    if (rs.min_p > 0.0f) c.use_min_p = true;
-    if (use_k || use_p || c.use_min_p) totals(c, sm, mass, count);
-    ull u = ull(rs.u * double(mass));
-    if (u >= mass) u = mass - 1;
-    if (use_k || use_p) select(c, true, u, sm, k, id);  // descending-logit order
-    else id = draw_in_id_order(c, u, sm);                // the host's id order
+    if (rs.min_p > 0.0f) {
+      c.use_min_p = true;
+      fill_buckets(c, bs);
+      t = bucket_totals(bs);
+    }
+    ull u = ull(rs.u * double(t.mass));
+    if (u >= t.mass) u = t.mass - 1;
+    int32_t id;
+    if (use_k || use_p) id = select_bucketed(c, bs, sm, true, u, false);  // descending logits
+    else id = draw_in_id_order(c, u, sm);                                // the host's id order
     if (id >= 0) tok = id;
   }
   if (threadIdx.x == 0) {
