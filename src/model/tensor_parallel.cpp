@@ -46,7 +46,8 @@ namespace {
 
 // Rank r's share of a config: its heads and intermediate columns (what its backend's caches
 // and attention ops see). Sparse layers whose KV heads do not split over the ranks (the tiny
-// golden models' one KV head) keep all their heads: replicated on every rank. The vocabulary stays whole (the embedding is replicated).
+// golden models' one KV head) keep all their heads: replicated on every rank. The
+// vocabulary stays whole (the embedding is replicated).
 ModelConfig shard_config(const ModelConfig& c, int n) {
   ModelConfig s = c;
   if (c.num_key_value_heads % n == 0) {
