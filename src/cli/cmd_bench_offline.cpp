@@ -225,7 +225,7 @@ void bench_verify(Bench& b, int B, int K, int32_t pages_per_seq, const std::vect
       m.add_seq(&ids[size_t(s * rows)], rows, b.a.decode_in + i, s,
                 seq_pages(s, pages_per_seq), true, false);
     const auto t0 = Clock::now();
-    for (int s = 0; s < B; ++s) b.model.backend().copy_state_slot(s, snapshot_base + s);
+    for (int s = 0; s < B; ++s) b.model.copy_state_slot(s, snapshot_base + s);
     b.model.forward(m, logits, nullptr, &out);
     if (i >= 2) step_ms.push_back(since(t0) * 1e3);
     ids = out;  // the step's greedy tokens: realistic ids for the next

@@ -19,7 +19,7 @@ namespace {
 struct GenOpts {
   std::string model_path, prompt, prompt_ids, device = "cpu", dtype = "auto";
   bool chat = false, ignore_eos = false, show_ids = false;
-  int max_new_tokens = 64, top_k = -1, cpu_threads = 0, context_length = 0;
+  int max_new_tokens = 64, top_k = -1, cpu_threads = 0, context_length = 0, tp_size = 1;
   float temperature = 0.0f, top_p = 1.0f;
   int64_t seed = -1;
 };
@@ -54,6 +54,7 @@ int run_generate(const GenOpts& o) {
   lo.device = o.device;
   lo.dtype = o.dtype;
   lo.cpu_threads = o.cpu_threads;
+  lo.tp_size = o.tp_size;
   lo.engine.max_running_requests = 1;
   lo.engine.max_context_len = o.context_length;
   lo.engine.max_step_tokens = lo.engine.chunked_prefill_size + 1;
@@ -140,6 +141,7 @@ sala::cli::Registrar reg("generate", "Generate from one prompt through the engin
   app.add_option("--device", o->device, "cpu | cuda")->capture_default_str();
   app.add_option("--dtype", o->dtype, "auto | float32 | bfloat16")->capture_default_str();
   app.add_option("--cpu-threads", o->cpu_threads, "CPU backend threads (0: all cores)");
+  app.add_option("--tp-size", o->tp_size, "tensor-parallel ranks (CPU backend: one thread each)");
   app.add_option("--context-length", o->context_length, "Max prompt + output tokens");
   return sala::cli::Run([o] { return run_generate(*o); });
 });

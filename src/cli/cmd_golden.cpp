@@ -12,6 +12,7 @@ struct Args {
   std::vector<std::string> only;
   bool hidden = false;
   int threads = 0;
+  int tp_size = 1;
 };
 
 int run(const Args& a) {
@@ -21,9 +22,10 @@ int run(const Args& a) {
   o.only = a.only;
   o.hidden = a.hidden;
   o.threads = a.threads;
+  o.tp_size = a.tp_size;
   const auto results = sala::run_golden(a.dir, o);
   int failed = 0;
-  fmt::print("golden {}  mode {}  device {}\n", a.dir, a.mode, a.device);
+  fmt::print("golden {}  mode {}  device {}  tp {}\n", a.dir, a.mode, a.device, a.tp_size);
   fmt::print("{:<26} {:>5} {:>10} {:>10} {:>7} {:>9} {:>9} {:>9} {:>7}  {}\n", "scenario", "pos",
              "max|err|", "rel", "argmax", "cos_min", "cos_med", "blocks", "sec", "result");
   for (const auto& r : results) {
@@ -51,6 +53,8 @@ sala::cli::Registrar reg("golden", "Run a golden case directory and compare with
                            app.add_option("--scenario", a->only, "only these scenarios");
                            app.add_flag("--hidden", a->hidden, "also compare per-layer hidden states");
                            app.add_option("--threads", a->threads, "CPU threads (0 = all)");
+                           app.add_option("--tp-size", a->tp_size,
+                                          "tensor-parallel ranks (CPU: one thread each)");
                            return [a] { return run(*a); };
                          });
 

@@ -43,9 +43,9 @@ struct ServeOpts {
   double mem_fraction_static = 0;
   int stream_interval = 1;
   int cpu_threads = 0;
+  int tp_size = 1;
   int http_threads = 512;
   int kv_memory_mb = 512;
-  int tp_size = 1;
   bool disable_radix_cache = false, disable_cuda_graph = false, skip_server_warmup = false;
   bool trust_remote_code = false, dense_as_sparse = false, enable_metrics = false;
   std::string speculative_algorithm;  // "", NGRAM or STANDALONE
@@ -97,7 +97,6 @@ int run_serve(const ServeOpts& o) {
   if (o.disable_cuda_graph && o.device != "cuda") warn("--disable-cuda-graph ignored on this device");
   if (o.trust_remote_code) warn("--trust-remote-code ignored: no remote code is ever run");
   if (o.mem_fraction_static > 0 && o.device != "cuda") warn("--mem-fraction-static ignored on the CPU backend (see --kv-memory-mb)");
-  if (o.tp_size != 1) sala::fail("--tp-size {} is not supported (one device per server)", o.tp_size);
   if (o.stream_interval < 1) sala::fail("--stream-interval must be >= 1");
 
   // The API key: --api-key, else --api-key-file, else $SALA_API_KEY (read here, once; a key
@@ -128,6 +127,7 @@ int run_serve(const ServeOpts& o) {
   lo.quantization = o.quantization;
   lo.kv_cache_dtype = o.kv_cache_dtype;
   lo.cpu_threads = o.cpu_threads;
+  lo.tp_size = o.tp_size;
   lo.engine.max_running_requests = o.max_running_requests;
   lo.engine.chunked_prefill_size = o.chunked_prefill_size;
   lo.engine.max_step_tokens = o.chunked_prefill_size + o.max_running_requests;
@@ -199,7 +199,7 @@ int run_serve(const ServeOpts& o) {
       {"speculative_draft_model_path", o.speculative_draft_model_path.empty()
                                            ? nlohmann::json(nullptr)
                                            : nlohmann::json(o.speculative_draft_model_path)},
-      {"api_key_set", !api_key.empty()}, {"tp_size", 1}, {"dp_size", 1}};
+      {"api_key_set", !api_key.empty()}, {"tp_size", o.tp_size}, {"dp_size", 1}};
 
   sala::server::HttpServer server(so, *L.engine, *L.tok, L.tmpl.get());
   const int port = server.bind();
@@ -291,7 +291,7 @@ sala::cli::Registrar reg("serve", "Serve a model over HTTP (SGLang /generate + O
   app.add_option("--cpu-threads", o->cpu_threads, "CPU backend threads (0: all cores)")->capture_default_str();
   app.add_option("--http-threads", o->http_threads, "HTTP worker threads (>= max concurrent connections)")->capture_default_str();
   app.add_option("--log-level", o->log_level, "Log level")->capture_default_str();
-  app.add_option("--tp-size,--tp", o->tp_size, "Tensor parallelism (only 1)");
+  app.add_option("--tp-size,--tp", o->tp_size, "Tensor-parallel ranks (CPU backend only: one thread each; CUDA: 1)");
   app.add_option("--tokenizer-path", o->tokenizer_path, "Accepted for SGLang compatibility");
   app.add_option("--attention-backend", o->attention_backend, "Accepted for SGLang compatibility (ignored)");
   app.add_flag("--disable-radix-cache", o->disable_radix_cache, "Accepted for SGLang compatibility (no prefix cache)");

@@ -126,7 +126,7 @@ void DraftModelDrafter::propose(const std::vector<DraftAsk>& asks,
     d.computed = d.base = int64_t(a.seq->tokens.size());
     // The state after L tokens: what a rejection of any fed draft returns to (nothing is fed
     // after a single draft).
-    if (a.k > 1) model_->backend().copy_state_slot(d.slot, d.slot + snapshot_offset_);
+    if (a.k > 1) model_->copy_state_slot(d.slot, d.slot + snapshot_offset_);
     if (d.sampled) d.q.resize(size_t(a.k) * size_t(vocab_));
     scratch_.assign(d.last_row.begin(), d.last_row.end());  // sample_proposal works in place
     out[job.ask].push_back(pick(scratch_.data(), d.last_argmax, a.policy, d, 0));
@@ -173,7 +173,7 @@ void DraftModelDrafter::settle(const Sequence& s, int32_t drafted, int32_t accep
   if (accepted >= fed) {
     d.computed = d.base + fed;  // every fed row is a kept token
   } else {
-    model_->backend().copy_state_slot(d.slot + snapshot_offset_, d.slot);
+    model_->copy_state_slot(d.slot + snapshot_offset_, d.slot);
     d.computed = d.base;
     ++rollbacks_;
   }

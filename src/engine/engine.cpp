@@ -260,7 +260,7 @@ class EngineImpl final : public Engine {
       meta_.add_seq(s->tokens.data() + s->num_computed, it.num_tokens, s->num_computed, s->slot,
                     s->pages, verify, it.sample && !verify);
     }
-    speculator_.planned(plan_, model_->backend());
+    speculator_.planned(plan_, *model_);
     // A step whose sampled rows are all plain greedy takes the argmax on the device and
     // moves R ids instead of R × vocab logits to the host; other steps sample on the backend
     // (device_sampling.h) unless a sampled verify call needs its rows on the host.
@@ -303,7 +303,7 @@ class EngineImpl final : public Engine {
             greedy_only ? argmax_.data() + row : nullptr, logits_.data() + row * size_t(V), V,
             sampler_, r->sampling, r->sampler, spec_emit_, speculator_.proposal(*r));
         row += size_t(r->spec.drafts) + 1;
-        speculator_.settle(*r, a, model_->backend());
+        speculator_.settle(*r, a, *model_);
         // Emitted one by one (no logprobs: draft_cap), so that a stop token or the length
         // limit ends the request at its own token and the rest is dropped.
         for (int32_t tok : spec_emit_) {

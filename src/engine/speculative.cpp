@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "model/minicpm_sala.h"
 
 namespace sala {
 
@@ -118,10 +119,10 @@ void Speculator::draft(const std::vector<Sequence*>& running, const Scheduler& s
   }
 }
 
-void Speculator::planned(const SchedulePlan& plan, Backend& be) {
+void Speculator::planned(const SchedulePlan& plan, Model& model) {
   for (const ScheduledSeq& it : plan.items)
     if (it.seq->spec.drafts > 0 && it.sample)
-      be.copy_state_slot(it.seq->slot, it.seq->slot + snapshot_offset_);
+      model.copy_state_slot(it.seq->slot, it.seq->slot + snapshot_offset_);  // every TP rank
   if (enabled()) drafter_->planned(plan, policy_);
 }
 
@@ -130,7 +131,7 @@ void Speculator::forget(const Sequence* s) {
   if (enabled()) drafter_->release(*s);
 }
 
-void Speculator::settle(Sequence& s, int32_t a, Backend& be) {
+void Speculator::settle(Sequence& s, int32_t a, Model& model) {
   const int32_t d = s.spec.drafts;
   const int64_t base = s.spec.base;  // tokens before the drafts; base - 1 was pending
   SALA_CHECK(d > 0 && a >= 0 && a <= d && int64_t(s.tokens.size()) == base + d &&
@@ -143,7 +144,7 @@ void Speculator::settle(Sequence& s, int32_t a, Backend& be) {
   } else {
     // The state saw rejected rows: back to the snapshot, and the last token plus the
     // accepted drafts are computed again in the next call.
-    be.copy_state_slot(s.slot + snapshot_offset_, s.slot);
+    model.copy_state_slot(s.slot + snapshot_offset_, s.slot);
     s.num_computed = base - 1;
     ++rollbacks_;
   }

@@ -35,6 +35,7 @@
 namespace sala {
 
 class Backend;
+class Model;
 class Sampler;
 class SamplerState;
 struct SamplingParams;
@@ -171,12 +172,12 @@ class Speculator {
   void draft(const std::vector<Sequence*>& running, const Scheduler& sch);
   // After the schedule: copies the state of every planned drafted sequence that will verify to
   // its snapshot slot, and tells the drafter the plan.
-  void planned(const SchedulePlan& plan, Backend& be);
+  void planned(const SchedulePlan& plan, Model& model);
   // A verified sequence after the forward and the scheduler's commit, whose first `accepted`
   // drafts were kept (the caller decided them from its rows, greedy or by speculative
   // sampling, and emits them and the bonus token): removes the drafts from its tokens, keeps
   // the accepted ones' cache rows or rolls back.
-  void settle(Sequence& s, int32_t accepted, Backend& be);
+  void settle(Sequence& s, int32_t accepted, Model& model);
   // s's drafts' proposal distributions (Drafter::proposal).
   const float* proposal(const Sequence& s) const { return drafter_->proposal(s); }
   // Drops the drafts of sequences that were not verified this step (not planned, preempted).

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "model/minicpm_sala.h"
+#include "model/tensor_parallel.h"
 
 namespace sala {
 namespace fs = std::filesystem;
@@ -68,7 +69,9 @@ std::vector<ScenarioResult> run_golden(const std::string& case_dir, const Golden
   lim.caches.page_size = cfg.sparse.block_size;
   lim.caches.num_pages = int32_t(cache_layout::pages_for(max_total, lim.caches.page_size));
   lim.caches.num_slots = 1;
-  Model model(cfg, make_backend(opts.device, {opts.mode, opts.threads}), ckpt, lim);
+  const BackendOptions bo{opts.mode, opts.threads};
+  Model model(cfg, make_backend(opts.device, bo), ckpt, lim,
+              make_tp_peers(opts.device, bo, opts.tp_size));
   std::vector<int32_t> pages(size_t(lim.caches.num_pages));
   for (size_t i = 0; i < pages.size(); ++i) pages[i] = int32_t(i);
   const std::string mode = opts.mode == NumericMode::F32 ? "fp32" : "bf16";

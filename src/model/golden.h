@@ -15,6 +15,7 @@ struct GoldenOptions {
   std::vector<std::string> only;  // scenario names; empty = all
   bool hidden = false;            // also compare hidden states where the case stores them
   int threads = 0;
+  int tp_size = 1;  // tensor-parallel ranks (model/tensor_parallel.h)
 };
 
 struct ScenarioResult {

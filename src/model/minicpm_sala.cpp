@@ -1,14 +1,35 @@
 #include "model/minicpm_sala.h"
 
 #include "core/check.h"
+#include "model/tensor_parallel.h"
 
 namespace sala {
 
 Model::Model(ModelConfig cfg, std::unique_ptr<Backend> backend, const Checkpoint& ckpt,
-             const ModelLimits& limits)
+             const ModelLimits& limits, std::vector<std::unique_ptr<Backend>> peers)
     : cfg_(std::move(cfg)), limits_(limits), backend_(std::move(backend)) {
+  if (!peers.empty()) {
+    // Tensor parallelism shares rank 0's host memory (the weights' row slices) and runs the
+    // CPU communicator: CPU backends with dense weights only, until an NCCL one exists.
+    const int n = 1 + int(peers.size());
+    if (backend_->name().rfind("cpu", 0) != 0)
+      fail("--tp-size {}: tensor parallelism runs on the CPU backend only (the {} backend has no "
+           "NCCL communicator yet)", n, backend_->name());
+    if (backend_->linear_format() != backend_->weight_format() || cfg_.quantization.any())
+      fail("--tp-size {}: tensor parallelism splits dense weights only (no FP8 / W4A16)", n);
+    check_tp_config(cfg_, n);
+  }
   w_ = load_weights(cfg_, ckpt, *backend_, &unused_);
   slopes_ = cfg_.lightning_slopes();
+  if (!peers.empty()) {
+    tp_ = std::make_unique<TensorParallel>(cfg_, w_, *backend_, std::move(peers), limits_,
+                                           load_kv_scales(cfg_, ckpt));
+    // Rank 0's full logits (gathered vocab shards) are the Model's workspace, as with one rank.
+    logits_ = backend_->alloc(limits_.max_logit_rows, cfg_.vocab_size, DType::F32);
+    iota_.resize(size_t(limits_.max_logit_rows));
+    for (size_t i = 0; i < iota_.size(); ++i) iota_[i] = int32_t(i);
+    return;
+  }
   CacheShape caches = limits_.caches;
   if (backend_->graphs_enabled()) {
     scratch_page_ = caches.num_pages++;
@@ -35,6 +56,15 @@ Model::Model(ModelConfig cfg, std::unique_ptr<Backend> backend, const Checkpoint
   logits_ = backend_->alloc(limits_.max_logit_rows, cfg_.vocab_size, DType::F32);
   iota_.resize(size_t(limits_.max_logit_rows));
   for (size_t i = 0; i < iota_.size(); ++i) iota_[i] = int32_t(i);
+}
+
+Model::~Model() = default;
+
+int Model::tp_size() const { return tp_ ? tp_->size() : 1; }
+
+void Model::copy_state_slot(int32_t src, int32_t dst) {
+  if (tp_) tp_->copy_state_slot(src, dst);
+  else backend_->copy_state_slot(src, dst);
 }
 
 void Model::trace_rows(ForwardTrace* trace, const Tensor& t) {
@@ -100,8 +130,17 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
              limits_.max_logit_rows);
   Backend& be = *backend_;
   if (extra && extra->rows.empty()) extra = nullptr;
-  const GraphStep g = extra ? GraphStep{} : graph_step(meta, trace);
-  if (g.key == 0) {
+  const GraphStep g = tp_ || extra ? GraphStep{} : graph_step(meta, trace);
+  if (tp_) {
+    // Greedy steps without masks take the distributed argmax over the vocab shards; every
+    // other step gathers the logits into logits_ and goes on as with one rank.
+    if (argmax && !(masks && !masks->empty()) && R > 0) {
+      argmax->resize(size_t(R));
+      tp_->forward(meta, R, trace, argmax->data(), extra, logits_);
+      return;
+    }
+    tp_->forward(meta, R, trace, nullptr, extra, logits_);
+  } else if (g.key == 0) {
     be.begin_step(meta);
     run_layers(T, R, trace, extra);
   } else {
@@ -149,6 +188,7 @@ void Model::logprobs(RowLogprobs& lp) {
   lp.top_ids.resize(n * size_t(lp.top_n));
   lp.top_logprobs.resize(n * size_t(lp.top_n));
   if (n == 0) return;
+  if (tp_) tp_->gather_logits(logits_);  // after a distributed-argmax step
   const Tensor out{logits_.data, DType::F32, limits_.max_logit_rows, cfg_.vocab_size};
   backend_->logprobs_rows(out, lp.rows.data(), lp.targets.data(), int64_t(n), lp.top_n,
                           lp.logprob.data(), lp.top_ids.data(), lp.top_logprobs.data());

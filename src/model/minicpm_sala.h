@@ -41,10 +41,17 @@ struct RowLogprobs {
   }
 };
 
+class TensorParallel;
+
 class Model {
  public:
+  // peers: tensor parallelism (model/tensor_parallel.h) over 1 + peers.size() ranks, `backend`
+  // rank 0 and peers ranks 1.. (backends of the same kind and options); empty: one rank.
+  // sala::Error where the backend or the weights cannot be split (CPU backend, dense weights,
+  // no CUDA graphs; heads etc. divisible by the rank count).
   Model(ModelConfig cfg, std::unique_ptr<Backend> backend, const Checkpoint& ckpt,
-        const ModelLimits& limits);
+        const ModelLimits& limits, std::vector<std::unique_ptr<Backend>> peers = {});
+  ~Model();
   // One step: logits [meta.logit_rows.size(), vocab] fp32, row-major, into `logits`; or,
   // with `argmax` given, only the greedy token of each logit row (the logits stay on the
   // device and `logits` is left untouched).
@@ -72,6 +79,10 @@ class Model {
   Backend& backend() { return *backend_; }
   const ModelWeights& weights() const { return w_; }
   const std::vector<std::string>& unused_tensors() const { return unused_; }
+  // Ranks of tensor parallelism (1: none).
+  int tp_size() const;
+  // Backend::copy_state_slot on every rank.
+  void copy_state_slot(int32_t src, int32_t dst);
 
  private:
   void trace_rows(ForwardTrace* trace, const Tensor& t);
@@ -104,6 +115,7 @@ class Model {
   // of their recording.
   std::map<std::vector<int32_t>, int> verify_graph_ids_;
   std::vector<int32_t> layout_;  // graph_step's scratch
+  std::unique_ptr<TensorParallel> tp_;  // null: one rank
   std::vector<int32_t> iota_;  // 0, 1, ..., max_logit_rows - 1: the rows of a logits group
 };
 

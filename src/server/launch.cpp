@@ -9,6 +9,7 @@
 #include "core/safetensors.h"
 #include "engine/request_check.h"
 #include "model/minicpm_sala.h"
+#include "model/tensor_parallel.h"
 
 namespace sala::server {
 
@@ -126,7 +127,8 @@ Loaded launch(const LaunchOptions& o) {
                                           Checkpoint(o.draft_model_path),
                                           plan_draft_limits(dcfg, o.engine, lim));
   }
-  auto model = std::make_unique<Model>(L.cfg, std::move(backend), ckpt, lim);
+  auto model = std::make_unique<Model>(L.cfg, std::move(backend), ckpt, lim,
+                                       make_tp_peers(o.device, bo, o.tp_size));
   L.engine = make_engine(std::move(model), o.engine, std::move(draft_model));
   const EngineInfo info = L.engine->info();
   L.max_total_tokens = info.max_total_tokens > 0 ? info.max_total_tokens

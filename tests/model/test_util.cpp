@@ -5,12 +5,13 @@
 
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "model/tensor_parallel.h"
 
 namespace sala::test {
 
 std::unique_ptr<Model> load_tiny(const std::string& dir, int32_t max_tokens, int32_t pages,
                                  int32_t slots, NumericMode mode, const ModelConfig* override_cfg,
-                                 KvCacheDtype kv) {
+                                 KvCacheDtype kv, int tp_size) {
   ModelConfig cfg = override_cfg ? *override_cfg : load_model_config(dir);
   Checkpoint ckpt(dir);
   ModelLimits lim;
@@ -19,7 +20,8 @@ std::unique_ptr<Model> load_tiny(const std::string& dir, int32_t max_tokens, int
   lim.caches = {pages, cfg.sparse.block_size, slots};
   BackendOptions bo{mode, 0};
   bo.kv_cache_dtype = kv;
-  return std::make_unique<Model>(cfg, make_backend("cpu", bo), ckpt, lim);
+  return std::make_unique<Model>(cfg, make_backend("cpu", bo), ckpt, lim,
+                                 make_tp_peers("cpu", bo, tp_size));
 }
 
 std::vector<int32_t> page_range(int32_t first, int32_t n) {

@@ -17,7 +17,7 @@ inline std::string tiny_chat_dir() { return std::string(SALA_SOURCE_DIR) + "/mod
 std::unique_ptr<Model> load_tiny(const std::string& dir, int32_t max_tokens, int32_t pages,
                                  int32_t slots, NumericMode mode = NumericMode::F32,
                                  const ModelConfig* override_cfg = nullptr,
-                                 KvCacheDtype kv = KvCacheDtype::Auto);
+                                 KvCacheDtype kv = KvCacheDtype::Auto, int tp_size = 1);
 
 // Page list [first, first + n).
 std::vector<int32_t> page_range(int32_t first, int32_t n);

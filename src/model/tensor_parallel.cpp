@@ -1,0 +1,280 @@
+#include "model/tensor_parallel.h"
+
+#include <cstring>
+
+#include <algorithm>
+#include <exception>
+
+#include "core/check.h"
+#include "core/error.h"
+#include "model/tensor_parallel_rank.h"
+
+namespace sala {
+
+void check_tp_config(const ModelConfig& c, int n) {
+  if (n < 1) fail("--tp-size {} must be >= 1", n);
+  auto need = [&](int64_t v, const char* what) {
+    if (v % n != 0) fail("{}: {} = {} is not divisible by --tp-size {}", c.source, what, v, n);
+  };
+  // The sparse layers' heads split only when the KV heads do (else they are replicated).
+  if (c.num_key_value_heads % n == 0) need(c.num_attention_heads, "num_attention_heads");
+  need(c.lightning_nh, "lightning_nh");
+  need(c.intermediate_size, "intermediate_size");
+  need(c.hidden_size, "hidden_size");
+  // Slices of ceil(V / n) ids (vocab_begin): every rank must get some.
+  if (vocab_begin(c.vocab_size, n, n - 1) >= c.vocab_size)
+    fail("{}: vocab_size = {} is too small for --tp-size {}", c.source, c.vocab_size, n);
+}
+
+int64_t vocab_begin(int64_t V, int n, int r) {
+  return std::min(V, r * ((V + n - 1) / n));
+}
+
+std::vector<std::unique_ptr<Backend>> make_tp_peers(const std::string& device,
+                                                    const BackendOptions& opts, int tp_size) {
+  if (tp_size < 1) fail("--tp-size {} must be >= 1", tp_size);
+  std::vector<std::unique_ptr<Backend>> peers;
+  if (tp_size == 1) return peers;
+  if (device != "cpu")
+    fail("--tp-size {} on --device {}: tensor parallelism runs on the CPU backend only (the "
+         "NCCL communicator for GPUs does not exist yet)", tp_size, device);
+  for (int r = 1; r < tp_size; ++r) peers.push_back(make_backend(device, opts));
+  return peers;
+}
+
+namespace {
+
+// Rank r's share of a config: its heads and intermediate columns (what its backend's caches
+// and attention ops see). Sparse layers whose KV heads do not split over the ranks (the tiny
+// golden models' one KV head) keep all their heads: replicated on every rank. The
+// vocabulary stays whole (the embedding is replicated).
+ModelConfig shard_config(const ModelConfig& c, int n) {
+  ModelConfig s = c;
+  if (c.num_key_value_heads % n == 0) {
+    s.num_attention_heads /= n;
+    s.num_key_value_heads /= n;
+  }
+  s.lightning_nh /= n;
+  s.lightning_nkv = std::max(1, c.lightning_nkv / n);
+  s.intermediate_size /= n;
+  return s;
+}
+
+// Rank r's input columns [r*K/n, (r+1)*K/n) of a dense [N, K] weight: a row-parallel
+// linear's shard [N, K/n], copied into `be`'s memory (a column slice is no view of a
+// row-major matrix).
+Weight col_part(Backend& be, const Weight& w, int r, int n) {
+  SALA_CHECK(w.dense() && w.format == WeightFormat::F32, "row-parallel shard of a {} weight",
+             weight_format_name(w.format));
+  const int64_t kn = w.cols / n;
+  Tensor dst = be.alloc(w.rows, kn, DType::F32);
+  copy_cols(Tensor{w.data, DType::F32, w.rows, w.cols}, r * kn, dst);
+  Weight out = w;
+  out.data = dst.data;
+  out.cols = kn;
+  return out;
+}
+
+}  // namespace
+
+void copy_cols(const Tensor& src, int64_t c0, Tensor& dst) {
+  SALA_CHECK(src.dtype == DType::F32 && dst.dtype == DType::F32 && src.rows == dst.rows &&
+                 c0 >= 0 && c0 + dst.cols <= src.cols,
+             "columns {}..{} of [{}, {}] into [{}, {}]", c0, c0 + dst.cols, src.rows, src.cols,
+             dst.rows, dst.cols);
+  for (int64_t t = 0; t < src.rows; ++t)
+    std::memcpy(static_cast<float*>(dst.data) + t * dst.cols,
+                static_cast<const float*>(src.data) + t * src.cols + c0,
+                size_t(dst.cols) * sizeof(float));
+}
+
+TensorParallel::TensorParallel(const ModelConfig& cfg, const ModelWeights& full, Backend& rank0,
+                               std::vector<std::unique_ptr<Backend>> peers,
+                               const ModelLimits& limits, const std::vector<KvScales>& kv_scales)
+    : cfg_(cfg), limits_(limits) {
+  const int n = 1 + int(peers.size());
+  check_tp_config(cfg, n);
+  // The CPU backend's bf16 emulation (name "cpu-bf16") rounds the all-reduced sums to bf16,
+  // as NCCL's bf16 all-reduce of the GPU's bf16 partials returns bf16.
+  group_ = std::make_unique<CpuCommGroup>(n, rank0.name() == "cpu-bf16");
+  const ModelConfig sc = shard_config(cfg, n);
+  const std::vector<float> slopes = cfg.lightning_slopes();
+  const int64_t T = limits.max_step_tokens, H = cfg.hidden_size, I = cfg.intermediate_size;
+  const int64_t qd = int64_t(cfg.num_attention_heads) * cfg.head_dim;
+  const int64_t kvd = int64_t(cfg.num_key_value_heads) * cfg.head_dim;
+  const int64_t ld = int64_t(cfg.lightning_nh) * cfg.lightning_head_dim;
+  const int64_t V = cfg.vocab_size;
+  const bool kv_split = cfg.num_key_value_heads % n == 0;
+  sparse_split_ = kv_split;
+  // The rank's widths of q, k, v, gate, attn: the sparse mixer's share (all of it when
+  // replicated) or the lightning heads' share.
+  const int64_t wide = std::max(kv_split ? qd / n : qd, ld / n);
+  for (int r = 0; r < n; ++r) {
+    auto k = std::make_unique<Rank>();
+    k->r = r;
+    if (r == 0) {
+      k->be = &rank0;
+    } else {
+      k->owned = std::move(peers[size_t(r - 1)]);
+      k->be = k->owned.get();
+      SALA_CHECK(k->be->name() == rank0.name(), "rank {} backend {} != rank 0's {}", r,
+                 k->be->name(), rank0.name());
+    }
+    k->comm = group_->comm(r);
+    k->full = &full;
+    Backend& be = *k->be;
+    // Every weight of the rank: rows [r*N/n, (r+1)*N/n) of the full [N, K] weight.
+    auto part = [&](const Weight& w, int64_t rows) { return w.slice_rows(r * rows / n, rows / n); };
+    for (const LayerWeights& l : full.layers) {
+      LayerShard s;
+      const bool sparse = l.type == MixerType::Sparse;
+      if (sparse && !kv_split) {
+        s.q = l.q_proj, s.k = l.k_proj, s.v = l.v_proj, s.gate = l.gate;  // replicated
+      } else {
+        s.q = part(l.q_proj, sparse ? qd : ld);
+        s.k = part(l.k_proj, sparse ? kvd : ld);
+        s.v = part(l.v_proj, sparse ? kvd : ld);
+        s.gate = part(l.gate, sparse ? qd : ld);
+      }
+      s.gate_proj = part(l.gate_proj, I);
+      s.up_proj = part(l.up_proj, I);
+      s.o_proj = col_part(be, l.o_proj, r, n);
+      s.down_proj = col_part(be, l.down_proj, r, n);
+      k->layers.push_back(s);
+    }
+    k->vocab0 = vocab_begin(V, n, r);
+    k->vocab1 = vocab_begin(V, n, r + 1);
+    k->lm_head = full.lm_head.slice_rows(k->vocab0, k->vocab1 - k->vocab0);
+    const int nh = sc.lightning_nh;
+    k->slopes.assign(slopes.begin() + r * nh, slopes.begin() + (r + 1) * nh);
+    be.set_kv_scales(kv_scales);
+    be.init_caches(sc, limits.caches);
+    const DType a = be.act_dtype();
+    k->h = be.alloc(T, H, a);
+    k->x = be.alloc(T, H, a);
+    for (Tensor* t : {&k->q, &k->k, &k->v, &k->gate, &k->attn}) *t = be.alloc(T, wide, a);
+    k->attn_full = be.alloc(T, std::max(qd, ld), a);
+    k->gate_full = be.alloc(T, ld, a);  // lightning only
+    k->mix = be.alloc(T, H, a);
+    k->g = be.alloc(T, I / n, a);
+    k->u = be.alloc(T, I / n, a);
+    k->logit_in = be.alloc(limits.max_logit_rows, H, a);
+    k->logits_part = be.alloc(limits.max_logit_rows, k->vocab1 - k->vocab0, DType::F32);
+    ranks_.push_back(std::move(k));
+  }
+  for (int r = 1; r < n; ++r) workers_.emplace_back([this, r] { worker(r); });
+}
+
+TensorParallel::~TensorParallel() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  start_cv_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+// An exception on a rank is a bug (bad input is refused before a step): the other ranks
+// would wait at a barrier for ever, so it ends the process.
+void TensorParallel::run_guarded(Rank& k, const Job& job, ForwardTrace* trace, int32_t* argmax) {
+  try {
+    if (job.gather) {
+      // The last step's vocab shards (left in logits_part by a distributed-argmax step).
+      const Tensor part{k.logits_part.data, DType::F32, job.R, k.vocab1 - k.vocab0};
+      Tensor out{job.logits->data, DType::F32, job.R, cfg_.vocab_size};
+      k.comm->gather_cols(part, out, 0);
+    } else {
+      run_rank(k, k.meta, job.R, trace, argmax, job.extra, *job.logits);
+    }
+  } catch (const std::exception& e) {
+    SALA_CHECK(false, "tensor-parallel rank {}: {}", k.r, e.what());
+  }
+}
+
+// Posts `job` to the workers of ranks 1.., runs rank 0 on this thread, waits for the workers.
+void TensorParallel::run_all(const Job& job, ForwardTrace* trace, int32_t* argmax) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    job_ = job;
+    pending_ = size() - 1;
+    ++generation_;
+  }
+  start_cv_.notify_all();
+  run_guarded(*ranks_[0], job, trace, argmax);
+  std::unique_lock<std::mutex> lk(mu_);
+  done_cv_.wait(lk, [&] { return pending_ == 0; });
+}
+
+void TensorParallel::gather_logits(Tensor& logits) {
+  if (logits_gathered_) return;
+  run_all(Job{last_R_, nullptr, &logits, true}, nullptr, nullptr);
+  logits_gathered_ = true;
+}
+
+// Rank r's thread: runs each step forward() posts (one generation each), for the life of
+// the model (the OpenMP pool of the thread is made once, not per step).
+void TensorParallel::worker(int r) {
+  uint64_t seen = 0;
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      start_cv_.wait(lk, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      job = job_;
+    }
+    run_guarded(*ranks_[size_t(r)], job, nullptr, nullptr);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (--pending_ == 0) done_cv_.notify_one();
+    }
+  }
+}
+
+void TensorParallel::copy_state_slot(int32_t src, int32_t dst) {
+  for (auto& k : ranks_) k->be->copy_state_slot(src, dst);
+}
+
+void TensorParallel::forward(const StepMeta& meta, int64_t R, ForwardTrace* trace,
+                             int32_t* argmax, RowLogprobs* extra, Tensor& logits) {
+  // Each rank its own copy of the step (its backend keeps a pointer to it) and its own block
+  // capture (its KV heads), merged below into the caller's with global head indexes.
+  for (auto& k : ranks_) {
+    k->meta = meta;
+    k->cap = BlockCapture{};
+    if (meta.capture) {
+      k->cap.want_scores = meta.capture->want_scores;
+      k->meta.capture = &k->cap;
+    }
+  }
+  want_argmax_ = argmax != nullptr;
+  run_all(Job{R, extra, &logits, false}, trace, argmax);
+  last_R_ = R;
+  logits_gathered_ = argmax == nullptr;
+  if (!meta.capture) return;
+  // Split KV heads: rank r's are r*kvl..; replicated: rank 0's are all of them.
+  const int kvl = sparse_split_ ? cfg_.num_key_value_heads / size() : cfg_.num_key_value_heads;
+  BlockCapture& out = *meta.capture;
+  for (auto& k : ranks_) {
+    if (!sparse_split_ && k->r > 0) break;
+    const auto& sel = k->cap.selections;
+    if (out.selections.size() < sel.size()) out.selections.resize(sel.size());
+    if (out.block_scores.size() < k->cap.block_scores.size())
+      out.block_scores.resize(k->cap.block_scores.size());
+    for (size_t l = 0; l < sel.size(); ++l) {
+      auto& o = out.selections[l];
+      if (o.size() < size_t(cfg_.num_key_value_heads)) o.resize(size_t(cfg_.num_key_value_heads));
+      for (int g = 0; g < kvl && size_t(g) < sel[l].size(); ++g)
+        o[size_t(k->r * kvl + g)] = sel[l][size_t(g)];
+    }
+    for (size_t l = 0; l < k->cap.block_scores.size(); ++l) {
+      auto& o = out.block_scores[l];
+      if (o.size() < size_t(cfg_.num_key_value_heads)) o.resize(size_t(cfg_.num_key_value_heads));
+      for (int g = 0; g < kvl && size_t(g) < k->cap.block_scores[l].size(); ++g)
+        o[size_t(k->r * kvl + g)] = k->cap.block_scores[l][size_t(g)];
+    }
+  }
+}
+
+}  // namespace sala
