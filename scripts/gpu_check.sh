@@ -83,7 +83,7 @@ OP_TESTS=${OP_TESTS:-"test_cuda_ops test_cuda_sparse test_cuda_f32"}
 SAN_FILTER_OPS=${SAN_FILTER_OPS:-"CudaOps.Embedding:CudaOps.RmsNorm:CudaOps.AddScaledRmsNorm:\
 CudaOps.Elementwise:CudaOps.RopeAndGather:CudaOps.LightningTiny:CudaOps.LinearMulti:\
 CudaOps.LinearSiluMul:CudaOps.WideDecodeSteps:CudaOps.QkNormRope:\
-CudaFused.RmsNormMulSigmoid:CudaFused.LightningQkAttentionHead16:CudaSample.SameDrawSmall"}
+CudaFused.RmsNormMulSigmoid:CudaFused.LightningQkAttentionHead16:CudaSample.SameDrawSmall:CudaLogprobs.Small"}
 SAN_FILTER_SPARSE=${SAN_FILTER_SPARSE:-"CudaOps.SparseLayerInfLLMv2:CudaOps.SparseLayerDenseAsSparse"}
 SAN_TIMEOUT=${SAN_TIMEOUT:-45}
 SUM="python3 $ROOT/scripts/gpu_summary.py"

@@ -237,8 +237,8 @@ class Backend {
   // log_softmax(row)[targets[i]] (NaN where targets[i] < 0) and the top_n (<= 20) largest
   // log-probabilities, ids ascending on ties, into top_ids / top_logprobs [n, top_n]. The raw
   // distribution: no temperature, no penalties. Exact fp32 log-softmax with the sum in double
-  // (logprobs_of_row). The default downloads each row and computes on the host (the CUDA
-  // backend uses it until it has a kernel that returns only these n * (1 + 2 * top_n) numbers).
+  // (logprobs_of_row). The default downloads each row and computes on the host; the CUDA
+  // backend runs a kernel that returns only these n * (1 + 2 * top_n) numbers (cuda_logprobs.cu).
   virtual void logprobs_rows(const Tensor& logits, const int32_t* rows, const int32_t* targets,
                              int64_t n, int top_n, float* logprob, int32_t* top_ids,
                              float* top_logprobs) {

@@ -117,6 +117,11 @@ class CudaBackend : public Backend {
                    const LogitEdit* edits, int32_t* out) override;
   void load_penalties(int32_t slot, int32_t vocab, const int32_t* prompt, int64_t n_prompt,
                       const int32_t* generated, int64_t n_generated) override;
+  // cuda_logprobs.cu: one block per row; rows and targets go up in one copy, the
+  // n * (1 + 2 * top_n) results come back in one (cuda_backend_sample.cpp). Backend's default
+  // (download each row, logprobs_of_row on the host) stays callable as Backend::logprobs_rows.
+  void logprobs_rows(const Tensor& logits, const int32_t* rows, const int32_t* targets, int64_t n,
+                     int top_n, float* logprob, int32_t* top_ids, float* top_logprobs) override;
   bool samples_rows() const override { return true; }
   void synchronize() override;
 
@@ -179,6 +184,12 @@ class CudaBackend : public Backend {
   int64_t scratch_elems_ = 0;
   int32_t* pen_table_ = nullptr;
   int32_t pen_slots_ = 0, pen_vocab_ = 0;
+  // logprobs_rows: [rows | targets] (2 * n int32) and [logprob | top_ids | top_logprobs]
+  // (n * (1 + 2 * kMaxTopLogprobs) words at most), each in one device buffer and a pinned twin,
+  // for lp_cap_ rows; grows on demand (never recorded in a graph).
+  void* lp_dev_ = nullptr;
+  void* lp_host_ = nullptr;
+  int64_t lp_cap_ = 0;
 };
 
 }  // namespace sala

@@ -1,12 +1,16 @@
-// CUDA backend, sampling on the device (Backend::sample_rows, load_penalties): the buffers
-// of cuda_sample.cu's kernel. Nothing here is recorded in a graph, so buffers may grow.
+// CUDA backend, sampling and log-probabilities on the device (Backend::sample_rows,
+// load_penalties, logprobs_rows): the buffers of cuda_sample.cu's and cuda_logprobs.cu's
+// kernels. Nothing here is recorded in a graph, so buffers may grow.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_host_util.h"
+#include "backend/cuda/cuda_logprobs.h"
 #include "backend/cuda/cuda_sample.h"
+#include "backend/logprobs.h"
 #include "core/check.h"
 
 namespace sala {
@@ -106,6 +110,54 @@ void CudaBackend::sample_rows(const Tensor& logits, const int32_t* rows, int64_t
   stream_.sync();
   std::memcpy(out, h + l.ids, size_t(n) * 4);
   tick("sample_rows");
+}
+
+void CudaBackend::logprobs_rows(const Tensor& logits, const int32_t* rows, const int32_t* targets,
+                                int64_t n, int top_n, float* logprob, int32_t* top_ids,
+                                float* top_logprobs) {
+  SALA_CHECK(logits.dtype == DType::F32, "logprobs_rows of {}", dtype_name(logits.dtype));
+  SALA_CHECK(top_n >= 0 && top_n <= kMaxTopLogprobs, "top_n {}", top_n);
+  if (n == 0) return;
+  const int64_t V = logits.cols;
+  SALA_CHECK(V > 0 && V <= INT32_MAX, "logprobs_rows over {} ids", V);
+  for (int64_t i = 0; i < n; ++i) {
+    SALA_CHECK(rows[i] >= 0 && rows[i] < logits.rows, "logprob row {} of {}", rows[i], logits.rows);
+    SALA_CHECK(targets[i] < V, "logprob target {} (vocabulary {})", targets[i], V);
+  }
+  // Per row: 2 words up (row, target), at most 1 + 2 * kMaxTopLogprobs words down.
+  constexpr int64_t kIn = 2, kOut = 1 + 2 * int64_t(kMaxTopLogprobs);
+  if (n > lp_cap_) {
+    // Nothing in flight reads the old buffers: every call ends with a synchronizing copy.
+    if (lp_dev_) arena_.release(lp_dev_);
+    if (lp_host_) arena_.release_pinned(lp_host_);
+    lp_cap_ = std::max<int64_t>({n, 2 * lp_cap_, 64});
+    const size_t bytes = size_t(lp_cap_ * (kIn + kOut)) * 4;
+    lp_dev_ = arena_.device(bytes);
+    lp_host_ = arena_.pinned(bytes);
+  }
+  // [rows n | targets n] at the start, [logprob n | top_ids n*top_n | top_logprobs n*top_n]
+  // after the input region: one copy each way.
+  auto* h = static_cast<int32_t*>(lp_host_);
+  auto* d = static_cast<int32_t*>(lp_dev_);
+  std::memcpy(h, rows, size_t(n) * 4);
+  std::memcpy(h + n, targets, size_t(n) * 4);
+  CUDA_CHECK(cudaMemcpyAsync(d, h, size_t(kIn * n) * 4, cudaMemcpyHostToDevice, st()));
+  const int64_t out_off = kIn * lp_cap_, tn = int64_t(top_n);
+  int32_t* dout = d + out_off;
+  launch_logprobs_rows(ptr<float>(logits), int32_t(V), d, d + n, n, top_n,
+                       reinterpret_cast<float*>(dout), dout + n,
+                       reinterpret_cast<float*>(dout + n + n * tn), st());
+  const int64_t out_words = n * (1 + 2 * tn);
+  CUDA_CHECK(cudaMemcpyAsync(h + out_off, dout, size_t(out_words) * 4, cudaMemcpyDeviceToHost,
+                             st()));
+  stream_.sync();
+  const int32_t* hout = h + out_off;
+  std::memcpy(logprob, hout, size_t(n) * 4);
+  if (top_n > 0) {
+    std::memcpy(top_ids, hout + n, size_t(n * tn) * 4);
+    std::memcpy(top_logprobs, hout + n + n * tn, size_t(n * tn) * 4);
+  }
+  tick("logprobs_rows");
 }
 
 }  // namespace sala
