@@ -122,6 +122,13 @@ struct Pair {
     cpu->begin_step(m);
     gpu->begin_step(m);
   }
+  // A decode-only step: T sequences of one row each (no KV pages).
+  void begin_decode_step(int64_t T) {
+    StepMeta m;
+    const int32_t id = 5;
+    for (int64_t i = 0; i < T; ++i) m.add_seq(&id, 1, 0, int32_t(i), {}, false, true);
+    begin(m);
+  }
   // Both results as fp32: [0] CPU, [1] GPU.
   std::pair<std::vector<float>, std::vector<float>> download(const T2& t) {
     std::vector<float> a(size_t(t.c.numel())), b(size_t(t.g.numel()));

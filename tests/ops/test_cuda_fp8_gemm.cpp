@@ -297,28 +297,39 @@ TEST(CudaFp8, UploadFp8MatchesUploadLinear) {
 // linear_multi on the sparse layers' stacked q/k/v/o_gate weight [8704, 4096] (parts 4096, 256,
 // 256, 4096): every part close to the CPU, and a part equal to linear() on its row slice bit
 // for bit (the same quantization and GEMM).
-TEST(CudaFp8, LinearMulti) {
-  REQUIRE_GPU();
+// linear_multi of x [T, 4096] by the sparse layers' q/k/v/gate stack [8704, 4096] on both
+// backends, each part compared; returns x and the parts for further checks.
+struct MultiParts {
+  Pair::T2 x;
+  W2 w;
+  std::vector<Pair::T2> ys;
+};
+MultiParts check_linear_multi(Pair& p, int64_t T, uint32_t& seed, const char* what) {
   const int64_t K = 4096;
   const std::vector<int64_t> parts{4096, 256, 256, 4096};
+  MultiParts r{p.up(randn(T, K, seed + 1, 1.f)), up_fp8(p, randn(8704, K, seed, 1.f / 64.f)), {}};
+  seed += 2;
+  for (int64_t n : parts) r.ys.push_back(p.out(T, n));
+  std::vector<Tensor*> yc, yg;
+  for (auto& y : r.ys) yc.push_back(&y.c), yg.push_back(&y.g);
+  p.cpu->linear_multi(r.x.c, r.w.c, yc);
+  p.gpu->linear_multi(r.x.g, r.w.g, yg);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    auto [cpu, gpu] = p.download(r.ys[i]);
+    expect_fp8_close(shape(what, {T, K, int64_t(i), parts[i]}), gpu, cpu);
+  }
+  return r;
+}
+
+TEST(CudaFp8, LinearMulti) {
+  REQUIRE_GPU();
   uint32_t seed = 800;
   for (int64_t T : {1, 7, 16, 17, 64, 300}) {
     Pair p;
-    const W2 w = up_fp8(p, randn(8704, K, seed++, 1.f / 64.f));
-    auto x = p.up(randn(T, K, seed++, 1.f));
-    std::vector<Pair::T2> ys;
-    for (int64_t n : parts) ys.push_back(p.out(T, n));
-    std::vector<Tensor*> yc, yg;
-    for (auto& y : ys) yc.push_back(&y.c), yg.push_back(&y.g);
-    p.cpu->linear_multi(x.c, w.c, yc);
-    p.gpu->linear_multi(x.g, w.g, yg);
-    for (size_t i = 0; i < parts.size(); ++i) {
-      auto [cpu, gpu] = p.download(ys[i]);
-      expect_fp8_close(shape("fp8 linear_multi part", {T, K, int64_t(i), parts[i]}), gpu, cpu);
-    }
+    const MultiParts r = check_linear_multi(p, T, seed, "fp8 linear_multi part");
     auto y1 = p.out(T, 256);
-    p.gpu->linear(x.g, w.g.slice_rows(4096, 256), y1.g);
-    expect_same_bits(*p.gpu, ys[1].g, *p.gpu, y1.g, shape("fp8 linear_multi vs linear", {T, K}));
+    p.gpu->linear(r.x.g, r.w.g.slice_rows(4096, 256), y1.g);
+    expect_same_bits(*p.gpu, r.ys[1].g, *p.gpu, y1.g, shape("fp8 linear_multi vs linear", {T, 4096}));
   }
 }
 
@@ -354,10 +365,7 @@ TEST(CudaFp8, WideDecodeSteps) {
   for (int64_t T : {17, 40, 64})
     for (auto [K, N] : projections) {
       Pair p;
-      StepMeta m;
-      const int32_t id = 5;
-      for (int64_t i = 0; i < T; ++i) m.add_seq(&id, 1, 0, int32_t(i), {}, false, true);
-      p.begin(m);
+      p.begin_decode_step(T);
       const W2 w = up_fp8(p, randn(N, K, seed++, 1.f / std::sqrt(float(K))));
       auto x = p.up(randn(T, K, seed++, 1.f));
       auto y = p.out(T, N);
@@ -370,23 +378,8 @@ TEST(CudaFp8, WideDecodeSteps) {
   // (linear_silu_mul); sparse q/k/v/gate and the MLP's gate_up (I = 16384, and 1056).
   for (int64_t T : {17, 40, 64}) {
     Pair p;
-    StepMeta m;
-    const int32_t id = 5;
-    for (int64_t i = 0; i < T; ++i) m.add_seq(&id, 1, 0, int32_t(i), {}, false, true);
-    p.begin(m);
-    const std::vector<int64_t> parts{4096, 256, 256, 4096};
-    const W2 w = up_fp8(p, randn(8704, 4096, seed++, 1.f / 64.f));
-    auto x = p.up(randn(T, 4096, seed++, 1.f));
-    std::vector<Pair::T2> ys;
-    for (int64_t n : parts) ys.push_back(p.out(T, n));
-    std::vector<Tensor*> yc, yg;
-    for (auto& y : ys) yc.push_back(&y.c), yg.push_back(&y.g);
-    p.cpu->linear_multi(x.c, w.c, yc);
-    p.gpu->linear_multi(x.g, w.g, yg);
-    for (size_t i = 0; i < parts.size(); ++i) {
-      auto [cpu, gpu] = p.download(ys[i]);
-      expect_fp8_close(shape("fp8 stacked decode part", {T, int64_t(i), parts[i]}), gpu, cpu);
-    }
+    p.begin_decode_step(T);
+    const auto x = check_linear_multi(p, T, seed, "fp8 stacked decode part").x;
     for (int64_t I : {16384, 1056}) {
       const W2 gu = up_fp8(p, randn(2 * I, 4096, seed++, 2.f / 64.f));
       auto g = p.out(T, I), u = p.out(T, I);
@@ -513,10 +506,7 @@ TEST(CudaFp8, DecodeConfigsSpeed) {
     double step[3] = {};
     for (const Proj& pr : projs) {
       Pair p;
-      StepMeta m;
-      const int32_t id = 5;
-      for (int64_t i = 0; i < M; ++i) m.add_seq(&id, 1, 0, int32_t(i), {}, false, true);
-      p.begin(m);
+      p.begin_decode_step(M);
       // Weights rotated past the 50 MB L2, as a step's 200+ distinct projections are.
       const int copies = int(std::clamp<int64_t>(120'000'000 / (pr.K * pr.N) + 1, 1, 4));
       const HostMat hw = randn(pr.N, pr.K, 1600, 0.02f);

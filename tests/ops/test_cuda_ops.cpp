@@ -319,10 +319,7 @@ TEST(CudaOps, WideDecodeSteps) {
   uint32_t seed = 290;
   for (int64_t T : {17, 40, 64}) {
     Pair p;
-    StepMeta m;
-    const int32_t id = 5;
-    for (int64_t i = 0; i < T; ++i) m.add_seq(&id, 1, 0, int32_t(i), {}, false, true);
-    p.begin(m);
+    p.begin_decode_step(T);
     const int64_t K = MultiRun::kK;
     const MultiRun r(p, T, seed, false);
     const auto& parts = r.parts;
