@@ -131,10 +131,16 @@ class Backend {
   virtual void embedding(const Tensor& table, float scale, Tensor& out) = 0;
   // out = RMSNorm(x) * w over groups of w.cols columns (w.cols == x.cols: whole row;
   // w.cols == head_dim: per head). Two bf16 roundings in bf16 mode (SPEC §4.2).
-  virtual void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
+  // `next` (here, in add_scaled_rmsnorm and in rmsnorm_mul_sigmoid): the projection whose
+  // GEMM (linear, linear_multi or linear_silu_mul) is the next backend call to read out, with
+  // nothing writing out in between; or null. A hint that changes no number: a backend may
+  // prepare that GEMM's input here (the CUDA backend writes the per-token FP8 codes of out in
+  // the norm kernel when next is an FP8 weight, issue 17 item 5); the CPU backend ignores it.
+  virtual void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out,
+                       const Weight* next = nullptr) = 0;
   // h = h + a * alpha (SPEC §5.1, both rounded in bf16 mode); out = RMSNorm(h) * w.
   virtual void add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, const Tensor& w,
-                                  float eps, Tensor& out) = 0;
+                                  float eps, Tensor& out, const Weight* next = nullptr) = 0;
   // y[T, N] = x[T, K] · W[N, K]ᵀ
   virtual void linear(const Tensor& x, const Weight& w, Tensor& y) = 0;
   // Several projections of one input through one weight whose rows are the projections'
@@ -150,8 +156,10 @@ class Backend {
   }
   // The MLP's first half: w = [W_gate; W_up] stacked at load ([2I, H]); g[T, I] =
   // silu(x · W_gateᵀ) * (x · W_upᵀ), the numbers of linear_multi into g, u then silu_mul
-  // (the default). u [T, I] is scratch; a backend may never write it.
-  virtual void linear_silu_mul(const Tensor& x, const Weight& w, Tensor& g, Tensor& u) {
+  // (the default). u [T, I] is scratch; a backend may never write it. `next`: the projection
+  // that reads g next, as rmsnorm's.
+  virtual void linear_silu_mul(const Tensor& x, const Weight& w, Tensor& g, Tensor& u,
+                               const Weight* /*next*/ = nullptr) {
     linear_multi(x, w, {&g, &u});
     silu_mul(g, u, g);
   }
@@ -162,9 +170,10 @@ class Backend {
   // The lightning layer's o_norm and output gate (SPEC §8.1): out = RMSNorm(a) * w (groups of
   // w.cols columns, as rmsnorm()) * sigmoid(gate), gate [T, a.cols]; the same numbers as
   // rmsnorm(a, w, eps, out) then mul_sigmoid(out, gate, out) (the default), which a backend may
-  // compute in one pass. out may be a; gate must not alias out.
+  // compute in one pass. out may be a; gate must not alias out. `next`: as rmsnorm's (the
+  // default composition has no use for it).
   virtual void rmsnorm_mul_sigmoid(const Tensor& a, const Tensor& w, float eps, const Tensor& gate,
-                                   Tensor& out) {
+                                   Tensor& out, const Weight* /*next*/ = nullptr) {
     rmsnorm(a, w, eps, out);
     mul_sigmoid(out, gate, out);
   }
@@ -313,6 +322,12 @@ struct BackendOptions {
   // GEMV for <= 64 rows; quantize kernel + cuBLASLt FP8 GEMMs above, cuda_gemm_fp8.cpp) and
   // refuses it in fp32 mode (sala::Error).
   bool fp8_weights = false;
+  // CUDA, FP8 projections (issue 17 item 5): a norm or SiLU kernel told which FP8 projection
+  // reads its output next (Backend's `next` hint) writes that projection's per-token codes
+  // itself, so the GEMM launches no quantize kernel (the same bits). false: every FP8 GEMM
+  // quantizes its input with the separate kernel, as before (A/B: `sala bench offline
+  // --fp8-separate-quantize`).
+  bool fp8_producer_codes = true;
   // W4A16 at load (`sala serve --quantization w4a16`): the projections are quantized to
   // symmetric int4 with one bf16 scale per this many input columns (core/int4.h RTN, the bits
   // of `sala quantize --scheme w4a16 --method rtn`); lm_head, the embedding and the norms stay

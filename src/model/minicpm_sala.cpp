@@ -234,7 +234,9 @@ void Model::run_layers(int64_t T, int64_t R, ForwardTrace* trace, RowLogprobs* e
 
   be.embedding(w_.embed_tokens, float(c.scale_emb), h);
   trace_rows(trace, h);
-  be.rmsnorm(h, w_.layers[0].input_layernorm, eps, x);
+  // Each norm names the projection that reads its output next (`next`: the CUDA backend then
+  // writes that projection's FP8 input codes in the norm kernel; no number changes).
+  be.rmsnorm(h, w_.layers[0].input_layernorm, eps, x, &w_.layers[0].qkvg);
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const LayerWeights& l = w_.layers[size_t(i)];
     const int ki = c.kind_index(i);
@@ -253,15 +255,18 @@ void Model::run_layers(int64_t T, int64_t R, ForwardTrace* trace, RowLogprobs* e
       be.lightning_qk_attention(ki, q, k, v, l.q_norm, l.k_norm, eps, c.lightning_head_dim,
                                 c.rope_theta, slopes_, float(c.lightning_scale), a);
       // one norm over all heads, then o * sigmoid(z_proj(x))
-      be.rmsnorm_mul_sigmoid(a, l.o_norm, eps, gate, a);
+      be.rmsnorm_mul_sigmoid(a, l.o_norm, eps, gate, a, &l.o_proj);
       be.linear(a, l.o_proj, mix);
     }
-    be.add_scaled_rmsnorm(h, mix, alpha, l.post_attention_layernorm, eps, x);
-    be.linear_silu_mul(x, l.gate_up, g, u);        // silu(gate_proj(x)) * up_proj(x)
+    be.add_scaled_rmsnorm(h, mix, alpha, l.post_attention_layernorm, eps, x, &l.gate_up);
+    be.linear_silu_mul(x, l.gate_up, g, u, &l.down_proj);  // silu(gate_proj(x)) * up_proj(x)
     be.linear(g, l.down_proj, mix);
-    const Tensor& next_norm =
-        i + 1 < c.num_hidden_layers ? w_.layers[size_t(i) + 1].input_layernorm : w_.norm;
-    be.add_scaled_rmsnorm(h, mix, alpha, next_norm, eps, x);  // x: next layer's input
+    const bool last = i + 1 == c.num_hidden_layers;
+    const Tensor& next_norm = last ? w_.norm : w_.layers[size_t(i) + 1].input_layernorm;
+    // x: the next layer's input (its q/k/v/gate projection), or the final norm's output (the
+    // logit rows are gathered from it: no projection reads x itself)
+    be.add_scaled_rmsnorm(h, mix, alpha, next_norm, eps, x,
+                          last ? nullptr : &w_.layers[size_t(i) + 1].qkvg);
     trace_rows(trace, h);
   }
   // x = RMSNorm(h; model.norm) for every row; logits only for the requested rows.

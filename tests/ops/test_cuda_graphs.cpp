@@ -30,9 +30,14 @@ namespace {
 // case's model; every prompt is len_offset tokens longer than in the base schedule. kv: both
 // backends' KV cache dtype (FP8: the recorded steps read and write codes too).
 // int4_group > 0: both models with W4A16 projections (RTN at load): a recorded step pads its
-// rows to the bucket, so this also holds the int4 GEMV to row invariance.
+// rows to the bucket, so this also holds the int4 GEMV to row invariance. fp8: both with W8A8
+// FP8 projections, the codes written by the norm / SiLU kernels (the `next` hint) in both
+// (kFp8) or in the recorded model only, the eager one quantizing in a kernel of its own
+// (kFp8EagerSeparate: the fused codes equal the separate quantization's, recorded or not).
+enum class Fp8 { kOff, kFp8, kFp8EagerSeparate };
 void graph_replay_vs_eager(const std::string& case_name, int len_offset,
-                           KvCacheDtype kv = KvCacheDtype::Auto, int32_t int4_group = 0) {
+                           KvCacheDtype kv = KvCacheDtype::Auto, int32_t int4_group = 0,
+                           Fp8 fp8 = Fp8::kOff) {
   // The vendored cases; scripts/gpu_check.sh points SALA_GOLDEN_DIR at its packed copy.
   const char* gd = std::getenv("SALA_GOLDEN_DIR");
   const std::string root = gd ? gd : SALA_SOURCE_DIR "/tests/fixtures/golden";
@@ -50,6 +55,8 @@ void graph_replay_vs_eager(const std::string& case_name, int len_offset,
   BackendOptions og{NumericMode::BF16, 0, true}, oe{NumericMode::BF16, 0, false};
   og.kv_cache_dtype = oe.kv_cache_dtype = kv;
   og.int4_group_size = oe.int4_group_size = int4_group;
+  og.fp8_weights = oe.fp8_weights = fp8 != Fp8::kOff;
+  oe.fp8_producer_codes = fp8 != Fp8::kFp8EagerSeparate;
   Model mg(cfg, make_cuda_backend(og), ck, lim), me(cfg, make_cuda_backend(oe), ck, lim);
   ASSERT_TRUE(mg.backend().graphs_enabled());
   ASSERT_FALSE(me.backend().graphs_enabled());
@@ -135,9 +142,10 @@ void graph_replay_vs_eager(const std::string& case_name, int len_offset,
     live = order;
   }
   std::printf(
-      "[ graph ] %s %s%s: %lld steps (%lld decode-only), %lld logits compared, %lld steps "
+      "[ graph ] %s %s%s%s: %lld steps (%lld decode-only), %lld logits compared, %lld steps "
       "differ\n",
       case_name.c_str(), kv_cache_dtype_name(kv), int4_group > 0 ? " w4a16" : "",
+      fp8 == Fp8::kOff ? "" : fp8 == Fp8::kFp8 ? " fp8" : " fp8 (eager: separate quantize)",
       (long long)steps, (long long)decode_steps, (long long)compared,
       (long long)mismatches);
   EXPECT_EQ(mismatches, 0);
@@ -158,6 +166,16 @@ TEST(CudaOps, GraphReplayMatchesEagerSparse) {
   // tiny-sparse (dense_len 256): prompts of 242..310 tokens, so decode steps mix dense rows,
   // rows crossing 256 and InfLLM-v2 rows (their own recordings, selection kernels inside).
   graph_replay_vs_eager("tiny-sparse", 240);
+}
+
+// FP8 projections (issue 17): recorded steps with the codes written by the norm / SiLU
+// kernels == eager steps, with those codes and with the separate quantize kernel.
+TEST(CudaOps, GraphReplayMatchesEagerFp8) {
+  REQUIRE_GPU();
+  for (Fp8 f : {Fp8::kFp8, Fp8::kFp8EagerSeparate}) {
+    graph_replay_vs_eager("tiny-dense", 0, KvCacheDtype::Auto, 0, f);
+    graph_replay_vs_eager("tiny-sparse", 240, KvCacheDtype::Auto, 0, f);
+  }
 }
 
 // The same over FP8 KV caches (issue 17): both formats, dense and InfLLM-v2 decode rows.

@@ -120,7 +120,8 @@ void CpuBackend::embedding(const Tensor& table, float scale, Tensor& out) {
   }
 }
 
-void CpuBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
+void CpuBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out,
+                         const Weight* /*next*/) {
   const int64_t n = w.numel();
   SALA_CHECK(x.cols % n == 0 && out.rows == x.rows && out.cols == x.cols);
   const float* wp = static_cast<const float*>(w.data);
@@ -137,7 +138,7 @@ void CpuBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& ou
 }
 
 void CpuBackend::add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, const Tensor& w,
-                                    float eps, Tensor& out) {
+                                    float eps, Tensor& out, const Weight* /*next*/) {
   SALA_CHECK(h.numel() == a.numel());
   float* hp = static_cast<float*>(h.data);
   const float* ap = static_cast<const float*>(a.data);

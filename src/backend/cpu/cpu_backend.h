@@ -41,9 +41,11 @@ class CpuBackend : public Backend {
   void begin_step(const StepMeta& meta) override { meta_ = &meta; }
 
   void embedding(const Tensor& table, float scale, Tensor& out) override;
-  void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
+  // `next` (a hint for backends that prepare a GEMM's input) is not used here.
+  void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out,
+               const Weight* next = nullptr) override;
   void add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, const Tensor& w, float eps,
-                          Tensor& out) override;
+                          Tensor& out, const Weight* next = nullptr) override;
   void linear(const Tensor& x, const Weight& w, Tensor& y) override;
   void silu_mul(const Tensor& g, const Tensor& u, Tensor& out) override;
   void mul_sigmoid(const Tensor& a, const Tensor& gate, Tensor& out) override;

@@ -35,6 +35,7 @@ int max_smem_optin() {
 CudaBackend::CudaBackend(const BackendOptions& opts)
     : bf16_mode_(opts.mode == NumericMode::BF16),
       fp8_(opts.fp8_weights),
+      fp8_producer_codes_(opts.fp8_producer_codes),
       kv_fmt_(opts.kv_cache_dtype == KvCacheDtype::FP8_E4M3   ? kKvE4m3
               : opts.kv_cache_dtype == KvCacheDtype::FP8_E5M2 ? kKvE5m2
                                                               : kKvAct),
@@ -229,6 +230,7 @@ void CudaBackend::begin_step(const StepMeta& meta) {
   plan_.begin(meta, sparse_.sparse_config());
   sparse_.check_step();
   timer_.begin_step(meta.num_tokens());
+  gemm_.forget_fp8_input();
 }
 
 // FP8 weights run in bf16 mode only: fp32 mode is the correctness contract (fp32 arithmetic,

@@ -81,19 +81,28 @@ class CudaBackend : public Backend {
   void begin_step(const StepMeta& meta) override;
 
   void embedding(const Tensor& table, float scale, Tensor& out) override;
-  void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
+  // With `next` an FP8 weight that takes out's rows in one run (GemmDispatch::
+  // prepare_fp8_input), the norm kernel also writes out's FP8 codes and scales, and next's GEMM
+  // launches no quantize kernel (launch_rmsnorm_fp8; the same bits).
+  void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out,
+               const Weight* next = nullptr) override;
   void add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, const Tensor& w, float eps,
-                          Tensor& out) override;
+                          Tensor& out, const Weight* next = nullptr) override;
   void linear(const Tensor& x, const Weight& w, Tensor& y) override;
   void linear_multi(const Tensor& x, const Weight& w, const std::vector<Tensor*>& ys) override;
   void qk_norm_rope(Tensor& q, Tensor& k, const Tensor& qn, const Tensor& kn, float eps,
                     int head_dim, double theta) override;
-  void linear_silu_mul(const Tensor& x, const Weight& w, Tensor& g, Tensor& u) override;
+  // Where GemmDispatch has no one-kernel path (FP8 decode-only steps of 17..64 rows), the
+  // composition's SiLU product also writes g's FP8 codes for an FP8 `next`
+  // (launch_silu_mul_fp8); the GEMV's silu_pair epilogue cannot (a row spans its CTAs).
+  void linear_silu_mul(const Tensor& x, const Weight& w, Tensor& g, Tensor& u,
+                       const Weight* next = nullptr) override;
   void silu_mul(const Tensor& g, const Tensor& u, Tensor& out) override;
   void mul_sigmoid(const Tensor& a, const Tensor& gate, Tensor& out) override;
-  // One kernel: the rmsnorm kernel of the row width with the gate applied before the store.
+  // One kernel: the rmsnorm kernel of the row width with the gate applied before the store
+  // (and out's FP8 codes as rmsnorm's, for an FP8 `next`).
   void rmsnorm_mul_sigmoid(const Tensor& a, const Tensor& w, float eps, const Tensor& gate,
-                           Tensor& out) override;
+                           Tensor& out, const Weight* next = nullptr) override;
   void div_scalar(Tensor& x, float d) override;
   void rope(Tensor& x, int head_dim, double theta) override;
   void lightning_attention(int li, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -132,6 +141,9 @@ class CudaBackend : public Backend {
 
  private:
   bool is_act(const Tensor& t) const { return t.dtype == act_dtype(); }
+  // Where a whole-row norm (n == out.cols) should write out's FP8 codes for `next`, or
+  // {nullptr, nullptr} (GemmDispatch::prepare_fp8_input).
+  cuda::Fp8Act fp8_codes_for(const Tensor& out, int64_t n, const Weight* next);
   cudaStream_t st() const { return stream_.get(); }
   void tick(const char* op) { timer_.tick(op); }
   const cuda_host::StepDev& sd() const { return plan_.dev(); }
@@ -146,6 +158,7 @@ class CudaBackend : public Backend {
 
   bool bf16_mode_;
   bool fp8_;  // BackendOptions::fp8_weights
+  bool fp8_producer_codes_;  // BackendOptions::fp8_producer_codes
   int kv_fmt_;  // BackendOptions::kv_cache_dtype as cuda::kKvAct / kKvE4m3 / kKvE5m2
   std::vector<KvScales> kv_scales_;  // set_kv_scales (empty: kDefaultKvScale)
   int32_t int4_group_;  // BackendOptions::int4_group_size

@@ -30,10 +30,26 @@ void CudaBackend::embedding(const Tensor& table, float scale, Tensor& out) {
   tick("embedding");
 }
 
-void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
+Fp8Act CudaBackend::fp8_codes_for(const Tensor& out, int64_t n, const Weight* next) {
+  if (!fp8_producer_codes_ || !next || next->format != WeightFormat::FP8_E4M3 || n != out.cols) {
+    gemm_.forget_fp8_input();  // a new activation: no earlier one's codes stay prepared
+    return {};
+  }
+  const GemmDispatch::Fp8Input in = gemm_.prepare_fp8_input(out, *next);
+  return {in.codes, in.scales};
+}
+
+void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out,
+                          const Weight* next) {
   const int64_t n = w.numel();
   SALA_CHECK(x.cols % n == 0 && out.rows == x.rows && out.cols == x.cols);
   SALA_CHECK(is_act(x) && is_act(w) && is_act(out));
+  if (const Fp8Act q = fp8_codes_for(out, n, next); q.codes) {
+    launch_rmsnorm_fp8(ptr<bf16>(x), nullptr, 0.f, ptr<bf16>(w), nullptr, int(n), x.rows, eps,
+                       ptr<bf16>(out), q, st());
+    tick("rmsnorm + fp8 codes");
+    return;
+  }
   with_act_type(bf16_mode_, [&](auto tag) {
     using T = tag_t<decltype(tag)>;
     launch_rmsnorm<T>(ptr<T>(x), nullptr, 0.f, ptr<T>(w), int(n), x.rows * (x.cols / n), eps,
@@ -43,11 +59,17 @@ void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& o
 }
 
 void CudaBackend::add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, const Tensor& w,
-                                     float eps, Tensor& out) {
+                                     float eps, Tensor& out, const Weight* next) {
   const int64_t n = w.numel();
   SALA_CHECK(h.numel() == a.numel() && h.cols % n == 0 && out.rows == h.rows && out.cols == h.cols);
   SALA_CHECK(is_act(h) && is_act(a) && is_act(w) && is_act(out));
   SALA_CHECK(out.data != h.data, "add_scaled_rmsnorm: out must not alias h");
+  if (const Fp8Act q = fp8_codes_for(out, n, next); q.codes) {
+    launch_rmsnorm_fp8(ptr<bf16>(h), ptr<bf16>(a), alpha, ptr<bf16>(w), nullptr, int(n), h.rows,
+                       eps, ptr<bf16>(out), q, st());
+    tick("add_scaled_rmsnorm + fp8 codes");
+    return;
+  }
   with_act_type(bf16_mode_, [&](auto tag) {
     using T = tag_t<decltype(tag)>;
     launch_rmsnorm<T>(ptr<T>(h), ptr<T>(a), alpha, ptr<T>(w), int(n), h.rows * (h.cols / n), eps,
@@ -62,8 +84,19 @@ void CudaBackend::linear_multi(const Tensor& x, const Weight& w, const std::vect
   if (!gemm_.linear_multi(x, w, ys)) Backend::linear_multi(x, w, ys);  // one GEMM per row slice
 }
 
-void CudaBackend::linear_silu_mul(const Tensor& x, const Weight& w, Tensor& g, Tensor& u) {
-  if (!gemm_.linear_silu_mul(x, w, g, u)) Backend::linear_silu_mul(x, w, g, u);
+void CudaBackend::linear_silu_mul(const Tensor& x, const Weight& w, Tensor& g, Tensor& u,
+                                  const Weight* next) {
+  if (gemm_.linear_silu_mul(x, w, g, u)) return;
+  if (!fp8_producer_codes_ || !next || next->format != WeightFormat::FP8_E4M3)
+    return Backend::linear_silu_mul(x, w, g, u);
+  linear_multi(x, w, {&g, &u});  // Backend's composition, its SiLU product with g's codes
+  SALA_CHECK(g.numel() == u.numel() && is_act(g) && is_act(u));
+  if (const Fp8Act q = fp8_codes_for(g, g.cols, next); q.codes) {
+    launch_silu_mul_fp8(ptr<bf16>(g), ptr<bf16>(u), ptr<bf16>(g), g.rows, g.cols, q, st());
+    tick("silu_mul + fp8 codes");
+    return;
+  }
+  silu_mul(g, u, g);
 }
 
 void CudaBackend::silu_mul(const Tensor& g, const Tensor& u, Tensor& out) {
@@ -86,12 +119,18 @@ void CudaBackend::mul_sigmoid(const Tensor& a, const Tensor& gate, Tensor& out) 
 }
 
 void CudaBackend::rmsnorm_mul_sigmoid(const Tensor& a, const Tensor& w, float eps,
-                                      const Tensor& gate, Tensor& out) {
+                                      const Tensor& gate, Tensor& out, const Weight* next) {
   const int64_t n = w.numel();
   SALA_CHECK(a.cols % n == 0 && out.rows == a.rows && out.cols == a.cols &&
              gate.numel() == a.numel());
   SALA_CHECK(is_act(a) && is_act(w) && is_act(gate) && is_act(out));
   SALA_CHECK(gate.data != out.data, "rmsnorm_mul_sigmoid: gate must not alias out");
+  if (const Fp8Act q = fp8_codes_for(out, n, next); q.codes) {
+    launch_rmsnorm_fp8(ptr<bf16>(a), nullptr, 0.f, ptr<bf16>(w), ptr<bf16>(gate), int(n), a.rows,
+                       eps, ptr<bf16>(out), q, st());
+    tick("rmsnorm_mul_sigmoid + fp8 codes");
+    return;
+  }
   with_act_type(bf16_mode_, [&](auto tag) {
     using T = tag_t<decltype(tag)>;
     launch_rmsnorm_mul_sigmoid<T>(ptr<T>(a), ptr<T>(w), ptr<T>(gate), int(n),

@@ -11,96 +11,15 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_common.cuh"  // pdl_begin, aligned16
+#include "backend/cuda/cuda_fp8_quant.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
 
 namespace sala::cuda {
 namespace {
 
-constexpr float kE4m3Max = 448.f;  // core/fp8.h kFp8E4m3Max
 constexpr int kQuantThreads = 256;
-
-// core/fp8.h's f32_to_fp8_e4m3 (fp8_round_magnitude<3, 7>), the same integer steps: exact on
-// every architecture.
-__device__ __forceinline__ uint32_t e4m3_portable(float f) {
-  const uint32_t u = __float_as_uint(f);
-  const uint32_t sign = (u >> 24) & 0x80u;
-  const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7fu;   // NaN
-  if (a == 0x7f800000u) return sign | 0x7eu;  // ±inf saturates
-  const int fe = int(a >> 23);
-  if (fe == 0) return sign;  // zero or an fp32 subnormal: far below the smallest code
-  constexpr int kMan = 3, kBias = 7, kEmin = 1 - kBias;
-  const int e = fe - 127;
-  const uint32_t sig = (a & 0x7fffffu) | 0x800000u;
-  const bool normal = e >= kEmin;
-  const int shift = (23 - kMan) + (normal ? 0 : kEmin - e);
-  if (shift > 24) return sign;  // below half the smallest subnormal
-  uint32_t q = sig >> shift;
-  const uint32_t rem = sig & ((1u << shift) - 1u);
-  const uint32_t half = 1u << (shift - 1);
-  if (rem > half || (rem == half && (q & 1u))) ++q;
-  const uint32_t m = normal ? (uint32_t(e + kBias - 1) << kMan) + q : q;
-  return sign | (m > 0x7eu ? 0x7eu : m);  // saturate to ±448
-}
-
-// The hardware conversion where it exists. Non-finite inputs take the portable path, so NaN
-// keeps its sign (cvt may return one canonical NaN) and ±inf gives ±448 by definition.
-template <bool kPortable>
-__device__ __forceinline__ uint32_t e4m3(float f) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  if (!kPortable && isfinite(f)) {
-    unsigned short r;
-    // d = {cvt(a), cvt(b)}: a in the upper byte, b (ours) in the lower one.
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.f), "f"(f));
-    return r & 0xffu;
-  }
-#endif
-  return e4m3_portable(f);
-}
-
-// x / s with IEEE division; a NaN quotient takes x's sign, as on the CPU (x86 division passes
-// a NaN operand through with its sign; the GPU returns the canonical positive NaN), so a NaN
-// input gives core/fp8.h's code S.1111.111 with x's sign.
-__device__ __forceinline__ float div_keep_nan_sign(float x, float s) {
-  const float q = __fdiv_rn(x, s);
-  return isnan(q) ? copysignf(q, x) : q;
-}
-
-template <int kThreads>
-__device__ __forceinline__ float block_max(float v, float* red) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < kThreads / 32 ? red[lane] : 0.f;
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    if (lane == 0) red[0] = v;
-  }
-  __syncthreads();
-  return red[0];
-}
-
-// Eight codes of the eight bf16 of v, divided by s.
-template <bool kPortable>
-__device__ __forceinline__ uint2 codes8(const uint4& v, float s) {
-  const bf16* e = reinterpret_cast<const bf16*>(&v);
-  uint32_t lo = 0, hi = 0;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    lo |= e4m3<kPortable>(div_keep_nan_sign(__bfloat162float(e[j]), s)) << (8 * j);
-    hi |= e4m3<kPortable>(div_keep_nan_sign(__bfloat162float(e[j + 4]), s)) << (8 * j);
-  }
-  return make_uint2(lo, hi);
-}
-
-__device__ __forceinline__ float amax8(float amax, const uint4& v) {
-  const bf16* e = reinterpret_cast<const bf16*>(&v);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(__bfloat162float(e[j])));
-  return amax;
-}
+using namespace fp8q;
 
 // Rows of up to kRegCols columns (the decode rows of every projection: K <= 16384): one block
 // of kRegThreads per row holds its row in registers (kRegLoads 16-byte loads per thread, all
@@ -126,8 +45,8 @@ __global__ void __launch_bounds__(kRegThreads)
     v[u] = c < cols ? xr[c / 8] : make_uint4(0, 0, 0, 0);
     amax = amax8(amax, v[u]);
   }
-  amax = block_max<kRegThreads>(amax, red);
-  const float s = amax > 0.f ? __fdiv_rn(amax, kE4m3Max) : 1.f;
+  amax = block_max(amax, red);
+  const float s = row_scale(amax);
   if (threadIdx.x == 0) scales[r] = s;
 #pragma unroll
   for (int u = 0; u < kRegLoads; ++u) {
@@ -158,8 +77,8 @@ __global__ void __launch_bounds__(kQuantThreads)
     for (int64_t c = threadIdx.x; c < cols; c += kQuantThreads)
       amax = fmaxf(amax, fabsf(__bfloat162float(xr[c])));
   }
-  amax = block_max<kQuantThreads>(amax, red);
-  const float s = amax > 0.f ? __fdiv_rn(amax, kE4m3Max) : 1.f;
+  amax = block_max(amax, red);
+  const float s = row_scale(amax);
   if (threadIdx.x == 0) scales[r] = s;
   if (vec) {
     for (int64_t c = int64_t(threadIdx.x) * 8; c < cols; c += kQuantThreads * 8)

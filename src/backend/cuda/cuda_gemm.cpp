@@ -46,6 +46,7 @@ void GemmDispatch::plan_stack_workspace(const ModelConfig& cfg) {
 
 void GemmDispatch::linear(const Tensor& x, const Weight& wt, Tensor& y) {
   if (wt.format == WeightFormat::FP8_E4M3) return linear_fp8(x, wt, {&y});
+  fp8_prepared_ = {};  // FP8 codes prepared for x serve FP8 GEMMs only
   if (wt.format == WeightFormat::INT4_GROUPED) return linear_int4(x, wt, {&y});
   const Tensor w = dense_view(wt);  // bf16 / fp32 [N, K]
   for_each_run(x.rows, [&](int64_t r0, int64_t n) {
@@ -217,6 +218,7 @@ bool GemmDispatch::linear_multi(const Tensor& x, const Weight& wt, const std::ve
     linear_fp8(x, wt, ys);
     return true;
   }
+  fp8_prepared_ = {};
   if (wt.format == WeightFormat::INT4_GROUPED) {  // one GEMV (or one dequantization per part)
     linear_int4(x, wt, ys);
     return true;
@@ -254,14 +256,17 @@ bool GemmDispatch::linear_multi(const Tensor& x, const Weight& wt, const std::ve
 bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g, Tensor& /*u*/) {
   // FP8: ≤ 16 rows, the FP8 GEMV's silu_pair epilogue (one kernel); decode-only steps of
   // 17..64 rows, one GEMM over both halves and silu_mul_halves; otherwise Backend's
-  // composition, linear_multi (one quantization, a GEMM per half) then silu_mul.
+  // composition, linear_multi (one quantization, a GEMM per half) then silu_mul. Codes that
+  // x's producer wrote (prepare_fp8_input) are used here, or kept for that linear_multi.
   if (wt.format == WeightFormat::FP8_E4M3) {
     const bool shaped = bf16_ && is_bf16(g) && g.rows == x.rows && wt.rows == 2 * g.cols &&
                         is_act(x) && x.cols == wt.cols;
     if (shaped && !gemv_rows(x.rows) && stack_fits(x, wt.rows)) {
+      const bool prepared = take_fp8_prepared(x);
       const Fp8Input in = fp8_input(x.rows, x.cols);
-      launch_quantize_rows_fp8(ptr<bf16>(x), x.rows, x.cols, x.cols, in.codes, in.scales,
-                               stream_);
+      if (!prepared)
+        launch_quantize_rows_fp8(ptr<bf16>(x), x.rows, x.cols, x.cols, in.codes, in.scales,
+                                 stream_);
       Tensor ws{stack_ws_, DType::BF16, x.rows, wt.rows};
       fp8_gemm(in.codes, in.scales, x.rows, wt, ws);
       launch_silu_mul_halves(ptr<bf16>(ws), x.rows, g.cols, ptr<bf16>(g), stream_);
@@ -272,13 +277,16 @@ bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g,
           gemv_fp8_supported(wt.data, x.cols, x.rows)))
       return false;
     const GemvOut o = gemv_silu_pair(g);
+    const bool prepared = take_fp8_prepared(x);
     const Fp8Input in = fp8_input(x.rows, x.cols);  // x quantized once, as in linear_fp8
-    launch_quantize_rows_fp8(ptr<bf16>(x), x.rows, x.cols, x.cols, in.codes, in.scales, stream_);
+    if (!prepared)
+      launch_quantize_rows_fp8(ptr<bf16>(x), x.rows, x.cols, x.cols, in.codes, in.scales, stream_);
     launch_gemv_fp8(in.codes, x.cols, in.scales, static_cast<const uint8_t*>(wt.data), wt.scales,
                     wt.rows, int(x.cols), int(x.rows), o, stream_);
     timer_.tick("gemv fp8 gate_up+silu");
     return true;
   }
+  fp8_prepared_ = {};
   // W4A16: the int4 GEMV's silu_pair epilogue where the GEMV takes the rows; otherwise
   // Backend's composition (linear_multi: one dequantization per half, then silu_mul).
   if (wt.format == WeightFormat::INT4_GROUPED) {

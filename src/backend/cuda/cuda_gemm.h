@@ -12,7 +12,9 @@
 // In steps that prefill, each sequence's rows are multiplied as they would be alone (batch
 // invariance: linear()).
 // FP8_E4M3 weights (W8A8, cuda_gemm_fp8.cpp): each run of rows is quantized per token into the
-// FP8 workspace (launch_quantize_rows_fp8), then the FP8 GEMV where gemv_rows allows, else
+// FP8 workspace (launch_quantize_rows_fp8; or, for inputs of <= 64 rows whose producing norm /
+// SiLU kernel was told this GEMM is next, by that kernel: prepare_fp8_input), then the FP8
+// GEMV where gemv_rows allows, else
 // one cuBLASLt FP8 GEMM per output part, which applies
 // the per-token x per-channel scales itself (outer-vector scaling), or, where this cuBLASLt
 // has no such kernel for the shape, writes fp32 sums that launch_fp8_apply_scales scales.
@@ -60,6 +62,20 @@ class GemmDispatch {
   // (CudaBackend::alloc; the model allocates its activations at start, after its weights, so the
   // workspace is sized at start too; a larger input grows it outside recordings).
   void reserve_fp8_input(int64_t rows, int64_t cols);
+  // FP8 activation handoff (issue 17, item 5): the kernel that makes x (an RMSNorm) writes
+  // x's per-token codes and scales itself when the next GEMM to read x is `next`, FP8, and
+  // multiplies x's rows as one run (<= kGemvMaxRows rows). prepare_fp8_input returns where to
+  // write them ({nullptr, nullptr}: not here, the GEMM quantizes x itself) and remembers x; the
+  // next linear / linear_multi / linear_silu_mul on exactly x (data, rows, cols) then skips
+  // launch_quantize_rows_fp8. The first GEMM call after it, on x or not, forgets x. The caller
+  // guarantees that nothing writes x in between (Backend's `next` hint).
+  struct Fp8Input {
+    uint8_t* codes;
+    float* scales;
+  };
+  Fp8Input prepare_fp8_input(const Tensor& x, const Weight& next);
+  // A step starts: nothing is prepared.
+  void forget_fp8_input() { fp8_prepared_ = {}; }
   // An INT4_GROUPED weight [rows, cols] exists (CudaBackend::upload_int4): the dequantization
   // scratch grows to hold it, at load, never in the step loop.
   void note_int4_weight(int64_t rows, int64_t cols);
@@ -106,11 +122,15 @@ class GemmDispatch {
   void grow_fp8_ws(size_t codes, int64_t rows);
   // The workspace for the codes [rows, cols] and scales [rows] of an FP8 GEMM's input, grown
   // (with a warning: reserve_fp8_input sizes it ahead) when too small.
-  struct Fp8Input {
-    uint8_t* codes;
-    float* scales;
-  };
   Fp8Input fp8_input(int64_t rows, int64_t cols);
+  // x's codes and scales are in the workspace already (prepare_fp8_input); forgets them either
+  // way, so they serve one GEMM call.
+  bool take_fp8_prepared(const Tensor& x);
+  struct Fp8Prepared {
+    const void* data = nullptr;
+    int64_t rows = 0, cols = 0;
+  };
+  Fp8Prepared fp8_prepared_;
   // cuBLASLt plan of an FP8 GEMM [T, K] x [N, K]ᵀ -> D of type dt, with the outer-vector scales
   // (scaled) or none; false: the heuristic has no algorithm.
   bool plan_fp8(int N, int T, int K, cudaDataType_t dt, int align, bool scaled, AlgoEntry& e);

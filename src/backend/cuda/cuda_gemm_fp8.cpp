@@ -1,7 +1,8 @@
 // GemmDispatch's FP8 path: W8A8 with e4m3 weights (one fp32 scale per output channel) and
 // activations quantized per token at every GEMM, the numbers of the CPU oracle
 // (backend/cpu/cpu_fp8.cpp) up to the fp32 summation order:
-//   xq [T, K], sx [T] = fp8_quantize_rows(x)          launch_quantize_rows_fp8 (bit for bit)
+//   xq [T, K], sx [T] = fp8_quantize_rows(x)          launch_quantize_rows_fp8 (bit for bit), or
+//                                                     x's producer (prepare_fp8_input)
 //   y[t, n] = (Σ_k xq[t, k] · wq[n, k]) · sx[t] · sw[n]   one FP8 GEMM per output part:
 //   on Hopper, prefill runs into bf16 take CUTLASS's kernel with the scales in its epilogue
 //   (cuda_gemm_fp8_sm90.cu); the rest cuBLASLt, as below
@@ -73,6 +74,25 @@ GemmDispatch::Fp8Input GemmDispatch::fp8_input(int64_t rows, int64_t cols) {
           reinterpret_cast<float*>(static_cast<char*>(fp8_ws_) + fp8_codes_cap_)};
 }
 
+GemmDispatch::Fp8Input GemmDispatch::prepare_fp8_input(const Tensor& x, const Weight& next) {
+  fp8_prepared_ = {};
+  // One run of rows (for_each_run splits only steps of more than kGemvMaxRows rows), whose
+  // codes then start at the workspace as linear_fp8's own quantization puts them.
+  if (!(bf16_ && next.format == WeightFormat::FP8_E4M3 && is_bf16(x) && x.rows >= 1 &&
+        x.rows <= kGemvMaxRows && x.cols == next.cols && x.cols % 16 == 0))
+    return {nullptr, nullptr};
+  const Fp8Input in = fp8_input(x.rows, x.cols);
+  fp8_prepared_ = {x.data, x.rows, x.cols};
+  return in;
+}
+
+bool GemmDispatch::take_fp8_prepared(const Tensor& x) {
+  const bool ok = fp8_prepared_.data && fp8_prepared_.data == x.data &&
+                  fp8_prepared_.rows == x.rows && fp8_prepared_.cols == x.cols;
+  fp8_prepared_ = {};
+  return ok;
+}
+
 void GemmDispatch::linear_fp8(const Tensor& x, const Weight& w, const std::vector<Tensor*>& ys) {
   SALA_CHECK(bf16_, "FP8 weights on the CUDA backend need bf16 mode");
   SALA_CHECK(w.format == WeightFormat::FP8_E4M3 && w.scales && w.group == w.cols,
@@ -92,6 +112,8 @@ void GemmDispatch::linear_fp8(const Tensor& x, const Weight& w, const std::vecto
   SALA_CHECK(K % 16 == 0,
              "FP8 linear x [{},{}] · w [{},{}]ᵀ: cuBLASLt's FP8 GEMM needs K % 16 == 0", x.rows,
              K, w.rows, w.cols);
+  // Codes written by x's producer (prepare_fp8_input: one run, at the workspace's start).
+  const bool prepared = take_fp8_prepared(x);
   if (x.rows == 0) return;
   const Fp8Input in = fp8_input(x.rows, K);
   uint8_t* xq = in.codes;  // [T, K] codes of the current run
@@ -104,17 +126,22 @@ void GemmDispatch::linear_fp8(const Tensor& x, const Weight& w, const std::vecto
   const bool gemv_ok = ys.size() <= 4 && (ys.size() == 1 || std::all_of(ys.begin(), ys.end(),
                                                  [](const Tensor* y) { return is_bf16(*y); }));
   for_each_run(x.rows, [&](int64_t r0, int64_t T) {
+    SALA_CHECK(!prepared || (r0 == 0 && T == x.rows),
+               "FP8 codes prepared for x [{},{}] but a run of rows [{}, {})", x.rows, K, r0,
+               r0 + T);
     const bf16* xr = ptr<bf16>(x) + r0 * K;
     if (gemv_ok && gemv_rows(T) && gemv_fp8_supported(w.data, K, T)) {
       const GemvOut o = gemv_parts(ys, r0);
-      launch_quantize_rows_fp8(xr, T, K, K, xq, sx, stream_);
+      if (!prepared) launch_quantize_rows_fp8(xr, T, K, K, xq, sx, stream_);
       launch_gemv_fp8(xq, K, sx, static_cast<const uint8_t*>(w.data), w.scales, w.rows, int(K),
                       int(T), o, stream_);
       timer_.tick(o.f32 ? "gemv fp8 lm_head" : "gemv fp8");
       return;
     }
-    launch_quantize_rows_fp8(ptr<bf16>(x) + r0 * K, T, K, K, xq, sx, stream_);
-    timer_.tick("fp8 quantize");
+    if (!prepared) {
+      launch_quantize_rows_fp8(ptr<bf16>(x) + r0 * K, T, K, K, xq, sx, stream_);
+      timer_.tick("fp8 quantize");
+    }
     // Decode-only steps of 17..64 rows: every part from one GEMM over the stacked weight, then
     // split (one GEMM of 16,384 columns instead of four of 4,096: H200, M = 64, 27 vs ~55 µs).
     if (ys.size() > 1 && gemv_ok && r0 == 0 && T == x.rows && stack_fits(x, w.rows)) {

@@ -27,6 +27,18 @@ void launch_embedding(const T* table, const int32_t* ids, int64_t rows, int64_t 
 template <typename T>
 void launch_rmsnorm(T* x, const T* a, float alpha, const T* w, int n, int64_t groups, float eps,
                     T* out, cudaStream_t st);
+// Per-token FP8 codes of an activation written by the kernel that makes it (issue 17, item 5):
+// codes [rows, cols] (uint8 e4m3) and scales [rows] (fp32), launch_quantize_rows_fp8's numbers
+// on the stored bf16 activation, bit for bit.
+struct Fp8Act {
+  uint8_t* codes = nullptr;
+  float* scales = nullptr;
+};
+// launch_rmsnorm (a != nullptr: the fused residual) or launch_rmsnorm_mul_sigmoid (gate !=
+// nullptr; not both) over whole rows (groups = rows, n = cols), bf16, with the same kernel and
+// the same bits in x and out, that also writes q: out's codes and scales.
+void launch_rmsnorm_fp8(bf16* x, const bf16* a, float alpha, const bf16* w, const bf16* gate,
+                        int n, int64_t rows, float eps, bf16* out, Fp8Act q, cudaStream_t st);
 // out = bf16(RMSNorm(x) · w) · bf16(sigmoid(gate)) (rmsnorm then mul_sigmoid in one pass, the
 // same numbers): x, gate, out [groups · n]; out may be x, not gate.
 template <typename T>
@@ -34,6 +46,10 @@ void launch_rmsnorm_mul_sigmoid(T* x, const T* w, const T* gate, int n, int64_t 
                                 T* out, cudaStream_t st);
 template <typename T>
 void launch_silu_mul(const T* g, const T* u, T* out, int64_t n, cudaStream_t st);
+// launch_silu_mul's out over rows of g, u, out [rows, cols] (out may be g), with the FP8 codes
+// and scales of out in q (one block per row).
+void launch_silu_mul_fp8(const bf16* g, const bf16* u, bf16* out, int64_t rows, int64_t cols,
+                         Fp8Act q, cudaStream_t st);
 template <typename T>
 void launch_mul_sigmoid(const T* a, const T* gate, T* out, int64_t n, cudaStream_t st);
 template <typename T>
@@ -89,7 +105,8 @@ void launch_gemv(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, in
 // ---- W8A8 FP8 skinny GEMM for decode / verify rows (cuda_gemv_fp8.cu), linear_fp8's twin ----
 // y[m, n] = (Σ_k xq[m,k] · wq[n,k]) · sx[m] · w_scales[n] for m < M <= kGemvMaxRows, n < N,
 // where wq = e4m3 codes w[N, K] (uint8, row-major) and xq [M, ldq] / sx [M] the activation
-// codes and scales of launch_quantize_rows_fp8 (quantized once per row before the GEMV:
+// codes and scales of launch_quantize_rows_fp8 or of the kernel that made x (Fp8Act: the same
+// bits) (quantized once per row before the GEMV:
 // quantizing inside it made it ALU-bound, issue 17). Output through GemvOut exactly as launch_gemv
 // (nparts split, f32 logits holding bf16-rounded values, silu_pair). Batch invariant: row m's
 // result is bit-identical for any M in 1..kGemvMaxRows. ldq % 16 == 0, xq 16-byte aligned.

@@ -2,9 +2,19 @@
 // add_scaled_rmsnorm (residual h = h + a·alpha first) and rmsnorm_mul_sigmoid (output gate
 // after the norm). Rounding points as CpuBackend; T = bf16 or float (fp32 mode), launched with
 // launch_pdl, starting with pdl_begin() (see cuda_ops.cu).
+//
+// FP8 activation codes (kQuant, bf16 only; issue 17, item 5): when the output feeds an FP8
+// projection, the kernel also writes the per-token codes and scale of every row it stores
+// (whole-row groups: n = cols), with cuda_fp8_quant.cuh's code on the bf16 values it stored,
+// so they are launch_quantize_rows_fp8's codes and scales of `out` bit for bit and the
+// projection skips its quantize kernel. The kernel choice and everything before the store are
+// unchanged, so `out` (and h) are bit-identical with or without the codes.
+#include <cstdio>
+#include <cstdlib>
 #include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_fp8_quant.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_norm.cuh"
@@ -39,9 +49,12 @@ __device__ __forceinline__ float gated(float y, const T* gate, int64_t i) {
     return y;
 }
 
-template <typename T, bool kResidual, bool kGate>
+// kQuant: the codes of the row stored by this thread (or warp): its amax is reduced over the
+// block (warp), then each thread converts the values it stored, read back (its own stores).
+template <typename T, bool kResidual, bool kGate, bool kQuant>
 __global__ void rmsnorm_warp_kernel(T* x, const T* a, float alpha, const T* __restrict__ w,
-                                    const T* gate, int n, int64_t groups, float eps, T* out) {
+                                    const T* gate, int n, int64_t groups, float eps, T* out,
+                                    Fp8Act q) {
   pdl_begin();  // launch_pdl: before any read or write
   const int warps = blockDim.x / 32;
   const int64_t g = int64_t(blockIdx.x) * warps + threadIdx.x / 32;
@@ -55,9 +68,17 @@ __global__ void rmsnorm_warp_kernel(T* x, const T* a, float alpha, const T* __re
   }
   ss = warp_sum(ss);
   const float inv = 1.0f / sqrtf(ss / float(n) + eps);
+  float amax = 0.f;
   for (int c = lane; c < n; c += 32) {
     const float v = ld(x[base + c]);
-    out[base + c] = cvt<T>(gated<T, kGate>(rnd<T>(v * inv) * ld(w[c]), gate, base + c));
+    const T o = cvt<T>(gated<T, kGate>(rnd<T>(v * inv) * ld(w[c]), gate, base + c));
+    out[base + c] = o;
+    if constexpr (kQuant) amax = fmaxf(amax, fabsf(ld(o)));
+  }
+  if constexpr (kQuant) {
+    const float s = fp8q::row_scale(warp_max(amax));
+    if (lane == 0) q.scales[g] = s;
+    for (int c = lane; c < n; c += 32) q.codes[base + c] = fp8q::code1(ld(out[base + c]), s);
   }
 }
 
@@ -76,11 +97,11 @@ __device__ __forceinline__ float block_inv_rms(float ss, int n, float eps, float
   return 1.0f / sqrtf(red[0] / float(n) + eps);
 }
 
-template <typename T, bool kResidual, bool kGate>
+template <typename T, bool kResidual, bool kGate, bool kQuant>
 __global__ void rmsnorm_block_kernel(T* x, const T* a, float alpha, const T* __restrict__ w,
-                                     const T* gate, int n, float eps, T* out) {
+                                     const T* gate, int n, float eps, T* out, Fp8Act q) {
   pdl_begin();  // launch_pdl: before any read or write
-  __shared__ float red[32];
+  __shared__ float red[32], red_max[32];
   const int64_t base = int64_t(blockIdx.x) * n;
   float ss = 0.f;
   for (int c = threadIdx.x; c < n; c += blockDim.x) {
@@ -88,9 +109,18 @@ __global__ void rmsnorm_block_kernel(T* x, const T* a, float alpha, const T* __r
     ss += v * v;
   }
   const float inv = block_inv_rms(ss, n, eps, red);
+  float amax = 0.f;
   for (int c = threadIdx.x; c < n; c += blockDim.x) {
     const float v = ld(x[base + c]);
-    out[base + c] = cvt<T>(gated<T, kGate>(rnd<T>(v * inv) * ld(w[c]), gate, base + c));
+    const T o = cvt<T>(gated<T, kGate>(rnd<T>(v * inv) * ld(w[c]), gate, base + c));
+    out[base + c] = o;
+    if constexpr (kQuant) amax = fmaxf(amax, fabsf(ld(o)));
+  }
+  if constexpr (kQuant) {
+    const float s = fp8q::row_scale(fp8q::block_max(amax, red_max));
+    if (threadIdx.x == 0) q.scales[blockIdx.x] = s;
+    for (int c = threadIdx.x; c < n; c += blockDim.x)
+      q.codes[base + c] = fp8q::code1(ld(out[base + c]), s);
   }
 }
 
@@ -99,11 +129,11 @@ __global__ void rmsnorm_block_kernel(T* x, const T* a, float alpha, const T* __r
 // in 16-byte accesses, each once (the kernel above reads h twice, 2 bytes at a time).
 // bf16 only. The gate moves in 16-byte loads where it is 16-byte aligned, else 2 bytes at a
 // time (the kernel is chosen without looking at it).
-template <bool kResidual, bool kGate>
+template <bool kResidual, bool kGate, bool kQuant>
 __global__ void rmsnorm_vec8_kernel(bf16* x, const bf16* a, float alpha, const bf16* __restrict__ w,
-                                    const bf16* gate, int n, float eps, bf16* out) {
+                                    const bf16* gate, int n, float eps, bf16* out, Fp8Act q) {
   pdl_begin();  // launch_pdl: before any read or write
-  __shared__ float red[32];
+  __shared__ float red[32], red_max[32];
   const int64_t off = int64_t(blockIdx.x) * n + threadIdx.x * 8;
   uint4 hv = *reinterpret_cast<const uint4*>(x + off);
   bf16* h8 = reinterpret_cast<bf16*>(&hv);
@@ -141,29 +171,44 @@ __global__ void rmsnorm_vec8_kernel(bf16* x, const bf16* a, float alpha, const b
 #pragma unroll
   for (int e = 0; e < 8; ++e) o8[e] = f2b(gated<bf16, kGate>(rb(v[e] * inv) * b2f(w8[e]), g8, e));
   *reinterpret_cast<uint4*>(out + off) = ov;
+  if constexpr (kQuant) {
+    // The row's 8 · blockDim.x values are in the registers of its block: codes of ov directly.
+    const float s = fp8q::row_scale(fp8q::block_max(fp8q::amax8(0.f, ov), red_max));
+    if (threadIdx.x == 0) q.scales[blockIdx.x] = s;
+    const uint2 c8 = fp8q::codes8<false>(ov, s);
+    if (reinterpret_cast<uintptr_t>(q.codes) % 8 == 0) {
+      *reinterpret_cast<uint2*>(q.codes + off) = c8;
+    } else {
+      for (int e = 0; e < 4; ++e) {
+        q.codes[off + e] = uint8_t(c8.x >> (8 * e));
+        q.codes[off + 4 + e] = uint8_t(c8.y >> (8 * e));
+      }
+    }
+  }
 }
 
 // The kernel for groups of n (the gate does not change the choice: the order in which Σ v² is
 // summed, so inv, depends on it).
-template <typename T, bool kResidual, bool kGate>
+template <typename T, bool kResidual, bool kGate, bool kQuant = false>
 void launch_rmsnorm_kernel(T* x, const T* a, float alpha, const T* w, const T* gate, int n,
-                           int64_t groups, float eps, T* out, cudaStream_t st) {
+                           int64_t groups, float eps, T* out, cudaStream_t st, Fp8Act q = {}) {
+  static_assert(!kQuant || std::is_same_v<T, bf16>, "FP8 codes of bf16 activations only");
   if (groups == 0) return;
   constexpr bool kBf16 = std::is_same_v<T, bf16>;
   if (n <= 512) {
     const int warps = 8;
     const unsigned grid = unsigned((groups + warps - 1) / warps);
-    launch_pdl(rmsnorm_warp_kernel<T, kResidual, kGate>, grid, warps * 32, 0, st, x, a, alpha, w,
-               gate, n, groups, eps, out);
+    launch_pdl(rmsnorm_warp_kernel<T, kResidual, kGate, kQuant>, grid, warps * 32, 0, st, x, a,
+               alpha, w, gate, n, groups, eps, out, q);
   } else if (kBf16 && n % 256 == 0 && n <= 8192 && aligned16(x) && aligned16(out) && aligned16(w) &&
              (!kResidual || aligned16(a))) {
     if constexpr (kBf16)
-      launch_pdl(rmsnorm_vec8_kernel<kResidual, kGate>, unsigned(groups), unsigned(n / 8), 0, st, x,
-                 a, alpha, w, gate, n, eps, out);
+      launch_pdl(rmsnorm_vec8_kernel<kResidual, kGate, kQuant>, unsigned(groups), unsigned(n / 8),
+                 0, st, x, a, alpha, w, gate, n, eps, out, q);
   } else {
     const int threads = n >= 4096 ? 512 : 256;
-    launch_pdl(rmsnorm_block_kernel<T, kResidual, kGate>, unsigned(groups), threads, 0, st, x, a,
-               alpha, w, gate, n, eps, out);
+    launch_pdl(rmsnorm_block_kernel<T, kResidual, kGate, kQuant>, unsigned(groups), threads, 0, st,
+               x, a, alpha, w, gate, n, eps, out, q);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -183,6 +228,23 @@ template <typename T>
 void launch_rmsnorm_mul_sigmoid(T* x, const T* w, const T* gate, int n, int64_t groups, float eps,
                                 T* out, cudaStream_t st) {
   launch_rmsnorm_kernel<T, false, true>(x, nullptr, 0.f, w, gate, n, groups, eps, out, st);
+}
+
+void launch_rmsnorm_fp8(bf16* x, const bf16* a, float alpha, const bf16* w, const bf16* gate,
+                        int n, int64_t rows, float eps, bf16* out, Fp8Act q, cudaStream_t st) {
+  if (a && gate) {
+    std::fprintf(stderr, "%s:%d: launch_rmsnorm_fp8: a residual and a gate together\n", __FILE__,
+                 __LINE__);
+    std::abort();
+  }
+  if (a)
+    launch_rmsnorm_kernel<bf16, true, false, true>(x, a, alpha, w, nullptr, n, rows, eps, out, st, q);
+  else if (gate)
+    launch_rmsnorm_kernel<bf16, false, true, true>(x, nullptr, 0.f, w, gate, n, rows, eps, out, st,
+                                                   q);
+  else
+    launch_rmsnorm_kernel<bf16, false, false, true>(x, nullptr, 0.f, w, nullptr, n, rows, eps, out,
+                                                    st, q);
 }
 
 #define SALA_NORM_INSTANTIATE(T)                                                               \

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_fp8_quant.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_norm.cuh"
@@ -99,6 +100,46 @@ __global__ void silu_mul_halves_kernel(const bf16* x, int64_t I, bf16* out, bool
     } else {
       out[t * I + c] = f2b(op(b2f(g[c]), b2f(g[I + c])));
     }
+  }
+}
+
+// One block per row t of g, u [rows, cols]: out = SiluMul(g, u) as binary_kernel stores it
+// (8 per thread when vec: every pointer 16-byte aligned, codes 8-byte aligned, cols % 8 ==
+// 0), and the FP8 codes and scale of the stored row (cuda_fp8_quant.cuh: the amax over the
+// block, then each thread converts what it stored, read back). out may be g.
+__global__ void silu_mul_fp8_kernel(const bf16* g, const bf16* u, bf16* out, int64_t cols,
+                                    bool vec, Fp8Act q) {
+  pdl_begin();  // launch_pdl: before any read or write
+  __shared__ float red[32];
+  const int64_t t = blockIdx.x, step = vec ? 8 : 1, base = t * cols;
+  const SiluMul<bf16> op;
+  float amax = 0.f;
+  for (int64_t c = threadIdx.x * step; c < cols; c += int64_t(blockDim.x) * step) {
+    if (vec) {
+      const uint4 gv = *reinterpret_cast<const uint4*>(g + base + c);
+      const uint4 uv = *reinterpret_cast<const uint4*>(u + base + c);
+      const bf16* ge = reinterpret_cast<const bf16*>(&gv);
+      const bf16* ue = reinterpret_cast<const bf16*>(&uv);
+      uint4 ov;
+      bf16* oe = reinterpret_cast<bf16*>(&ov);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) oe[k] = f2b(op(b2f(ge[k]), b2f(ue[k])));
+      *reinterpret_cast<uint4*>(out + base + c) = ov;
+      amax = fp8q::amax8(amax, ov);
+    } else {
+      const bf16 o = f2b(op(b2f(g[base + c]), b2f(u[base + c])));
+      out[base + c] = o;
+      amax = fmaxf(amax, fabsf(b2f(o)));
+    }
+  }
+  const float s = fp8q::row_scale(fp8q::block_max(amax, red));
+  if (threadIdx.x == 0) q.scales[t] = s;
+  for (int64_t c = threadIdx.x * step; c < cols; c += int64_t(blockDim.x) * step) {
+    if (vec)
+      *reinterpret_cast<uint2*>(q.codes + base + c) =
+          fp8q::codes8<false>(*reinterpret_cast<const uint4*>(out + base + c), s);
+    else
+      q.codes[base + c] = fp8q::code1(b2f(out[base + c]), s);
   }
 }
 
@@ -221,6 +262,14 @@ void launch_silu_mul(const T* g, const T* u, T* out, int64_t n, cudaStream_t st)
   const bool vec = std::is_same_v<T, bf16> && vec16(g, u, out, n);
   launch_pdl(binary_kernel<T, SiluMul<T>>, grid_for(vec ? n / 8 : n), 256, 0, st, g, u, out, n,
              vec, SiluMul<T>{});
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_silu_mul_fp8(const bf16* g, const bf16* u, bf16* out, int64_t rows, int64_t cols,
+                         Fp8Act q, cudaStream_t st) {
+  if (rows == 0) return;
+  const bool vec = vec16(g, u, out, cols) && reinterpret_cast<uintptr_t>(q.codes) % 8 == 0;
+  launch_pdl(silu_mul_fp8_kernel, unsigned(rows), 512, 0, st, g, u, out, cols, vec, q);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,0 +1,248 @@
+// CudaBackend's `next` hint (issue 17, item 5): a norm (rmsnorm, add_scaled_rmsnorm,
+// rmsnorm_mul_sigmoid) or linear_silu_mul told which projection reads its output next writes
+// that projection's FP8 input codes itself, and the projection's GEMM launches no quantize
+// kernel. The contract is the run without the hint, bit for bit (part of the test_cuda_ops
+// binary; the kernels: test_cuda_fp8_fused.cpp):
+//   BackendHint  norm(next = W) then W's GEMM (linear, linear_multi of 4 parts,
+//                linear_silu_mul) == norm without the hint then the GEMM: out, h and every
+//                output bit for bit, in decode-only steps (GEMV <= 16 rows, cuBLASLt 17..64)
+//                and one-sequence steps (GEMV up to 64 rows), K 4096 / 4112 / 512 (each norm
+//                kernel). That the prepared codes were used where they should be: out zeroed
+//                behind the backend's back after the norm changes nothing (<= 64 rows); and not
+//                where they should not: > 64 rows (all-zero outputs then), another FP8 GEMM in
+//                between, a bf16 next
+//   SiluMulHint  linear_silu_mul(next = down) then down's GEMM, likewise (codes from the SiLU
+//                product in decode-only steps of 17..64 rows only)
+// Without a GPU every test GTEST_SKIPs (cuda_test_util.h).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "cuda_fp8_fused_util.h"
+#include "cuda_test_util.h"
+
+namespace sala::test {
+namespace {
+
+enum class Consumer { kLinear, kMulti, kSiluMul };
+
+// One backend, its weights, and a norm + GEMM run on fresh inputs.
+struct HintRig {
+  std::unique_ptr<Backend> be = make_cuda_backend({NumericMode::BF16, 0});
+  int64_t K;
+  uint32_t seed;
+  Tensor wn;
+  Weight w_lin, w_multi, w_gu, w_bf16;
+  std::vector<int64_t> parts;  // linear_multi's parts (the sparse layer's q/k/v/o_gate shape)
+  int64_t I = 1024;            // linear_silu_mul's half
+  HintRig(int64_t k, uint32_t s) : K(k), seed(s) {
+    const HostMat n = randn(1, K, seed++, 0.2f, 1.f);
+    wn = upload_checkpoint(*be, DType::BF16, 1, K, n.bits.data());
+    parts = {1024, 128, 128, 1024};
+    w_lin = fp8(1000, K);
+    w_multi = fp8(2304, K);
+    w_gu = fp8(2 * I, K);
+    const HostMat b = randn(512, K, seed++, 1.f / 64.f);
+    w_bf16 = upload_checkpoint(*be, DType::BF16, 512, K, b.bits.data());
+  }
+  Weight fp8(int64_t N, int64_t k) {
+    const HostMat m = randn(N, k, seed++, 1.f / 64.f);
+    TensorView v;
+    v.name = "fp8 fused test weight";
+    v.dtype = DType::BF16;
+    v.shape = {N, k};
+    v.data = reinterpret_cast<const uint8_t*>(m.bits.data());
+    v.nbytes = m.bits.size() * 2;
+    return be->upload_linear(v, WeightFormat::FP8_E4M3);
+  }
+  const Weight& weight(Consumer c) const {
+    return c == Consumer::kLinear ? w_lin : c == Consumer::kMulti ? w_multi : w_gu;
+  }
+  // One run's norm input x, residual h, the norm's output as written (out) and the GEMM's
+  // outputs ys; the same inputs for every run of one in_seed.
+  struct Run {
+    Tensor x, h, out;
+    std::vector<Tensor> ys;
+  };
+  // Runs producer `pr` into out (hinted with `next` or not), then `zero_x`: out zeroed behind
+  // the backend's back (a prepared GEMM must not notice), `between`: another FP8 GEMM on other
+  // data first; then the consumer's GEMM on out with weight `w` (bf16 only for kLinear).
+  Run run(int64_t T, uint32_t in_seed, Producer pr, Consumer c, const Weight& w,
+          const Weight* next, bool zero_x, bool between) {
+    auto up = [&](uint32_t s, float sc) {
+      const HostMat m = randn(T, K, s, sc);
+      return upload_checkpoint(*be, DType::BF16, T, K, m.bits.data());
+    };
+    Run r{up(in_seed, 2.f), up(in_seed + 1, 1.f), be->alloc(T, K, DType::BF16), {}};
+    const Tensor gate = up(in_seed + 2, 2.f), a = up(in_seed + 3, 1.f);
+    const float eps = 1e-6f;
+    switch (pr) {
+      case Producer::kRmsnorm: be->rmsnorm(r.x, wn, eps, r.out, next); break;
+      case Producer::kResidual: be->add_scaled_rmsnorm(r.h, a, 0.37f, wn, eps, r.out, next); break;
+      case Producer::kGate: be->rmsnorm_mul_sigmoid(r.x, wn, eps, gate, r.out, next); break;
+    }
+    Tensor keep = be->alloc(T, K, DType::BF16);  // out as the norm wrote it
+    CUDA_OK(cudaMemcpy(keep.data, r.out.data, r.out.nbytes(), cudaMemcpyDeviceToDevice));
+    if (between) {
+      Tensor y = be->alloc(T, w_lin.rows, DType::BF16);
+      be->linear(a, w_lin, y);
+    }
+    if (zero_x) CUDA_OK(cudaMemset(r.out.data, 0, r.out.nbytes()));
+    switch (c) {
+      case Consumer::kLinear:
+        r.ys.push_back(be->alloc(T, w.rows, DType::BF16));
+        be->linear(r.out, w, r.ys[0]);
+        break;
+      case Consumer::kMulti: {
+        std::vector<Tensor*> yp;
+        for (int64_t n : parts) r.ys.push_back(be->alloc(T, n, DType::BF16));
+        for (Tensor& y : r.ys) yp.push_back(&y);
+        be->linear_multi(r.out, w, yp);
+        break;
+      }
+      case Consumer::kSiluMul: {
+        r.ys.push_back(be->alloc(T, I, DType::BF16));
+        Tensor u = be->alloc(T, I, DType::BF16);
+        be->linear_silu_mul(r.out, w, r.ys[0], u);
+        break;
+      }
+    }
+    r.out = keep;
+    return r;
+  }
+};
+
+void expect_runs_equal(Backend& be, const HintRig::Run& a, const HintRig::Run& b,
+                       const std::string& what) {
+  expect_same_bits(be, a.out, be, b.out, what + " out");
+  expect_same_bits(be, a.h, be, b.h, what + " h");
+  expect_same_bits(be, a.x, be, b.x, what + " x");
+  ASSERT_EQ(a.ys.size(), b.ys.size()) << what;
+  for (size_t i = 0; i < a.ys.size(); ++i)
+    expect_same_bits(be, a.ys[i], be, b.ys[i], what + " y" + std::to_string(i));
+}
+
+TEST(CudaFp8Fused, BackendHint) {
+  REQUIRE_GPU();
+  uint32_t seed = 1900;
+  // K: the 16-byte-vector norm kernel (4096), the block kernel (4112), the warp kernel (512).
+  for (int64_t K : {4096, 4112, 512}) {
+    HintRig rig(K, seed += 50);
+    Backend& be = *rig.be;
+    for (bool decode_only : {true, false})
+      for (int64_t T : {1, 5, 16, 17, 40, 64, 100}) {
+        if (K != 4096 && T != 1 && T != 17 && T != 64) continue;
+        StepMeta m;
+        const int32_t id = 5;
+        if (decode_only)
+          for (int64_t i = 0; i < T; ++i) m.add_seq(&id, 1, 0, int32_t(i), {}, false, true);
+        else
+          m = rows_meta(int(T));
+        be.begin_step(m);
+        // Codes are prepared (and the quantize kernel skipped) for FP8 GEMMs of <= 64 rows.
+        const bool fused = T <= cuda::kGemvMaxRows;
+        for (Producer pr : {Producer::kRmsnorm, Producer::kResidual, Producer::kGate})
+          for (Consumer c : {Consumer::kLinear, Consumer::kMulti, Consumer::kSiluMul}) {
+            const std::string name = std::string(producer_name(pr)) + " -> " +
+                                     std::to_string(int(c)) +
+                                     shape(decode_only ? " decode" : " one seq", {T, K});
+            const Weight& w = rig.weight(c);
+            const uint32_t s = seed += 4;
+            const HintRig::Run plain = rig.run(T, s, pr, c, w, nullptr, false, false);
+            const HintRig::Run hinted = rig.run(T, s, pr, c, w, &w, false, false);
+            expect_runs_equal(be, hinted, plain, name + " hinted vs plain");
+            // The prepared codes are what the GEMM used: zeroing out after the norm changes
+            // nothing where they were prepared, and everything (all-zero outputs) elsewhere.
+            const HintRig::Run zeroed = rig.run(T, s, pr, c, w, &w, true, false);
+            if (fused) {
+              expect_runs_equal(be, zeroed, plain, name + " prepared codes used");
+            } else {
+              std::vector<float> y(size_t(zeroed.ys[0].numel()));
+              be.download_f32(zeroed.ys[0], y.data());
+              EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return v == 0.f; }))
+                  << name << ": > 64 rows quantize their input themselves";
+            }
+            // Another GEMM between the norm and x's GEMM: the codes are forgotten.
+            const HintRig::Run other = rig.run(T, s, pr, c, w, &w, false, true);
+            expect_runs_equal(be, other, plain, name + " GEMM in between");
+            if (c == Consumer::kLinear) {  // a bf16 next: no codes, the bf16 GEMM as before
+              const HintRig::Run b0 = rig.run(T, s, pr, c, rig.w_bf16, nullptr, false, false);
+              const HintRig::Run b1 = rig.run(T, s, pr, c, rig.w_bf16, &rig.w_bf16, false, false);
+              expect_runs_equal(be, b1, b0, name + " bf16 next");
+            }
+          }
+      }
+  }
+}
+
+// linear_silu_mul(next = down) then down's GEMM on g == the same without the hint, bit for bit.
+// g's codes come from the SiLU product only where linear_silu_mul is Backend's composition on
+// FP8 weights (decode-only steps of 17..64 rows); the GEMV's silu_pair epilogue (<= 16 rows,
+// and one-sequence steps up to 64) and > 64 rows leave the quantization to down's GEMM.
+TEST(CudaFp8Fused, SiluMulHint) {
+  REQUIRE_GPU();
+  const int64_t K = 4096;
+  for (int64_t I : {1024, 1056}) {
+    HintRig rig(K, 2100 + uint32_t(I));
+    rig.I = I;
+    rig.w_gu = rig.fp8(2 * I, K);
+    const Weight w_down = rig.fp8(512, I);
+    Backend& be = *rig.be;
+    uint32_t seed = 2200;
+    for (bool decode_only : {true, false})
+      for (int64_t T : {1, 16, 17, 40, 64, 100}) {
+        StepMeta m;
+        const int32_t id = 5;
+        if (decode_only)
+          for (int64_t i = 0; i < T; ++i) m.add_seq(&id, 1, 0, int32_t(i), {}, false, true);
+        else
+          m = rows_meta(int(T));
+        be.begin_step(m);
+        const bool fused = decode_only && T > 16 && T <= cuda::kGemvMaxRows;
+        const HostMat hx = randn(T, K, seed++, 1.f), ha = randn(T, K, seed++, 1.f);
+        // g and y = g · downᵀ after linear_silu_mul with or without the hint; zero_g: g zeroed
+        // behind the backend's back before down's GEMM; between: another FP8 GEMM first.
+        auto run = [&](bool hint, bool zero_g, bool between) {
+          const Tensor x = upload_checkpoint(be, DType::BF16, T, K, hx.bits.data());
+          Tensor g = be.alloc(T, I, DType::BF16), u = be.alloc(T, I, DType::BF16),
+                 keep = be.alloc(T, I, DType::BF16), y = be.alloc(T, 512, DType::BF16);
+          be.linear_silu_mul(x, rig.w_gu, g, u, hint ? &w_down : nullptr);
+          CUDA_OK(cudaMemcpy(keep.data, g.data, g.nbytes(), cudaMemcpyDeviceToDevice));
+          if (between) {
+            const Tensor a = upload_checkpoint(be, DType::BF16, T, K, ha.bits.data());
+            Tensor y2 = be.alloc(T, rig.w_lin.rows, DType::BF16);
+            be.linear(a, rig.w_lin, y2);
+          }
+          if (zero_g) CUDA_OK(cudaMemset(g.data, 0, g.nbytes()));
+          be.linear(g, w_down, y);
+          return std::make_pair(keep, y);
+        };
+        const std::string name = shape(decode_only ? "silu hint decode" : "silu hint one seq",
+                                       {T, K, I});
+        const auto plain = run(false, false, false), hinted = run(true, false, false);
+        expect_same_bits(be, hinted.first, be, plain.first, name + " g");
+        expect_same_bits(be, hinted.second, be, plain.second, name + " y");
+        const auto zeroed = run(true, true, false);
+        if (fused) {
+          expect_same_bits(be, zeroed.second, be, plain.second, name + " prepared codes used");
+        } else {
+          std::vector<float> y(size_t(zeroed.second.numel()));
+          be.download_f32(zeroed.second, y.data());
+          EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return v == 0.f; }))
+              << name << ": down's GEMM quantizes g itself here";
+        }
+        const auto other = run(true, false, true);
+        expect_same_bits(be, other.second, be, plain.second, name + " GEMM in between");
+      }
+  }
+}
+
+}  // namespace
+}  // namespace sala::test
