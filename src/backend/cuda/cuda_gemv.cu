@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     finish_wide<R>(red, acc, int64_t(wk.tile(ti)) * Geo::kRowsT, N, M, o, wk.epi(ti), gate,
-                   NoScale{});
+                   [](int) { return NoScale{}; });
   }
   cp_wait<0>();  // only empty groups can remain
 }

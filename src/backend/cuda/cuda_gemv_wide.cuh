@@ -94,12 +94,12 @@ struct WideWalk {
 };
 
 // The epilogue of a wide tile from n0: finish<32> on each 32-row part p (acc[2p], acc[2p + 1];
-// weight rows n0 + 32 p ..), the gate tile's part p at gate + p x 32 x 8 NT. Ends after a
-// __syncthreads (red free).
-template <int R, int NT, class Scale>
+// weight rows n0 + 32 p ..) with scale_of(p)'s scaling, the gate tile's part p at gate + p x 32
+// x 8 NT. Ends after a __syncthreads (red free).
+template <int R, int NT, class ScaleOf>
 __device__ __forceinline__ void finish_wide(float (*red)[32][17], const float (&acc)[R][NT][4],
                                             int64_t n0, int64_t N, int M, const GemvOut& o,
-                                            Epi epi, float* gate, Scale scale) {
+                                            Epi epi, float* gate, ScaleOf scale_of) {
   static_assert(R * NT <= 32, "the gate tile's 16 KB");
 #pragma unroll
   for (int p = 0; p < R / 2; ++p) {
@@ -110,7 +110,7 @@ __device__ __forceinline__ void finish_wide(float (*red)[32][17], const float (&
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) part[rt][nt][i] = acc[2 * p + rt][nt][i];
-    finish<32>(red, part, n0 + 32 * p, N, M, o, epi, gate + p * 32 * 8 * NT, scale);
+    finish<32>(red, part, n0 + 32 * p, N, M, o, epi, gate + p * 32 * 8 * NT, scale_of(p));
     __syncthreads();  // red is reused by the next part / tile
   }
 }

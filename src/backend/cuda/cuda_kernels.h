@@ -109,9 +109,13 @@ int gemv_tile_rows(int64_t N, int M, bool silu_pair, GemvTiling tiling);
 // quantizing inside it made it ALU-bound, issue 17). Output through GemvOut exactly as launch_gemv
 // (nparts split, f32 logits holding bf16-rounded values, silu_pair). Batch invariant: row m's
 // result is bit-identical for any M in 1..kGemvMaxRows. ldq % 16 == 0, xq 16-byte aligned.
+// The FP8 GEMV's tiling (GemvTiling, cuda_gemv_wide.cuh; R = 4 only for M <= 32: kRows64 /
+// kRows128 / kAuto run 32 rows with x ahead for M > 32). kRows32 until measured on the H200
+// (CudaFp8Gemv.TilingSpeed).
+inline constexpr GemvTiling kGemvFp8TilingDefault = GemvTiling::kRows32;
 void launch_gemv_fp8(const uint8_t* xq, int64_t ldq, const float* sx, const uint8_t* w,
                      const float* w_scales, int64_t N, int K, int M, const GemvOut& o,
-                     cudaStream_t st);
+                     cudaStream_t st, GemvTiling tiling = kGemvFp8TilingDefault);
 // M in 1..kGemvMaxRows, K % 16 == 0, w 16-byte aligned. The first call (outside any stream
 // capture) picks the kernel for the current device and sets its shared memory; gemv_fp8_init
 // makes that choice now (the backend's constructor, outside any capture).
@@ -119,6 +123,8 @@ bool gemv_fp8_supported(const void* w, int64_t K, int64_t M);
 void gemv_fp8_init();
 // GemvOut::silu_pair runs on this GPU for N weight rows (the ring kernel, N % 64 == 0).
 bool gemv_fp8_silu_pair_supported(int64_t N);
+// gemv_tile_rows for launch_gemv_fp8.
+int gemv_fp8_tile_rows(int64_t N, int M, bool silu_pair, GemvTiling tiling);
 // ---- W4A16 (cuda_gemv_int4.cu; GemmDispatch::linear_int4 in cuda_gemm_int4.cpp) ----
 // Device layout of an INT4_GROUPED weight: the checkpoint's words [N, K / 8] with each word's
 // nibbles permuted (nibble j: k 2j, nibble j + 4: k 2j + 1, each q + 8) by launch_int4_repack,
