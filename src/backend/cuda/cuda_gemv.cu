@@ -30,13 +30,6 @@
 // fragments are loaded kGroupNT n-tiles at a time (NT = 8's would need 128 registers): x is
 // read once per stage and 32 weight rows, i.e. M / 32 of the weight bytes again from L1/L2.
 //
-// Wide tiles (issue 21, GemvTiling, cuda_gemv_wide.cuh): gemv_wide_kernel<NT, R> walks tiles
-// of 16 R = 64 or 128 weight rows (stages of 64 x 128 B or 128 x 64 B: the same 8 KB), each x
-// fragment feeding R 16-row halves: x is re-read M / (16 R) of the weight bytes, a quarter at
-// 128 rows (R = 2: this loop on 32-row tiles, to tell x's latency from its traffic). The x fragments of the next u-step are loaded while the current one's MMAs run.
-// Same mma sequence per output, same epilogue: the same bits as the 32-row ring for every M.
-// Which tiling runs: launch_gemv's argument (kGemvTilingDefault for GemmDispatch).
-//
 // PDL (sm_90+). The ring kernel is launched with programmatic stream serialization: it may
 // start while the kernel before it still runs, once every CTA of that kernel has executed
 // pdl_trigger() (every kernel of a decode step calls it first, in pdl_begin(), so the GEMV
@@ -54,7 +47,6 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_gemv_ring.cuh"
-#include "backend/cuda/cuda_gemv_wide.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
 
@@ -150,78 +142,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   cp_wait<0>();  // only empty groups can remain
 }
 
-// ---- wide ring kernel (cuda_gemv_wide.cuh: tiles of 16 R weight rows) ----
-// The ring kernel's loop with R 16-row halves per x fragment: per u-step (4 chunks), the x
-// fragments of the active n-tiles (loaded one u-step ahead, from L1/L2), then for each half
-// its A / B fragments from the stage and its NT accumulators. Per accumulator the mma
-// sequence of gemv_ring_kernel, so the same bits for every M and R.
-template <int NT, int R>
-__global__ void __launch_bounds__(kThreads, 1)
-    gemv_wide_kernel(const bf16* x, int64_t ldx, const bf16* __restrict__ w, int64_t N, int K,
-                     int M, GemvOut o, int ntiles) {
-  using Geo = Wide<R>;
-  extern __shared__ __align__(128) unsigned char smem[];
-  pdl_trigger();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const uint32_t ring = uint32_t(__cvta_generic_to_shared(smem)) + warp * kStages * Geo::kStageT;
-  auto red = reinterpret_cast<float(*)[32][17]>(smem + kWideRingBytes);
-  float* gate = reinterpret_cast<float*>(smem + kWideRingBytes + kRedBytes);
-  const Slice s(K / 8, warp);
-  const WideWalk<R> wk(ntiles, o.silu_pair, s);
-  const auto* wb = reinterpret_cast<const uint8_t*>(w);
-  const int64_t row_bytes = int64_t(K) * 2;
-#pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) wk.issue(i, ring, s, wb, row_bytes, N);
-  pdl_wait();  // every CTA, tiles or not: x and y only after the preceding grid completed
-  const uint4 z = make_uint4(0, 0, 0, 0);
-  // Lane (g, t)'s x fragment of u-step j: chunk cb + 4 j + t of input rows g + 8 nt.
-  const uint4* xb = reinterpret_cast<const uint4*>(x) + int64_t(g) * (ldx / 8);
-  const int64_t xnt = ldx;  // uint4 per 8 rows
-  auto load_x = [&](uint4(&X)[NT], int j) {
-    const int c = s.cb + 4 * j + t;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-      X[nt] = c < s.ce && g + 8 * nt < M ? __ldg(xb + nt * xnt + c) : z;
-  };
-  const int nsteps = wk.nst * Geo::kUs;  // u-steps per tile
-  uint4 X[NT];
-  load_x(X, 0);
-  int u = 0;
-  for (int ti = 0; ti < wk.ntc; ++ti) {
-    float acc[R][NT][4] = {};
-    for (int st = 0; st < wk.nst; ++st, ++u) {
-      cp_wait<kStages - 2>();
-      __syncwarp();  // every lane's copies of stage u landed; slot (u - 1) % S read
-      wk.issue(u + kStages - 1, ring, s, wb, row_bytes, N);  // kStages - 1 stay in flight
-      const uint32_t base = ring + (u % kStages) * Geo::kStageT;
-#pragma unroll
-      for (int us = 0; us < Geo::kUs; ++us) {
-        const int j = st * Geo::kUs + us;
-        uint4 Xn[NT];  // the next u-step's (the next tile's first: x is the same)
-        load_x(Xn, j + 1 < nsteps ? j + 1 : 0);
-        const int cl = 4 * us + t;
-        const bool ok = s.cb + 4 * j + t < s.ce;
-#pragma unroll
-        for (int rt = 0; rt < R; ++rt) {
-          const uint4 A = ok ? lds(base + Geo::off(rt * 16 + g, cl)) : z;
-          const uint4 B = ok ? lds(base + Geo::off(rt * 16 + g + 8, cl)) : z;
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            if (8 * nt >= M) break;  // n-tiles wholly past M (uniform)
-            mma_bf16(acc[rt][nt], A.x, B.x, A.y, B.y, X[nt].x, X[nt].y);
-            mma_bf16(acc[rt][nt], A.z, B.z, A.w, B.w, X[nt].z, X[nt].w);
-          }
-        }
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) X[nt] = Xn[nt];
-      }
-    }
-    finish_wide<R>(red, acc, int64_t(wk.tile(ti)) * Geo::kRowsT, N, M, o, wk.epi(ti), gate,
-                   [](int) { return NoScale{}; });
-  }
-  cp_wait<0>();  // only empty groups can remain
-}
-
 // ---- tile kernel (fallback) ----
 // Two CTAs per SM up to NT = 4; NT = 8 needs the registers of one.
 template <int NT>
@@ -259,7 +179,6 @@ __global__ void __launch_bounds__(kThreads, NT <= 4 ? 2 : 1)
 // ---- host side ----
 struct Setup {
   bool ring;  // the ring's shared memory fits this GPU
-  bool wide;  // and the wide tiles' (cuda_gemv_wide.cuh)
   int sms;
 };
 
@@ -271,42 +190,15 @@ const Setup& setup() {
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    Setup r{optin >= kRingSmem, optin >= kWideSmem, sms};
+    Setup r{optin >= kRingSmem, sms};
     if (r.ring) pdl_launch_enabled();  // decided now, outside any capture
     if (r.ring)
       for (auto* k : {gemv_ring_kernel<1>, gemv_ring_kernel<2>, gemv_ring_kernel<4>,
                       gemv_ring_kernel<8>})
         CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingSmem));
-    if (r.wide)
-      for (auto* k : {gemv_wide_kernel<1, 2>, gemv_wide_kernel<2, 2>, gemv_wide_kernel<4, 2>,
-                      gemv_wide_kernel<8, 2>, gemv_wide_kernel<1, 4>, gemv_wide_kernel<2, 4>,
-                      gemv_wide_kernel<4, 4>, gemv_wide_kernel<8, 4>, gemv_wide_kernel<1, 8>,
-                      gemv_wide_kernel<2, 8>, gemv_wide_kernel<4, 8>})
-        CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kWideSmem));
     return r;
   }();
   return s;
-}
-
-// The ring kernel for the tiling (Setup::ring): 0 = gemv_ring_kernel, R = gemv_wide_kernel<NT,
-// R> (tiles of 16 R rows; 0 without Setup::wide). R x NT <= 32 (128 = 64 rows for NT = 8);
-// silu_pair narrows to N % (32 R) == 0 (N % 64 == 0 is the caller's); kAuto as in
-// cuda_kernels.h: the widest whose rounds over the SMs are >= 90 % busy.
-int ring_r(int64_t N, int M, bool pair, GemvTiling tiling, const Setup& s) {
-  if (!s.wide || tiling == GemvTiling::kRows32) return 0;
-  if (tiling == GemvTiling::kRows32Ahead) return 2;
-  const int cap = nt_for(M) == 8 ? 4 : 8;
-  const auto fits = [&](int r) { return !pair || N % (32 * r) == 0; };
-  if (tiling == GemvTiling::kAuto) {
-    for (int r = cap; r > 2; r /= 2) {
-      const int64_t tiles = (N + 16 * r - 1) / (16 * r), rounds = (tiles + s.sms - 1) / s.sms;
-      if (fits(r) && tiles * 10 >= rounds * s.sms * 9) return r;
-    }
-    return 0;
-  }
-  int r = std::min(tiling == GemvTiling::kRows128 ? 8 : 4, cap);
-  while (r > 2 && !fits(r)) r /= 2;
-  return r > 2 ? r : 0;
 }
 
 }  // namespace
@@ -324,15 +216,8 @@ bool gemv_supported(const void* x, int64_t ldx, const void* w, int64_t K, int64_
   return M >= 1 && M <= kGemvMaxRows && K % 8 == 0 && ldx % 8 == 0 && a16(x) && a16(w);
 }
 
-int gemv_tile_rows(int64_t N, int M, bool silu_pair, GemvTiling tiling) {
-  const Setup& s = setup();
-  if (!s.ring) return 16;
-  const int r = ring_r(N, M, silu_pair, tiling, s);
-  return r == 0 ? kRows : r == 2 ? -kRows : 16 * r;
-}
-
 void launch_gemv(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, int M,
-                 const GemvOut& o, cudaStream_t st, GemvTiling tiling) {
+                 const GemvOut& o, cudaStream_t st) {
   const Setup& s = setup();
   if (o.silu_pair && !gemv_silu_pair_supported(N)) {  // callers ask gemv_silu_pair_supported
     std::fprintf(stderr, "%s:%d: silu_pair GEMV on N = %lld rows unsupported\n", __FILE__, __LINE__,
@@ -345,19 +230,9 @@ void launch_gemv(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, in
       CUDA_CHECK_LAUNCH();
       return;
     }
-    const int r = ring_r(N, M, o.silu_pair, tiling, s);
-    const int ntiles = int((N + 16 * std::max(r, 2) - 1) / (16 * std::max(r, 2)));
-    const dim3 grid(unsigned(std::min(ntiles, s.sms)));  // every CTA has >= 1 tile
-    const auto wide = [&](auto kernel) {
-      launch_pdl(kernel, grid, dim3(kThreads), size_t(kWideSmem), st, x, ldx, w, N, K, M, o,
-                 ntiles);
-    };
-    if (r == 2) return wide(gemv_wide_kernel<NT, 2>);
-    if (r == 4) return wide(gemv_wide_kernel<NT, 4>);
-    if constexpr (NT <= 4)
-      if (r == 8) return wide(gemv_wide_kernel<NT, 8>);
-    launch_pdl(gemv_ring_kernel<NT>, grid, dim3(kThreads), size_t(kRingSmem), st, x, ldx, w, N, K,
-               M, o, ntiles);
+    const int ntiles = int((N + kRows - 1) / kRows);  // every CTA has >= 1 tile
+    launch_pdl(gemv_ring_kernel<NT>, dim3(unsigned(std::min(ntiles, s.sms))), dim3(kThreads),
+               size_t(kRingSmem), st, x, ldx, w, N, K, M, o, ntiles);
   });
 }
 

@@ -42,9 +42,7 @@
 // for M <= 16) are loaded a stage ahead of use, the other n-tiles' (M > 16) in the stage; a
 // stage's W fragments stay in registers meanwhile. PDL (sm_90+): each CTA issues its first two
 // weight stages, then griddepcontrol.wait; the codes and sx are read only after it.
-// Speeds: docs/PERF.md, CudaFp8Gemv.Speed. Wide tiles (issue 21, GemvTiling):
-// gemv8_wide_kernel<NT, R>, tiles of 64 rows for M <= 32 (R = 4) or 32 rows (R = 2) with the
-// x codes a v-step ahead, the same bits (CudaFp8Gemv.TilingsBitEqual / TilingSpeed).
+// Speeds: docs/PERF.md, CudaFp8Gemv.Speed.
 //
 // Fallback: a GPU whose per-block shared memory opt-in is below the ring's (A100) runs the
 // tile kernel: one CTA per 16 weight rows, W loaded straight into registers, the same slices
@@ -55,7 +53,6 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_gemv_ring.cuh"
-#include "backend/cuda/cuda_gemv_wide.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
 
@@ -282,117 +279,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   cp_wait<0>();  // only empty groups can remain
 }
 
-// ---- wide ring kernel (cuda_gemv_wide.cuh, issue 21) ----
-// Tiles of 16 R weight rows (R = 2: 32 rows, R = 4: 64, NT <= 4: the 256-k partials part[R]
-// double the accumulators), stages of 512 / (16 R) chunks; per v-step (chunk 4v + t) the x
-// codes of the next v-step are loaded during this one's MMAs. Per accumulator the sequence
-// of gemv8_ring_kernel: per 16 chunks from cb (a group of 256 k, over 16 R / 32 stages) a
-// fresh partial, chunk v's MMAs for v = 0..3, then acc += part; the same epilogue (finish<32>
-// per 32-row part, its rows' weight scales): the same bits for every M and R.
-template <int NT>
-__device__ __forceinline__ void step_mma(float (&part)[NT][4], const uint4& W0, const uint4& W8,
-                                         const uint4 (&X)[NT], int M) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    if (8 * nt >= M) break;  // n-tiles wholly past M (uniform)
-    mma_e4m3(part[nt], W0.x, W8.x, W0.y, W8.y, X[nt].x, X[nt].y);
-    mma_e4m3(part[nt], W0.z, W8.z, W0.w, W8.w, X[nt].z, X[nt].w);
-  }
-#else
-  const uint32_t a[4] = {W0.x, W0.y, W0.z, W0.w}, b[4] = {W8.x, W8.y, W8.z, W8.w};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    uint32_t a_lo, a_hi, b_lo, b_hi;
-    e4m3x4_to_f16x2(a[k], a_lo, a_hi);
-    e4m3x4_to_f16x2(b[k], b_lo, b_hi);
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      if (8 * nt >= M) break;
-      const uint32_t xc[4] = {X[nt].x, X[nt].y, X[nt].z, X[nt].w};
-      uint32_t x_lo, x_hi;
-      e4m3x4_to_f16x2(xc[k], x_lo, x_hi);
-      mma_f16(part[nt], a_lo, b_lo, a_hi, b_hi, x_lo, x_hi);
-    }
-  }
-#endif
-}
-
-template <int NT, int R>
-__global__ void __launch_bounds__(kThreads, 1)
-    gemv8_wide_kernel(const uint8_t* x, int64_t ldx, const float* sx,
-                      const uint8_t* __restrict__ w, const float* __restrict__ ws, int64_t N,
-                      int K, int M, GemvOut o, int ntiles) {
-  using Geo = Wide<R>;
-  extern __shared__ __align__(128) unsigned char smem[];
-  pdl_trigger();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const uint32_t ring = uint32_t(__cvta_generic_to_shared(smem)) + warp * kStages * Geo::kStageT;
-  auto red = reinterpret_cast<float(*)[32][17]>(smem + kWideRingBytes);
-  float* gate = reinterpret_cast<float*>(smem + kWideRingBytes + kRedBytes);
-  float* sxs = reinterpret_cast<float*>(smem + kWideRingBytes + kRedBytes + kWideGateBytes);
-  const Slice s(K / kChunkK, warp);
-  const WideWalk<R> wk(ntiles, o.silu_pair, s);
-#pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) wk.issue(i, ring, s, w, K, N);
-  pdl_wait();  // every CTA, tiles or not: x and y only after the preceding grid completed
-  load_row_scales(sx, M, sxs);
-  const uint4 z = make_uint4(0, 0, 0, 0);
-  const uint4* xb = reinterpret_cast<const uint4*>(x + int64_t(g) * ldx);  // ldx % 16 == 0
-  auto load_x = [&](uint4(&X)[NT], int j) {  // v-step j: chunk cb + 4 j + t, rows g + 8 nt
-    const int c = s.cb + 4 * j + t;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-      X[nt] = c < s.ce && g + 8 * nt < M ? __ldg(xb + nt * (ldx / 2) + c) : z;
-  };
-  const int nsteps = wk.nst * Geo::kUs;
-  uint4 X[NT];
-  load_x(X, 0);
-  int u = 0;
-  for (int ti = 0; ti < wk.ntc; ++ti) {
-    float acc[R][NT][4] = {}, part[R][NT][4];
-    const int64_t n0 = int64_t(wk.tile(ti)) * Geo::kRowsT;
-    float wsn[R / 2];
-#pragma unroll
-    for (int p = 0; p < R / 2; ++p) wsn[p] = tile_scale<32>(ws, n0 + 32 * p, N);
-    for (int st = 0; st < wk.nst; ++st, ++u) {
-      if (st % Geo::kSps == 0)  // a group of 256 k starts
-#pragma unroll
-        for (int rt = 0; rt < R; ++rt)
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) part[rt][nt][i] = 0.f;
-      cp_wait<kStages - 2>();
-      __syncwarp();  // every lane's copies of stage u landed; slot (u - 1) % S read
-      wk.issue(u + kStages - 1, ring, s, w, K, N);
-      const uint32_t base = ring + (u % kStages) * Geo::kStageT;
-#pragma unroll
-      for (int us = 0; us < Geo::kUs; ++us) {
-        const int j = st * Geo::kUs + us;
-        uint4 Xn[NT];
-        load_x(Xn, j + 1 < nsteps ? j + 1 : 0);
-        const int cl = 4 * us + t;
-        const bool ok = s.cb + 4 * j + t < s.ce;
-#pragma unroll
-        for (int rt = 0; rt < R; ++rt) {
-          const uint4 W0 = ok ? lds(base + Geo::off(rt * 16 + g, cl)) : z;
-          const uint4 W8 = ok ? lds(base + Geo::off(rt * 16 + g + 8, cl)) : z;
-          step_mma(part[rt], W0, W8, X, M);
-        }
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) X[nt] = Xn[nt];
-      }
-      if (st % Geo::kSps == Geo::kSps - 1)
-#pragma unroll
-        for (int rt = 0; rt < R; ++rt) add_part(acc[rt], 0, part[rt]);
-    }
-    finish_wide<R>(red, acc, n0, N, M, o, wk.epi(ti), gate,
-                   [&](int p) { return Scale{sxs, wsn[p]}; });
-  }
-  cp_wait<0>();  // only empty groups can remain
-}
-
 // ---- tile kernel (fallback) ----
 // Two CTAs per SM up to NT = 2; wider NT needs the registers of one.
 template <int NT>
@@ -436,11 +322,8 @@ __global__ void __launch_bounds__(kThreads, NT <= 2 ? 2 : 1)
 // ---- host side ----
 struct Setup {
   bool ring;  // the ring's shared memory fits this GPU
-  bool wide;  // and the wide kernel's
   int sms;
 };
-constexpr int kWideSmem8 = kWideSmem + kSxBytes;  // 230,656 B
-static_assert(kWideSmem8 <= kRingMaxSmem, "the wide ring does not fit an sm_90 SM");
 
 // Once per process, for the current device (the engine uses one): call gemv_fp8_supported
 // (or launch once) outside any stream capture first.
@@ -450,41 +333,18 @@ const Setup& setup() {
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    Setup r{optin >= kRingSmem, optin >= kWideSmem8, sms};
+    Setup r{optin >= kRingSmem, sms};
     if (r.ring) pdl_launch_enabled();  // decided now, outside any capture
     if (r.ring)
       for (auto* k : {gemv8_ring_kernel<1>, gemv8_ring_kernel<2>, gemv8_ring_kernel<4>,
                       gemv8_ring_kernel<8>})
         CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingSmem));
-    if (r.wide)
-      for (auto* k : {gemv8_wide_kernel<1, 2>, gemv8_wide_kernel<2, 2>, gemv8_wide_kernel<4, 2>,
-                      gemv8_wide_kernel<8, 2>, gemv8_wide_kernel<1, 4>, gemv8_wide_kernel<2, 4>,
-                      gemv8_wide_kernel<4, 4>})
-        CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kWideSmem8));
     return r;
   }();
   return s;
 }
 
-// The ring kernel for the tiling (Setup::ring): 0 = gemv8_ring_kernel, R = gemv8_wide_kernel<NT,
-// R>; R = 4 (64 rows) only for NT <= 4 (kRows64 / kRows128 / kAuto: R = 2 for NT = 8); silu_pair
-// needs N % (32 R) == 0; kAuto: 64 rows when their rounds over the SMs are >= 90 % busy.
-int ring_r8(int64_t N, int M, bool pair, GemvTiling tiling, const Setup& s) {
-  if (!s.wide || tiling == GemvTiling::kRows32) return 0;
-  if (tiling == GemvTiling::kRows32Ahead || nt_for(M) == 8) return 2;
-  const int64_t tiles = (N + 63) / 64, rounds = (tiles + s.sms - 1) / s.sms;
-  if (pair && N % 128 != 0) return 2;
-  return tiling != GemvTiling::kAuto || tiles * 10 >= rounds * s.sms * 9 ? 4 : 2;
-}
-
 }  // namespace
-
-int gemv_fp8_tile_rows(int64_t N, int M, bool silu_pair, GemvTiling tiling) {
-  const Setup& s = setup();
-  if (!s.ring) return 16;
-  const int r = ring_r8(N, M, silu_pair, tiling, s);
-  return r == 0 ? kRows : r == 2 ? -kRows : 16 * r;
-}
 
 void gemv_fp8_init() {
   setup();
@@ -502,7 +362,7 @@ bool gemv_fp8_silu_pair_supported(int64_t N) {
 
 void launch_gemv_fp8(const uint8_t* xq, int64_t ldq, const float* sx, const uint8_t* w,
                      const float* w_scales, int64_t N, int K, int M, const GemvOut& o,
-                     cudaStream_t st, GemvTiling tiling) {
+                     cudaStream_t st) {
   if (!(gemv_fp8_supported(w, K, M) && ldq % 16 == 0 && aligned16(xq) && sx && N >= 1)) {
     std::fprintf(stderr, "%s:%d: FP8 GEMV unsupported: M = %d, K = %d, N = %lld, ldq = %lld\n",
                  __FILE__, __LINE__, M, K, static_cast<long long>(N), static_cast<long long>(ldq));
@@ -521,18 +381,9 @@ void launch_gemv_fp8(const uint8_t* xq, int64_t ldq, const float* sx, const uint
       CUDA_CHECK_LAUNCH();
       return;
     }
-    const int r = ring_r8(N, M, o.silu_pair, tiling, s), rows = 16 * std::max(r, 2);
-    const int ntiles = int((N + rows - 1) / rows);  // every CTA has >= 1 tile
-    const dim3 grid(unsigned(std::min(ntiles, s.sms)));
-    const auto wide = [&](auto kernel) {
-      launch_pdl(kernel, grid, dim3(kThreads), size_t(kWideSmem8), st, xq, ldq, sx, w, w_scales,
-                 N, K, M, o, ntiles);
-    };
-    if (r == 2) return wide(gemv8_wide_kernel<NT, 2>);
-    if constexpr (NT <= 4)
-      if (r == 4) return wide(gemv8_wide_kernel<NT, 4>);
-    launch_pdl(gemv8_ring_kernel<NT>, grid, dim3(kThreads), size_t(kRingSmem), st, xq, ldq, sx, w,
-               w_scales, N, K, M, o, ntiles);
+    const int ntiles = int((N + kRows - 1) / kRows);  // every CTA has >= 1 tile
+    launch_pdl(gemv8_ring_kernel<NT>, dim3(unsigned(std::min(ntiles, s.sms))), dim3(kThreads),
+               size_t(kRingSmem), st, xq, ldq, sx, w, w_scales, N, K, M, o, ntiles);
   });
 }
 

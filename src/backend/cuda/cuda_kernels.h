@@ -97,26 +97,10 @@ void launch_silu_mul_halves(const bf16* x, int64_t T, int64_t I, bf16* out, cuda
 // GemvOut::silu_pair runs on this GPU for N weight rows (the ring kernel, N / 2 a whole
 // number of its 32-row tiles).
 bool gemv_silu_pair_supported(int64_t N);
-// Weight rows per tile of the ring kernel (issue 21): a tile re-reads its x rows from L2, so
-// wider tiles cut that traffic (M x K x 2 B per tile) per weight byte; fewer tiles fill fewer
-// SMs. kRows32: the 32-row ring (gemv_ring_kernel); kRows32Ahead: 32 rows in the wide kernel's
-// loop (x loaded a u-step ahead: latency, not traffic); kRows128 is 64 for M > 32 (registers);
-// silu_pair narrows a tile until N / 2 is a whole number of tiles; the tile kernel (no ring)
-// ignores the tiling. kAuto: the widest tiling of the rows (64 for M > 32, else 128) whose
-// persistent walk keeps >= 90 % of the SMs busy over its rounds, else kRows32. Every tiling
-// gives the same bits (cuda_gemv_wide.cuh).
-enum class GemvTiling { kRows32, kRows32Ahead, kRows64, kRows128, kAuto };
-inline constexpr int kGemvTilings = 5;
-// The tiling of launch_gemv's callers (GemmDispatch). kRows32 until the wide tiles are measured
-// on the H200 (CudaOps.GemvSpeed prints every tiling).
-inline constexpr GemvTiling kGemvTilingDefault = GemvTiling::kRows32;
 // y[m, n] = Σ_k x[m*ldx + k] w[n*K + k] for m < M <= kGemvMaxRows, n < N. Row invariant: row
-// m's result is bit-identical for any M (and equals the row alone), for every tiling.
+// m's result is bit-identical for any M (and equals the row alone).
 void launch_gemv(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, int M,
-                 const GemvOut& o, cudaStream_t st, GemvTiling tiling = kGemvTilingDefault);
-// The weight rows per tile launch_gemv runs for these arguments (32, 64 or 128; 16: the tile
-// kernel of GPUs without the ring's shared memory; -32: kRows32Ahead's kernel).
-int gemv_tile_rows(int64_t N, int M, bool silu_pair, GemvTiling tiling);
+                 const GemvOut& o, cudaStream_t st);
 
 // ---- W8A8 FP8 skinny GEMM for decode / verify rows (cuda_gemv_fp8.cu), linear_fp8's twin ----
 // y[m, n] = (Σ_k xq[m,k] · wq[n,k]) · sx[m] · w_scales[n] for m < M <= kGemvMaxRows, n < N,
@@ -126,13 +110,9 @@ int gemv_tile_rows(int64_t N, int M, bool silu_pair, GemvTiling tiling);
 // quantizing inside it made it ALU-bound, issue 17). Output through GemvOut exactly as launch_gemv
 // (nparts split, f32 logits holding bf16-rounded values, silu_pair). Batch invariant: row m's
 // result is bit-identical for any M in 1..kGemvMaxRows. ldq % 16 == 0, xq 16-byte aligned.
-// The FP8 GEMV's tiling (GemvTiling, cuda_gemv_wide.cuh; R = 4 only for M <= 32: kRows64 /
-// kRows128 / kAuto run 32 rows with x ahead for M > 32). kRows32 until measured on the H200
-// (CudaFp8Gemv.TilingSpeed).
-inline constexpr GemvTiling kGemvFp8TilingDefault = GemvTiling::kRows32;
 void launch_gemv_fp8(const uint8_t* xq, int64_t ldq, const float* sx, const uint8_t* w,
                      const float* w_scales, int64_t N, int K, int M, const GemvOut& o,
-                     cudaStream_t st, GemvTiling tiling = kGemvFp8TilingDefault);
+                     cudaStream_t st);
 // M in 1..kGemvMaxRows, K % 16 == 0, w 16-byte aligned. The first call (outside any stream
 // capture) picks the kernel for the current device and sets its shared memory; gemv_fp8_init
 // makes that choice now (the backend's constructor, outside any capture).
@@ -140,8 +120,6 @@ bool gemv_fp8_supported(const void* w, int64_t K, int64_t M);
 void gemv_fp8_init();
 // GemvOut::silu_pair runs on this GPU for N weight rows (the ring kernel, N % 64 == 0).
 bool gemv_fp8_silu_pair_supported(int64_t N);
-// gemv_tile_rows for launch_gemv_fp8.
-int gemv_fp8_tile_rows(int64_t N, int M, bool silu_pair, GemvTiling tiling);
 // ---- W4A16 (cuda_gemv_int4.cu; GemmDispatch::linear_int4 in cuda_gemm_int4.cpp) ----
 // Device layout of an INT4_GROUPED weight: the checkpoint's words [N, K / 8] with each word's
 // nibbles permuted (nibble j: k 2j, nibble j + 4: k 2j + 1, each q + 8) by launch_int4_repack,
