@@ -40,11 +40,6 @@
 // M <= 16: x of the next chunk group is loaded during the current one; M > 16: per n-tile
 // group and 16-row half (from L1), the codes of each half dequantized once.
 //
-// Variants (issue 22): this kernel is Int4GemvVariant::kLegacy; cuda_gemv_int4_lean.cu holds
-// the others (kLean: these bits with fewer instructions; 2 CTAs per SM; biased codes), and
-// launch_gemv_int4 runs kInt4GemvDefault (cuda_kernels.h). Helpers shared with them:
-// cuda_gemv_int4.cuh.
-//
 // PDL (sm_90+): each CTA issues its first two stages, then griddepcontrol.wait; x is read and y
 // written only after it. No fallback kernel: on GPUs without 229 KB of shared memory per block
 // (A100) gemv_int4_supported says no and GemmDispatch dequantizes to bf16 and runs the bf16
@@ -53,19 +48,58 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "backend/cuda/cuda_gemv_int4.cuh"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_gemv_ring.cuh"
+#include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
 
 namespace sala::cuda {
 namespace {
 using namespace gemv;
-using namespace int4g;
 
+constexpr int kChunkK = 32;      // k per 16-byte chunk of a packed row (4 words)
+constexpr int kGroupK = 4 * kChunkK;  // k of the 4 chunks one mma covers: the group unit
 constexpr int kScaleStage = kRows * 16;                    // 32 rows x 4 fp32 scales
 constexpr int kScaleBytes = kWarps * kStages * kScaleStage;  // 12,288
+constexpr int kPass = 8;                                   // epilogue columns per pass
+constexpr int kRed4Bytes = kWarps * kRows * (kPass + 1) * 4;  // 9,216
 constexpr int kRingSmem = kRingBytes + kScaleBytes + kRed4Bytes + kGateBytes;  // 229,376
 static_assert(kRingSmem <= kRingMaxSmem, "the int4 ring does not fit an sm_90 SM");
 static_assert(kRows == 32, "issue4: lane l copies the scales of tile row l");
+
+__device__ __forceinline__ void cp4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ float lds_f32(uint32_t a) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
+  return v;
+}
+
+// (a & b) | c in one instruction.
+__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
+
+// A repacked word (nibble j: k 2j, nibble j + 4: k 2j + 1, each q + 8) as the four bf16 pairs
+// p[j] = (q_2j, q_2j+1), exact.
+__device__ __forceinline__ void dequant_word(uint32_t w, uint32_t (&p)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t h = and_or(w >> (4 * j), 0x000f000fu, 0x43004300u);  // 128 + (q + 8)
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(p[j]) : "r"(h), "r"(0x3f803f80u), "r"(0xc308c308u));
+  }
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
 
 // x of chunk c (4 uint4 = 32 k) of the input rows of n-tiles nt0 .. nt0 + G - 1 of lane row g;
 // zeros past M or when !ok. From L1/L2: x is small and read by every CTA.
@@ -80,6 +114,47 @@ __device__ __forceinline__ void load_x(uint4 (&X)[G][4], const uint8_t* x, int64
     for (int i = 0; i < 4; ++i) X[j][i] = ok && row < M ? __ldg(r + i) : make_uint4(0, 0, 0, 0);
   }
 }
+
+// One 16-row half's chunk: the raw words of rows g / g + 8 as bf16 code pairs a[i][j] / b[i][j]
+// (word i, pair j).
+__device__ __forceinline__ void dequant_chunk(const uint4& Wg, const uint4& W8, uint32_t (&a)[4][4],
+                                              uint32_t (&b)[4][4]) {
+  const uint32_t wg[4] = {Wg.x, Wg.y, Wg.z, Wg.w}, w8[4] = {W8.x, W8.y, W8.z, W8.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    dequant_word(wg[i], a[i]);
+    dequant_word(w8[i], b[i]);
+  }
+}
+
+// The chunk's MMAs into part[j] for the G n-tiles of X: per word i, the k16 of its pairs 0, 1,
+// then of 2, 3 (every accumulator sees this order, whatever G and NT are).
+template <int G>
+__device__ __forceinline__ void chunk_mma(float (&part)[G][4], const uint32_t (&a)[4][4],
+                                          const uint32_t (&b)[4][4], const uint4 (&X)[G][4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+      const uint32_t xs[4] = {X[j][i].x, X[j][i].y, X[j][i].z, X[j][i].w};
+      mma_bf16(part[j], a[i][0], b[i][0], a[i][1], b[i][1], xs[0], xs[1]);
+      mma_bf16(part[j], a[i][2], b[i][2], a[i][3], b[i][3], xs[2], xs[3]);
+    }
+}
+
+// acc[nt0 + j] += part[j] · scale of its weight row (c0, c1: row g; c2, c3: row g + 8).
+template <int G, int NT>
+__device__ __forceinline__ void add_scaled(float (&acc)[NT][4], int nt0, const float (&part)[G][4],
+                                           const float (&sc)[2]) {
+#pragma unroll
+  for (int j = 0; j < G; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[nt0 + j][i] = fmaf(part[j][i], sc[i / 2], acc[nt0 + j][i]);
+}
+
+struct Unscaled {  // the scales are applied per group, before the epilogue
+  __device__ float operator()(float v, int) const { return v; }
+};
 
 // The weights of stage u (Walk::issue's copy, rows of K / 2 bytes) and their scales: lane l
 // copies the scales of row n0 + l for the stage's chunk groups v = 0..3 (one cp.async of 4 B
@@ -263,12 +338,10 @@ const Setup& setup() {
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     Setup r{optin >= kRingSmem, sms};
     if (r.ring) pdl_launch_enabled();  // decided now, outside any capture
-    if (r.ring) {
+    if (r.ring)
       for (auto* k : {gemv4_ring_kernel<1>, gemv4_ring_kernel<2>, gemv4_ring_kernel<4>,
                       gemv4_ring_kernel<8>})
         CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingSmem));
-      gemv_int4_lean_init();
-    }
     return r;
   }();
   return s;
@@ -286,25 +359,8 @@ bool gemv_int4_supported(const void* w, int64_t K, int64_t group, int64_t M) {
 
 bool gemv_int4_silu_pair_supported(int64_t N) { return setup().ring && N % (2 * kRows) == 0; }
 
-const char* int4_gemv_variant_name(Int4GemvVariant v) {
-  switch (v) {
-    case Int4GemvVariant::kLegacy: return "legacy";
-    case Int4GemvVariant::kLean: return "lean";
-    case Int4GemvVariant::kLean2: return "lean2cta";
-    case Int4GemvVariant::kBiased: return "biased";
-    case Int4GemvVariant::kBiased2: return "biased2cta";
-  }
-  return "?";
-}
-
 void launch_gemv_int4(const bf16* x, int64_t ldx, const uint32_t* w, const float* w_scales,
                       int64_t N, int K, int group, int M, const GemvOut& o, cudaStream_t st) {
-  launch_gemv_int4_variant(kInt4GemvDefault, x, ldx, w, w_scales, N, K, group, M, o, st);
-}
-
-void launch_gemv_int4_variant(Int4GemvVariant v, const bf16* x, int64_t ldx, const uint32_t* w,
-                              const float* w_scales, int64_t N, int K, int group, int M,
-                              const GemvOut& o, cudaStream_t st) {
   if (!(gemv_int4_supported(w, K, group, M) && ldx % 8 == 0 && aligned16(x) && w_scales &&
         N >= 1) ||
       (o.silu_pair && !gemv_int4_silu_pair_supported(N))) {
@@ -316,8 +372,6 @@ void launch_gemv_int4_variant(Int4GemvVariant v, const bf16* x, int64_t ldx, con
     std::abort();
   }
   const Setup& s = setup();
-  if (v != Int4GemvVariant::kLegacy)
-    return launch_gemv_int4_lean(v, x, ldx, w, w_scales, N, K, group, M, o, s.sms, st);
   with_nt(M, [&]<int NT>() {
     const int ntiles = int((N + kRows - 1) / kRows);  // every CTA has >= 1 tile
     launch_pdl(gemv4_ring_kernel<NT>, dim3(unsigned(std::min(ntiles, s.sms))), dim3(kThreads),

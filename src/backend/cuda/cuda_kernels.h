@@ -130,27 +130,6 @@ void launch_int4_repack(uint32_t* w, int64_t words, cudaStream_t st);
 // silu_pair). Row invariant: row m is bit-identical for any M. ldx % 8 == 0, x 16-byte aligned.
 void launch_gemv_int4(const bf16* x, int64_t ldx, const uint32_t* w, const float* w_scales,
                       int64_t N, int K, int group, int M, const GemvOut& o, cudaStream_t st);
-// The int4 GEMV's kernel variants (issue 22: which streams fastest on the H200), compared side
-// by side by CudaInt4Gemv.Speed and checked by CudaInt4Gemv.Variants; launch_gemv_int4 runs
-// kInt4GemvDefault. Until the measured losers are deleted, this enum is the only switch.
-//   kLegacy   the first ring kernel (cuda_gemv_int4.cu): 3 stages of 8 KB per warp, 1 CTA/SM
-//   kLean     cuda_gemv_int4_lean.cu: kLegacy's numerics bit for bit, without its per-stage
-//             64-bit address arithmetic and integer divisions (~1,020 instead of ~1,420
-//             instructions per 8 KB stage)
-//   kLean2    kLean with 2 CTAs per SM (2 stages of 4 KB per warp) at M <= 16: 16 warps per
-//             SM, 16-row tiles where N has too few 32-row ones (N = 4096); bit-identical to
-//             kLean (same K slices, same mma order per output)
-//   kBiased   kLean on the codes + 136 (exact in bf16: 7 instead of 11 instructions per word),
-//             minus 136 · Σ x per group (a tensor-core sum): other fp32 roundings than kLean,
-//             still row-invariant, held to the same CPU bounds
-//   kBiased2  kBiased with kLean2's 2 CTAs per SM at M <= 16 (bit-identical to kBiased)
-enum class Int4GemvVariant { kLegacy, kLean, kLean2, kBiased, kBiased2 };
-constexpr int kInt4GemvVariants = 5;
-constexpr Int4GemvVariant kInt4GemvDefault = Int4GemvVariant::kLean;
-const char* int4_gemv_variant_name(Int4GemvVariant v);
-void launch_gemv_int4_variant(Int4GemvVariant v, const bf16* x, int64_t ldx, const uint32_t* w,
-                              const float* w_scales, int64_t N, int K, int group, int M,
-                              const GemvOut& o, cudaStream_t st);
 // M in 1..kGemvMaxRows, K and group multiples of 128 (group divides K), w 16-byte aligned, and a
 // GPU with the ring's 229 KB of shared memory per block (sm_90). gemv_int4_init: the kernel
 // attributes now (the backend's constructor, outside any capture).
