@@ -50,8 +50,7 @@
 #                                     CPU oracle cpu:bf16:w4, and vs cuda:bf16. W4 speed:
 #                                     BENCH_ARGS="<decode4k's> --quantization w4a16" decode4k
 #                                     FP8 speed: BENCH_ARGS="<decode4k's> --quantization fp8"
-#                                     decode4k; add --fp8-separate-quantize for the A/B without
-#                                     the codes written by the norm / SiLU kernels
+#                                     decode4k
 #   scripts/gpu_check.sh spec         (GPU machine) speculative decoding (issue 21):
 #                                     scripts/spec_equality_check.py on sala-tiny-chat (every
 #                                     completion with and without NGRAM, then STANDALONE with a

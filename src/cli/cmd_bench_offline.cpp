@@ -46,7 +46,6 @@ struct Args {
   int decode_in = 128, decode_out = 512, prefill_in = 4096, threads = 0;
   bool bf16 = false;
   bool disable_cuda_graph = false;
-  bool fp8_separate_quantize = false;  // !BackendOptions::fp8_producer_codes
   std::string quantization;  // "" | fp8 (BackendOptions::fp8_weights) | w4a16 (int4_group_size)
   int64_t profile_ops = 0;  // BackendOptions::profile_ops
   std::string kv_cache_dtype = "auto";  // BackendOptions::kv_cache_dtype
@@ -308,7 +307,6 @@ int run(const Args& a) {
   sala::BackendOptions bo{bf16 ? sala::NumericMode::BF16 : sala::NumericMode::F32, a.threads};
   bo.cuda_graphs = !a.disable_cuda_graph;
   bo.profile_ops = a.profile_ops;
-  bo.fp8_producer_codes = !a.fp8_separate_quantize;
   if (a.quantization == "fp8")
     bo.fp8_weights = true;
   else if (a.quantization == "w4a16")
@@ -473,9 +471,6 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
                  "fp8: W8A8 e4m3 projections quantized at load (BackendOptions::fp8_weights); "
                  "w4a16: int4 projections, group 128, RTN at load (BackendOptions::int4_group_size)");
   app.add_flag("--disable-cuda-graph", a->disable_cuda_graph, "CUDA: run decode steps without CUDA graphs");
-  app.add_flag("--fp8-separate-quantize", a->fp8_separate_quantize,
-               "CUDA, --quantization fp8: every FP8 GEMM quantizes its input in a kernel of its "
-               "own, not in the norm / SiLU kernel that makes it (A/B; the same bits)");
   app.add_option("--profile-ops", a->profile_ops,
                  "CUDA: GPU time per op at exit, over the steps of >= N rows (N < 0: <= -N rows; "
                  "steps recorded as graphs are not timed)");
