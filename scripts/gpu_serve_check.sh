@@ -44,29 +44,38 @@ wait_health() {
   return 1
 }
 
-# SERVE_MODES: the server configurations compared in this one run (same machine, same set):
-# bf16 (no flag) and fp8 (`--quantization fp8`: W8A8 e4m3 projections quantized at load).
+# SERVE_MODES: the server configurations compared in this one run (same machine, same set),
+# each MODE[-chunkN][:TIERS]: bf16 (no flag), fp8 (`--quantization fp8`: W8A8 e4m3 projections
+# quantized at load), fp8kv8 (fp8 and `--kv-cache-dtype fp8_e4m3`); -chunkN adds
+# `--chunked-prefill-size N`; :TIERS (e.g. :8) runs only those bench serve tiers (default
+# 1,8,inf). TINY_EVAL=0 skips the tiny-chat accuracy part.
 mode_flags() {
-  case "$1" in
-    bf16) echo "" ;;
-    fp8) echo "--quantization fp8" ;;
+  local m=${1%%:*} f=""
+  case "$m" in *-chunk*) f="--chunked-prefill-size ${m##*-chunk}"; m=${m%-chunk*} ;; esac
+  case "$m" in
+    bf16) echo "$f" ;;
+    fp8) echo "--quantization fp8 $f" ;;
+    fp8kv8) echo "--quantization fp8 --kv-cache-dtype fp8_e4m3 $f" ;;
     *) echo "unknown mode $1" >&2; exit 2 ;;
   esac
 }
+mode_tiers() { case "$1" in *:*) echo "${1#*:}" ;; *) echo "1,8,inf" ;; esac; }
 SERVE_MODES=${SERVE_MODES:-bf16}
 
 # 1. tiny-chat accuracy on the GPU, per mode.
 declare -A tiny
 for mode in $SERVE_MODES; do
+  tag=${mode//[:,]/_}  # file names
+  [ "${TINY_EVAL:-1}" = 0 ] && { tiny[$mode]="not run (TINY_EVAL=0)"; continue; }
   # shellcheck disable=SC2046  # the mode's flags, split on purpose
   "$SALA" serve --device cuda --port 30001 --model-path "$ROOT/models/sala-tiny-chat" $(mode_flags "$mode") \
-    >"$OUT/serve_tiny_$mode.log" 2>&1 &
+    >"$OUT/serve_tiny_$tag.log" 2>&1 &
   pid=$!
-  wait_health http://127.0.0.1:30001 || { echo "tiny server did not start"; tail "$OUT/serve_tiny_$mode.log"; }
+  wait_health http://127.0.0.1:30001 || { echo "tiny server did not start"; tail "$OUT/serve_tiny_$tag.log"; }
   "$SALA" eval --url http://127.0.0.1:30001 --data "$EVAL_DIR/tiny-chat.jsonl" --quiet \
-    --out "$OUT/tiny_gpu_preds_$mode.jsonl" --summary "$OUT/tiny_gpu_summary_$mode.json" --concurrency 16 | tail -6
+    --out "$OUT/tiny_gpu_preds_$tag.jsonl" --summary "$OUT/tiny_gpu_summary_$tag.json" --concurrency 16 | tail -6
   kill $pid; wait $pid 2>/dev/null
-  tiny[$mode]=$(python3 - "$OUT/tiny_gpu_preds_$mode.jsonl" "$EVAL_DIR/tiny-chat.reference.jsonl" "$OUT/tiny_gpu_summary_$mode.json" <<'PY'
+  tiny[$mode]=$(python3 - "$OUT/tiny_gpu_preds_$tag.jsonl" "$EVAL_DIR/tiny-chat.reference.jsonl" "$OUT/tiny_gpu_summary_$tag.json" <<'PY'
 import json, sys
 preds = sorted((json.loads(l) for l in open(sys.argv[1])), key=lambda p: p["index"])
 refs = [json.loads(l) for l in open(sys.argv[2])]
@@ -87,15 +96,17 @@ echo "make-random: $((SECONDS - t0)) s"
 "$SALA" make-speed-set --out "$OUT/speed.jsonl" --n "${SPEED_N:-16}" --seed 1 --scale "${SPEED_SCALE:-0.03}" \
   --output-scale "${SPEED_OUTPUT_SCALE:-0.1}" --max-prompt-tokens "${SPEED_MAX_PROMPT:-12000}" | tail -3
 for mode in $SERVE_MODES; do
+  tag=${mode//[:,]/_}
   # shellcheck disable=SC2046
-  "$SALA" serve --device cuda --port 30002 --model-path $M $(mode_flags "$mode") >"$OUT/serve_9b_$mode.log" 2>&1 &
+  "$SALA" serve --device cuda --port 30002 --model-path $M $(mode_flags "$mode") >"$OUT/serve_9b_$tag.log" 2>&1 &
   pid=$!
   t0=$SECONDS
-  wait_health http://127.0.0.1:30002 || { echo "9B server did not start"; tail "$OUT/serve_9b_$mode.log"; }
+  wait_health http://127.0.0.1:30002 || { echo "9B server did not start"; tail "$OUT/serve_9b_$tag.log"; }
   echo "9B server ($mode) ready in $((SECONDS - t0)) s"
   "$SALA" bench serve --url http://127.0.0.1:30002 --data "$OUT/speed.jsonl" --quiet \
-    --out "$OUT/bench_serve_9b_$mode.json" --svg "$OUT/bench_serve_9b_$mode.svg" 2>&1 | tail -8 |
-    tee "$OUT/bench_table_$mode.txt"
+    --concurrency "$(mode_tiers "$mode")" \
+    --out "$OUT/bench_serve_9b_$tag.json" --svg "$OUT/bench_serve_9b_$tag.svg" 2>&1 | tail -8 |
+    tee "$OUT/bench_table_$tag.txt"
   kill $pid; wait $pid 2>/dev/null
 done
 
@@ -103,7 +114,8 @@ echo
 echo "================ GPU serving check ================"
 echo "ops/golden: $ops"
 for mode in $SERVE_MODES; do
+  tag=${mode//[:,]/_}
   echo "---- $mode"
   echo "tiny-chat on cuda ($mode): ${tiny[$mode]}"
-  cat "$OUT/bench_table_$mode.txt"
+  cat "$OUT/bench_table_$tag.txt"
 done

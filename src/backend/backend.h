@@ -278,6 +278,9 @@ class Backend {
   // Whether sample_rows / load_penalties are implemented.
   virtual bool samples_rows() const { return false; }
   virtual void synchronize() {}
+  // BackendOptions::profile_ops: print the GPU time per op of the steps since the last call
+  // under `label` and start a new table (no-op where nothing is profiled).
+  virtual void report_op_profile(const std::string& /*label*/) {}
   // Copies the lightning state of slot src (every lightning layer) over slot dst, in order
   // with the steps: the snapshot before a speculative verify step and the rollback to it, so
   // that rejected draft tokens leave no trace in the recurrent state (issue 21).

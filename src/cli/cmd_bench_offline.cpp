@@ -51,7 +51,7 @@ struct Args {
   std::string kv_cache_dtype = "auto";  // BackendOptions::kv_cache_dtype
   std::vector<int64_t> long_prefill, long_decode_contexts;  // empty: not run
   std::vector<int> long_decode_batches{1, 8};
-  int chunk = 8192;  // the server's --chunked-prefill-size
+  int chunk = 2048;  // the server's --chunked-prefill-size (its default)
   int long_decode_steps = 64;
   std::vector<int> verify_draft;  // each K: also time verify steps of 1 + K rows per sequence
   std::string decode_grammar;     // "" | json | a JSON-schema file (cli/bench_grammar.h)
@@ -143,6 +143,7 @@ void bench_long_prefill(Bench& b) {
                  false, true);
     std::vector<float> logits;
     b.model.forward(warm, logits);
+    if (b.a.profile_ops != 0) b.model.backend().report_op_profile("before the long prefills");
   }
   for (int64_t L : b.a.long_prefill) {
     const auto t0 = Clock::now();
@@ -160,6 +161,8 @@ void bench_long_prefill(Bench& b) {
                       "({:.1f}% attention) -> {:5.1f}% of floor",
                       L, sec, double(L) / sec, floor_s,
                       100 * attn_flops / (linear_flops + attn_flops), 100 * floor_s / sec));
+    // One op table per prompt length (the --profile-ops steps of this prefill).
+    if (b.a.profile_ops != 0) b.model.backend().report_op_profile(fmt::format("prefill {}", L));
   }
 }
 

@@ -33,7 +33,7 @@ struct ServeOpts {
   bool protect_metrics = false, no_request_log = false;
   int shutdown_timeout = 30, header_timeout = 10, body_timeout = 60, max_connections = 0, max_body_mb = 256;
   int port = 30000;
-  int chunked_prefill_size = 8192;
+  int chunked_prefill_size = 2048;  // see --chunked-prefill-size's help
   std::string schedule_policy = "fair";
   std::string tool_call_parser = "hermes";
   int max_running_requests = 64;
@@ -234,7 +234,11 @@ sala::cli::Registrar reg("serve", "Serve a model over HTTP (SGLang /generate + O
   app.add_option("--host", o->host, "Address to bind")->capture_default_str();
   app.add_option("--port", o->port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   app.add_option("--served-model-name", o->served_model_name, "Model id in /v1/models (default: --model-path as given)");
-  app.add_option("--chunked-prefill-size", o->chunked_prefill_size, "Max prompt tokens of one request per step")->capture_default_str();
+  app.add_option("--chunked-prefill-size", o->chunked_prefill_size,
+                 "Max prompt tokens of one request per step (and, with the running requests' "
+                 "decode rows, of a step): smaller keeps running requests' inter-token latency "
+                 "down while a long prompt prefills; on the H200 2048 prefills as fast as 8192")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--schedule-policy", o->schedule_policy,
                  "fair: each step serves the least recently served work first, smaller chunks first "
                  "(a short request is not stuck behind a long prefill); fcfs: running requests first, "

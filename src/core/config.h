@@ -36,6 +36,16 @@ struct SparseConfig {
   // The smallest total length (>= 1) whose call is sparse: where the scheduler must end a
   // chunk so that the choice depends on the sequence alone.
   int first_sparse_len(bool dense_as_sparse) const { return dense_as_sparse ? 1 : dense_len; }
+  // Whether prefill chunks of `chunk` tokens (boundaries at its multiples) give every row of a
+  // prompt of at least dense_len tokens the attention of its one-shot prefill (which is sparse
+  // for all rows). A chunk that ends below dense_len is computed dense; that equals the sparse
+  // path only for rows t < total_topk() * block_size, whose visible blocks are all selected.
+  // The 9B (dense_len 8192, 96 blocks of 64): chunks of 8192, 4096, 2048 keep it; 1024 not.
+  bool chunk_keeps_one_shot_attention(int64_t chunk, bool dense_as_sparse) const {
+    if (dense_as_sparse || chunk <= 0) return dense_as_sparse;
+    const int64_t last_dense_end = (int64_t(dense_len - 1) / chunk) * chunk;
+    return last_dense_end <= int64_t(total_topk()) * block_size;
+  }
 };
 
 // A checkpoint's `quantization_config` (config.json), compressed-tensors' layouts that vLLM and

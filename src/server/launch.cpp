@@ -116,6 +116,15 @@ Loaded launch(const LaunchOptions& o) {
     cache_budget = size_t(usable) - weight_bytes - reserve;
   }
 
+  if (!L.cfg.sparse.chunk_keeps_one_shot_attention(o.engine.chunked_prefill_size,
+                                                   o.engine.dense_as_sparse))
+    fmt::print(stderr,
+               "warning: --chunked-prefill-size {}: prompts of {}+ tokens get dense attention in "
+               "rows that their one-shot prefill computes sparse (chunks ending below dense_len "
+               "{} reach past the {} always-selected tokens); use a divisor of {} of at least {}\n",
+               o.engine.chunked_prefill_size, L.cfg.sparse.dense_len, L.cfg.sparse.dense_len,
+               L.cfg.sparse.total_topk() * L.cfg.sparse.block_size, L.cfg.sparse.dense_len,
+               L.cfg.sparse.dense_len - L.cfg.sparse.total_topk() * L.cfg.sparse.block_size);
   ModelLimits lim = plan_limits(L.cfg, o.engine, cache_budget, o.max_total_tokens,
                                 backend->kv_element_bytes(), draft ? &dcfg : nullptr);
   std::unique_ptr<Model> draft_model;

@@ -204,5 +204,19 @@ TEST(Config, ReleasedConstants) {
   EXPECT_EQ(c.kind_index(10), 8);
 }
 
+TEST(Config, ChunkSizesThatKeepOneShotAttention) {
+  // The 9B's sparse config (configs/minicpm-sala-9b.json): dense_len 8192, 64 + 2048/64 = 96
+  // selected blocks of 64, so rows below 6144 select every visible block.
+  const ModelConfig c = load_model_config(std::string(SALA_SOURCE_DIR) + "/configs/minicpm-sala-9b.json");
+  ASSERT_EQ(c.sparse.dense_len, 8192);
+  ASSERT_EQ(c.sparse.total_topk() * c.sparse.block_size, 6144);
+  for (int64_t chunk : {2048, 3072, 4096, 6144, 8192, 16384, 65536})
+    EXPECT_TRUE(c.sparse.chunk_keeps_one_shot_attention(chunk, false)) << chunk;
+  // Chunks ending at 7168 (1024, 7168), 6400 (3200) or 7000 are dense past 6144.
+  for (int64_t chunk : {64, 1024, 1000, 3200, 3500, 7000, 7168})
+    EXPECT_FALSE(c.sparse.chunk_keeps_one_shot_attention(chunk, false)) << chunk;
+  EXPECT_TRUE(c.sparse.chunk_keeps_one_shot_attention(64, true));  // every call sparse
+}
+
 }  // namespace
 }  // namespace sala::test

@@ -223,6 +223,11 @@ void CudaBackend::download_f32(const Tensor& src, float* dst) {
   if (timer_.enabled()) timer_.resolve();
 }
 
+void CudaBackend::report_op_profile(const std::string& label) {
+  stream_.sync();
+  timer_.report(label.c_str());
+}
+
 void CudaBackend::synchronize() { stream_.sync(); }
 
 void CudaBackend::begin_step(const StepMeta& meta) {

@@ -133,6 +133,7 @@ class CudaBackend : public Backend {
                      int top_n, float* logprob, int32_t* top_ids, float* top_logprobs) override;
   bool samples_rows() const override { return true; }
   void synchronize() override;
+  void report_op_profile(const std::string& label) override;
 
   bool graphs_enabled() const override { return graphs_.enabled(); }
   bool graph_launch(int key) override { return graphs_.launch(key); }

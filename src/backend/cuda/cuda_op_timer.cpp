@@ -8,19 +8,24 @@
 namespace sala::cuda_host {
 
 OpTimer::~OpTimer() {
-  if (enabled()) {
-    resolve();
-    std::vector<std::pair<double, std::string>> v;
-    double total = 0;
-    for (auto& [name, t] : op_ms_) v.push_back({t.first, name}), total += t.first;
-    std::sort(v.rbegin(), v.rend());
-    std::fprintf(stderr, "\n[optime] GPU time by op over %lld steps (eager steps only), %.3f ms total\n",
-                 (long long)steps_timed_, total);
-    for (auto& [ms, name] : v)
-      std::fprintf(stderr, "[optime] %-28s %10.3f ms %6.1f%%  %8lld calls\n", name.c_str(), ms,
-                   100 * ms / std::max(total, 1e-9), (long long)op_ms_[name].second);
-  }
+  if (enabled() && (steps_timed_ > 0 || !ticks_.empty())) report("at exit");
   for (cudaEvent_t e : pool_) cudaEventDestroy(e);
+}
+
+void OpTimer::report(const char* label) {
+  if (!enabled()) return;
+  resolve();
+  std::vector<std::pair<double, std::string>> v;
+  double total = 0;
+  for (auto& [name, t] : op_ms_) v.push_back({t.first, name}), total += t.first;
+  std::sort(v.rbegin(), v.rend());
+  std::fprintf(stderr, "\n[optime] %s: GPU time by op over %lld steps (eager steps only), %.3f ms total\n",
+               label, (long long)steps_timed_, total);
+  for (auto& [ms, name] : v)
+    std::fprintf(stderr, "[optime] %-28s %10.3f ms %6.1f%%  %8lld calls\n", name.c_str(), ms,
+                 100 * ms / std::max(total, 1e-9), (long long)op_ms_[name].second);
+  op_ms_.clear();
+  steps_timed_ = 0;
 }
 
 void OpTimer::begin_step(int64_t rows) {

@@ -1,6 +1,7 @@
 // OpTimer: GPU time per op (BackendOptions::profile_ops, `sala bench offline --profile-ops N`).
 // An event is recorded after every op of a timed step; the time between consecutive events
-// is the op's. Summed by op name and printed to stderr when the backend is destroyed. Steps
+// is the op's. Summed by op name and printed to stderr by report() (Backend::report_op_profile)
+// and when the backend is destroyed. Steps
 // being recorded as CUDA graphs are never timed (events cannot be read back from a
 // recording), so decode steps are timed only with graphs off.
 #pragma once
@@ -22,7 +23,7 @@ class OpTimer {
   // steps of at most -N rows.
   OpTimer(int64_t rows_filter, cudaStream_t stream, const GraphCache& graphs)
       : filter_(rows_filter), stream_(stream), graphs_(graphs) {}
-  ~OpTimer();  // prints the table (the owner synchronised the stream)
+  ~OpTimer();  // prints what report() has not (the owner synchronised the stream)
   OpTimer(const OpTimer&) = delete;
   OpTimer& operator=(const OpTimer&) = delete;
 
@@ -30,6 +31,7 @@ class OpTimer {
   void begin_step(int64_t rows);  // sums the previous step's ticks, decides for this one
   void tick(const char* op);      // the op issued since the previous tick is `op`
   void resolve();                 // waits for the last tick and sums the step's op times
+  void report(const char* label);  // prints the table of the steps since the last one, clears it
 
  private:
   int64_t filter_;
