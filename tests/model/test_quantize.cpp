@@ -18,29 +18,14 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-struct TempDir {
-  fs::path p;
-  explicit TempDir(const std::string& name)
-      : p(fs::temp_directory_path() / ("sala_quant_" + name + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(p);
-  }
-  ~TempDir() { fs::remove_all(p); }
-  std::string str() const { return p.string(); }
-};
-
 std::unique_ptr<Model> load(const std::string& dir, bool fp8_at_load) {
-  const ModelConfig cfg = load_model_config(dir);
-  Checkpoint ckpt(dir);
-  ModelLimits lim;
-  lim.max_step_tokens = lim.max_logit_rows = 320;
-  lim.caches = {24, cfg.sparse.block_size, 1};
-  BackendOptions bo{NumericMode::BF16, 0};
+  BackendOptions bo;
   bo.fp8_weights = fp8_at_load;
-  return std::make_unique<Model>(cfg, make_backend("cpu", bo), ckpt, lim);
+  return load_bf16_cpu(dir, bo);
 }
 
 TEST(QuantizeFp8, CheckpointGivesTheBitsOfQuantizingAtLoad) {
-  TempDir out("bits");
+  TempDir out("quant_bits");
   quantize_checkpoint_fp8(tiny_chat_dir(), out.str(), {});
   const ModelConfig cfg = load_model_config(out.str());
   ASSERT_TRUE(cfg.quantization.any());
@@ -62,7 +47,7 @@ TEST(QuantizeFp8, CheckpointGivesTheBitsOfQuantizingAtLoad) {
 // as FP8 even when the backend's own linear format is dense (no --quantization flag), i.e. as
 // much as quantizing the bf16 checkpoint at load, not twice that.
 TEST(QuantizeFp8, PreQuantizedCheckpointIsPlannedAsFp8) {
-  TempDir out("plan");
+  TempDir out("quant_plan");
   quantize_checkpoint_fp8(tiny_chat_dir(), out.str(), {});
   const ModelConfig q = load_model_config(out.str()), plain = load_model_config(tiny_chat_dir());
   for (WeightFormat dense : {WeightFormat::F32, WeightFormat::BF16})
@@ -74,7 +59,7 @@ TEST(QuantizeFp8, PreQuantizedCheckpointIsPlannedAsFp8) {
 }
 
 TEST(QuantizeFp8, LmHeadOnRequestAndRefusals) {
-  TempDir out("head"), again("again");
+  TempDir out("quant_head"), again("quant_again");
   quantize_checkpoint_fp8(tiny_chat_dir(), out.str(), {.quantize_lm_head = true});
   EXPECT_TRUE(load_model_config(out.str()).quantization.ignore.empty());
   EXPECT_EQ(load(out.str(), false)->weights().lm_head.format, WeightFormat::FP8_E4M3);
@@ -90,7 +75,7 @@ TEST(QuantizeFp8, LmHeadOnRequestAndRefusals) {
 struct Broken {
   TempDir dir;
   json cfg;
-  explicit Broken(const std::string& name) : dir(name) {
+  explicit Broken(const std::string& name) : dir("quant_" + name) {
     quantize_checkpoint_fp8(tiny_chat_dir(), dir.str(), {});
     std::ifstream(dir.p / "config.json") >> cfg;
   }

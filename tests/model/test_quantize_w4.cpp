@@ -21,25 +21,10 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-struct TempDir {
-  fs::path p;
-  explicit TempDir(const std::string& name)
-      : p(fs::temp_directory_path() / ("sala_w4_" + name + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(p);
-  }
-  ~TempDir() { fs::remove_all(p); }
-  std::string str() const { return p.string(); }
-};
-
 std::unique_ptr<Model> load(const std::string& dir, int32_t int4_group_at_load) {
-  const ModelConfig cfg = load_model_config(dir);
-  Checkpoint ckpt(dir);
-  ModelLimits lim;
-  lim.max_step_tokens = lim.max_logit_rows = 320;
-  lim.caches = {24, cfg.sparse.block_size, 1};
-  BackendOptions bo{NumericMode::BF16, 0};
+  BackendOptions bo;
   bo.int4_group_size = int4_group_at_load;
-  return std::make_unique<Model>(cfg, make_backend("cpu", bo), ckpt, lim);
+  return load_bf16_cpu(dir, bo);
 }
 
 void write_w4(const std::string& out, const QuantPlan* plan = nullptr) {
@@ -49,7 +34,7 @@ void write_w4(const std::string& out, const QuantPlan* plan = nullptr) {
 }
 
 TEST(QuantizeW4, RtnCheckpointGivesTheBitsOfQuantizingAtLoad) {
-  TempDir out("bits");
+  TempDir out("w4_bits");
   write_w4(out.str());
   const ModelConfig cfg = load_model_config(out.str());
   EXPECT_EQ(cfg.quantization.scheme_of("model.layers.3.mlp.down_proj", cfg.source),
@@ -103,7 +88,7 @@ TEST(QuantizeW4, MixedCheckpointLoadsEachModuleInItsScheme) {
   for (const char* m : {"q_proj", "k_proj", "v_proj", "o_gate"})
     plan[std::string("model.layers.0.self_attn.") + m] = {QuantScheme::FP8_W8A8, 0};
   plan.erase("model.layers.1.mlp.down_proj");  // dense
-  TempDir out("mixed");
+  TempDir out("w4_mixed");
   write_w4(out.str(), &plan);
   json c;
   std::ifstream(out.p / "config.json") >> c;
@@ -123,7 +108,7 @@ TEST(QuantizeW4, MixedCheckpointLoadsEachModuleInItsScheme) {
 struct Broken {
   TempDir dir;
   json cfg;
-  explicit Broken(const std::string& name) : dir(name) {
+  explicit Broken(const std::string& name) : dir("w4_" + name) {
     write_w4(dir.str());
     std::ifstream(dir.p / "config.json") >> cfg;
   }
@@ -186,7 +171,7 @@ TEST(QuantizeW4, InconsistentCheckpointsNameTheTensor) {
     EXPECT_NE(e.find("model.layers.1.self_attn.o_proj.weight_shape"), std::string::npos) << e;
   }
   {  // stacked projections in different schemes (k_proj dense, q/v/o_gate int4)
-    TempDir out("stack");
+    TempDir out("w4_stack");
     QuantPlan plan = uniform_plan(load_model_config(tiny_chat_dir()), {QuantScheme::W4A16, 128}, {});
     plan.erase("model.layers.0.self_attn.k_proj");
     write_w4(out.str(), &plan);

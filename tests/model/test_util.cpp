@@ -9,6 +9,17 @@
 
 namespace sala::test {
 
+std::unique_ptr<Model> load_bf16_cpu(const std::string& dir, BackendOptions bo) {
+  const ModelConfig cfg = load_model_config(dir);
+  Checkpoint ckpt(dir);
+  ModelLimits lim;
+  lim.max_step_tokens = lim.max_logit_rows = 320;
+  lim.caches = {24, cfg.sparse.block_size, 1};
+  bo.mode = NumericMode::BF16;
+  bo.threads = 0;
+  return std::make_unique<Model>(cfg, make_backend("cpu", bo), ckpt, lim);
+}
+
 std::unique_ptr<Model> load_tiny(const std::string& dir, int32_t max_tokens, int32_t pages,
                                  int32_t slots, NumericMode mode, const ModelConfig* override_cfg,
                                  KvCacheDtype kv, int tp_size) {

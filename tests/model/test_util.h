@@ -1,5 +1,8 @@
 // Helpers for model tests: load a golden case's tiny model and run sequences.
 #pragma once
+#include <unistd.h>
+
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -18,6 +21,25 @@ std::unique_ptr<Model> load_tiny(const std::string& dir, int32_t max_tokens, int
                                  int32_t slots, NumericMode mode = NumericMode::F32,
                                  const ModelConfig* override_cfg = nullptr,
                                  KvCacheDtype kv = KvCacheDtype::Auto, int tp_size = 1);
+
+// A quantized (or dense) checkpoint directory on the CPU backend in bf16 mode with `bo`'s
+// load-time quantization, room for one 320-token call and 24 pages: the quantize tests' model.
+std::unique_ptr<Model> load_bf16_cpu(const std::string& dir, BackendOptions bo);
+
+// A fresh directory sala_<name>_<pid> under the system's temporary directory, removed with
+// the object.
+struct TempDir {
+  std::filesystem::path p;
+  explicit TempDir(const std::string& name)
+      : p(std::filesystem::temp_directory_path() /
+          ("sala_" + name + "_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(p);
+  }
+  ~TempDir() { std::filesystem::remove_all(p); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string str() const { return p.string(); }
+};
 
 // Page list [first, first + n).
 std::vector<int32_t> page_range(int32_t first, int32_t n);
