@@ -59,6 +59,9 @@
 #                                     verify step vs the decode step (K = 1, 4; B = 1/8/64, 4K
 #                                     context) in bf16 and FP8 on the full-size checkpoint
 #   scripts/gpu_check.sh ncu-decode   ncu kernel times of the InfLLM-v2 decode path at 128K
+#   scripts/gpu_check.sh ncu-prefill  ncu of the last prefill chunk of a long prompt (stage 1,
+#                                     stage 2, the lightning chunk kernels): time, throughputs,
+#                                     pipes and warp stall reasons per kernel (issue 18)
 #   scripts/gpu_check.sh exec CMD...  CMD with the binaries' directory in $SALA_GPU_DIR and
 #                                     their libraries on LD_LIBRARY_PATH (profiler runs)
 #   scripts/gpu_check.sh table [FILE] print the table of a summary written before
@@ -385,6 +388,43 @@ ncu_decode() {
   python3 "$ROOT/scripts/ncu_summary.py" "$OUT/ncu.csv" --last $((4 * 8 * 7))
 }
 
+# What bounds the long prefill's non-GEMM kernels (issue 18; session 13's op profile: stage 2,
+# stage 1 and the lightning chunk kernels at 5-12 % of their FLOP floors): ncu over a
+# NCU_PREFILL-token prefill (default 131072, chunks of NCU_CHUNK = 2048), only those kernels,
+# one chunk's worth of launches near the prompt's end (--launch-skip counts matching launches:
+# 8 sparse layers x 4 kernels + 24 lightning layers x 3 per sparse chunk; chunks below
+# dense_len and the bench's warm-up match fewer, so it skips 8 chunks' worth less than all).
+# NCU_KV adds --kv-cache-dtype (fp8_e4m3).
+# scripts/ncu_summary.py --metrics prints each kernel's mean of every metric.
+NCU_PREFILL_METRICS="gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,\
+dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed,\
+l1tex__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,\
+smsp__inst_executed.avg.per_cycle_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,\
+sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,\
+sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,\
+smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,\
+smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,\
+smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,\
+smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,\
+smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,\
+smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,\
+smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,\
+smsp__average_warps_issue_stalled_sleeping_per_issue_active.ratio"
+ncu_prefill() {
+  setup
+  local L=${NCU_PREFILL:-131072} c=${NCU_CHUNK:-2048} per=$((8 * 4 + 24 * 3))
+  [ -e "$MODEL_DIR/model.safetensors.index.json" ] || [ -e "$MODEL_DIR/model.safetensors" ] ||
+    "$BIN/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$MODEL_DIR" 2>&1 | tail -1
+  # shellcheck disable=SC2046  # the optional flag pair
+  ncu --metrics "$NCU_PREFILL_METRICS" -k "regex:select_|sparse_attn|gla_chunk" \
+    --launch-skip $(( (L / c - 8) * per )) --launch-count $per \
+    --csv --log-file "$OUT/ncu_prefill.csv" "$BIN/sala" bench offline --model-path "$MODEL_DIR" \
+    --device cuda --decode-batches 1 --decode-output 2 --prefill-batches 1 --prefill-input 256 \
+    --long-prefill "$L" --chunk "$c" $([ -n "${NCU_KV:-}" ] && echo --kv-cache-dtype "$NCU_KV") 2>&1 |
+    grep -E "^prefill"
+  python3 "$ROOT/scripts/ncu_summary.py" "$OUT/ncu_prefill.csv" --metrics
+}
+
 case "${1:-}" in
   build) build ;;
   pack) pack ;;
@@ -394,6 +434,7 @@ case "${1:-}" in
   decode4k) BENCH_ARGS=${BENCH_ARGS:-$DECODE4K_BENCH_ARGS} bench decode4k ;;
   grammar) BENCH_ARGS=${BENCH_ARGS:-$GRAMMAR_BENCH_ARGS} bench grammar ;;
   ncu-decode) ncu_decode ;;
+  ncu-prefill) ncu_prefill ;;
   spec) spec ;;
   fp8) quant_fidelity fp8 ;;
   w4) quant_fidelity w4 ;;
@@ -402,6 +443,6 @@ case "${1:-}" in
   kv8-bench) kv8_bench ;;
   exec) shift; setup >&2; export SALA_GPU_DIR=$BIN; "$@" ;;
   table|markdown) $SUM "$1" "${2:-$SUMMARY}" ;;
-  *) echo "usage: $0 build|pack|correctness|bench|long|decode4k|grammar|fp8|w4|kv8|kv8-bench|spec|ncu-decode|exec CMD...|table|markdown [FILE]" >&2
+  *) echo "usage: $0 build|pack|correctness|bench|long|decode4k|grammar|fp8|w4|kv8|kv8-bench|spec|ncu-decode|ncu-prefill|exec CMD...|table|markdown [FILE]" >&2
      exit 2 ;;
 esac

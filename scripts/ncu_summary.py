@@ -8,6 +8,7 @@ count and mean duration in microseconds. Durations are under the profiler's cloc
 flushes: compare kernels with each other, not with graph-replay step times.
 
   scripts/ncu_summary.py ncu.csv --last 224
+  scripts/ncu_summary.py ncu.csv --metrics   (also each kernel's mean of every other metric)
 """
 import argparse
 import csv
@@ -19,6 +20,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
     ap.add_argument("--last", type=int, default=0, help="only the last N launches (0: all)")
+    ap.add_argument("--metrics", action="store_true",
+                    help="after the times, each kernel's mean of every other metric collected")
     a = ap.parse_args()
     with open(a.csv, encoding="utf-8", errors="replace") as f:
         lines = [ln for ln in f if not ln.startswith("==")]  # ncu's own messages
@@ -40,6 +43,17 @@ def main() -> None:
     for (name, grid, block), v in sorted(by.items(), key=lambda t: -sum(t[1])):
         print(f"{name:48} {grid:>14} {block:>12} {len(v):5d} {sum(v) / len(v):9.1f} "
               f"{100 * sum(v) / max(total, 1e-9):5.1f}%")
+    if a.metrics:
+        names = sorted({m for k in items for m in k
+                        if m not in ("name", "grid", "block", "gpu__time_duration.sum")})
+        for kernel in sorted({k["name"] for k in items}):
+            ks = [k for k in items if k["name"] == kernel]
+            print(f"\n{kernel} ({len(ks)} launches)")
+            for m in names:
+                vals = [float(k[m].replace(",", "")) for k in ks if k.get(m, "").replace(",", "")
+                        .replace(".", "", 1).isdigit()]
+                if vals:
+                    print(f"  {m:72} {sum(vals) / len(vals):10.2f}")
 
 
 if __name__ == "__main__":
