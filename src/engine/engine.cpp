@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -237,6 +238,7 @@ class EngineImpl final : public Engine {
   }
 
   void step() {
+    const auto t_step = std::chrono::steady_clock::now();
     speculator_.draft(scheduler_->running(), *scheduler_);
     scheduler_->schedule(plan_);
     sync_waiting_count();  // before any event of this step reaches a client
@@ -254,11 +256,13 @@ class EngineImpl final : public Engine {
     meta_.page_table.clear();
     meta_.logit_rows.clear();
     meta_.dense_as_sparse = opts_.dense_as_sparse;
+    bool chunk = false, decode = false;  // the step's kind (EngineStats); verify calls decode
     for (const ScheduledSeq& it : plan_.items) {
       const Sequence* s = it.seq;
       const bool verify = it.sample && s->spec.drafts > 0;  // logits of every row
       meta_.add_seq(s->tokens.data() + s->num_computed, it.num_tokens, s->num_computed, s->slot,
                     s->pages, verify, it.sample && !verify);
+      (verify || it.num_tokens == 1 ? decode : chunk) = true;
     }
     speculator_.planned(plan_, *model_);
     // A step whose sampled rows are all plain greedy takes the argmax on the device and
@@ -278,8 +282,10 @@ class EngineImpl final : public Engine {
     collect_grammar_masks(plan_, masks_, [](const Sequence* s) {
       return static_cast<const Request*>(s)->grammar.get();
     });
+    const auto t_forward = std::chrono::steady_clock::now();
     model_->forward(meta_, logits_, nullptr, greedy_only ? &argmax_ : nullptr,
                     &prompt_rows_.rows(), &masks_, on_device);
+    const double forward_s = seconds_since(t_forward);
     if (on_device) sample_on_device();
     prompt_rows_.collect();
     for (const ScheduledSeq& it : plan_.items) {
@@ -355,6 +361,12 @@ class EngineImpl final : public Engine {
     ++stats_.steps;
     stats_.step_tokens_total += plan_.num_tokens;
     stats_.generated_tokens_total += generated;
+    (chunk && decode ? stats_.mixed_steps : chunk ? stats_.prefill_steps : stats_.decode_steps)
+        .add(seconds_since(t_step), forward_s);
+  }
+
+  static double seconds_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   }
 
   // The step's sampled rows (no verify call among them) on the backend, in row order.
@@ -373,23 +385,14 @@ class EngineImpl final : public Engine {
     if (!device_.empty()) device_.run(model_->backend(), model_->logits(), device_tokens_);
   }
 
-  bool is_stop(const Request* r, int32_t tok) const {
-    const auto& sp = r->sampling;
-    if (!sp.ignore_eos &&
-        std::find(info_.eos_token_ids.begin(), info_.eos_token_ids.end(), tok) !=
-            info_.eos_token_ids.end())
-      return true;
-    return std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), tok) !=
-           sp.stop_token_ids.end();
-  }
-
   // The sampled token through the request's grammar; false if the request ended (the grammar
   // refused the token: an engine bug, reported as the request's error, not a crash).
   bool advance_grammar(Request* r, int32_t tok) {
     switch (r->grammar->accept(tok)) {
       case RequestGrammar::Next::Continue: return true;
       case RequestGrammar::Next::Complete:
-        r->grammar_complete = !is_stop(r, tok);  // a stop token ends the request anyway
+        // a stop token ends the request anyway
+        r->grammar_complete = !is_stop_token(r->sampling, info_.eos_token_ids, tok);
         return true;
       case RequestGrammar::Next::Refused: break;
     }
@@ -399,7 +402,8 @@ class EngineImpl final : public Engine {
 
   // false: the request finished (and is freed).
   bool on_token(Request* r, int32_t tok, const TokenLogprob* lp) {
-    if (is_stop(r, tok)) {  // not shown, but counted, and its logprob reported
+    // A stop token is not shown, but counted, and its logprob reported.
+    if (is_stop_token(r->sampling, info_.eos_token_ids, tok)) {
       finish(r, FinishReason::StopToken, tok, {}, nullptr, 0, lp);
       return false;
     }

@@ -116,6 +116,18 @@ struct EngineOptions {
   bool device_sampling = true;
 };
 
+// Engine steps of one kind: wall seconds from scheduling to the last token event, and the
+// part of them inside Model::forward (the backend's work, including its wait for the GPU).
+struct StepKindStats {
+  int64_t steps = 0;
+  double seconds = 0, forward_seconds = 0;
+  void add(double step_s, double forward_s) {
+    ++steps;
+    seconds += step_s;
+    forward_seconds += forward_s;
+  }
+};
+
 struct EngineStats {
   int64_t running = 0, queued = 0;
   int64_t kv_pages_total = 0, kv_pages_used = 0;
@@ -131,6 +143,9 @@ struct EngineStats {
   // rollbacks of the draft model's own state (STANDALONE: a fed draft rejected).
   int64_t spec_rollbacks = 0, spec_draft_rollbacks = 0;
   int64_t spec_draft_pages_used = 0, spec_draft_slots_used = 0;  // the draft model's caches
+  // Steps by their rows: prompt chunks only, decode rows only (one-token and verify calls), or
+  // both (a chunk beside running requests' decodes: what --chunked-prefill-size bounds).
+  StepKindStats prefill_steps, mixed_steps, decode_steps;
 };
 
 // Static facts for /get_server_info and request validation in the HTTP layer.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/engine.h"
@@ -87,6 +88,11 @@ void check_model_context(const ModelConfig& cfg, int64_t len, const std::string&
   if (cfg.max_position_embeddings > 0 && len > cfg.max_position_embeddings)
     fail("{} {} exceeds the model's max_position_embeddings {} ({})", what, len,
          cfg.max_position_embeddings, cfg.source);
+}
+
+bool is_stop_token(const SamplingParams& p, const std::vector<int32_t>& eos_ids, int32_t tok) {
+  if (!p.ignore_eos && std::find(eos_ids.begin(), eos_ids.end(), tok) != eos_ids.end()) return true;
+  return std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end();
 }
 
 }  // namespace sala

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "core/error.h"
@@ -36,6 +37,10 @@ class InvalidRequest : public Error {
 // max_new_tokens is checked by check_new_tokens (it depends on the context), min_new_tokens
 // against it by check_min_new_tokens.
 void check_sampling(const SamplingParams& p);
+
+// Whether token `tok` ends a request with these parameters: an EOS id of the model (unless
+// ignore_eos) or one of its stop_token_ids.
+bool is_stop_token(const SamplingParams& p, const std::vector<int32_t>& eos_ids, int32_t tok);
 
 // Every logit_bias token id is in [0, vocab_size).
 void check_logit_bias_ids(const SamplingParams& p, int32_t vocab_size,

@@ -210,6 +210,8 @@ TierResult run_tier(const BenchOptions& opt, const std::vector<SpeedRow>& rows, 
       fmt::print(stderr, "warning: POST /flush_cache returned HTTP {}\n", res->status);
   }
   std::this_thread::sleep_for(std::chrono::duration<double>(opt.sleep_before_s));
+  const std::optional<EngineSteps> steps_before =
+      read_engine_steps(opt.base_url, opt.server_info_path);
 
   const size_t n = rows.size();
   t.outputs.resize(n);
@@ -253,13 +255,11 @@ TierResult run_tier(const BenchOptions& opt, const std::vector<SpeedRow>& rows, 
     }
   }
   for (auto& th : threads) th.join();
-  // bench_serving asks for the server info before it stops the timer.
-  {
-    auto cli = make_client(opt.base_url, 60);
-    auto res = cli->Get(opt.server_info_path);
-    (void)res;
-  }
+  // bench_serving asks for the server info before it stops the timer; sala's has the steps.
+  const std::optional<EngineSteps> steps_after =
+      read_engine_steps(opt.base_url, opt.server_info_path);
   t.duration_s = since(epoch);
+  if (steps_before && steps_after) t.engine_steps = steps_between(*steps_before, *steps_after);
   if (opt.progress) fmt::print(stderr, "\r[{}] {}/{} requests done, {:.2f} s\n", t.label, n, n, t.duration_s);
   compute_metrics(t);
   return t;
@@ -301,6 +301,7 @@ std::string format_tier(const TierResult& t) {
   line("Median ITL (ms):", f2(t.itl_ms.p50));
   line("P99 ITL (ms):", f2(t.itl_ms.p99));
   line("Max ITL (ms):", f2(t.itl_ms.max));
+  if (t.engine_steps) s += fmt::format("Engine steps (server): {}\n", format_engine_steps(*t.engine_steps));
   int shown = 0;
   for (const auto& o : t.outputs) {
     if (o.success) continue;
@@ -403,6 +404,7 @@ nlohmann::json tier_json(const TierResult& t) {
       {"roofline_s", t.roofline_s > 0 ? nlohmann::json(t.roofline_s) : nlohmann::json(nullptr)},
       {"roofline_prefill_s", t.roofline_s > 0 ? nlohmann::json(t.roofline_prefill_s) : nlohmann::json(nullptr)},
       {"roofline_decode_s", t.roofline_s > 0 ? nlohmann::json(t.roofline_decode_s) : nlohmann::json(nullptr)},
+      {"engine_steps", t.engine_steps ? engine_steps_json(*t.engine_steps) : nlohmann::json(nullptr)},
   };
 }
 
@@ -432,76 +434,6 @@ nlohmann::json results_json(const std::vector<TierResult>& tiers, const std::str
     j["baseline"] = std::move(b);
   }
   return j;
-}
-
-namespace {
-// Python's json.dumps writes Infinity / -Infinity / NaN (bench_serving's request_rate is
-// Infinity): turn them into null outside strings so that the line parses.
-std::string python_json_to_json(const std::string& l) {
-  std::string o;
-  o.reserve(l.size());
-  bool in_str = false;
-  for (size_t i = 0; i < l.size(); ++i) {
-    char c = l[i];
-    if (in_str) {
-      o += c;
-      if (c == '\\' && i + 1 < l.size()) o += l[++i];
-      else if (c == '"') in_str = false;
-      continue;
-    }
-    if (c == '"') in_str = true;
-    if (l.compare(i, 9, "-Infinity") == 0) {
-      o += "null";
-      i += 8;
-    } else if (l.compare(i, 8, "Infinity") == 0) {
-      o += "null";
-      i += 7;
-    } else if (l.compare(i, 3, "NaN") == 0) {
-      o += "null";
-      i += 2;
-    } else {
-      o += c;
-    }
-  }
-  return o;
-}
-}  // namespace
-
-std::map<std::string, double> load_baseline(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) fail("cannot open baseline '{}'", path);
-  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::map<std::string, double> out;
-  try {
-    auto j = nlohmann::json::parse(all);
-    if (j.is_object() && j.contains("tiers")) {
-      for (const auto& t : j["tiers"]) out[t.at("label").get<std::string>()] = t.at("duration_s").get<double>();
-      if (out.empty()) fail("baseline '{}' has no tiers", path);
-      return out;
-    }
-  } catch (const nlohmann::json::exception&) {
-    // not one JSON document: try JSON lines below
-  }
-  size_t pos = 0;
-  while (pos < all.size()) {
-    size_t e = all.find('\n', pos);
-    std::string l = all.substr(pos, e == std::string::npos ? std::string::npos : e - pos);
-    pos = e == std::string::npos ? all.size() : e + 1;
-    if (l.find_first_not_of(" \t\r") == std::string::npos) continue;
-    try {
-      auto j = nlohmann::json::parse(python_json_to_json(l));
-      if (!j.is_object() || !j.contains("duration")) continue;
-      int c = 0;
-      if (j.contains("max_concurrency") && j["max_concurrency"].is_number_integer())
-        c = j["max_concurrency"].get<int>();
-      out[tier_label(c)] = j["duration"].get<double>();  // a later line for a tier wins
-    } catch (const nlohmann::json::exception&) {
-      continue;
-    }
-  }
-  if (out.empty())
-    fail("baseline '{}' is neither a `sala bench serve --out` file nor bench_serving JSONL output", path);
-  return out;
 }
 
 }  // namespace sala::harness

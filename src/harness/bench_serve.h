@@ -10,9 +10,11 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "harness/engine_steps.h"
 #include "harness/speed_data.h"
 #include "harness/sse.h"
 #include "harness/stats.h"
@@ -56,6 +58,8 @@ struct TierResult {
   std::vector<double> tokens_per_second;  // output tokens in each 1 s bucket
   // The roofline-implied duration of what the tier ran (cli/serve_roofline.h), 0 if unknown.
   double roofline_s = 0, roofline_prefill_s = 0, roofline_decode_s = 0;
+  // The server's engine steps during the tier (engine_steps.h); nullopt where it has none.
+  std::optional<EngineSteps> engine_steps;
 };
 
 std::string tier_label(int concurrency);

@@ -254,6 +254,7 @@ json usage_of(const std::vector<Seq>& seqs);  // OpenAI usage: prompts counted o
 bool stream_step(StreamState& st, httplib::DataSink& sink, Metrics& metrics,
                  const std::atomic<bool>& aborting, const LogprobFormatter& lpfmt);
 json stats_json(const EngineStats& s);
+json step_kinds_json(const EngineStats& s);  // engine_stats.step_kinds: steps and seconds by kind
 json internal_states_json(const EngineStats& s);  // /get_server_info's internal_states
 // Non-streaming answers. A request that finishes within 2 s is answered with a plain JSON body;
 // a longer one with chunked encoding, a space a second while it runs, then the body.

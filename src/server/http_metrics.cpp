@@ -3,6 +3,8 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <tuple>
+#include <utility>
 
 namespace sala::server::detail {
 
@@ -40,6 +42,19 @@ std::string render_metrics(const EngineStats& s, const Metrics& metrics, const G
   counter("sala_prompt_tokens_total", "Prompt tokens processed", double(s.prompt_tokens_total));
   counter("sala_generation_tokens_total", "Tokens generated", double(s.generated_tokens_total));
   counter("sala_engine_steps_total", "Engine forward steps", double(s.steps));
+  // Per step kind (EngineStats): prompt chunks only, decode rows only, or both.
+  const std::pair<const char*, const StepKindStats*> kinds[] = {
+      {"prefill", &s.prefill_steps}, {"mixed", &s.mixed_steps}, {"decode", &s.decode_steps}};
+  for (const auto& [name, help, field] :
+       {std::tuple{"sala_engine_steps_by_kind_total", "Engine steps by kind", 0},
+        std::tuple{"sala_engine_step_seconds_total", "Wall seconds of engine steps by kind", 1},
+        std::tuple{"sala_engine_forward_seconds_total",
+                   "Seconds of engine steps inside the model's forward, by kind", 2}}) {
+    o += fmt::format("# HELP {} {}\n# TYPE {} counter\n", name, help, name);
+    for (const auto& [kind, k] : kinds)
+      o += fmt::format("{}{{kind=\"{}\"}} {}\n", name, kind,
+                       field == 0 ? double(k->steps) : field == 1 ? k->seconds : k->forward_seconds);
+  }
   counter("sala_spec_verify_calls_total", "Speculative verify calls", double(s.spec_verify_calls));
   counter("sala_spec_draft_tokens_total", "Speculative draft tokens verified", double(s.spec_drafted_tokens));
   counter("sala_spec_accepted_tokens_total", "Speculative draft tokens accepted", double(s.spec_accepted_tokens));
@@ -76,7 +91,17 @@ json stats_json(const EngineStats& s) {
           {"spec_accepted_tokens", s.spec_accepted_tokens}, {"spec_rollbacks", s.spec_rollbacks},
           {"spec_draft_rollbacks", s.spec_draft_rollbacks},
           {"spec_draft_pages_used", s.spec_draft_pages_used},
-          {"spec_draft_slots_used", s.spec_draft_slots_used}};
+          {"spec_draft_slots_used", s.spec_draft_slots_used},
+          {"step_kinds", step_kinds_json(s)}};
+}
+
+json step_kinds_json(const EngineStats& s) {
+  json j = json::object();
+  for (const auto& [name, k] : {std::pair{"prefill", &s.prefill_steps},
+                                std::pair{"mixed", &s.mixed_steps},
+                                std::pair{"decode", &s.decode_steps}})
+    j[name] = {{"steps", k->steps}, {"seconds", k->seconds}, {"forward_seconds", k->forward_seconds}};
+  return j;
 }
 
 json internal_states_json(const EngineStats& s) {

@@ -26,6 +26,7 @@ class FakeSglangServer {
   // Per /generate request: first chunk after ttft_ms, then one chunk every `interval`
   // tokens, `gap_ms` apart; the prompt "fail" gets HTTP 500, "streamerr" an error chunk.
   int ttft_ms = 40, gap_ms = 20, interval = 2;
+  bool sala_steps = false;  // /get_server_info reports engine steps by kind, as sala does
 
   FakeSglangServer() {
     svr_.new_task_queue = [] { return new httplib::ThreadPool(32); };
@@ -39,7 +40,15 @@ class FakeSglangServer {
     });
     svr_.Get("/get_server_info", [this](const httplib::Request&, httplib::Response& res) {
       log("GET /get_server_info");
-      res.set_content(R"({"internal_states":[{}]})", "application/json");
+      json info = {{"internal_states", json::array({json::object()})}};
+      if (sala_steps) {  // sala's engine_stats.step_kinds, growing with every reading
+        const int n = ++info_reads_;
+        info["engine_stats"]["step_kinds"] = {
+            {"prefill", {{"steps", 2 * n}, {"seconds", 0.1 * n}, {"forward_seconds", 0.09 * n}}},
+            {"mixed", {{"steps", 0}, {"seconds", 0.0}, {"forward_seconds", 0.0}}},
+            {"decode", {{"steps", 10 * n}, {"seconds", 0.05 * n}, {"forward_seconds", 0.04 * n}}}};
+      }
+      res.set_content(info.dump(), "application/json");
     });
     svr_.Post("/generate", [this](const httplib::Request& req, httplib::Response& res) { generate(req, res); });
     svr_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { chat(req, res); });
@@ -62,6 +71,7 @@ class FakeSglangServer {
   int max_in_flight() const { return max_in_flight_.load(); }
 
  private:
+  std::atomic<int> info_reads_{0};  // /get_server_info calls (sala_steps)
   void log(const std::string& e) {
     std::lock_guard<std::mutex> lk(mu_);
     events_.push_back(e);
@@ -226,15 +236,34 @@ TEST(FakeServerBenchClient, TierProtocolOrder) {
   FakeSglangServer s;
   auto t = run_tier(fast_options(s), rows(3, 40), 1);
   auto ev = s.events();
-  // Warm-up with min(40, 32) tokens, flush, the 3 timed requests, then the server info.
-  std::vector<std::string> want{"POST /generate 32", "POST /flush_cache timeout=60", "POST /generate 40",
-                                "POST /generate 40", "POST /generate 40", "GET /get_server_info"};
+  // Warm-up with min(40, 32) tokens, flush, the server info (engine steps before the timer),
+  // the 3 timed requests, then the server info again before the timer stops.
+  std::vector<std::string> want{"POST /generate 32", "POST /flush_cache timeout=60",
+                                "GET /get_server_info", "POST /generate 40", "POST /generate 40",
+                                "POST /generate 40", "GET /get_server_info"};
   EXPECT_EQ(ev, want);
+  EXPECT_FALSE(t.engine_steps.has_value()) << "an SGLang server reports no engine steps";
   EXPECT_EQ(t.completed, 3);
   EXPECT_EQ(t.total_output, 120);
   EXPECT_EQ(t.total_input, 9);
   EXPECT_EQ(BenchOptions().sleep_before_s, 1.0);
   EXPECT_EQ(BenchOptions().server_info_path, "/get_server_info");
+}
+
+TEST(FakeServerBenchClient, EngineStepsAreTheTiersDifference) {
+  FakeSglangServer s;
+  s.sala_steps = true;
+  const TierResult t = run_tier(fast_options(s), rows(2, 8), 1);
+  ASSERT_TRUE(t.engine_steps.has_value());
+  // Readings 1 (before the timer) and 2 (before it stops): one reading's worth of each kind.
+  EXPECT_EQ(t.engine_steps->prefill.steps, 2);
+  EXPECT_NEAR(t.engine_steps->prefill.seconds, 0.1, 1e-12);
+  EXPECT_NEAR(t.engine_steps->decode.forward_seconds, 0.04, 1e-12);
+  EXPECT_EQ(t.engine_steps->mixed.steps, 0);
+  EXPECT_EQ(format_engine_steps(*t.engine_steps),
+            "prefill 2 x 50.00 ms (forward 45.00), decode 10 x 5.00 ms (forward 4.00)");
+  EXPECT_NE(format_tier(t).find("Engine steps (server): prefill 2 x 50.00 ms"), std::string::npos);
+  EXPECT_EQ(tier_json(t)["engine_steps"]["decode"]["steps"], 10);
 }
 
 TEST(FakeServerBenchClient, ConcurrencyTiersBoundInFlightRequests) {

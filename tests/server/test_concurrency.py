@@ -106,6 +106,16 @@ def main():
         st, body = s.get("/get_server_info")
         es = json.loads(body)["engine_stats"]
         ck(es["kv_pages_used"] == 0 and es["state_slots_used"] == 0, f"/get_server_info engine_stats {es}")
+        # Steps by kind (prompt chunks only / both / decode rows only) add up to all steps.
+        kinds_of_steps = es["step_kinds"]
+        ck(sum(k["steps"] for k in kinds_of_steps.values()) == es["steps"] and
+           kinds_of_steps["decode"]["steps"] > 0 and kinds_of_steps["prefill"]["steps"] > 0 and
+           all(k["seconds"] >= k["forward_seconds"] >= 0 for k in kinds_of_steps.values()),
+           f"/get_server_info step_kinds {kinds_of_steps} vs steps {es['steps']}")
+        st, text = s.get("/metrics")
+        text = text.decode()
+        ck(st == 200 and 'sala_engine_steps_by_kind_total{kind="mixed"}' in text and
+           'sala_engine_forward_seconds_total{kind="decode"}' in text, "/metrics has the steps by kind")
         ck(s.alive(), "server alive")
 
         # throughput
