@@ -107,6 +107,16 @@ for mode in $SERVE_MODES; do
     --concurrency "$(mode_tiers "$mode")" \
     --out "$OUT/bench_serve_9b_$tag.json" --svg "$OUT/bench_serve_9b_$tag.svg" 2>&1 | tail -8 |
     tee "$OUT/bench_table_$tag.txt"
+  # The server's steps by kind per tier (mean ms per step, and inside the forward).
+  python3 - "$OUT/bench_serve_9b_$tag.json" <<'PY' | tee -a "$OUT/bench_table_$tag.txt"
+import json, sys
+for t in json.load(open(sys.argv[1]))["tiers"]:
+    es = t.get("engine_steps") or {}
+    print(t["label"], "engine steps:", ", ".join(
+        f"{k} {v['steps']} x {1e3 * v['seconds'] / v['steps']:.2f} ms "
+        f"(forward {1e3 * v['forward_seconds'] / v['steps']:.2f})"
+        for k, v in es.items() if v["steps"] > 0) or "not reported")
+PY
   kill $pid; wait $pid 2>/dev/null
 done
 
