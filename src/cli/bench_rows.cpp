@@ -40,6 +40,10 @@ void add_common_keys(nlohmann::json& row, int64_t decode_in) {
   } else if (kind == "decode_sampling") {  // floor: the greedy step of the same run
     set(decode_in, fmt::format("C={} sampled", decode_in), "ms_per_step", row["ms_per_step"],
         row["greedy_ms"], double(row["greedy_ms"]) / double(row["ms_per_step"]));
+  } else if (kind == "long_prefill_beside") {  // floor: the plain prefill of the same run
+    const int64_t L = row["input_len"];
+    set(L, fmt::format("L={} beside {}", L, int(row["decoding"])), "seconds", row["seconds"],
+        row["plain_seconds"], double(row["plain_seconds"]) / double(row["seconds"]));
   } else {
     SALA_CHECK(kind == "long_decode");
     const int64_t C = row["context"];

@@ -25,6 +25,7 @@
 
 #include "cli/bench_floors.h"
 #include "cli/bench_grammar.h"
+#include "cli/bench_mixed.h"
 #include "cli/bench_rows.h"
 #include "cli/bench_sampling.h"
 #include "cli/command.h"
@@ -52,6 +53,7 @@ struct Args {
   std::vector<int64_t> long_prefill, long_decode_contexts;  // empty: not run
   std::vector<int> long_decode_batches{1, 8};
   int chunk = 2048;  // the server's --chunked-prefill-size (its default)
+  int long_prefill_beside = 0;  // decoding sequences beside each long prefill (bench_mixed.h)
   int long_decode_steps = 64;
   std::vector<int> verify_draft;  // each K: also time verify steps of 1 + K rows per sequence
   std::string decode_grammar;     // "" | json | a JSON-schema file (cli/bench_grammar.h)
@@ -163,6 +165,19 @@ void bench_long_prefill(Bench& b) {
                       100 * attn_flops / (linear_flops + attn_flops), 100 * floor_s / sec));
     // One op table per prompt length (the --profile-ops steps of this prefill).
     if (b.a.profile_ops != 0) b.model.backend().report_op_profile(fmt::format("prefill {}", L));
+    const int N = b.a.long_prefill_beside;
+    if (N <= 0) continue;
+    const MixedPrefill mx = time_prefill_beside_decodes(
+        b.model, b.prompt, L, b.a.chunk, N, b.a.decode_in,
+        pages_for(max_of(b.a.long_prefill), b.page_size));
+    b.add({{"kind", "long_prefill_beside"}, {"batch", 1}, {"input_len", L}, {"chunk", b.a.chunk},
+           {"decoding", N}, {"decode_context", b.a.decode_in}, {"seconds", mx.seconds},
+           {"steps", mx.steps}, {"plain_seconds", sec}, {"ratio_to_plain", mx.seconds / sec}},
+          fmt::format("prefill B=1   L={:<8} {:>9.3f} s beside {} decodes (C={}): {:.3f}x the "
+                      "plain prefill, {:+.2f} ms per chunk step", L, mx.seconds, N, b.a.decode_in,
+                      mx.seconds / sec, 1e3 * (mx.seconds - sec) / double(mx.steps)));
+    if (b.a.profile_ops != 0)
+      b.model.backend().report_op_profile(fmt::format("prefill {} beside {} decodes", L, N));
   }
 }
 
@@ -275,6 +290,16 @@ sala::ModelLimits plan_limits(const Args& a, const sala::ModelConfig& cfg) {
                                    max_long_b * pages_for(long_decode_len, page)});
   // Verify steps snapshot each sequence's state into slot b + max_b, as the engine does.
   lim.caches.num_slots = std::max(max_b * (a.verify_draft.empty() ? 1 : 2), max_long_b);
+  if (a.long_prefill_beside > 0 && !a.long_prefill.empty()) {  // bench_mixed.h
+    const int N = a.long_prefill_beside;
+    lim.max_step_tokens = std::max(lim.max_step_tokens, a.chunk + N);
+    lim.max_logit_rows = std::max(lim.max_logit_rows, N + 1);
+    lim.caches.num_slots = std::max(lim.caches.num_slots, N + 1);
+    lim.caches.num_pages = std::max<int64_t>(
+        lim.caches.num_pages, pages_for(max_of(a.long_prefill), page) +
+                                  mixed_prefill_pages(max_of(a.long_prefill), a.chunk, N,
+                                                      a.decode_in, page));
+  }
   return lim;
 }
 
@@ -451,6 +476,10 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
   app.add_option("--chunk", a->chunk,
                  "tokens per prefill step of the long runs (the server's --chunked-prefill-size)")
       ->capture_default_str();
+  app.add_option("--long-prefill-beside", a->long_prefill_beside,
+                 "also time each long prefill with N sequences of --decode-input tokens decoding "
+                 "beside it (one row each per chunk step, as the server's mixed steps)")
+      ->check(CLI::Range(0, 256));
   app.add_option("--long-decode-contexts", a->long_decode_contexts,
                  "contexts of the long decode runs (default: none)")->delimiter(',');
   app.add_option("--long-decode-batches", a->long_decode_batches,

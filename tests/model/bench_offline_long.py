@@ -6,7 +6,9 @@ dense_len is 256 and blocks are 16 tokens there, so a 700-token prompt in 256-to
 goes dense, then sparse (SPEC §9.2), and a 400-token context decodes on the sparse path.
 Checks that the JSON has one long_prefill row and one long_decode row per batch, with
 positive timings and ratios, that the floors are the ones of SPEC §9 / PERF.md recomputed
-here from config.json, and that the table prints one line per row.
+here from config.json, and that the table prints one line per row; and the prefill again
+with 2 sequences decoding beside it (--long-prefill-beside: one decode row each per chunk
+step), timed against the plain one.
 """
 import json
 import math
@@ -20,7 +22,8 @@ out_json = os.path.join(out_dir, "bench_long.json")
 cmd = [sala, "bench", "offline", "--model-path", model_dir, "--decode-batches", "1",
        "--prefill-batches", "1", "--decode-output", "8", "--prefill-input", "512",
        "--long-prefill", "700", "--chunk", "256", "--long-decode-contexts", "400",
-       "--long-decode-batches", "1,2", "--long-decode-steps", "4", "--out-json", out_json]
+       "--long-decode-batches", "1,2", "--long-decode-steps", "4", "--long-prefill-beside", "2",
+       "--decode-input", "300", "--out-json", out_json]
 print(" ".join(cmd), flush=True)
 run = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=300)
 print(run.stdout)
@@ -100,6 +103,16 @@ assert (p["value"], p["floor"], p["ratio"]) == (p["seconds"], p["floor_seconds"]
 for r in decode:
     assert (r["name"], r["unit"]) == (f"long_decode B={r['batch']} C=400", "ms_per_step"), r
     assert (r["value"], r["floor"], r["ratio"]) == (r["ms_per_step"], r["floor_ms"], r["fraction_of_floor"]), r
+
+beside = [r for r in rows if r["kind"] == "long_prefill_beside"]
+assert len(beside) == 1, beside
+m = beside[0]
+assert (m["input_len"], m["chunk"], m["decoding"], m["decode_context"], m["steps"]) == (700, 256, 2, 300, 3), m
+positive(m, "seconds", "plain_seconds", "ratio_to_plain")
+assert close(m["plain_seconds"], p["seconds"]) and close(m["ratio_to_plain"], m["seconds"] / p["seconds"]), m
+assert (m["name"], m["unit"], m["value"], m["floor"]) == (
+    "long_prefill_beside B=1 L=700 beside 2", "seconds", m["seconds"], m["plain_seconds"]), m
+assert sum("beside 2 decodes (C=300)" in l for l in run.stdout.splitlines()) == 1, run.stdout
 
 table = [l for l in run.stdout.splitlines() if "of floor" in l]
 assert sum("L=700" in l for l in table) == 1, table
