@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "backend/cache_layout.h"
@@ -15,10 +16,27 @@ int32_t pages_of(int64_t tokens, int32_t page_size) {
 }
 }  // namespace
 
-int64_t mixed_prefill_pages(int64_t len, int64_t chunk, int decoding, int64_t context,
-                            int32_t page_size) {
-  const int64_t steps = (len + chunk - 1) / chunk;
-  return int64_t(decoding) * pages_of(context + steps, page_size);
+void plan_mixed_prefill(ModelLimits& lim, int64_t max_len, int64_t chunk, int decoding,
+                        int64_t context) {
+  const int32_t ps = lim.caches.page_size;
+  const int64_t steps = (max_len + chunk - 1) / chunk;
+  lim.max_step_tokens = std::max<int32_t>(lim.max_step_tokens, int32_t(chunk) + decoding);
+  lim.max_logit_rows = std::max(lim.max_logit_rows, decoding + 1);
+  lim.caches.num_slots = std::max(lim.caches.num_slots, decoding + 1);
+  lim.caches.num_pages = std::max<int32_t>(
+      lim.caches.num_pages, pages_of(max_len, ps) + decoding * pages_of(context + steps, ps));
+}
+
+std::pair<nlohmann::json, std::string> MixedPrefill::result(double plain_seconds) const {
+  nlohmann::json row = {{"kind", "long_prefill_beside"}, {"batch", 1}, {"input_len", len},
+                        {"chunk", chunk}, {"decoding", decoding}, {"decode_context", context},
+                        {"seconds", seconds}, {"steps", steps}, {"plain_seconds", plain_seconds},
+                        {"ratio_to_plain", seconds / plain_seconds}};
+  std::string line = fmt::format(
+      "prefill B=1   L={:<8} {:>9.3f} s beside {} decodes (C={}): {:.3f}x the plain prefill, "
+      "{:+.2f} ms per chunk step", len, seconds, decoding, context, seconds / plain_seconds,
+      1e3 * (seconds - plain_seconds) / double(steps));
+  return {std::move(row), std::move(line)};
 }
 
 MixedPrefill time_prefill_beside_decodes(Model& model, const std::vector<int32_t>& prompt,
@@ -47,7 +65,7 @@ MixedPrefill time_prefill_beside_decodes(Model& model, const std::vector<int32_t
     model.forward(m, logits, nullptr, &out);
     next[size_t(d)] = out.at(0);
   }
-  MixedPrefill r;
+  MixedPrefill r{len, chunk, context, decoding};
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < n_steps; ++i) {
     const int64_t off = i * chunk, n = std::min(chunk, len - off);

@@ -5,6 +5,9 @@
 // chunk's step; with --profile-ops, in which ops.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "model/minicpm_sala.h"
@@ -12,8 +15,13 @@
 namespace sala::cli {
 
 struct MixedPrefill {
+  int64_t len = 0, chunk = 0, context = 0;
+  int decoding = 0;
   double seconds = 0;  // the chunk steps with their decode rows (the decode prefills untimed)
   int64_t steps = 0;   // chunk steps, each with one decode row per decoding sequence
+  // The bench's JSON row (kind long_prefill_beside) and table line, against the plain
+  // prefill's seconds of the same run.
+  std::pair<nlohmann::json, std::string> result(double plain_seconds) const;
 };
 
 // Prefills prompt[0, len) in state slot 0 and pages [0, pages_for(len)) in chunks of `chunk`,
@@ -24,9 +32,10 @@ MixedPrefill time_prefill_beside_decodes(Model& model, const std::vector<int32_t
                                          int64_t len, int64_t chunk, int decoding,
                                          int64_t context, int32_t first_page);
 
-// The pages that run needs beyond the long prompt's (its decoding sequences'); it also needs
-// decoding + 1 state slots and logit rows and chunk + decoding rows per step.
-int64_t mixed_prefill_pages(int64_t len, int64_t chunk, int decoding, int64_t context,
-                            int32_t page_size);
+// Raises lim (its page size set) to what that run needs for prompts of up to max_len tokens:
+// chunk + decoding rows per step, decoding + 1 logit rows and state slots, the long prompt's
+// pages and the decoding sequences' after them.
+void plan_mixed_prefill(ModelLimits& lim, int64_t max_len, int64_t chunk, int decoding,
+                        int64_t context);
 
 }  // namespace sala::cli

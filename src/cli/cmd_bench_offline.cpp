@@ -167,15 +167,10 @@ void bench_long_prefill(Bench& b) {
     if (b.a.profile_ops != 0) b.model.backend().report_op_profile(fmt::format("prefill {}", L));
     const int N = b.a.long_prefill_beside;
     if (N <= 0) continue;
-    const MixedPrefill mx = time_prefill_beside_decodes(
+    auto [row, line] = time_prefill_beside_decodes(
         b.model, b.prompt, L, b.a.chunk, N, b.a.decode_in,
-        pages_for(max_of(b.a.long_prefill), b.page_size));
-    b.add({{"kind", "long_prefill_beside"}, {"batch", 1}, {"input_len", L}, {"chunk", b.a.chunk},
-           {"decoding", N}, {"decode_context", b.a.decode_in}, {"seconds", mx.seconds},
-           {"steps", mx.steps}, {"plain_seconds", sec}, {"ratio_to_plain", mx.seconds / sec}},
-          fmt::format("prefill B=1   L={:<8} {:>9.3f} s beside {} decodes (C={}): {:.3f}x the "
-                      "plain prefill, {:+.2f} ms per chunk step", L, mx.seconds, N, b.a.decode_in,
-                      mx.seconds / sec, 1e3 * (mx.seconds - sec) / double(mx.steps)));
+        pages_for(max_of(b.a.long_prefill), b.page_size)).result(sec);
+    b.add(std::move(row), std::move(line));
     if (b.a.profile_ops != 0)
       b.model.backend().report_op_profile(fmt::format("prefill {} beside {} decodes", L, N));
   }
@@ -290,16 +285,8 @@ sala::ModelLimits plan_limits(const Args& a, const sala::ModelConfig& cfg) {
                                    max_long_b * pages_for(long_decode_len, page)});
   // Verify steps snapshot each sequence's state into slot b + max_b, as the engine does.
   lim.caches.num_slots = std::max(max_b * (a.verify_draft.empty() ? 1 : 2), max_long_b);
-  if (a.long_prefill_beside > 0 && !a.long_prefill.empty()) {  // bench_mixed.h
-    const int N = a.long_prefill_beside;
-    lim.max_step_tokens = std::max(lim.max_step_tokens, a.chunk + N);
-    lim.max_logit_rows = std::max(lim.max_logit_rows, N + 1);
-    lim.caches.num_slots = std::max(lim.caches.num_slots, N + 1);
-    lim.caches.num_pages = std::max<int64_t>(
-        lim.caches.num_pages, pages_for(max_of(a.long_prefill), page) +
-                                  mixed_prefill_pages(max_of(a.long_prefill), a.chunk, N,
-                                                      a.decode_in, page));
-  }
+  if (a.long_prefill_beside > 0 && !a.long_prefill.empty())
+    plan_mixed_prefill(lim, max_of(a.long_prefill), a.chunk, a.long_prefill_beside, a.decode_in);
   return lim;
 }
 
