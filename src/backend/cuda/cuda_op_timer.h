@@ -1,9 +1,9 @@
 // OpTimer: GPU time per op (BackendOptions::profile_ops, `sala bench offline --profile-ops N`).
 // An event is recorded after every op of a timed step; the time between consecutive events
 // is the op's. Summed by op name and printed to stderr by report() (Backend::report_op_profile)
-// and when the backend is destroyed. Steps
-// being recorded as CUDA graphs are never timed (events cannot be read back from a
-// recording), so decode steps are timed only with graphs off.
+// and when the backend is destroyed. Steps being recorded as CUDA graphs are never timed
+// (events cannot be read back from a recording), so decode steps are timed only with graphs
+// off.
 #pragma once
 #include <cuda_runtime.h>
 
