@@ -260,8 +260,8 @@ bench() {
       2>&1 | tail -3
   fi
   echo "make-random: $((SECONDS - t0)) s"
-  # --profile-ops N: GPU time per op of the eager steps of >= N rows (the prefills), printed
-  # at exit; decode steps run as CUDA graphs and are not timed per op.
+  # --profile-ops N: GPU time per op of the eager steps of >= N rows (the prefills), one table
+  # per long-prefill length and one at exit; decode steps run as CUDA graphs, not timed per op.
   # shellcheck disable=SC2086  # BENCH_ARGS is a list of options
   run_logged "$OUT/bench.log" \
     "$BIN/sala" bench offline --model-path "$MODEL_DIR" --device "$DEVICE" $BENCH_ARGS \
@@ -336,7 +336,7 @@ kv8_bench() {
         OUT=$OUT/kv8_${which}_$kv BENCH_ARGS="$DECODE4K_BENCH_ARGS --kv-cache-dtype $kv" \
           bench "$which kv $kv" | grep -E "^(caches|decode|prefill)"
       else
-        OUT=$OUT/kv8_${which}_$kv PROFILE_OPS=8192 \
+        OUT=$OUT/kv8_${which}_$kv PROFILE_OPS=2048 \
           BENCH_ARGS="$KV8_LONG_BENCH_ARGS --kv-cache-dtype $kv" \
           bench "$which kv $kv" | grep -E "^(caches|decode|prefill|long)"
       fi
@@ -430,7 +430,7 @@ case "${1:-}" in
   pack) pack ;;
   correctness) correctness ;;
   bench) BENCH_ARGS=${BENCH_ARGS:-$SHORT_BENCH_ARGS} bench bench ;;
-  long) PROFILE_OPS=${PROFILE_OPS:-8192} BENCH_ARGS=${BENCH_ARGS:-$LONG_BENCH_ARGS} bench long ;;
+  long) PROFILE_OPS=${PROFILE_OPS:-2048} BENCH_ARGS=${BENCH_ARGS:-$LONG_BENCH_ARGS} bench long ;;
   decode4k) BENCH_ARGS=${BENCH_ARGS:-$DECODE4K_BENCH_ARGS} bench decode4k ;;
   grammar) BENCH_ARGS=${BENCH_ARGS:-$GRAMMAR_BENCH_ARGS} bench grammar ;;
   ncu-decode) ncu_decode ;;
