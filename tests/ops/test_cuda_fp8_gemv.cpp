@@ -32,21 +32,13 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "core/fp8.h"
+#include "cuda_fp8_fused_util.h"  // CUDA_OK
 #include "cuda_test_util.h"
 
 namespace sala::test {
 namespace {
 
 using cuda::GemvOut;
-
-#define CUDA_OK(call)                                                                             \
-  do {                                                                                            \
-    const cudaError_t e_ = (call);                                                                \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::abort();                                                                               \
-    }                                                                                             \
-  } while (0)
 
 struct DevBuf {
   void* p = nullptr;

@@ -39,23 +39,28 @@ struct SiluMul {  // T(T(silu(g)) * u)
   __device__ float operator()(float gv, float uv) const { return rnd<T>(gv / (1.f + expf(-gv))) * uv; }
 };
 
+// op on 8 pairs of bf16 packed in 16 bytes each, every result rounded to bf16 as the scalar
+// path rounds it (binary_kernel, silu_mul_halves_kernel and silu_mul_fp8_kernel share it).
+template <typename Op>
+__device__ __forceinline__ uint4 apply8(const uint4& xv, const uint4& yv, const Op& op) {
+  const bf16* xe = reinterpret_cast<const bf16*>(&xv);
+  const bf16* ye = reinterpret_cast<const bf16*>(&yv);
+  uint4 ov;
+  bf16* oe = reinterpret_cast<bf16*>(&ov);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) oe[k] = f2b(op(b2f(xe[k]), b2f(ye[k])));
+  return ov;
+}
+
 template <typename T, typename Op>
 __global__ void binary_kernel(const T* x, const T* y, T* out, int64_t n, bool vec, Op op) {
   pdl_begin();  // launch_pdl: before any read or write
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   if constexpr (std::is_same_v<T, bf16>) {
     if (vec) {
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n / 8; i += stride) {
-      const uint4 xv = reinterpret_cast<const uint4*>(x)[i],
-                  yv = reinterpret_cast<const uint4*>(y)[i];
-      const bf16* xe = reinterpret_cast<const bf16*>(&xv);
-      const bf16* ye = reinterpret_cast<const bf16*>(&yv);
-      uint4 ov;
-      bf16* oe = reinterpret_cast<bf16*>(&ov);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) oe[k] = f2b(op(b2f(xe[k]), b2f(ye[k])));
-      reinterpret_cast<uint4*>(out)[i] = ov;
-      }
+      for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n / 8; i += stride)
+        reinterpret_cast<uint4*>(out)[i] =
+            apply8(reinterpret_cast<const uint4*>(x)[i], reinterpret_cast<const uint4*>(y)[i], op);
       return;
     }
   }
@@ -88,15 +93,8 @@ __global__ void silu_mul_halves_kernel(const bf16* x, int64_t I, bf16* out, bool
   const SiluMul<bf16> op;
   for (int64_t c = threadIdx.x * step; c < I; c += int64_t(blockDim.x) * step) {
     if (vec) {
-      const uint4 gv = *reinterpret_cast<const uint4*>(g + c);
-      const uint4 uv = *reinterpret_cast<const uint4*>(g + I + c);
-      const bf16* ge = reinterpret_cast<const bf16*>(&gv);
-      const bf16* ue = reinterpret_cast<const bf16*>(&uv);
-      uint4 ov;
-      bf16* oe = reinterpret_cast<bf16*>(&ov);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) oe[k] = f2b(op(b2f(ge[k]), b2f(ue[k])));
-      *reinterpret_cast<uint4*>(out + t * I + c) = ov;
+      *reinterpret_cast<uint4*>(out + t * I + c) = apply8(
+          *reinterpret_cast<const uint4*>(g + c), *reinterpret_cast<const uint4*>(g + I + c), op);
     } else {
       out[t * I + c] = f2b(op(b2f(g[c]), b2f(g[I + c])));
     }
@@ -116,14 +114,8 @@ __global__ void silu_mul_fp8_kernel(const bf16* g, const bf16* u, bf16* out, int
   float amax = 0.f;
   for (int64_t c = threadIdx.x * step; c < cols; c += int64_t(blockDim.x) * step) {
     if (vec) {
-      const uint4 gv = *reinterpret_cast<const uint4*>(g + base + c);
-      const uint4 uv = *reinterpret_cast<const uint4*>(u + base + c);
-      const bf16* ge = reinterpret_cast<const bf16*>(&gv);
-      const bf16* ue = reinterpret_cast<const bf16*>(&uv);
-      uint4 ov;
-      bf16* oe = reinterpret_cast<bf16*>(&ov);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) oe[k] = f2b(op(b2f(ge[k]), b2f(ue[k])));
+      const uint4 ov = apply8(*reinterpret_cast<const uint4*>(g + base + c),
+                              *reinterpret_cast<const uint4*>(u + base + c), op);
       *reinterpret_cast<uint4*>(out + base + c) = ov;
       amax = fp8q::amax8(amax, ov);
     } else {
