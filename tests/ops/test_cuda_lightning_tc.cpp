@@ -288,7 +288,7 @@ void run_tc_vs_fma(int nh, int d, int64_t ws_floats) {
                              out[0], out[1]);
       // fp32-level differences (SplitEmulation: ~3e-7 relative) flip the bf16 rounding of a
       // few outputs by one ulp; an indexing or rounding bug moves most of them.
-      expect_close(s, 2e-4, 8e-3);
+      expect_close(s, 4e-4, 8e-3);
       EXPECT_LE(double(s.ndiff), 0.01 * double(s.n)) << s.name;
     }
   }
@@ -340,7 +340,7 @@ TEST(CudaLightningTc, Speed) {
     std::printf("[ gla tc ] T %5d nh %d d %d: tensor cores %9.1f us, fp32 FMA %9.1f us (x%.2f)\n", T,
                 nh, d, us[0], us[1], us[1] / us[0]);
     const Stat s = compare("lightning tc vs fma speed T" + std::to_string(T), out[0], out[1]);
-    expect_close(s, 2e-4, 8e-3);
+    expect_close(s, 4e-4, 8e-3);
   }
 }
 
