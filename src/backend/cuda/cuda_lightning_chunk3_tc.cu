@@ -58,13 +58,20 @@ __device__ __forceinline__ uint2 pack4(bf16 a, bf16 b, bf16 c, bf16 d) {
   return make_uint2(pack_raw(a, b), pack_raw(c, d));
 }
 
-// The pair B[k][n], B[k+1][n] of a row-major [k][LX] bf16 tile (k the MMA's k dimension).
-__device__ __forceinline__ uint32_t colpair(const bf16* t, int LX, int k, int n) {
-  return pack_raw(t[k * LX + n], t[(k + 1) * LX + n]);
+// Fragments from row-major [k][LX] bf16 tiles whose rows run along the MMA's k dimension, by
+// ldmatrix.trans (lane l gives the address of row l % 8 of matrix l / 8; mi = l / 8, ri = l % 8):
+//   B of two n-tiles: b0, b1 of columns n0 .. n0+7, then of n0+8 .. n0+15 (as cuda_infllm_attn.cu)
+//   A[m][k] = t[k][m] (the tile holds Aᵀ): a0..a3 of rows m0 .. m0+15, k0 .. k0+15
+// Rows are 16-byte aligned (LX·2 ≡ 0 mod 16) and the 8 rows of a matrix hit distinct banks.
+__device__ __forceinline__ void ldsm_b2(uint32_t (&r)[4], const bf16* t, int LX, int k0, int n0, int mi, int ri) {
+  ldmatrix_x4_trans(r, t + (k0 + ri + (mi & 1) * 8) * LX + n0 + (mi >> 1) * 8);
+}
+__device__ __forceinline__ void ldsm_at(uint32_t (&r)[4], const bf16* t, int LX, int k0, int m0, int mi, int ri) {
+  ldmatrix_x4_trans(r, t + (k0 + ri + (mi >> 1) * 8) * LX + m0 + (mi & 1) * 8);
 }
 
 // Phase 1: ΔS_c[x][c] = Σ_j K~[j][x] V[j][c], K~[j] = k_j λ^(C-1-j); M = x, N = c, K = j.
-// Warp w: m-tile w / WPM (16 state rows), NPW n-tiles of 8 columns.
+// Warp w: m-tile w / WPM (16 state rows), NPW (even) n-tiles of 8 columns.
 //                                                           grid: (nh, n_seqs, window), block 256
 template <int D>
 __global__ void __launch_bounds__(256) gla_chunk_state_tc_kernel(
@@ -108,33 +115,29 @@ __global__ void __launch_bounds__(256) gla_chunk_state_tc_kernel(
   }
   __syncthreads();
   constexpr int MT = D / 16, NTL = D / 8, WPM = 8 / MT;
-  constexpr int NPW = NTL / WPM > 0 ? NTL / WPM : 1;
+  constexpr int NPW = NTL / WPM > 2 ? NTL / WPM : 2;  // d 16: 1 warp, d 32: 4 warps
   const int warp = tid / 32, lane = tid % 32, qr = lane / 4, qc = (lane % 4) * 2;
   const int mt = warp / WPM, nb = (warp % WPM) * NPW;
-  if (nb >= NTL) return;  // D = 16: 2 n-tiles for 8 warps
+  if (nb >= NTL) return;
   float acc[NPW][4];
 #pragma unroll
   for (int n = 0; n < NPW; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-  const int x0 = 16 * mt + qr;
+  const int x0 = 16 * mt + qr, mi = lane / 8, ri = lane % 8;
 #pragma unroll
   for (int ks = 0; ks < kChunk / 16; ++ks) {
     if (16 * ks >= C) break;  // rows past C are zeros
-    const int j0 = 16 * ks + qc;
     uint32_t a[kNT][4];  // A[x][j] = K~[j][x]
 #pragma unroll
-    for (int u = 0; u < kNT; ++u) {
-      const bf16* t = Kt + u * L::kTile;
-      a[u][0] = colpair(t, LX, j0, x0);
-      a[u][1] = colpair(t, LX, j0, x0 + 8);
-      a[u][2] = colpair(t, LX, j0 + 8, x0);
-      a[u][3] = colpair(t, LX, j0 + 8, x0 + 8);
-    }
+    for (int u = 0; u < kNT; ++u) ldsm_at(a[u], Kt + u * L::kTile, LX, 16 * ks, 16 * mt, mi, ri);
 #pragma unroll
-    for (int n = 0; n < NPW; ++n) {
-      const int cn = 8 * (nb + n) + qr;
-      const uint32_t b0 = colpair(Vs, LX, j0, cn), b1 = colpair(Vs, LX, j0 + 8, cn);
+    for (int n = 0; n < NPW; n += 2) {
+      uint32_t b[4];
+      ldsm_b2(b, Vs, LX, 16 * ks, 8 * (nb + n), mi, ri);
 #pragma unroll
-      for (int u = kNT - 1; u >= 0; --u) mma16816(acc[n], a[u], b0, b1);
+      for (int u = kNT - 1; u >= 0; --u) {
+        mma16816(acc[n], a[u], b[0], b[1]);
+        mma16816(acc[n + 1], a[u], b[2], b[3]);
+      }
     }
   }
   float* W = ws + ((int64_t(blockIdx.z) * gridDim.y + blockIdx.y) * nh + h) * D * D;
@@ -157,7 +160,9 @@ __global__ void __launch_bounds__(256) gla_chunk_out_tc_kernel(
     const DevSeq* __restrict__ seqs, const int32_t* __restrict__ list, const float* __restrict__ decay_g,
     const float* __restrict__ ws, int c_begin, float scale, bf16* __restrict__ out, int64_t ostride) {
   using L = Tc<D>;
-  constexpr int LX = L::LX, XR = L::XR, NO = D / 16;  // NO: n-tiles of 8 in D/2 columns
+  // NO: n-tiles of 8 in D/2 columns, loaded in pairs (d 16: the second pair member is padding
+  // columns D .. D+7 of the tiles, loaded and not used)
+  constexpr int LX = L::LX, XR = L::XR, NO = D / 16;
   bf16* Qs = reinterpret_cast<bf16*>(tc_smem);  // [64 i][LX]
   bf16* Vs = Qs + L::kTile;                      // [64 j][LX]
   bf16* R = Vs + L::kTile;                       // K [64 j][LX], then terms of S [kNT][XR][LX]
@@ -186,7 +191,7 @@ __global__ void __launch_bounds__(256) gla_chunk_out_tc_kernel(
   __syncthreads();
   const int warp = tid / 32, lane = tid % 32, qr = lane / 4, qc = (lane % 4) * 2;
   const int mt = warp % 4, cb = (warp / 4) * (D / 2);
-  const int i0 = 16 * mt + qr, i1 = i0 + 8;
+  const int i0 = 16 * mt + qr, i1 = i0 + 8, mi = lane / 8, ri = lane % 8;
   uint32_t qa[D / 16][4];  // A fragments of Q, k-steps of 16 along x
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
@@ -236,14 +241,15 @@ __global__ void __launch_bounds__(256) gla_chunk_out_tc_kernel(
     __syncthreads();
 #pragma unroll
     for (int ks = 0; ks < XR / 16; ++ks) {
-      const int xl0 = 16 * ks + qc;
 #pragma unroll
-      for (int n = 0; n < NO; ++n) {
-        const int cn = cb + 8 * n + qr;
+      for (int n = 0; n < NO; n += 2) {
+        uint32_t b[kNT][4];  // B[x][c] = S[x][c]
+#pragma unroll
+        for (int u = 0; u < kNT; ++u) ldsm_b2(b[u], R + u * XR * LX, LX, 16 * ks, cb + 8 * n, mi, ri);
 #pragma unroll
         for (int u = kNT - 1; u >= 0; --u) {
-          const bf16* t = R + u * XR * LX;  // B[x][c] = S[x][c]
-          mma16816(o[n], qa[part * (XR / 16) + ks], colpair(t, LX, xl0, cn), colpair(t, LX, xl0 + 8, cn));
+          mma16816(o[n], qa[part * (XR / 16) + ks], b[u][0], b[u][1]);
+          if (n + 1 < NO) mma16816(o[n + 1], qa[part * (XR / 16) + ks], b[u][2], b[u][3]);
         }
       }
     }
@@ -267,13 +273,15 @@ __global__ void __launch_bounds__(256) gla_chunk_out_tc_kernel(
       af[u][0] = pack_raw(t[0][u], t[1][u]), af[u][1] = pack_raw(t[2][u], t[3][u]);
       af[u][2] = pack_raw(t[4][u], t[5][u]), af[u][3] = pack_raw(t[6][u], t[7][u]);
     }
-    const int j0 = 16 * kk + qc;
 #pragma unroll
-    for (int n = 0; n < NO; ++n) {
-      const int cn = cb + 8 * n + qr;
-      const uint32_t b0 = colpair(Vs, LX, j0, cn), b1 = colpair(Vs, LX, j0 + 8, cn);
+    for (int n = 0; n < NO; n += 2) {
+      uint32_t b[4];
+      ldsm_b2(b, Vs, LX, 16 * kk, cb + 8 * n, mi, ri);
 #pragma unroll
-      for (int u = kNT - 1; u >= 0; --u) mma16816(o[n], af[u], b0, b1);
+      for (int u = kNT - 1; u >= 0; --u) {
+        mma16816(o[n], af[u], b[0], b[1]);
+        if (n + 1 < NO) mma16816(o[n + 1], af[u], b[2], b[3]);
+      }
     }
   }
 #pragma unroll
