@@ -15,7 +15,9 @@
 // reconstructs 10^7 random fp32 values over |x| in [2^-100, 2^100] exactly and emulates a
 // chunk: 3 terms stay within ~3x of the fmaf chain's error (both ~1e-7 relative); 2 terms
 // would leave up to 2^-17 relative (~64 fp32 ulps) in the state, which persists across calls.
-// One MMA per term, smallest term first.
+// One MMA per term, smallest term first. Fragments of tiles whose rows run along the k
+// dimension come by ldmatrix.trans. No GPU at hand: scripts/gla_tc_sim/run.sh runs this file's
+// kernels on the host (emulated mma / ldmatrix) against a double reference.
 #include <cstdint>
 
 #include "backend/cuda/cuda_common.cuh"
