@@ -190,6 +190,10 @@ struct GlaArgs {
   float* ws = nullptr;
   int64_t ws_floats = 0;
   int max_chunks = 0;
+  // bf16 mode: phases 1 and 3 of the chunk-parallel form on the tensor cores
+  // (cuda_lightning_chunk3_tc.cu); false: the fp32 CUDA-core kernels of chunk3.cu
+  // (BackendOptions::gla_tensor_cores; delete after the H200 A/B). Ignored for float.
+  bool tensor_cores = true;
 };
 // Recurrent kernel over the seqs in short_list (< 64 tokens), chunked over long_list.
 // Returns false if head_dim d has no instantiation.
@@ -216,6 +220,15 @@ bool launch_gla_norm_rope(int d, const GlaArgs<T>& a, const GlaNormRope<T>& nr,
 // of >= nh·D² floats and 16-byte aligned q/k/v; launch_gla decides.
 template <typename T, int D>
 void launch_gla_chunk3(const GlaArgs<T>& a, const int32_t* long_list, int n_long, cudaStream_t st);
+// Phases 1 (per-chunk state increments into a.ws) and 3 (outputs) of launch_gla_chunk3 on the
+// tensor cores, bf16 only (cuda_lightning_chunk3_tc.cu): grid (nh, n seqs of list, window
+// chunks from c_begin), the workspace layout of the fp32 kernels.
+template <int D>
+void launch_gla_state_tc(const GlaArgs<bf16>& a, const int32_t* list, unsigned n, unsigned window,
+                         int c_begin, cudaStream_t st);
+template <int D>
+void launch_gla_out_tc(const GlaArgs<bf16>& a, const int32_t* list, unsigned n, unsigned window,
+                       int c_begin, cudaStream_t st);
 
 // ---- sparse layers (cuda_sparse.cu) ----
 // Element format of the sparse layers' KV caches (K, V, both compressed-key levels;

@@ -3,6 +3,7 @@
 // type T of q, k, v, o (bf16, or float in fp32 mode); the states and all arithmetic are fp32.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/gla.h"
@@ -25,7 +26,8 @@ constexpr int kDecayStride = kGlaDecayStride;  // decay[h][n] = exp(n g), n = 0.
 // Phase 1 writes ΔS_c into a workspace of (window chunks x seqs x nh) states, phase 2
 // replaces each by S_before(c) in place and leaves the final state in the slot, phase 3 reads
 // it. The host walks the chunks in windows that fit the workspace (one window for a 4K
-// prompt). fp32 throughout; register tiles of 256 threads as (tr, tc) = 16 x 16.
+// prompt). fp32 throughout; register tiles of 256 threads as (tr, tc) = 16 x 16. bf16 mode runs
+// phases 1 and 3 on the tensor cores instead (cuda_lightning_chunk3_tc.cu; GlaArgs::tensor_cores).
 template <int D>
 struct Chunk3 {
   static constexpr int RX = D / 16;                     // state rows per thread (phase 1)
@@ -317,6 +319,9 @@ void launch_gla_chunk3(const GlaArgs<T>& a, const int32_t* long_list, int n_long
                                     int(L::kP3Floats * 4)));
     attr_set = true;
   }
+  // bf16: phases 1 and 3 on the tensor cores unless a.tensor_cores is off (the A/B).
+  constexpr bool kBf16 = std::is_same_v<T, bf16>;
+  const bool tc = kBf16 && a.tensor_cores;
   const int64_t per_state = int64_t(a.nh) * D * D;
   const int group = int(std::max<int64_t>(1, std::min<int64_t>(n_long, a.ws_floats / per_state)));
   const int window = int(std::max<int64_t>(1, std::min<int64_t>(a.max_chunks, a.ws_floats / (per_state * group))));
@@ -325,16 +330,26 @@ void launch_gla_chunk3(const GlaArgs<T>& a, const int32_t* long_list, int n_long
     const int32_t* list = long_list + g0;
     for (int c0 = 0; c0 < a.max_chunks; c0 += window) {
       const unsigned w = unsigned(std::min(window, a.max_chunks - c0));
-      gla_chunk_state_kernel<T, D><<<dim3(unsigned(a.nh), unsigned(cnt), w), 256, L::kP1Floats * 4, st>>>(
-          a.k, a.v, a.stride, a.seqs, list, a.decay, a.ws, c0);
-      CUDA_CHECK_LAUNCH();
+      if constexpr (kBf16) {
+        if (tc) launch_gla_state_tc<D>(a, list, unsigned(cnt), w, c0, st);  // chunk3_tc.cu
+      }
+      if (!tc) {
+        gla_chunk_state_kernel<T, D><<<dim3(unsigned(a.nh), unsigned(cnt), w), 256, L::kP1Floats * 4, st>>>(
+            a.k, a.v, a.stride, a.seqs, list, a.decay, a.ws, c0);
+        CUDA_CHECK_LAUNCH();
+      }
       gla_chunk_scan_kernel<D><<<dim3(unsigned((D * D + 255) / 256), unsigned(a.nh), unsigned(cnt)), 256, 0,
                                  st>>>(a.seqs, list, a.states, a.slot_stride, a.layer_off, a.decay, a.ws,
                                        c0, int(w));
       CUDA_CHECK_LAUNCH();
-      gla_chunk_out_kernel<T, D><<<dim3(unsigned(a.nh), unsigned(cnt), w), 256, L::kP3Floats * 4, st>>>(
-          a.q, a.k, a.v, a.stride, a.seqs, list, a.decay, a.ws, c0, a.scale, a.out, a.ostride);
-      CUDA_CHECK_LAUNCH();
+      if constexpr (kBf16) {
+        if (tc) launch_gla_out_tc<D>(a, list, unsigned(cnt), w, c0, st);
+      }
+      if (!tc) {
+        gla_chunk_out_kernel<T, D><<<dim3(unsigned(a.nh), unsigned(cnt), w), 256, L::kP3Floats * 4, st>>>(
+            a.q, a.k, a.v, a.stride, a.seqs, list, a.decay, a.ws, c0, a.scale, a.out, a.ostride);
+        CUDA_CHECK_LAUNCH();
+      }
     }
   }
 }

@@ -11,11 +11,12 @@
 namespace sala::cuda_host {
 using namespace sala::cuda;
 
-LightningRunner::LightningRunner(bool bf16_mode, cudaStream_t stream, DeviceArena& arena,
-                                 const StepPlan& plan, const GraphCache& graphs, OpTimer& timer,
-                                 RopeTables& rope)
-    : bf16_(bf16_mode), stream_(stream), arena_(arena), plan_(plan), graphs_(graphs),
-      timer_(timer), rope_(rope) {}
+LightningRunner::LightningRunner(bool bf16_mode, bool tensor_cores, int64_t ws_max_floats,
+                                 cudaStream_t stream, DeviceArena& arena, const StepPlan& plan,
+                                 const GraphCache& graphs, OpTimer& timer, RopeTables& rope)
+    : bf16_(bf16_mode), tensor_cores_(tensor_cores),
+      ws_max_floats_(ws_max_floats > 0 ? ws_max_floats : int64_t(32) << 20), stream_(stream),
+      arena_(arena), plan_(plan), graphs_(graphs), timer_(timer), rope_(rope) {}
 
 void LightningRunner::init_states(const ModelConfig& cfg, const CacheShape& shape) {
   cfg_ = cfg;
@@ -86,6 +87,7 @@ GlaArgs<T> LightningRunner::args(int li, const Tensor& q, const Tensor& k, const
   a.out = ptr<T>(out);
   a.ostride = out.cols;
   a.nh = nh;
+  a.tensor_cores = tensor_cores_;
   return a;
 }
 
@@ -102,7 +104,8 @@ void LightningRunner::attention(int li, const Tensor& q, const Tensor& k, const 
         if (s.num_tokens >= 64) max_tokens = std::max<int64_t>(max_tokens, s.num_tokens), ++n_long;
       a.max_chunks = int((max_tokens + 63) / 64);
       const int64_t per_state = int64_t(nh) * d * d;
-      const int64_t want = std::max(per_state, std::min<int64_t>(int64_t(32) << 20, per_state * n_long * a.max_chunks));
+      const int64_t want =
+          std::max(per_state, std::min<int64_t>(ws_max_floats_, per_state * n_long * a.max_chunks));
       if (want > ws_floats_ && !graphs_.capturing()) {
         if (ws_) {
           CUDA_CHECK(cudaStreamSynchronize(stream_));

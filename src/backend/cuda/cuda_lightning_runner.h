@@ -21,8 +21,11 @@ namespace sala::cuda_host {
 
 class LightningRunner {
  public:
-  LightningRunner(bool bf16_mode, cudaStream_t stream, DeviceArena& arena, const StepPlan& plan,
-                  const GraphCache& graphs, OpTimer& timer, RopeTables& rope);
+  // tensor_cores: BackendOptions::gla_tensor_cores (GlaArgs::tensor_cores); ws_max_floats:
+  // BackendOptions::gla_workspace_floats (0: 32 Mi).
+  LightningRunner(bool bf16_mode, bool tensor_cores, int64_t ws_max_floats, cudaStream_t stream,
+                  DeviceArena& arena, const StepPlan& plan, const GraphCache& graphs,
+                  OpTimer& timer, RopeTables& rope);
   LightningRunner(const LightningRunner&) = delete;
   LightningRunner& operator=(const LightningRunner&) = delete;
 
@@ -45,6 +48,8 @@ class LightningRunner {
                         const std::vector<float>& slopes, float scale, Tensor& out);
 
   bool bf16_;
+  bool tensor_cores_;
+  int64_t ws_max_floats_;
   cudaStream_t stream_;
   DeviceArena& arena_;
   const StepPlan& plan_;
