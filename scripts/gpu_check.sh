@@ -396,7 +396,7 @@ ncu_decode() {
 # dense_len and the bench's warm-up match fewer, so it skips 8 chunks' worth less than all).
 # NCU_KV adds --kv-cache-dtype (fp8_e4m3).
 # scripts/ncu_summary.py --metrics prints each kernel's mean of every metric.
-NCU_PREFILL_METRICS="gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,\
+NCU_PREFILL_METRICS="gpu__time_duration.sum,lts__t_sector_hit_rate.pct,dram__bytes_read.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,\
 dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed,\
 l1tex__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,\
 smsp__inst_executed.avg.per_cycle_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,\

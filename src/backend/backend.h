@@ -345,11 +345,6 @@ struct BackendOptions {
   // written by append / compress, read by selection, flash, stage 2 and dense attention,
   // cuda_kv_fp8.cuh) and refuses it in fp32 mode (sala::Error).
   KvCacheDtype kv_cache_dtype = KvCacheDtype::Auto;
-  // CUDA, bf16 mode: the lightning layers' chunk-parallel kernels (calls of >= 64 tokens) run
-  // their per-chunk products on the tensor cores (cuda_lightning_chunk3_tc.cu). false: the
-  // fp32 CUDA-core kernels of cuda_lightning_chunk3.cu, kept for one A/B on the H200
-  // (`sala bench offline --lightning-fma`, CudaOps.LightningTc*); delete after the A/B.
-  bool gla_tensor_cores = true;
   // CUDA: the most fp32 entries of the lightning chunk kernels' per-chunk state workspace;
   // longer calls walk their chunks in windows that fit (cuda_lightning_chunk3.cu). 0: 32 Mi
   // (128 MB). The results do not depend on it; tests set small values to force windows.

@@ -48,7 +48,7 @@ CudaBackend::CudaBackend(const BackendOptions& opts)
       rope_(stream_.get(), arena_, graphs_),
       sparse_(bf16_mode_, max_smem_optin_, opts.attn_min_blocks, stream_.get(), arena_, plan_,
               graphs_, timer_),
-      lightning_(bf16_mode_, opts.gla_tensor_cores, opts.gla_workspace_floats, stream_.get(),
+      lightning_(bf16_mode_, opts.gla_workspace_floats, stream_.get(),
                  arena_, plan_, graphs_, timer_, rope_) {}
 
 CudaBackend::~CudaBackend() { cudaStreamSynchronize(stream_.get()); }

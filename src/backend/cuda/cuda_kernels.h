@@ -190,10 +190,6 @@ struct GlaArgs {
   float* ws = nullptr;
   int64_t ws_floats = 0;
   int max_chunks = 0;
-  // bf16 mode: phases 1 and 3 of the chunk-parallel form on the tensor cores
-  // (cuda_lightning_chunk3_tc.cu); false: the fp32 CUDA-core kernels of chunk3.cu
-  // (BackendOptions::gla_tensor_cores; delete after the H200 A/B). Ignored for float.
-  bool tensor_cores = true;
 };
 // Recurrent kernel over the seqs in short_list (< 64 tokens), chunked over long_list.
 // Returns false if head_dim d has no instantiation.

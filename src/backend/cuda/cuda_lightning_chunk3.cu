@@ -27,7 +27,8 @@ constexpr int kDecayStride = kGlaDecayStride;  // decay[h][n] = exp(n g), n = 0.
 // replaces each by S_before(c) in place and leaves the final state in the slot, phase 3 reads
 // it. The host walks the chunks in windows that fit the workspace (one window for a 4K
 // prompt). fp32 throughout; register tiles of 256 threads as (tr, tc) = 16 x 16. bf16 mode runs
-// phases 1 and 3 on the tensor cores instead (cuda_lightning_chunk3_tc.cu; GlaArgs::tensor_cores).
+// phases 1 and 3 on the tensor cores instead (cuda_lightning_chunk3_tc.cu: 1.4x faster on the
+// H200 at 32K-128K prompts, session 14).
 template <int D>
 struct Chunk3 {
   static constexpr int RX = D / 16;                     // state rows per thread (phase 1)
@@ -319,9 +320,8 @@ void launch_gla_chunk3(const GlaArgs<T>& a, const int32_t* long_list, int n_long
                                     int(L::kP3Floats * 4)));
     attr_set = true;
   }
-  // bf16: phases 1 and 3 on the tensor cores unless a.tensor_cores is off (the A/B).
+  // bf16: phases 1 and 3 on the tensor cores; float: the fp32 CUDA-core kernels.
   constexpr bool kBf16 = std::is_same_v<T, bf16>;
-  const bool tc = kBf16 && a.tensor_cores;
   const int64_t per_state = int64_t(a.nh) * D * D;
   const int group = int(std::max<int64_t>(1, std::min<int64_t>(n_long, a.ws_floats / per_state)));
   const int window = int(std::max<int64_t>(1, std::min<int64_t>(a.max_chunks, a.ws_floats / (per_state * group))));
@@ -331,9 +331,8 @@ void launch_gla_chunk3(const GlaArgs<T>& a, const int32_t* long_list, int n_long
     for (int c0 = 0; c0 < a.max_chunks; c0 += window) {
       const unsigned w = unsigned(std::min(window, a.max_chunks - c0));
       if constexpr (kBf16) {
-        if (tc) launch_gla_state_tc<D>(a, list, unsigned(cnt), w, c0, st);  // chunk3_tc.cu
-      }
-      if (!tc) {
+        launch_gla_state_tc<D>(a, list, unsigned(cnt), w, c0, st);  // chunk3_tc.cu
+      } else {
         gla_chunk_state_kernel<T, D><<<dim3(unsigned(a.nh), unsigned(cnt), w), 256, L::kP1Floats * 4, st>>>(
             a.k, a.v, a.stride, a.seqs, list, a.decay, a.ws, c0);
         CUDA_CHECK_LAUNCH();
@@ -343,9 +342,8 @@ void launch_gla_chunk3(const GlaArgs<T>& a, const int32_t* long_list, int n_long
                                        c0, int(w));
       CUDA_CHECK_LAUNCH();
       if constexpr (kBf16) {
-        if (tc) launch_gla_out_tc<D>(a, list, unsigned(cnt), w, c0, st);
-      }
-      if (!tc) {
+        launch_gla_out_tc<D>(a, list, unsigned(cnt), w, c0, st);
+      } else {
         gla_chunk_out_kernel<T, D><<<dim3(unsigned(a.nh), unsigned(cnt), w), 256, L::kP3Floats * 4, st>>>(
             a.q, a.k, a.v, a.stride, a.seqs, list, a.decay, a.ws, c0, a.scale, a.out, a.ostride);
         CUDA_CHECK_LAUNCH();

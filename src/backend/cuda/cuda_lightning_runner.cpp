@@ -11,10 +11,10 @@
 namespace sala::cuda_host {
 using namespace sala::cuda;
 
-LightningRunner::LightningRunner(bool bf16_mode, bool tensor_cores, int64_t ws_max_floats,
+LightningRunner::LightningRunner(bool bf16_mode, int64_t ws_max_floats,
                                  cudaStream_t stream, DeviceArena& arena, const StepPlan& plan,
                                  const GraphCache& graphs, OpTimer& timer, RopeTables& rope)
-    : bf16_(bf16_mode), tensor_cores_(tensor_cores),
+    : bf16_(bf16_mode),
       ws_max_floats_(ws_max_floats > 0 ? ws_max_floats : int64_t(32) << 20), stream_(stream),
       arena_(arena), plan_(plan), graphs_(graphs), timer_(timer), rope_(rope) {}
 
@@ -87,7 +87,6 @@ GlaArgs<T> LightningRunner::args(int li, const Tensor& q, const Tensor& k, const
   a.out = ptr<T>(out);
   a.ostride = out.cols;
   a.nh = nh;
-  a.tensor_cores = tensor_cores_;
   return a;
 }
 

@@ -21,9 +21,8 @@ namespace sala::cuda_host {
 
 class LightningRunner {
  public:
-  // tensor_cores: BackendOptions::gla_tensor_cores (GlaArgs::tensor_cores); ws_max_floats:
-  // BackendOptions::gla_workspace_floats (0: 32 Mi).
-  LightningRunner(bool bf16_mode, bool tensor_cores, int64_t ws_max_floats, cudaStream_t stream,
+  // ws_max_floats: BackendOptions::gla_workspace_floats (0: 32 Mi).
+  LightningRunner(bool bf16_mode, int64_t ws_max_floats, cudaStream_t stream,
                   DeviceArena& arena, const StepPlan& plan, const GraphCache& graphs,
                   OpTimer& timer, RopeTables& rope);
   LightningRunner(const LightningRunner&) = delete;
@@ -48,7 +47,6 @@ class LightningRunner {
                         const std::vector<float>& slopes, float scale, Tensor& out);
 
   bool bf16_;
-  bool tensor_cores_;
   int64_t ws_max_floats_;
   cudaStream_t stream_;
   DeviceArena& arena_;
