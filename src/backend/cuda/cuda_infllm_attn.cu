@@ -59,12 +59,14 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 // The keys of 64-key tile kt that a row attends: bit j set iff key kt·64 + j is in a block
 // of the row's selection (bits) and at or before the row's position t. 32-bit arithmetic
-// only: this runs per warp per tile.
-__device__ __forceinline__ uint64_t tile_keys(const uint32_t* bits, int kt, int bs, int t) {
+// only, and a shift for power-of-two block sizes (bs_log2 >= 0; else -1): this runs per warp
+// per tile of the union, and a division by bs was a tenth of the consumers' instructions.
+__device__ __forceinline__ uint64_t tile_keys(const uint32_t* bits, int kt, int bs, int bs_log2,
+                                              int t) {
   const int k0 = kt * kKT;
   uint64_t m = 0;
   if (bs >= kKT) {
-    const int b = k0 / bs;
+    const int b = bs_log2 >= 0 ? k0 >> bs_log2 : k0 / bs;
     m = ((bits[b >> 5] >> (b & 31)) & 1u) ? ~0ull : 0ull;
   } else {
     const uint64_t block_mask = bs == 64 ? ~0ull : ((1ull << bs) - 1);
@@ -114,6 +116,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int qr = lane / 4, qc = (lane % 4) * 2;
   const bool active = warp < ncons;  // a consumer warp with a row (decode: with a part)
+  const int bs_log2 = (G.bs & (G.bs - 1)) == 0 ? __ffs(G.bs) - 1 : -1;
   const int64_t row = tile.x + (active && !decode ? warp : 0);
   const long long t = s.past_len + (row - s.token_begin), L = s.past_len + s.num_tokens;
   const int32_t* pages = R.page_table + s.page_begin;
@@ -244,18 +247,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
   const float sc = P.tau * kLog2e;
   const int mi = lane / 8, ri = lane % 8;
+  // Shared-memory addresses of this lane's ldmatrix rows (swz: 16-byte chunk c of row j at
+  // chunk c ^ (j & SW)); every row a lane addresses has j & 7 = ri (the Q rows: lane & 7), so
+  // chunk 2·ks + h (or n + h) lands at (2·ks) ^ x (n ^ x) with the lane constant x = h ^ (ri & SW).
+  constexpr int SW = (D / 8 < 8 ? D / 8 : 8) - 1;
+  const uint32_t full_a = smem_addr(full), empty_a = smem_addr(empty);
+  const uint32_t q_lane = smem_addr(Qw) + ((lane & 7) + ((lane >> 3) & 1) * 8) * D * 2;
+  const uint32_t q_x = (lane >> 4) ^ (ri & SW);
+  const uint32_t k_lane = smem_addr(Ks) + ((mi >> 1) * 8 + ri) * D * 2, k_x = (mi & 1) ^ (ri & SW);
+  const uint32_t v_lane = smem_addr(Vs) + ((mi & 1) * 8 + ri) * D * 2, v_x = (mi >> 1) ^ (ri & SW);
 
   for (int j = 0, w = 0, q = 0; j < per; w + 1 < nw ? ++w : (w = 0, ++j)) {
     const int i = first + w * per + j;
     if (i >= n_list) continue;
     const int slot = q % kSlots;
-    const uint64_t keys = !decode || w == warp ? tile_keys(mybits, list[i], G.bs, int(t)) : 0ull;
+    const uint64_t keys =
+        !decode || w == warp ? tile_keys(mybits, list[i], G.bs, bs_log2, int(t)) : 0ull;
     // Every consumer waits for the tile, needed or not, so that its release of this slot
     // can never count towards the slot's previous use.
-    mbar_wait(&full[slot], uint32_t(q / kSlots) & 1u);
+    mbar_wait_at(full_a + 8 * slot, uint32_t(q / kSlots) & 1u);
     if (keys) {
-      const bf16* Kb = Ks + slot * kBuf;
-      const bf16* Vb = Vs + slot * kBuf;
+      const uint32_t Kb = k_lane + slot * kBuf * 2, Vb = v_lane + slot * kBuf * 2;
       // Two halves of 32 keys, each its own online-softmax update (S of a half is 16 fp32
       // registers: with all 64 keys at once the 168 registers spill).
 #pragma unroll 1
@@ -269,13 +281,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
           uint32_t qa[4];
-          ldmatrix_x4(qa,
-                      Qw + swz<D>((lane & 7) + ((lane >> 3) & 1) * 8, ks * 16 + (lane >> 4) * 8));
+          ldsm_x4(qa, q_lane + (((2 * ks) ^ q_x) << 4));
 #pragma unroll
           for (int np = 0; np < 2; ++np) {
             uint32_t kb[4];
-            ldmatrix_x4(
-                kb, Kb + swz<D>(32 * half + np * 16 + (mi >> 1) * 8 + ri, ks * 16 + (mi & 1) * 8));
+            ldsm_x4(kb, Kb + (32 * half + np * 16) * D * 2 + (((2 * ks) ^ k_x) << 4));
             mma16816(sv[2 * np], qa, kb[0], kb[1]);
             mma16816(sv[2 * np + 1], qa, kb[2], kb[3]);
           }
@@ -326,11 +336,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                                   pack_bf16(sa[2] - rb(sa[2]), sa[3] - rb(sa[3])),
                                   pack_bf16(sb[0] - rb(sb[0]), sb[1] - rb(sb[1])),
                                   pack_bf16(sb[2] - rb(sb[2]), sb[3] - rb(sb[3]))};
-          const int key = 32 * half + kk * 16 + ri + (mi & 1) * 8;
+          const uint32_t vrow = Vb + (32 * half + kk * 16) * D * 2;
 #pragma unroll
           for (int n = 0; n < D / 8; n += 2) {
             uint32_t bv[4];
-            ldmatrix_x4_trans(bv, Vb + swz<D>(key, (n + (mi >> 1)) * 8));
+            ldsm_x4_trans(bv, vrow + ((n ^ v_x) << 4));
             mma16816(o[n], ph, bv[0], bv[1]);
             mma16816(o[n], pl, bv[0], bv[1]);
             mma16816(o[n + 1], ph, bv[2], bv[3]);
@@ -340,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     __syncwarp();
-    if (lane == 0) mbar_arrive(&empty[slot]);
+    if (lane == 0) mbar_arrive_at(empty_a + 8 * slot);
     ++q;
   }
 

@@ -32,6 +32,19 @@ __device__ __forceinline__ uint32_t pack_raw(bf16 lo, bf16 hi) {
   return uint32_t(*reinterpret_cast<uint16_t*>(&lo)) | (uint32_t(*reinterpret_cast<uint16_t*>(&hi)) << 16);
 }
 
+// ldmatrix_x4 / ldmatrix_x4_trans at a shared-memory address (smem_addr): hot loops keep
+// per-lane base addresses and add constant offsets, not a generic-to-shared conversion per load.
+__device__ __forceinline__ void ldsm_x4(uint32_t* r, uint32_t a) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t* r, uint32_t a) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
 // Four 8×8 bf16 matrices, transposed: lane l gives the address of row l%8 of matrix l/8.
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const bf16* row_addr) {
   const uint32_t a = uint32_t(__cvta_generic_to_shared(row_addr));
@@ -66,10 +79,10 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
   asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
 }
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(smem_addr(bar))
-               : "memory");
+__device__ __forceinline__ void mbar_arrive_at(uint32_t bar) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
 }
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) { mbar_arrive_at(smem_addr(bar)); }
 // One arrival, made when every cp.async this thread issued before has landed (the barrier's
 // count includes it: .noinc).
 __device__ __forceinline__ void mbar_arrive_cp_async(uint64_t* bar) {
@@ -77,19 +90,22 @@ __device__ __forceinline__ void mbar_arrive_cp_async(uint64_t* bar) {
 }
 // Returns once the phase of parity `parity` has completed (acquire: the data it guards is
 // visible). try_wait lets the hardware suspend the warp on sm_90; test_wait polls before.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+__device__ __forceinline__ void mbar_wait_at(uint32_t bar, uint32_t parity) {
   uint32_t done;
   do {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared.b64 p, [%1], %2;\n"
                  " selp.b32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
 #else
     asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared.b64 p, [%1], %2;\n"
                  " selp.b32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
 #endif
   } while (!done);
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  mbar_wait_at(smem_addr(bar), parity);
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
