@@ -27,25 +27,34 @@ echo '#include "sim.h"' >"$tmp/shim/cub/block/block_scan.cuh"
   awk '/^\/\/ Element offset of token p/{p=1} p{print}' "$root/src/backend/cuda/cuda_mma.cuh"
 } >"$tmp/shim/backend/cuda/cuda_mma.cuh"
 grep -q 'visible_count' "$tmp/shim/backend/cuda/cuda_mma.cuh" || { echo "select_sim: cuda_mma.cuh not recognised" >&2; exit 2; }
-# The kernels of a revision: `namespace sala::cuda {` up to the host launchers, in namespace
-# NS; dynamic shared memory becomes static arrays (blocks run one at a time).
-extract() {  # file ns
-  python3 - "$1" "$2" <<'PY'
-import re, sys
-s = open(sys.argv[1]).read()
-a = s.index('namespace sala::cuda {')
-b = s.index('template <int D, int KF>\nvoid launch_select_d')
-k = s[a + len('namespace sala::cuda {'):b]
-k = k.replace('extern __shared__ __align__(16) unsigned char smem_raw[];',
-              'alignas(16) static unsigned char smem_raw[65536];')
-k = k.replace('extern __shared__ uint16_t keys[];', 'static uint16_t keys[65536];')
-assert 'extern __shared__' not in k
-print('namespace sala::cuda { namespace %s {' % sys.argv[2] + k + '}  // namespace\n} }')
+# The kernels of a revision: each file from `namespace sala::cuda {` up to its host launchers,
+# in namespace NS::fI (the files' anonymous namespaces would clash); dynamic shared memory
+# becomes static arrays (blocks run one at a time).
+extract() {  # ns file...
+  python3 - "$@" <<'PY'
+import sys
+ns, files = sys.argv[1], sys.argv[2:]
+out = []
+for i, f in enumerate(files):
+    s = open(f).read()
+    a = s.index('namespace sala::cuda {') + len('namespace sala::cuda {')
+    ends = [s.find(m, a) for m in ('template <int D, int KF>\nvoid launch_select_d',
+                                   'template <int NT>\nvoid launch_topk')]
+    k = s[a:min(e for e in ends if e >= 0)]
+    k = k.replace('extern __shared__ __align__(16) unsigned char smem_raw[];',
+                  'alignas(16) static unsigned char smem_raw[65536];')
+    k = k.replace('extern __shared__ uint16_t keys[];', 'static uint16_t keys[65536];')
+    assert 'extern __shared__' not in k
+    out.append('namespace f%d {%s}  // namespace\n}' % (i, k))
+print('namespace sala::cuda { namespace %s {\n%s\n%s\n} }' % (
+    ns, '\n'.join(out), '\n'.join('using namespace f%d;' % i for i in range(len(files)))))
 PY
 }
-extract "$root/$src" newk >"$tmp/kern_new.inc"
+new=("$root/$src")
+[ -f "$root/src/backend/cuda/cuda_infllm_topk.cu" ] && new+=("$root/src/backend/cuda/cuda_infllm_topk.cu")
+extract newk "${new[@]}" >"$tmp/kern_new.inc"
 git -C "$root" show "$ref:$src" >"$tmp/ref.cu"
-extract "$tmp/ref.cu" refk >"$tmp/kern_ref.inc"
+extract refk "$tmp/ref.cu" >"$tmp/kern_ref.inc"
 # -fno-strict-aliasing: the kernels pun shared memory through uint4 / uint2 stores, as CUDA allows.
 g++ -std=c++20 -O2 -fno-strict-aliasing -w -I"$tmp" -I"$here" -I"$tmp/shim" -I"$root/src" \
   -I"${CUDA_HOME:-/usr/local/cuda}/include" "$here/driver.cpp" -o "$tmp/sim"

@@ -1,5 +1,5 @@
 // InfLLM-v2 block selection on the tensor cores (SPEC §9.4–9.5; CPU twin: CpuBackend's
-// sparse path with backend/cpu/infllm_rules.h). Three kernels per chunk of row tiles:
+// sparse path with backend/cpu/infllm_rules.h), the scoring kernels per chunk of row tiles:
 //
 //  1. select_lse_kernel: per (row, query head) the level-2 normaliser m = max s2,
 //     l = Σ exp(s2 − m) over the visible level-2 entries, in log2 units.
@@ -8,11 +8,9 @@
 //     max-pool of SPEC §9.5 over each 64-entry tile. A block's pool window (entries
 //     b·r − 1 .. b·r + r − 1, r = block / stride) reaches one entry into the previous tile
 //     when b·r is a multiple of 64: that entry's score is kept in SelectWork::edge and
-//     merged by the top-k kernel, so the tiles (and grid.z splits) are independent.
-//  3. select_topk_kernel: forced blocks (+inf), top-k by (score desc, index asc) as a
-//     16-bit radix select over the bf16 scores, blocks after the query's dropped, the rest
-//     written in ascending order to sel / sel_cnt.
-// Kernels 1 and 2: a block is one tile of ≤ 8 rows (tokens) of one sequence × one KV head,
+//     merged by the top-k kernel (cuda_infllm_topk.cu, which also holds the entry point
+//     launch_infllm_select), so the tiles (and grid.z splits) are independent.
+// A block is one tile of ≤ 8 rows (tokens) of one sequence × one KV head,
 // the compressed keys walked in 64-entry shared-memory tiles (double-buffered) shared by the
 // tile's 8 rows; warp w owns row w. The product is transposed, Sᵀ[64 entries × 16 heads] =
 // C·Qᵀ: the entries are the A operand (4 m-tiles of 16, fragments by ldmatrix), the row's
@@ -21,10 +19,11 @@
 // 16-head sum is 3 lane-local adds and a reduce-scatter over the 4 lanes of a quad (6
 // shuffles per tile), and the level-2 (max, sum) stays per lane over all tiles, merged
 // across the 8 quads once at the end. The head sum adds in the order of the former
-// head-row layout (((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)), a_k = e_k + e_{k+8});
-// the level-2 sums add per lane over the tiles first, so m is exact and l differs from the
-// former kernel's in the last fp32 bits. scripts/select_sim/run.sh runs both kernels on
-// the host against the former ones and a double reference.
+// head-row layout (((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)), a_k = e_k + e_{k+8}),
+// so from the same (m, l) the scores are the former kernel's bit for bit; the level-2 sums
+// add per lane over the tiles first, so m is the same and l differs in the last fp32 bits
+// (then a rare bf16 score flips by one ulp). scripts/select_sim/run.sh runs these kernels
+// on the host against the former ones (cuda_infllm_select_v1.cu) and a double reference.
 // grid.z splits the entries of rows of split calls (decode and verify rows,
 // DevSeq::split_row: one row per tile); their partial (m, l) go to SelectWork::ml and are
 // merged by the score kernel in part order.
@@ -32,8 +31,6 @@
 // so rare last-bit differences can swap near-tied blocks (tests/ops counts the agreement).
 // FP8 KV caches: the compressed keys are read as their code values (exact bf16) and the
 // layer's K scale is part of SelectParams::tau (launch_infllm_select's caller).
-#include <cub/block/block_scan.cuh>
-
 #include "backend/cuda/cuda_kv_fp8.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma.cuh"
@@ -45,6 +42,10 @@ constexpr int kW = kSparseTileRows;  // rows (warps) per tile
 constexpr int kThreads = kW * 32;
 constexpr int kET = kEntryTile;      // entries per shared-memory tile
 constexpr float kLog2e = 1.4426950408889634f;
+// Blocks per SM the lse / score kernels are compiled for: 3 caps them at 80 registers (d 128
+// would take 100 / 124, 2 blocks: the former kernels' occupancy, whose issue stalls were on
+// dependencies with ~4 warps per scheduler); ptxas -v: d 128 spills 8–64 bytes, d <= 64 none.
+constexpr int kMinBlocks = 3;
 
 // Per block: the tile's sequence and the position / counts of this warp's row.
 struct TileRow {
@@ -168,7 +169,7 @@ __device__ __forceinline__ void merge_ml(float& m, float& l, float m2, float l2)
 
 //                                  grid: (tiles, kvh, lse_splits), block: kThreads
 template <int D, int KF>
-__global__ void __launch_bounds__(kThreads) select_lse_kernel(
+__global__ void __launch_bounds__(kThreads, kMinBlocks) select_lse_kernel(
     const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles, int tile_begin,
     const KvElem<KF>* __restrict__ c2, SelectParams P, float2* __restrict__ ml) {
   pdl_begin();  // launch_pdl: before any read or write
@@ -283,7 +284,7 @@ __device__ __forceinline__ void row_lnorm(float (&lnorm)[2], const float2* __res
 
 //                                grid: (tiles, kvh, score_splits), block: kThreads
 template <int D, int KF>
-__global__ void __launch_bounds__(kThreads) select_score_kernel(
+__global__ void __launch_bounds__(kThreads, kMinBlocks) select_score_kernel(
     const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles, int tile_begin,
     const KvElem<KF>* __restrict__ c1, SelectParams P, const float2* __restrict__ ml,
     bf16* __restrict__ bscore, float* __restrict__ edge) {
@@ -386,127 +387,6 @@ __global__ void __launch_bounds__(kThreads) select_score_kernel(
   }
 }
 
-// bf16 bits -> 16-bit key in float order (larger float, larger key).
-__device__ __forceinline__ uint32_t order_key(float v) {
-  const bf16 b = f2b(v);
-  const uint32_t x = *reinterpret_cast<const uint16_t*>(&b);
-  return (x & 0x8000u) ? (~x & 0xffffu) : (x | 0x8000u);
-}
-
-// Threads of a top-k block: 128 for steps of prompt rows (one block per row, many rows);
-// 512 for steps with decode rows, where a handful of blocks scan every block of a long
-// context (2048 at 128K) and the kernel's latency is the step's.
-constexpr int kTopkThreads = 128, kTopkThreadsDecode = 512;
-
-// The bin (of 256) holding the need-th largest key: returns it, and in *above the number of
-// keys in higher bins. Warp 0 scans; lane i owns bins 255 − 8i .. 248 − 8i.
-__device__ __forceinline__ void find_bin(const int* hist, int need, int* out_bin, int* out_above) {
-  const int lane = threadIdx.x % 32;
-  int c = 0;
-  for (int k = 0; k < 8; ++k) c += hist[255 - 8 * lane - k];
-  int incl = c;
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += y;
-  }
-  const unsigned hit = __ballot_sync(0xffffffffu, incl >= need);
-  if (lane == __ffs(hit) - 1) {
-    int acc = incl - c;
-    for (int k = 0; k < 8; ++k) {
-      const int bin = 255 - 8 * lane - k;
-      if (acc + hist[bin] >= need) {
-        *out_bin = bin;
-        *out_above = acc;
-        break;
-      }
-      acc += hist[bin];
-    }
-  }
-}
-
-//                                    grid: (tiles · kW, kvh), block: NT
-template <int NT>
-__global__ void __launch_bounds__(NT) select_topk_kernel(
-    StepRows R, const int2* __restrict__ tiles, int tile_begin, SelectParams P,
-    const bf16* __restrict__ bscore, const float* __restrict__ edge, int32_t* __restrict__ sel,
-    int32_t* __restrict__ sel_cnt) {
-  pdl_begin();  // launch_pdl: before any read or write
-  extern __shared__ uint16_t keys[];  // [nb_stride]
-  __shared__ int hist[256];
-  __shared__ int sh_bin, sh_above;
-  using Scan = cub::BlockScan<int, NT>;
-  __shared__ typename Scan::TempStorage scan_tmp;
-  const int w = blockIdx.x % kW, g = blockIdx.y, tid = threadIdx.x;
-  const int2 tile = tiles[tile_begin + blockIdx.x / kW];
-  if (w >= tile.y) return;
-  const int64_t row = tile.x + w;
-  const DevSeq s = R.seqs[R.row_seq[row]];
-  if (!s.sparse) return;
-  const CacheGeom& G = P.g;
-  const long long t = s.past_len + (row - s.token_begin), L = s.past_len + s.num_tokens;
-  const int nb = int((L + G.bs - 1) / G.bs), qb = int(t / G.bs), r = G.bs / G.s1;
-  const long long n1 = num_entries(L, G.k1, G.s1);
-  const int K = min(P.total_topk, nb);
-  int32_t* out = sel + (row * G.kvh + g) * P.total_topk;
-  if (K == nb) {  // every block is selected; those after the query's are dropped
-    for (int b = tid; b <= qb; b += NT) out[b] = b;
-    if (tid == 0) sel_cnt[row * G.kvh + g] = qb + 1;
-    return;
-  }
-  const int64_t lrow = int64_t(blockIdx.x / kW) * kW + w;
-  const bf16* brow = bscore + (lrow * G.kvh + g) * P.nb_stride;
-  const float* erow = edge + (lrow * G.kvh + g) * P.et_stride;
-  for (int b = tid; b < nb; b += NT) {
-    float v;
-    if (b < P.init_blocks || (b >= qb - P.local_blocks && b <= qb)) {
-      v = INFINITY;
-    } else if (max(1LL * b * r - 1, 0LL) >= n1) {
-      v = -INFINITY;  // no level-1 entry overlaps the block
-    } else {
-      v = 1LL * b * r < n1 ? b2f(brow[b]) : -INFINITY;
-      if (b > 0 && (b * r) % kET == 0) v = fmaxf(v, erow[(b * r) / kET - 1]);
-    }
-    keys[b] = uint16_t(order_key(v));
-  }
-  for (int i = tid; i < 256; i += NT) hist[i] = 0;
-  __syncthreads();
-  for (int b = tid; b < nb; b += NT) atomicAdd(&hist[keys[b] >> 8], 1);
-  __syncthreads();
-  if (tid < 32) find_bin(hist, K, &sh_bin, &sh_above);
-  __syncthreads();
-  const int hi = sh_bin, above1 = sh_above;
-  __syncthreads();
-  for (int i = tid; i < 256; i += NT) hist[i] = 0;
-  __syncthreads();
-  for (int b = tid; b < nb; b += NT)
-    if ((keys[b] >> 8) == hi) atomicAdd(&hist[keys[b] & 255], 1);
-  __syncthreads();
-  if (tid < 32) find_bin(hist, K - above1, &sh_bin, &sh_above);
-  __syncthreads();
-  const uint32_t thr = uint32_t(hi << 8 | sh_bin);
-  const int ties_take = K - above1 - sh_above;  // keys equal to thr taken, lowest index first
-  // Each thread a contiguous range of blocks, so ranks and output follow the block order.
-  const int per = (nb + NT - 1) / NT;
-  const int b0 = min(nb, tid * per), b1 = min(nb, b0 + per);
-  int ties = 0;
-  for (int b = b0; b < b1; ++b) ties += keys[b] == thr;
-  int tie_rank;
-  Scan(scan_tmp).ExclusiveSum(ties, tie_rank);
-  __syncthreads();
-  int n_out = 0;
-  for (int b = b0, tr_ = tie_rank; b < b1; ++b) {
-    const bool take = keys[b] > thr || (keys[b] == thr && tr_++ < ties_take);
-    n_out += take && b <= qb;
-  }
-  int pos, total;
-  Scan(scan_tmp).ExclusiveSum(n_out, pos, total);
-  for (int b = b0, tr_ = tie_rank; b < b1; ++b) {
-    const bool take = keys[b] > thr || (keys[b] == thr && tr_++ < ties_take);
-    if (take && b <= qb) out[pos++] = b;
-  }
-  if (tid == 0) sel_cnt[row * G.kvh + g] = total;
-}
-
 template <int D, int KF>
 void launch_select_d(const bf16* q, const StepRows& s, const int2* tiles, int tile_begin,
                      int n_tiles, const void* c1, const void* c2, const SelectParams& p,
@@ -536,48 +416,19 @@ void launch_select_fmt(int kf, const bf16* q, const StepRows& s, const int2* til
     launch_select_d<D, kKvAct>(q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st);
 }
 
-template <int NT>
-void launch_topk(const StepRows& s, const int2* tiles, int tile_begin, int n_tiles,
-                 const SelectParams& p, const SelectWork& w, int32_t* sel, int32_t* sel_cnt,
-                 cudaStream_t st) {
-  const size_t smem = select_topk_smem_bytes(p.nb_stride);
-  static size_t smem_set = 48 * 1024;  // static shared memory counts too: ask for what is needed
-  if (smem > smem_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(select_topk_kernel<NT>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    smem_set = smem;
-  }
-  launch_pdl(select_topk_kernel<NT>, dim3(unsigned(n_tiles * kW), unsigned(p.g.kvh)), NT, smem, st,
-             s, tiles, tile_begin, p, w.bscore, w.edge, sel, sel_cnt);
-  CUDA_CHECK_LAUNCH();
-}
-
 }  // namespace
 
-bool infllm_head_dim_supported(int d) { return d == 16 || d == 32 || d == 64 || d == 128; }
-
-size_t select_topk_smem_bytes(int nb_stride) { return size_t(nb_stride) * 2; }
-
-void launch_infllm_select(int d, const bf16* q, const StepRows& s, const int2* tiles,
-                          int tile_begin, int n_tiles, const void* c1, const void* c2,
-                          const SelectParams& p, const SelectWork& w, int32_t* sel,
-                          int32_t* sel_cnt, cudaStream_t st, int kf, bool v1) {
-  if (n_tiles <= 0 || !infllm_head_dim_supported(d)) return;
-  if (v1) {
-    launch_infllm_select_scores_v1(d, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st, kf);
-  } else {
-    switch (d) {
-      case 16: launch_select_fmt<16>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
-      case 32: launch_select_fmt<32>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
-      case 64: launch_select_fmt<64>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
-      default: launch_select_fmt<128>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
-    }
+void launch_infllm_select_scores(int d, const bf16* q, const StepRows& s, const int2* tiles,
+                                 int tile_begin, int n_tiles, const void* c1, const void* c2,
+                                 const SelectParams& p, const SelectWork& w, cudaStream_t st,
+                                 int kf) {
+  switch (d) {
+    case 16: launch_select_fmt<16>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
+    case 32: launch_select_fmt<32>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
+    case 64: launch_select_fmt<64>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
+    case 128: launch_select_fmt<128>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
+    default: return;  // launch_infllm_select admits infllm_head_dim_supported only
   }
-  // lse_splits > 1: the step has decode rows (see SelectParams).
-  if (p.lse_splits > 1)
-    launch_topk<kTopkThreadsDecode>(s, tiles, tile_begin, n_tiles, p, w, sel, sel_cnt, st);
-  else
-    launch_topk<kTopkThreads>(s, tiles, tile_begin, n_tiles, p, w, sel, sel_cnt, st);
 }
 
 }  // namespace sala::cuda

@@ -336,8 +336,13 @@ void launch_infllm_select(int d, const bf16* q, const StepRows& s, const int2* t
                           int tile_begin, int n_tiles, const void* c1, const void* c2,
                           const SelectParams& p, const SelectWork& w, int32_t* sel,
                           int32_t* sel_cnt, cudaStream_t st, int kf = kKvAct, bool v1 = false);
-// The row-per-warp lse and score kernels (cuda_infllm_select_v1.cu; delete after the A/B):
-// SelectWork::ml, bscore and edge as launch_infllm_select's own kernels write them.
+// Its level-2 (SelectWork::ml) and level-1 (bscore, edge) kernels (cuda_infllm_select.cu),
+// and the row-per-warp ones that write the same (cuda_infllm_select_v1.cu; delete after the
+// A/B); launch_infllm_select then runs the top-k kernel (cuda_infllm_topk.cu).
+void launch_infllm_select_scores(int d, const bf16* q, const StepRows& s, const int2* tiles,
+                                 int tile_begin, int n_tiles, const void* c1, const void* c2,
+                                 const SelectParams& p, const SelectWork& w, cudaStream_t st,
+                                 int kf);
 void launch_infllm_select_scores_v1(int d, const bf16* q, const StepRows& s, const int2* tiles,
                                     int tile_begin, int n_tiles, const void* c1, const void* c2,
                                     const SelectParams& p, const SelectWork& w, cudaStream_t st,
