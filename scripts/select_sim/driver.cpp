@@ -3,7 +3,7 @@
 // (SPEC §9.4–9.5: level-2 log-sum-exp per head, level-1 scores Σ_h exp(s1 − lse_h), block
 // max-pool, forced blocks and top-k).
 // Criteria: the score kernel fed the reference revision's (m, l) reproduces its block scores
-// and edges bit for bit; (m, l): m equal, l within 1e-5 relative; block scores and edges of
+// and edges bit for bit, and so does it with the entry tiles of unsplit rows in 3 parts; (m, l): m equal, l within 1e-5 relative; block scores and edges of
 // the whole new pipeline within 1 bf16 ulp of the reference revision's, at most 0.5 % of them
 // different; every pooled score of both within 1 bf16 ulp of the double reference; the
 // level-2 normalisers within 2e-5 of it; top-k selections (sel, sel_cnt) reported.
@@ -122,11 +122,19 @@ int run(const Case& c) {
   const long mma_ref = sim::g_warp[0].mma;
   sim::g_warp[0].mma = 0;
   sim::launch(g_lse, 256, [&] { newk::select_lse_kernel<D, KF>(q.data(), R, tiles.data(), 0, C2, P, B.ml.data()); });
-  sim::launch(g_sc, 256, [&] { newk::select_score_kernel<D, KF>(q.data(), R, tiles.data(), 0, C1, P, B.ml.data(), B.bs.data(), B.edge.data()); });
+  sim::launch(g_sc, 256, [&] { newk::select_score_kernel<D, KF>(q.data(), R, tiles.data(), 0, C1, P, 1, B.ml.data(), B.bs.data(), B.edge.data()); });
   topk(newk::select_topk_kernel<512>, newk::select_topk_kernel<128>, B);
   const long mma_new = sim::g_warp[0].mma;
   X.ml = A.ml;
-  sim::launch(g_sc, 256, [&] { newk::select_score_kernel<D, KF>(q.data(), R, tiles.data(), 0, C1, P, X.ml.data(), X.bs.data(), X.edge.data()); });
+  sim::launch(g_sc, 256, [&] { newk::select_score_kernel<D, KF>(q.data(), R, tiles.data(), 0, C1, P, 1, X.ml.data(), X.bs.data(), X.edge.data()); });
+  // Y: this tree's score kernel with the entry tiles of unsplit rows in 3 parts (same numbers).
+  Out Y = fresh();
+  Y.ml = B.ml;
+  const dim3 g_y{unsigned(nt), unsigned(kvh), unsigned(std::max(P.score_splits, 3))};
+  sim::launch(g_y, 256, [&] { newk::select_score_kernel<D, KF>(q.data(), R, tiles.data(), 0, C1, P, 3, Y.ml.data(), Y.bs.data(), Y.edge.data()); });
+  long y_diff = 0;
+  for (size_t i = 0; i < B.bs.size(); ++i) y_diff += bits(Y.bs[i]) != bits(B.bs[i]);
+  for (size_t i = 0; i < B.edge.size(); ++i) y_diff += std::memcmp(&Y.edge[i], &B.edge[i], 4) != 0;
 
   // (m, l): m equal, l relative.
   long ml_n = 0, m_diff = 0;
@@ -242,13 +250,13 @@ int run(const Case& c) {
         }
       }
     }
-  const bool ok = x_diff == 0 && m_diff == 0 && l_rel <= 1e-5 && bs_big == 0 && e_big == 0 &&
+  const bool ok = x_diff == 0 && y_diff == 0 && m_diff == 0 && l_rel <= 1e-5 && bs_big == 0 && e_big == 0 &&
                   bs_flip + e_flip <= 0.005 * double(bs_n + e_n) && ref_bad[0] == 0 && ref_bad[1] == 0 &&
                   lse_bad[0] == 0 && lse_bad[1] == 0 && ref_n > 0;
-  std::printf("%-34s D %3d kf %d T %3d tiles %3d | score(ref ml) bit diffs %ld | ml %ld: m diffs %ld, l max rel %.2e | "
+  std::printf("%-34s D %3d kf %d T %3d tiles %3d | score(ref ml) bit diffs %ld, 3 parts vs 1: %ld | ml %ld: m diffs %ld, l max rel %.2e | "
               "bscore %ld: 1-ulp %ld, worse %ld | edge %ld: 1-ulp %ld, worse %ld | vs double: pooled %ld bad ref/new %ld/%ld, "
               "lse %ld max err ref/new %.1e/%.1e bad %ld/%ld | sel %ld differ %ld | mma warp0 ref/new %ld/%ld %s\n",
-              c.name, D, KF, T, nt, x_diff, ml_n, m_diff, l_rel, bs_n, bs_flip, bs_big, e_n, e_flip, e_big, ref_n,
+              c.name, D, KF, T, nt, x_diff, y_diff, ml_n, m_diff, l_rel, bs_n, bs_flip, bs_big, e_n, e_flip, e_big, ref_n,
               ref_bad[0], ref_bad[1], lse_n, lse_err[0], lse_err[1], lse_bad[0], lse_bad[1], sel_n, sel_diff,
               mma_ref, mma_new, ok ? "OK" : "FAIL");
   std::fflush(stdout);

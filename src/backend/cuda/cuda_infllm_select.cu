@@ -31,6 +31,8 @@
 // so rare last-bit differences can swap near-tied blocks (tests/ops counts the agreement).
 // FP8 KV caches: the compressed keys are read as their code values (exact bf16) and the
 // layer's K scale is part of SelectParams::tau (launch_infllm_select's caller).
+#include <algorithm>
+
 #include "backend/cuda/cuda_kv_fp8.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma.cuh"
@@ -282,11 +284,13 @@ __device__ __forceinline__ void row_lnorm(float (&lnorm)[2], const float2* __res
   }
 }
 
-//                                grid: (tiles, kvh, score_splits), block: kThreads
+// grid: (tiles, kvh, max(score_splits, pparts)), block: kThreads. pparts: parts of the entry
+// tiles of rows of unsplit calls (rows of split calls: P.score_splits); the tiles are
+// independent (own pool, own edge), so every part count gives the same numbers.
 template <int D, int KF>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) select_score_kernel(
     const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles, int tile_begin,
-    const KvElem<KF>* __restrict__ c1, SelectParams P, const float2* __restrict__ ml,
+    const KvElem<KF>* __restrict__ c1, SelectParams P, int pparts, const float2* __restrict__ ml,
     bf16* __restrict__ bscore, float* __restrict__ edge) {
   pdl_begin();  // launch_pdl: before any read or write
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -299,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) select_score_kernel(
   TileRow tr;
   if (!tile_row(R, tile, warp, tr)) return;
   const bool one = tr.s.split_row >= 0;  // a row of a split call: one row per tile
-  const int S = one ? int(gridDim.z) : 1;  // parts of the entries
+  const int S = one ? P.score_splits : pparts;  // parts of the entries
   if (z >= S) return;
   const CacheGeom& G = P.g;
   const int n1 = int(num_entries(tr.L, G.k1, G.s1));
@@ -393,14 +397,32 @@ void launch_select_d(const bf16* q, const StepRows& s, const int2* tiles, int ti
                      const SelectWork& w, cudaStream_t st) {
   const size_t smem_lse = size_t(2) * kET * (D + 8) * 2;
   const size_t smem_score = smem_lse + size_t(kW) * kET * 4;
+  // Entry-tile parts of unsplit rows' score blocks: a chunk of 256 tiles × 2 KV heads is 512
+  // equal blocks, 1.3 rounds of the H200's 132 SMs × 3, so the second round would run a
+  // third full; the part count minimising rounds / parts (rounds = ceil(blocks · parts /
+  // resident blocks)), up to 8, a smaller count unless 3 % better.
+  static int slots = 0;  // resident score blocks: kMinBlocks per SM (80 registers, <= 37 KB smem)
+  if (slots == 0) {
+    int dev = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    slots = std::max(1, sms * kMinBlocks);
+  }
+  const long long blocks = 1LL * n_tiles * p.g.kvh;
+  int pparts = 1;
+  double best = double(ceil_div(blocks, slots));
+  for (int z = 2; z <= 8; ++z) {
+    const double r = double(ceil_div(blocks * z, slots)) / z;
+    if (r < 0.97 * best) best = r, pparts = z;
+  }
   launch_pdl(select_lse_kernel<D, KF>,
              dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(p.lse_splits)), kThreads, smem_lse,
              st, q, s, tiles, tile_begin, static_cast<const KvElem<KF>*>(c2), p, w.ml);
   CUDA_CHECK_LAUNCH();
   launch_pdl(select_score_kernel<D, KF>,
-             dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(p.score_splits)), kThreads,
-             smem_score, st, q, s, tiles, tile_begin, static_cast<const KvElem<KF>*>(c1), p, w.ml,
-             w.bscore, w.edge);
+             dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(std::max(p.score_splits, pparts))),
+             kThreads, smem_score, st, q, s, tiles, tile_begin, static_cast<const KvElem<KF>*>(c1), p,
+             pparts, w.ml, w.bscore, w.edge);
   CUDA_CHECK_LAUNCH();
 }
 

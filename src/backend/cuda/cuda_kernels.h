@@ -317,9 +317,10 @@ struct SelectParams {
   int init_blocks, local_blocks, total_topk;
   int nb_stride;                  // blocks per (row, kv head) in SelectWork::bscore
   int et_stride;                  // entry tiles per (row, kv head) in SelectWork::edge
-  // grid.z of the two scoring kernels; only rows of split calls (DevSeq::split_row) use more
-  // than one part (their level-2 partials merge in a fixed order), so a row's numbers depend
-  // only on its own row.
+  // grid.z of the two scoring kernels for rows of split calls (DevSeq::split_row; their
+  // level-2 partials merge in a fixed order), so a row's numbers depend only on its own row.
+  // Other rows' level-2 sums are never split; their level-1 entry tiles may be (the score
+  // launcher's part count, which changes no number).
   int lse_splits, score_splits;
 };
 struct SelectWork {  // rows = launched tiles * kSparseTileRows
