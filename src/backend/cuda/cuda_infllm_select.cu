@@ -44,10 +44,13 @@ constexpr int kW = kSparseTileRows;  // rows (warps) per tile
 constexpr int kThreads = kW * 32;
 constexpr int kET = kEntryTile;      // entries per shared-memory tile
 constexpr float kLog2e = 1.4426950408889634f;
-// Blocks per SM the lse / score kernels are compiled for: 3 caps them at 80 registers (d 128
-// would take 100 / 124, 2 blocks: the former kernels' occupancy, whose issue stalls were on
-// dependencies with ~4 warps per scheduler); ptxas -v: d 128 spills 8–64 bytes, d <= 64 none.
-constexpr int kMinBlocks = 3;
+// Blocks per SM the score kernel is compiled for: 3 caps it at 80 registers (d 128 would take
+// 124, 2 blocks: the former kernel's occupancy, whose issue stalls were on dependencies with
+// ~4 warps per scheduler; ptxas -v: d 128 spills 28–64 bytes, d <= 64 none), its entry-tile
+// parts keep the last round of blocks nearly full. The lse kernel cannot split an unsplit
+// row's entries without changing its sums, so it keeps 2 (100 registers at d 128, no
+// spills): a 2048-row chunk's 512 blocks are then 1.94 rounds of 132 SMs, at 3 they are 1.3.
+constexpr int kMinBlocks = 3, kLseMinBlocks = 2;
 
 // Per block: the tile's sequence and the position / counts of this warp's row.
 struct TileRow {
@@ -171,7 +174,7 @@ __device__ __forceinline__ void merge_ml(float& m, float& l, float m2, float l2)
 
 //                                  grid: (tiles, kvh, lse_splits), block: kThreads
 template <int D, int KF>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) select_lse_kernel(
+__global__ void __launch_bounds__(kThreads, kLseMinBlocks) select_lse_kernel(
     const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles, int tile_begin,
     const KvElem<KF>* __restrict__ c2, SelectParams P, float2* __restrict__ ml) {
   pdl_begin();  // launch_pdl: before any read or write
