@@ -64,8 +64,8 @@ struct Step {
   std::vector<DevSeq> seqs;
   std::vector<int32_t> row_seq, pages;
   std::vector<int2> tiles;
-  std::vector<uint16_t> q;       // bf16 bits [T, 32, d]
-  std::vector<uint8_t> c1, c2;   // cache bytes (bf16 or FP8 codes)
+  std::vector<uint16_t> q;      // bf16 bits [T, 32, d]
+  std::vector<uint8_t> c1, c2;  // cache bytes (bf16 or FP8 codes)
 };
 
 Step make_step(int d, int kf, int s1, int bs, int page_size, const std::vector<SeqSpec>& specs,
@@ -81,7 +81,8 @@ Step make_step(int d, int kf, int s1, int bs, int page_size, const std::vector<S
     const int64_t L = sp.past + sp.n;
     max_len = std::max(max_len, L);
     const int np = int(cache_layout::pages_for(L, page_size));
-    s.seqs.push_back(DevSeq{s.T, sp.n, 0, int32_t(s.pages.size()), np, 1, sp.split ? nsplit : -1, sp.past});
+    s.seqs.push_back(
+        DevSeq{s.T, sp.n, 0, int32_t(s.pages.size()), np, 1, sp.split ? nsplit : -1, sp.past});
     if (sp.split) nsplit += sp.n;
     for (int p = 0; p < np; ++p) s.pages.push_back(npages++);
     for (int i = 0; i < sp.n; ++i) s.row_seq.push_back(int32_t(s.seqs.size() - 1));
@@ -103,7 +104,8 @@ Step make_step(int d, int kf, int s1, int bs, int page_size, const std::vector<S
       const auto m = randn(entries, int64_t(kvh) * d, sd, 0.7f).bits;
       std::memcpy(b.data(), m.data(), b.size());
     } else {  // codes of moderate magnitude, no NaN / inf
-      for (auto& x : b) x = uint8_t((rng() & 0x80u) | (rng() % (kf == cuda::kKvE4m3 ? 0x58u : 0x48u)));
+      for (auto& x : b)
+        x = uint8_t((rng() & 0x80u) | (rng() % (kf == cuda::kKvE4m3 ? 0x58u : 0x48u)));
     }
     return b;
   };
@@ -205,13 +207,15 @@ void expect_matches_v1(const char* what, const Step& s) {
   for (size_t k = 0; k < a.cnt.size(); ++k) {
     ++sel_n;
     bool eq = a.cnt[k] == b.cnt[k];
-    for (int i = 0; eq && i < std::max(0, a.cnt[k]); ++i) eq = a.sel[k * K + size_t(i)] == b.sel[k * K + size_t(i)];
+    for (int i = 0; eq && i < std::max(0, a.cnt[k]); ++i)
+      eq = a.sel[k * K + size_t(i)] == b.sel[k * K + size_t(i)];
     sel_eq += eq;
   }
-  std::printf("[ select ] %s: (m, l) %lld, off %lld; scores + edges %lld, 1-ulp flips %lld, worse %lld; "
-              "selections %lld of %lld equal\n",
-              what, (long long)ml_n, (long long)ml_bad, (long long)n, (long long)flips,
-              (long long)worse, (long long)sel_eq, (long long)sel_n);
+  std::printf(
+      "[ select ] %s: (m, l) %lld, off %lld; scores + edges %lld, 1-ulp flips %lld, worse %lld; "
+      "selections %lld of %lld equal\n",
+      what, (long long)ml_n, (long long)ml_bad, (long long)n, (long long)flips, (long long)worse,
+      (long long)sel_eq, (long long)sel_n);
   EXPECT_GT(ml_n, 0) << what;
   EXPECT_EQ(ml_bad, 0) << what;
   EXPECT_EQ(worse, 0) << what;
@@ -222,13 +226,16 @@ void expect_matches_v1(const char* what, const Step& s) {
 TEST(CudaInfllmSelect, TransposedMatchesV1) {
   REQUIRE_GPU();
   // tiny geometry (stride 4, block 16): first chunk, later chunk, quirk lengths
-  expect_matches_v1("d16 bf16", make_step(16, cuda::kKvAct, 4, 16, 64, {{0, 300}, {300, 20}, {0, 319}}, 1));
-  expect_matches_v1("d64 e5m2 page 48",
-                    make_step(64, cuda::kKvE5m2, 4, 16, 48, {{0, 280}, {517, 13}, {700, 1, true}}, 2));
-  expect_matches_v1("d128 e4m3", make_step(128, cuda::kKvE4m3, 4, 16, 64, {{0, 270}, {611, 10}}, 3));
+  expect_matches_v1("d16 bf16",
+                    make_step(16, cuda::kKvAct, 4, 16, 64, {{0, 300}, {300, 20}, {0, 319}}, 1));
+  expect_matches_v1("d64 e5m2 page 48", make_step(64, cuda::kKvE5m2, 4, 16, 48,
+                                                  {{0, 280}, {517, 13}, {700, 1, true}}, 2));
+  expect_matches_v1("d128 e4m3",
+                    make_step(128, cuda::kKvE4m3, 4, 16, 64, {{0, 270}, {611, 10}}, 3));
   // released geometry (stride 16, block 64): a chunk beside split decode rows
   expect_matches_v1("d128 bf16 released",
-                    make_step(128, cuda::kKvAct, 16, 64, 256, {{6000, 300}, {1500, 1, true}, {9100, 2, true}}, 4));
+                    make_step(128, cuda::kKvAct, 16, 64, 256,
+                              {{6000, 300}, {1500, 1, true}, {9100, 2, true}}, 4));
 }
 
 TEST(CudaInfllmSelect, Speed) {
@@ -239,9 +246,10 @@ TEST(CudaInfllmSelect, Speed) {
       double us_v1 = 0, us_new = 0;
       run_select(s, true, 10, &us_v1);
       run_select(s, false, 10, &us_new);
-      std::printf("[ select ] %s, last 2048-row chunk of %d tokens: row-per-warp %.1f us, "
-                  "transposed %.1f us per launch (lse + score + top-k)\n",
-                  kf == cuda::kKvAct ? "bf16" : "e4m3", len, us_v1, us_new);
+      std::printf(
+          "[ select ] %s, last 2048-row chunk of %d tokens: row-per-warp %.1f us, "
+          "transposed %.1f us per launch (lse + score + top-k)\n",
+          kf == cuda::kKvAct ? "bf16" : "e4m3", len, us_v1, us_new);
       EXPECT_LT(us_new, us_v1) << "the transposed kernels must be faster";
     }
 }

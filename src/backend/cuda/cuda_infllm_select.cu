@@ -42,7 +42,7 @@ namespace {
 
 constexpr int kW = kSparseTileRows;  // rows (warps) per tile
 constexpr int kThreads = kW * 32;
-constexpr int kET = kEntryTile;      // entries per shared-memory tile
+constexpr int kET = kEntryTile;  // entries per shared-memory tile
 constexpr float kLog2e = 1.4426950408889634f;
 // Blocks per SM the score kernel is compiled for: 3 caps it at 80 registers (d 128 would take
 // 124, 2 blocks: the former kernel's occupancy, whose issue stalls were on dependencies with
@@ -56,8 +56,8 @@ constexpr int kMinBlocks = 3, kLseMinBlocks = 2;
 struct TileRow {
   DevSeq s;
   const int32_t* pages;
-  int64_t row;       // this warp's row (the tile's first row for idle warps)
-  long long t, L;    // row position, sequence length after the step
+  int64_t row;     // this warp's row (the tile's first row for idle warps)
+  long long t, L;  // row position, sequence length after the step
   bool active, first;
 };
 
@@ -97,8 +97,8 @@ struct EntryPages {
 // bf16 values (unscaled: the K scale is in SelectParams::tau), stored before the caller's
 // __syncthreads.
 template <int D, int KF>
-__device__ __forceinline__ void load_entries(bf16* buf, const KvElem<KF>* cache, const EntryPages& P,
-                                             int j0, int jend, int g) {
+__device__ __forceinline__ void load_entries(bf16* buf, const KvElem<KF>* cache,
+                                             const EntryPages& P, int j0, int jend, int g) {
   constexpr int LD = D + 8, CH = D / 8;
   const KvElem<KF>* base = cache + g * D;
   if constexpr (KF == kKvAct) {
@@ -127,10 +127,11 @@ __device__ __forceinline__ void load_entries(bf16* buf, const KvElem<KF>* cache,
 }
 
 // B fragments of Qᵀ (k = dim, n = query head) for the 16 query heads of KV head g of one
-// row, q[row, (16 g + h) D + k]: qb[ks][n] = {Q[8n + qr][16 ks + qc ..], Q[8n + qr][16 ks + qc + 8 ..]}.
+// row, Q[h][k] = q[row, (16 g + h) D + k]: qb[ks][n] = {Q[8n + qr][16 ks + qc ..],
+// Q[8n + qr][16 ks + qc + 8 ..]}.
 template <int D>
-__device__ __forceinline__ void load_qt_frags(uint32_t (&qb)[D / 16][2][2], const bf16* q, int64_t row,
-                                              int nh, int g, int lane) {
+__device__ __forceinline__ void load_qt_frags(uint32_t (&qb)[D / 16][2][2], const bf16* q,
+                                              int64_t row, int nh, int g, int lane) {
   const int qr = lane / 4, qc = (lane % 4) * 2;
   const bf16* base = q + row * int64_t(nh) * D + int64_t(g) * 16 * D + qr * D + qc;
 #pragma unroll
@@ -162,7 +163,9 @@ __device__ __forceinline__ void st_mtile(float (&c)[2][4], const uint32_t (&qb)[
 
 // The lane's ldmatrix.x4 address within a tile: row lane % 16, column 8 · (lane / 16).
 template <int D>
-__device__ __forceinline__ int ldsm_off(int lane) { return (lane & 15) * (D + 8) + (lane >> 4) * 8; }
+__device__ __forceinline__ int ldsm_off(int lane) {
+  return (lane & 15) * (D + 8) + (lane >> 4) * 8;
+}
 
 // Merge of two (max, sum) pairs of one softmax row, log2 units.
 __device__ __forceinline__ void merge_ml(float& m, float& l, float m2, float l2) {
@@ -174,9 +177,10 @@ __device__ __forceinline__ void merge_ml(float& m, float& l, float m2, float l2)
 
 //                                  grid: (tiles, kvh, lse_splits), block: kThreads
 template <int D, int KF>
-__global__ void __launch_bounds__(kThreads, kLseMinBlocks) select_lse_kernel(
-    const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles, int tile_begin,
-    const KvElem<KF>* __restrict__ c2, SelectParams P, float2* __restrict__ ml) {
+__global__ void __launch_bounds__(kThreads, kLseMinBlocks)
+    select_lse_kernel(const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles,
+                      int tile_begin, const KvElem<KF>* __restrict__ c2, SelectParams P,
+                      float2* __restrict__ ml) {
   pdl_begin();  // launch_pdl: before any read or write
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* buf = reinterpret_cast<bf16*>(smem_raw);  // [2][kET][D + 8]
@@ -205,7 +209,8 @@ __global__ void __launch_bounds__(kThreads, kLseMinBlocks) select_lse_kernel(
   if (i0 < i1) load_entries<D, KF>(buf, c2, EP, i0 * kET, cmax, g);
   cp_async_commit();
   for (int i = i0; i < i1; ++i) {
-    if (i + 1 < i1) load_entries<D, KF>(buf + ((i + 1 - i0) & 1) * kBuf, c2, EP, (i + 1) * kET, cmax, g);
+    if (i + 1 < i1)
+      load_entries<D, KF>(buf + ((i + 1 - i0) & 1) * kBuf, c2, EP, (i + 1) * kET, cmax, g);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
@@ -230,7 +235,8 @@ __global__ void __launch_bounds__(kThreads, kLseMinBlocks) select_lse_kernel(
 #pragma unroll
         for (int h = 0; h < 4; ++h) {
           const int n = h >> 1, k = h & 1;
-          const float tm = fmaxf(fmaxf(s[0][n][k], s[0][n][k + 2]), fmaxf(s[1][n][k], s[1][n][k + 2]));
+          const float tm =
+              fmaxf(fmaxf(s[0][n][k], s[0][n][k + 2]), fmaxf(s[1][n][k], s[1][n][k + 2]));
           if (tm > m[h]) {  // l is 0 while m is −inf
             l[h] *= exp2f(m[h] - tm);
             m[h] = tm;
@@ -248,7 +254,8 @@ __global__ void __launch_bounds__(kThreads, kLseMinBlocks) select_lse_kernel(
   for (int h = 0; h < 4; ++h)
 #pragma unroll
     for (int o = 4; o <= 16; o <<= 1) {
-      const float m2 = __shfl_xor_sync(0xffffffffu, m[h], o), l2 = __shfl_xor_sync(0xffffffffu, l[h], o);
+      const float m2 = __shfl_xor_sync(0xffffffffu, m[h], o),
+                  l2 = __shfl_xor_sync(0xffffffffu, l[h], o);
       merge_ml(m[h], l[h], m2, l2);
     }
   if (tr.active && lane < 4) {
@@ -265,8 +272,9 @@ __global__ void __launch_bounds__(kThreads, kLseMinBlocks) select_lse_kernel(
 // lse kernel's parts: the 4 lanes of a head each merge every 4th part, 8 loads issued before
 // any merge, then combine by shuffles (a decode row's parts are independent L2 loads, not a
 // chain of load-then-merge steps). Warp-uniform call.
-__device__ __forceinline__ void row_lnorm(float (&lnorm)[2], const float2* __restrict__ ml, int64_t lrow,
-                                          const SelectParams& P, int g, int parts, int lane) {
+__device__ __forceinline__ void row_lnorm(float (&lnorm)[2], const float2* __restrict__ ml,
+                                          int64_t lrow, const SelectParams& P, int g, int parts,
+                                          int lane) {
   for (int h = 0; h < 2; ++h) {
     const int head = g * 16 + lane / 4 + 8 * h;
     const float2* src = ml + (lrow * P.nh + head) * P.lse_splits;
@@ -274,7 +282,8 @@ __device__ __forceinline__ void row_lnorm(float (&lnorm)[2], const float2* __res
     for (int base = lane % 4; base < parts; base += 32) {
       float2 v[8];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = base + 4 * i < parts ? src[base + 4 * i] : make_float2(-INFINITY, 0.f);
+      for (int i = 0; i < 8; ++i)
+        v[i] = base + 4 * i < parts ? src[base + 4 * i] : make_float2(-INFINITY, 0.f);
 #pragma unroll
       for (int i = 0; i < 8; ++i) merge_ml(m, l, v[i].x, v[i].y);
     }
@@ -291,21 +300,22 @@ __device__ __forceinline__ void row_lnorm(float (&lnorm)[2], const float2* __res
 // tiles of rows of unsplit calls (rows of split calls: P.score_splits); the tiles are
 // independent (own pool, own edge), so every part count gives the same numbers.
 template <int D, int KF>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) select_score_kernel(
-    const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles, int tile_begin,
-    const KvElem<KF>* __restrict__ c1, SelectParams P, int pparts, const float2* __restrict__ ml,
-    bf16* __restrict__ bscore, float* __restrict__ edge) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    select_score_kernel(const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles,
+                        int tile_begin, const KvElem<KF>* __restrict__ c1, SelectParams P,
+                        int pparts, const float2* __restrict__ ml, bf16* __restrict__ bscore,
+                        float* __restrict__ edge) {
   pdl_begin();  // launch_pdl: before any read or write
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int kBuf = kET * (D + 8);
-  bf16* buf = reinterpret_cast<bf16*>(smem_raw);                  // [2][kET][D + 8]
-  float* esc = reinterpret_cast<float*>(buf + 2 * kBuf);          // [kW][kET] entry scores
+  bf16* buf = reinterpret_cast<bf16*>(smem_raw);          // [2][kET][D + 8]
+  float* esc = reinterpret_cast<float*>(buf + 2 * kBuf);  // [kW][kET] entry scores
   const int2 tile = tiles[tile_begin + blockIdx.x];
   const int g = blockIdx.y, z = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, qr = lane / 4, t = lane % 4;
   TileRow tr;
   if (!tile_row(R, tile, warp, tr)) return;
-  const bool one = tr.s.split_row >= 0;  // a row of a split call: one row per tile
+  const bool one = tr.s.split_row >= 0;         // a row of a split call: one row per tile
   const int S = one ? P.score_splits : pparts;  // parts of the entries
   if (z >= S) return;
   const CacheGeom& G = P.g;
@@ -341,7 +351,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) select_score_kernel(
   if (i0 < i1 && need(i0)) load_entries<D, KF>(buf, c1, EP, i0 * kET, cmax, g);
   cp_async_commit();
   for (int i = i0; i < i1; ++i) {
-    if (i + 1 < i1 && need(i + 1)) load_entries<D, KF>(buf + ((i + 1 - i0) & 1) * kBuf, c1, EP, (i + 1) * kET, cmax, g);
+    if (i + 1 < i1 && need(i + 1))
+      load_entries<D, KF>(buf + ((i + 1 - i0) & 1) * kBuf, c1, EP, (i + 1) * kET, cmax, g);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
@@ -357,7 +368,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) select_score_kernel(
 #pragma unroll
           for (int k = 0; k < 2; ++k) {
             const float a0 = exp2f(c[0][2 * k] * sc - ln[0]) + exp2f(c[1][2 * k] * sc - ln[2]);
-            const float a1 = exp2f(c[0][2 * k + 1] * sc - ln[1]) + exp2f(c[1][2 * k + 1] * sc - ln[3]);
+            const float a1 =
+                exp2f(c[0][2 * k + 1] * sc - ln[1]) + exp2f(c[1][2 * k + 1] * sc - ln[3]);
             v[2 * mt + k] = a0 + a1;
           }
         }
@@ -366,10 +378,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) select_score_kernel(
         float w[4], u[2];
 #pragma unroll
         for (int k = 0; k < 4; ++k)
-          w[k] = (t0 ? v[2 * k + 1] : v[2 * k]) + __shfl_xor_sync(0xffffffffu, t0 ? v[2 * k] : v[2 * k + 1], 1);
+          w[k] = (t0 ? v[2 * k + 1] : v[2 * k]) +
+                 __shfl_xor_sync(0xffffffffu, t0 ? v[2 * k] : v[2 * k + 1], 1);
 #pragma unroll
         for (int k = 0; k < 2; ++k)
-          u[k] = (t1 ? w[2 * k + 1] : w[2 * k]) + __shfl_xor_sync(0xffffffffu, t1 ? w[2 * k] : w[2 * k + 1], 2);
+          u[k] = (t1 ? w[2 * k + 1] : w[2 * k]) +
+                 __shfl_xor_sync(0xffffffffu, t1 ? w[2 * k] : w[2 * k + 1], 2);
 #pragma unroll
         for (int k = 0; k < 2; ++k) {
           const int e = 16 * (2 * k + t1) + qr + 8 * t0;
@@ -424,15 +438,15 @@ void launch_select_d(const bf16* q, const StepRows& s, const int2* tiles, int ti
   CUDA_CHECK_LAUNCH();
   launch_pdl(select_score_kernel<D, KF>,
              dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(std::max(p.score_splits, pparts))),
-             kThreads, smem_score, st, q, s, tiles, tile_begin, static_cast<const KvElem<KF>*>(c1), p,
-             pparts, w.ml, w.bscore, w.edge);
+             kThreads, smem_score, st, q, s, tiles, tile_begin, static_cast<const KvElem<KF>*>(c1),
+             p, pparts, w.ml, w.bscore, w.edge);
   CUDA_CHECK_LAUNCH();
 }
 
 template <int D>
-void launch_select_fmt(int kf, const bf16* q, const StepRows& s, const int2* tiles,
-                       int tile_begin, int n_tiles, const void* c1, const void* c2,
-                       const SelectParams& p, const SelectWork& w, cudaStream_t st) {
+void launch_select_fmt(int kf, const bf16* q, const StepRows& s, const int2* tiles, int tile_begin,
+                       int n_tiles, const void* c1, const void* c2, const SelectParams& p,
+                       const SelectWork& w, cudaStream_t st) {
   if (kf == kKvE4m3)
     launch_select_d<D, kKvE4m3>(q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st);
   else if (kf == kKvE5m2)
@@ -448,11 +462,20 @@ void launch_infllm_select_scores(int d, const bf16* q, const StepRows& s, const 
                                  const SelectParams& p, const SelectWork& w, cudaStream_t st,
                                  int kf) {
   switch (d) {
-    case 16: launch_select_fmt<16>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
-    case 32: launch_select_fmt<32>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
-    case 64: launch_select_fmt<64>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
-    case 128: launch_select_fmt<128>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
-    default: return;  // launch_infllm_select admits infllm_head_dim_supported only
+    case 16:
+      launch_select_fmt<16>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st);
+      break;
+    case 32:
+      launch_select_fmt<32>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st);
+      break;
+    case 64:
+      launch_select_fmt<64>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st);
+      break;
+    case 128:
+      launch_select_fmt<128>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st);
+      break;
+    default:
+      return;  // launch_infllm_select admits infllm_head_dim_supported only
   }
 }
 
