@@ -1,27 +1,37 @@
 // InfLLM-v2 block selection on the tensor cores (SPEC §9.4–9.5; CPU twin: CpuBackend's
-// sparse path with backend/cpu/infllm_rules.h). Three kernels per chunk of row tiles:
+// sparse path with backend/cpu/infllm_rules.h), the scoring kernels per chunk of row tiles:
 //
 //  1. select_lse_kernel: per (row, query head) the level-2 normaliser m = max s2,
-//     l = Σ exp(s2 − m) over the visible level-2 entries, in log2 units. A block is one
-//     tile of ≤ 8 rows (tokens) of one sequence × one KV head; warp w owns row w's 16 query
-//     heads as the 16 rows of mma m16n8k16, so the entries loaded into shared memory are
-//     shared by 8 tokens. grid.z splits the entries of rows of split calls (decode and
-//     verify rows, DevSeq::split_row: one row per tile); their partial (m, l) go to SelectWork::ml and are merged by the
-//     next kernel in part order.
+//     l = Σ exp(s2 − m) over the visible level-2 entries, in log2 units.
 //  2. select_score_kernel: per (row, KV head) and level-1 entry j the score
 //     bf16(Σ_h exp(s1_h[j] − m_h) / l_h) (0 for invisible entries, NaN → 0), then the block
 //     max-pool of SPEC §9.5 over each 64-entry tile. A block's pool window (entries
 //     b·r − 1 .. b·r + r − 1, r = block / stride) reaches one entry into the previous tile
 //     when b·r is a multiple of 64: that entry's score is kept in SelectWork::edge and
-//     merged by the top-k kernel, so the tiles (and grid.z splits) are independent.
-//  3. select_topk_kernel: forced blocks (+inf), top-k by (score desc, index asc) as a
-//     16-bit radix select over the bf16 scores, blocks after the query's dropped, the rest
-//     written in ascending order to sel / sel_cnt.
+//     merged by the top-k kernel (cuda_infllm_topk.cu, which also holds the entry point
+//     launch_infllm_select), so the tiles (and grid.z splits) are independent.
+// A block is one tile of ≤ 8 rows (tokens) of one sequence × one KV head,
+// the compressed keys walked in 64-entry shared-memory tiles (double-buffered) shared by the
+// tile's 8 rows; warp w owns row w. The product is transposed, Sᵀ[64 entries × 16 heads] =
+// C·Qᵀ: the entries are the A operand (4 m-tiles of 16, fragments by ldmatrix), the row's
+// 16 query heads the B operand (2 n-tiles of 8, held in registers for the whole kernel). A
+// lane's C fragments hold 4 heads (2t, 2t+1, 2t+8, 2t+9; t = lane % 4) of 8 entries, so the
+// 16-head sum is 3 lane-local adds and a reduce-scatter over the 4 lanes of a quad (6
+// shuffles per tile), and the level-2 (max, sum) stays per lane over all tiles, merged
+// across the 8 quads once at the end. The head sum adds in the order of the former
+// head-row layout (((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)), a_k = e_k + e_{k+8}),
+// so from the same (m, l) the scores are the former kernel's bit for bit; the level-2 sums
+// add per lane over the tiles first, so m is the same and l differs in the last fp32 bits
+// (then a rare bf16 score flips by one ulp). scripts/select_sim/run.sh runs these kernels
+// on the host against the former ones (cuda_infllm_select_v1.cu) and a double reference.
+// grid.z splits the entries of rows of split calls (decode and verify rows,
+// DevSeq::split_row: one row per tile); their partial (m, l) go to SelectWork::ml and are
+// merged by the score kernel in part order.
 // Exponentials are fp32 exp2 (the CPU computes exp in double); a score then rounds to bf16,
 // so rare last-bit differences can swap near-tied blocks (tests/ops counts the agreement).
 // FP8 KV caches: the compressed keys are read as their code values (exact bf16) and the
 // layer's K scale is part of SelectParams::tau (launch_infllm_select's caller).
-#include <cub/block/block_scan.cuh>
+#include <algorithm>
 
 #include "backend/cuda/cuda_kv_fp8.cuh"
 #include "backend/cuda/cuda_launch.cuh"
@@ -32,15 +42,22 @@ namespace {
 
 constexpr int kW = kSparseTileRows;  // rows (warps) per tile
 constexpr int kThreads = kW * 32;
-constexpr int kET = kEntryTile;      // entries per shared-memory tile
+constexpr int kET = kEntryTile;  // entries per shared-memory tile
 constexpr float kLog2e = 1.4426950408889634f;
+// Blocks per SM the score kernel is compiled for: 3 caps it at 80 registers (d 128 would take
+// 124, 2 blocks: the former kernel's occupancy, whose issue stalls were on dependencies with
+// ~4 warps per scheduler; ptxas -v: d 128 spills 28–64 bytes, d <= 64 none), its entry-tile
+// parts keep the last round of blocks nearly full. The lse kernel cannot split an unsplit
+// row's entries without changing its sums, so it keeps 2 (100 registers at d 128, no
+// spills): a 2048-row chunk's 512 blocks are then 1.94 rounds of 132 SMs, at 3 they are 1.3.
+constexpr int kMinBlocks = 3, kLseMinBlocks = 2;
 
 // Per block: the tile's sequence and the position / counts of this warp's row.
 struct TileRow {
   DevSeq s;
   const int32_t* pages;
-  int64_t row;       // this warp's row (the tile's first row for idle warps)
-  long long t, L;    // row position, sequence length after the step
+  int64_t row;     // this warp's row (the tile's first row for idle warps)
+  long long t, L;  // row position, sequence length after the step
   bool active, first;
 };
 
@@ -56,21 +73,39 @@ __device__ __forceinline__ bool tile_row(const StepRows& R, int2 tile, int warp,
   return true;
 }
 
-// Entries [j0, j0 + kET) of a compressed cache (KV head g) into smem rows of D + 8 halves;
-// entries at or past jend are zeros. bf16 caches by cp.async; FP8 caches (KF) by plain loads
-// of 8 codes converted in registers to their exact bf16 values (unscaled: the K scale is in
-// SelectParams::tau), stored before the caller's __syncthreads.
+// Where one level's compressed entries live (cache_layout::entry_offset without its 64-bit
+// divisions): a page holds epp = page_size / s whole entries (SparseRunner checks
+// page_size % s == 0), so entry j is slot j % epp of page j / epp. Entry counts fit 32 bits.
+struct EntryPages {
+  const int32_t* pages;
+  int epp, sh;  // sh = log2 epp when epp is a power of two, else -1
+  int64_t row;  // elements per entry (kvh · d)
+  __device__ __forceinline__ EntryPages(const int32_t* p, const CacheGeom& G, int s)
+      : pages(p), epp(G.page_size / s), sh(-1), row(G.row) {
+    if ((epp & (epp - 1)) == 0)
+      for (sh = 0; (1 << sh) < epp;) ++sh;
+  }
+  __device__ __forceinline__ int64_t off(int j) const {
+    const int pg = sh >= 0 ? j >> sh : j / epp;
+    return (int64_t(pages[pg]) * epp + (j - pg * epp)) * row;
+  }
+};
+
+// Entries [j0, j0 + kET) of a compressed cache (KV head g) into smem rows of D + 8 halves
+// (conflict-free for ldmatrix at every D); entries at or past jend are zeros. bf16 caches by
+// cp.async; FP8 caches (KF) by plain loads of 8 codes converted in registers to their exact
+// bf16 values (unscaled: the K scale is in SelectParams::tau), stored before the caller's
+// __syncthreads.
 template <int D, int KF>
-__device__ __forceinline__ void load_entries(bf16* buf, const KvElem<KF>* cache, const CacheGeom& G,
-                                             const int32_t* pages, long long j0, long long jend,
-                                             int stride, int g) {
+__device__ __forceinline__ void load_entries(bf16* buf, const KvElem<KF>* cache,
+                                             const EntryPages& P, int j0, int jend, int g) {
   constexpr int LD = D + 8, CH = D / 8;
+  const KvElem<KF>* base = cache + g * D;
   if constexpr (KF == kKvAct) {
     for (int e = threadIdx.x; e < kET * CH; e += kThreads) {
       const int j = e / CH, c = e % CH;
       const bool ok = j0 + j < jend;
-      const bf16* src = ok ? cache + entry_off(G, pages, j0 + j, stride) + int64_t(g) * D + c * 8 : cache;
-      cp_async16(buf + j * LD + c * 8, src, ok ? 16 : 0);
+      cp_async16(buf + j * LD + c * 8, ok ? base + P.off(j0 + j) + c * 8 : cache, ok ? 16 : 0);
     }
   } else {
     // Every load of the thread issued before the first conversion (no cp.async for them).
@@ -80,8 +115,7 @@ __device__ __forceinline__ void load_entries(bf16* buf, const KvElem<KF>* cache,
     for (int i = 0; i < kIt; ++i) {
       const int e = threadIdx.x + i * kThreads, j = e / CH, c = e % CH;
       cw[i] = e < kET * CH && j0 + j < jend
-                  ? *reinterpret_cast<const uint2*>(cache + entry_off(G, pages, j0 + j, stride) +
-                                                    int64_t(g) * D + c * 8)
+                  ? *reinterpret_cast<const uint2*>(base + P.off(j0 + j) + c * 8)
                   : make_uint2(0u, 0u);
     }
 #pragma unroll
@@ -92,38 +126,45 @@ __device__ __forceinline__ void load_entries(bf16* buf, const KvElem<KF>* cache,
   }
 }
 
-// A fragments of the 16 query heads of KV head g for one row: q[row, (16 g + i) D + k].
+// B fragments of Qᵀ (k = dim, n = query head) for the 16 query heads of KV head g of one
+// row, Q[h][k] = q[row, (16 g + h) D + k]: qb[ks][n] = {Q[8n + qr][16 ks + qc ..],
+// Q[8n + qr][16 ks + qc + 8 ..]}.
 template <int D>
-__device__ __forceinline__ void load_q_frags(uint32_t (&qa)[D / 16][4], const bf16* q, int64_t row,
-                                             int nh, int g, int lane) {
+__device__ __forceinline__ void load_qt_frags(uint32_t (&qb)[D / 16][2][2], const bf16* q,
+                                              int64_t row, int nh, int g, int lane) {
   const int qr = lane / 4, qc = (lane % 4) * 2;
-  const bf16* base = q + row * int64_t(nh) * D + int64_t(g) * 16 * D;
+  const bf16* base = q + row * int64_t(nh) * D + int64_t(g) * 16 * D + qr * D + qc;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks)
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      qb[ks][n][0] = *reinterpret_cast<const uint32_t*>(base + n * 8 * D + ks * 16);
+      qb[ks][n][1] = *reinterpret_cast<const uint32_t*>(base + n * 8 * D + ks * 16 + 8);
+    }
+}
+
+// c[n] = Sᵀ of entries 16·mt .. 16·mt + 15 of a smem tile × heads 8n .. 8n + 7: c[n][0..1] =
+// entry qr, heads 8n + qc, +1; c[n][2..3] = entry qr + 8. `tb` = tile + this lane's ldmatrix
+// row / column offset.
+template <int D>
+__device__ __forceinline__ void st_mtile(float (&c)[2][4], const uint32_t (&qb)[D / 16][2][2],
+                                         const bf16* tb, int mt) {
+  constexpr int LD = D + 8;
+#pragma unroll
+  for (int n = 0; n < 2; ++n) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
-    const int k0 = ks * 16 + qc;
-    qa[ks][0] = *reinterpret_cast<const uint32_t*>(base + qr * D + k0);
-    qa[ks][1] = *reinterpret_cast<const uint32_t*>(base + (qr + 8) * D + k0);
-    qa[ks][2] = *reinterpret_cast<const uint32_t*>(base + qr * D + k0 + 8);
-    qa[ks][3] = *reinterpret_cast<const uint32_t*>(base + (qr + 8) * D + k0 + 8);
+    uint32_t a[4];
+    ldmatrix_x4(a, tb + mt * 16 * LD + ks * 16);
+    mma16816(c[0], a, qb[ks][0][0], qb[ks][0][1]);
+    mma16816(c[1], a, qb[ks][1][0], qb[ks][1][1]);
   }
 }
 
-// s[n] = Q (16 heads) · entries[n·8 .. n·8+7]ᵀ of a smem tile (64 entries).
+// The lane's ldmatrix.x4 address within a tile: row lane % 16, column 8 · (lane / 16).
 template <int D>
-__device__ __forceinline__ void qk_tile(float (&s)[8][4], const uint32_t (&qa)[D / 16][4],
-                                        const bf16* buf, int lane) {
-  constexpr int LD = D + 8;
-  const int qr = lane / 4, qc = (lane % 4) * 2;
-#pragma unroll
-  for (int n = 0; n < 8; ++n) {
-    s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      const bf16* kp = buf + (n * 8 + qr) * LD + ks * 16 + qc;
-      mma16816(s[n], qa[ks], *reinterpret_cast<const uint32_t*>(kp),
-               *reinterpret_cast<const uint32_t*>(kp + 8));
-    }
-  }
+__device__ __forceinline__ int ldsm_off(int lane) {
+  return (lane & 15) * (D + 8) + (lane >> 4) * 8;
 }
 
 // Merge of two (max, sum) pairs of one softmax row, log2 units.
@@ -136,189 +177,228 @@ __device__ __forceinline__ void merge_ml(float& m, float& l, float m2, float l2)
 
 //                                  grid: (tiles, kvh, lse_splits), block: kThreads
 template <int D, int KF>
-__global__ void __launch_bounds__(kThreads) select_lse_kernel(
-    const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles, int tile_begin,
-    const KvElem<KF>* __restrict__ c2, SelectParams P, float2* __restrict__ ml) {
+__global__ void __launch_bounds__(kThreads, kLseMinBlocks)
+    select_lse_kernel(const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles,
+                      int tile_begin, const KvElem<KF>* __restrict__ c2, SelectParams P,
+                      float2* __restrict__ ml) {
   pdl_begin();  // launch_pdl: before any read or write
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* buf = reinterpret_cast<bf16*>(smem_raw);  // [2][kET][D + 8]
   constexpr int kBuf = kET * (D + 8);
   const int2 tile = tiles[tile_begin + blockIdx.x];
   const int g = blockIdx.y, z = blockIdx.z;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, qc = (lane % 4) * 2;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, qr = lane / 4;
   TileRow tr;
   if (!tile_row(R, tile, warp, tr)) return;
   const int S = tr.s.split_row >= 0 ? int(gridDim.z) : 1;  // parts of this row
   if (z >= S) return;
   const CacheGeom& G = P.g;
   const long long n2 = num_entries(tr.L, G.k2, G.s2);
-  const long long cnt = visible_count(tr.t, n2, tr.s.num_tokens, G.k2, G.s2, tr.first);
+  const int cnt = int(visible_count(tr.t, n2, tr.s.num_tokens, G.k2, G.s2, tr.first));
   const long long t_last = tr.s.past_len + (tile.x + tile.y - 1 - tr.s.token_begin);
-  const long long cmax = visible_count(t_last, n2, tr.s.num_tokens, G.k2, G.s2, tr.first);
-  const int ntile = int((cmax + kET - 1) / kET);
+  const int cmax = int(visible_count(t_last, n2, tr.s.num_tokens, G.k2, G.s2, tr.first));
+  const int ntile = (cmax + kET - 1) / kET;
   const int per = (ntile + S - 1) / S, i0 = z * per, i1 = min(ntile, i0 + per);
-  uint32_t qa[D / 16][4];
-  if (tr.active) load_q_frags<D>(qa, q, tr.row, P.nh, g, lane);
+  const EntryPages EP(tr.pages, G, G.s2);
+  uint32_t qb[D / 16][2][2];
+  if (tr.active) load_qt_frags<D>(qb, q, tr.row, P.nh, g, lane);
   const float sc = P.tau * kLog2e;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // rows qr, qr + 8 (lane-local)
-  if (i0 < i1) load_entries<D, KF>(buf, c2, G, tr.pages, 1LL * i0 * kET, cmax, G.s2, g);
+  // The lane's heads 2t, 2t + 1, 2t + 8, 2t + 9 (index 2n + k: c[n][k], c[n][k + 2]).
+  float m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, l[4] = {0.f, 0.f, 0.f, 0.f};
+  const int aoff = ldsm_off<D>(lane);
+  if (i0 < i1) load_entries<D, KF>(buf, c2, EP, i0 * kET, cmax, g);
   cp_async_commit();
   for (int i = i0; i < i1; ++i) {
     if (i + 1 < i1)
-      load_entries<D, KF>(buf + ((i + 1 - i0) & 1) * kBuf, c2, G, tr.pages, 1LL * (i + 1) * kET, cmax, G.s2, g);
+      load_entries<D, KF>(buf + ((i + 1 - i0) & 1) * kBuf, c2, EP, (i + 1) * kET, cmax, g);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    if (tr.active && 1LL * i * kET < cnt) {
-      float s[8][4];
-      qk_tile<D>(s, qa, buf + ((i - i0) & 1) * kBuf, lane);
-      float tm[2] = {-INFINITY, -INFINITY};
+    const int lim = cnt - i * kET;  // entries of the tile this row sees
+    if (tr.active && lim > 0) {
+      const bf16* tb = buf + ((i - i0) & 1) * kBuf + aoff;
+      // Two halves of 32 entries (16 scores live per half, not 32): per head a max over the
+      // lane's 4 entries, a rescale only when the lane's max grows, 4 exponentials.
 #pragma unroll
-      for (int n = 0; n < 8; ++n)
+      for (int hf = 0; hf < 2; ++hf) {
+        float s[2][2][4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const long long j = 1LL * i * kET + n * 8 + qc + (e & 1);
-          s[n][e] = j < cnt ? s[n][e] * sc : -INFINITY;
-          tm[e >> 1] = fmaxf(tm[e >> 1], s[n][e]);
+        for (int u = 0; u < 2; ++u) st_mtile<D>(s[u], qb, tb, 2 * hf + u);
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const bool vis = lim >= kET || (2 * hf + u) * 16 + qr + (e & 2) * 4 < lim;
+            s[u][0][e] = vis ? s[u][0][e] * sc : -INFINITY;
+            s[u][1][e] = vis ? s[u][1][e] * sc : -INFINITY;
+          }
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+          const int n = h >> 1, k = h & 1;
+          const float tm =
+              fmaxf(fmaxf(s[0][n][k], s[0][n][k + 2]), fmaxf(s[1][n][k], s[1][n][k + 2]));
+          if (tm > m[h]) {  // l is 0 while m is −inf
+            l[h] *= exp2f(m[h] - tm);
+            m[h] = tm;
+          }
+          const float M = m[h] == -INFINITY ? 0.f : m[h];  // all −inf: every term 0
+          l[h] += (exp2f(s[0][n][k] - M) + exp2f(s[0][n][k + 2] - M)) +
+                  (exp2f(s[1][n][k] - M) + exp2f(s[1][n][k + 2] - M));
         }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float M = fmaxf(m[h], tm[h]);
-        if (M == -INFINITY) continue;
-        float sum = 0.f;
-#pragma unroll
-        for (int n = 0; n < 8; ++n) sum += exp2f(s[n][2 * h] - M) + exp2f(s[n][2 * h + 1] - M);
-        l[h] = l[h] * exp2f(m[h] - M) + sum;
-        m[h] = M;
       }
     }
     __syncthreads();  // the buffer is refilled two iterations on
   }
+  // Merge the 8 quads (the lanes of a head: same lane % 4).
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
+  for (int h = 0; h < 4; ++h)
 #pragma unroll
-    for (int o = 1; o <= 2; o <<= 1) {
-      const float m2 = __shfl_xor_sync(0xffffffffu, m[h], o), l2 = __shfl_xor_sync(0xffffffffu, l[h], o);
+    for (int o = 4; o <= 16; o <<= 1) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, m[h], o),
+                  l2 = __shfl_xor_sync(0xffffffffu, l[h], o);
       merge_ml(m[h], l[h], m2, l2);
     }
-  if (tr.active && lane % 4 == 0) {
+  if (tr.active && lane < 4) {
     const int64_t lrow = int64_t(blockIdx.x) * kW + warp;
-    for (int h = 0; h < 2; ++h) {
-      const int head = g * 16 + lane / 4 + 8 * h;
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      const int head = g * 16 + (h >> 1) * 8 + 2 * lane + (h & 1);
       ml[(lrow * P.nh + head) * P.lse_splits + z] = make_float2(m[h], l[h]);
     }
   }
 }
 
-//                                grid: (tiles, kvh, score_splits), block: kThreads
+// The row's normalisers log2 l + m of heads qr and qr + 8 (every lane of quad qr), from the
+// lse kernel's parts: the 4 lanes of a head each merge every 4th part, 8 loads issued before
+// any merge, then combine by shuffles (a decode row's parts are independent L2 loads, not a
+// chain of load-then-merge steps). Warp-uniform call.
+__device__ __forceinline__ void row_lnorm(float (&lnorm)[2], const float2* __restrict__ ml,
+                                          int64_t lrow, const SelectParams& P, int g, int parts,
+                                          int lane) {
+  for (int h = 0; h < 2; ++h) {
+    const int head = g * 16 + lane / 4 + 8 * h;
+    const float2* src = ml + (lrow * P.nh + head) * P.lse_splits;
+    float m = -INFINITY, l = 0.f;
+    for (int base = lane % 4; base < parts; base += 32) {
+      float2 v[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        v[i] = base + 4 * i < parts ? src[base + 4 * i] : make_float2(-INFINITY, 0.f);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) merge_ml(m, l, v[i].x, v[i].y);
+    }
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, m, o), l2 = __shfl_xor_sync(0xffffffffu, l, o);
+      merge_ml(m, l, m2, l2);
+    }
+    lnorm[h] = m + log2f(l);
+  }
+}
+
+// grid: (tiles, kvh, max(score_splits, pparts)), block: kThreads. pparts: parts of the entry
+// tiles of rows of unsplit calls (rows of split calls: P.score_splits); the tiles are
+// independent (own pool, own edge), so every part count gives the same numbers.
 template <int D, int KF>
-__global__ void __launch_bounds__(kThreads) select_score_kernel(
-    const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles, int tile_begin,
-    const KvElem<KF>* __restrict__ c1, SelectParams P, const float2* __restrict__ ml,
-    bf16* __restrict__ bscore, float* __restrict__ edge) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    select_score_kernel(const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles,
+                        int tile_begin, const KvElem<KF>* __restrict__ c1, SelectParams P,
+                        int pparts, const float2* __restrict__ ml, bf16* __restrict__ bscore,
+                        float* __restrict__ edge) {
   pdl_begin();  // launch_pdl: before any read or write
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int kBuf = kET * (D + 8);
-  bf16* buf = reinterpret_cast<bf16*>(smem_raw);                  // [2][kET][D + 8]
-  float* esc = reinterpret_cast<float*>(buf + 2 * kBuf);          // [kW][kET] entry scores
+  bf16* buf = reinterpret_cast<bf16*>(smem_raw);          // [2][kET][D + 8]
+  float* esc = reinterpret_cast<float*>(buf + 2 * kBuf);  // [kW][kET] entry scores
   const int2 tile = tiles[tile_begin + blockIdx.x];
   const int g = blockIdx.y, z = blockIdx.z;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, qc = (lane % 4) * 2;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, qr = lane / 4, t = lane % 4;
   TileRow tr;
   if (!tile_row(R, tile, warp, tr)) return;
-  const bool one = tr.s.split_row >= 0;  // a row of a split call: one row per tile
-  const int S = one ? int(gridDim.z) : 1;  // parts of the entries
+  const bool one = tr.s.split_row >= 0;         // a row of a split call: one row per tile
+  const int S = one ? P.score_splits : pparts;  // parts of the entries
   if (z >= S) return;
   const CacheGeom& G = P.g;
-  const long long n1 = num_entries(tr.L, G.k1, G.s1), n2 = num_entries(tr.L, G.k2, G.s2);
-  const long long cnt1 = visible_count(tr.t, n1, tr.s.num_tokens, G.k1, G.s1, tr.first);
+  const int n1 = int(num_entries(tr.L, G.k1, G.s1));
+  const long long n2 = num_entries(tr.L, G.k2, G.s2);
+  const int cnt1 = int(visible_count(tr.t, n1, tr.s.num_tokens, G.k1, G.s1, tr.first));
   const bool has2 = visible_count(tr.t, n2, tr.s.num_tokens, G.k2, G.s2, tr.first) > 0;
   const long long t_last = tr.s.past_len + (tile.x + tile.y - 1 - tr.s.token_begin);
-  const long long cmax = visible_count(t_last, n1, tr.s.num_tokens, G.k1, G.s1, tr.first);
+  const int cmax = int(visible_count(t_last, n1, tr.s.num_tokens, G.k1, G.s1, tr.first));
   const int64_t lrow = int64_t(blockIdx.x) * kW + warp;
-  // The row's normalisers: log2 l + m per head (rows qr and qr + 8 of the fragments).
-  // The 4 lanes of a head (lane % 4) each merge every 4th part, 8 loads issued before any
-  // merge, then combine by shuffles: a decode row's 32 parts are independent L2 loads, not a
-  // chain of 32 load-then-merge steps (warp-uniform: tr.active and has2 are the row's).
-  float lnorm[2] = {0.f, 0.f};
-  if (tr.active && has2) {
-    const int parts = one ? P.lse_splits : 1, t = lane % 4;
-    for (int h = 0; h < 2; ++h) {
-      const int head = g * 16 + lane / 4 + 8 * h;
-      const float2* src = ml + (lrow * P.nh + head) * P.lse_splits;
-      float m = -INFINITY, l = 0.f;
-      for (int base = t; base < parts; base += 32) {
-        float2 v[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-          v[i] = base + 4 * i < parts ? src[base + 4 * i] : make_float2(-INFINITY, 0.f);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) merge_ml(m, l, v[i].x, v[i].y);
-      }
-#pragma unroll
-      for (int o = 1; o <= 2; o <<= 1) {
-        const float m2 = __shfl_xor_sync(0xffffffffu, m, o), l2 = __shfl_xor_sync(0xffffffffu, l, o);
-        merge_ml(m, l, m2, l2);
-      }
-      lnorm[h] = m + log2f(l);
-    }
-  }
-  uint32_t qa[D / 16][4];
-  if (tr.active) load_q_frags<D>(qa, q, tr.row, P.nh, g, lane);
+  // lnorm of the lane's heads 2t, 2t + 1, 2t + 8, 2t + 9 (from the lanes 4·head of row_lnorm).
+  float lno[2] = {0.f, 0.f}, ln[4];
+  if (tr.active && has2) row_lnorm(lno, ml, lrow, P, g, one ? P.lse_splits : 1, lane);
+  ln[0] = __shfl_sync(0xffffffffu, lno[0], 8 * t);
+  ln[1] = __shfl_sync(0xffffffffu, lno[0], 8 * t + 4);
+  ln[2] = __shfl_sync(0xffffffffu, lno[1], 8 * t);
+  ln[3] = __shfl_sync(0xffffffffu, lno[1], 8 * t + 4);
+  uint32_t qb[D / 16][2][2];
+  if (tr.active) load_qt_frags<D>(qb, q, tr.row, P.nh, g, lane);
   const float sc = P.tau * kLog2e;
   const int r = G.bs / G.s1, nbt = kET / r;  // pool ratio, blocks per entry tile
-  const long long nb = (tr.L + G.bs - 1) / G.bs;
-  const int ntile = int((n1 + kET - 1) / kET);
+  const int nb = int((tr.L + G.bs - 1) / G.bs);
+  const int ntile = (n1 + kET - 1) / kET;
   const int per = (ntile + S - 1) / S, i0 = z * per, i1 = min(ntile, i0 + per);
   bf16* brow = bscore + (lrow * G.kvh + g) * P.nb_stride;
   float* erow = edge + (lrow * G.kvh + g) * P.et_stride;
   float* es = esc + warp * kET;
-  auto need = [&](int i) { return 1LL * i * kET < cmax; };  // some row of the tile sees it
-  if (i0 < i1 && need(i0)) load_entries<D, KF>(buf, c1, G, tr.pages, 1LL * i0 * kET, cmax, G.s1, g);
+  const EntryPages EP(tr.pages, G, G.s1);
+  const int aoff = ldsm_off<D>(lane);
+  // After the reduce-scatter lane (qr, t) holds entries 16·(2j + t1) + qr + 8·t0, j = 0, 1.
+  const int t0 = t & 1, t1 = t >> 1;
+  auto need = [&](int i) { return i * kET < cmax; };  // some row of the tile sees it
+  if (i0 < i1 && need(i0)) load_entries<D, KF>(buf, c1, EP, i0 * kET, cmax, g);
   cp_async_commit();
   for (int i = i0; i < i1; ++i) {
     if (i + 1 < i1 && need(i + 1))
-      load_entries<D, KF>(buf + ((i + 1 - i0) & 1) * kBuf, c1, G, tr.pages, 1LL * (i + 1) * kET, cmax, G.s1, g);
+      load_entries<D, KF>(buf + ((i + 1 - i0) & 1) * kBuf, c1, EP, (i + 1) * kET, cmax, g);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
     if (tr.active) {
-      float v[8][2];
-      if (has2 && 1LL * i * kET < cnt1) {
-        float s[8][4];
-        qk_tile<D>(s, qa, buf + ((i - i0) & 1) * kBuf, lane);
+      const int jbase = i * kET, lim = cnt1 - jbase;  // entries of the tile this row sees
+      if (has2 && lim > 0) {
+        const bf16* tb = buf + ((i - i0) & 1) * kBuf + aoff;
+        float v[8];  // [2·mt + k]: the lane's 4 heads of entry 16·mt + qr + 8k
 #pragma unroll
-        for (int n = 0; n < 8; ++n) {
+        for (int mt = 0; mt < 4; ++mt) {
+          float c[2][4];
+          st_mtile<D>(c, qb, tb, mt);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const long long j = 1LL * i * kET + n * 8 + qc + (e & 1);
-            s[n][e] = j < cnt1 ? exp2f(s[n][e] * sc - lnorm[e >> 1]) : 0.f;
+          for (int k = 0; k < 2; ++k) {
+            const float a0 = exp2f(c[0][2 * k] * sc - ln[0]) + exp2f(c[1][2 * k] * sc - ln[2]);
+            const float a1 =
+                exp2f(c[0][2 * k + 1] * sc - ln[1]) + exp2f(c[1][2 * k + 1] * sc - ln[3]);
+            v[2 * mt + k] = a0 + a1;
           }
-          v[n][0] = s[n][0] + s[n][2];  // the lane's two heads; the other 14 are across lanes
-          v[n][1] = s[n][1] + s[n][3];
+        }
+        // Reduce-scatter over the quad: xor 1 keeps the entries of parity t0, xor 2 of m-tile
+        // parity t1; each sum adds a lane's own part first.
+        float w[4], u[2];
 #pragma unroll
-          for (int o = 4; o <= 16; o <<= 1) {
-            v[n][0] += __shfl_xor_sync(0xffffffffu, v[n][0], o);
-            v[n][1] += __shfl_xor_sync(0xffffffffu, v[n][1], o);
-          }
-          v[n][0] = isnan(v[n][0]) ? 0.f : rb(v[n][0]);
-          v[n][1] = isnan(v[n][1]) ? 0.f : rb(v[n][1]);
+        for (int k = 0; k < 4; ++k)
+          w[k] = (t0 ? v[2 * k + 1] : v[2 * k]) +
+                 __shfl_xor_sync(0xffffffffu, t0 ? v[2 * k] : v[2 * k + 1], 1);
+#pragma unroll
+        for (int k = 0; k < 2; ++k)
+          u[k] = (t1 ? w[2 * k + 1] : w[2 * k]) +
+                 __shfl_xor_sync(0xffffffffu, t1 ? w[2 * k] : w[2 * k + 1], 2);
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          const int e = 16 * (2 * k + t1) + qr + 8 * t0;
+          es[e] = e < lim && !isnan(u[k]) ? rb(u[k]) : 0.f;
         }
       } else {
-#pragma unroll
-        for (int n = 0; n < 8; ++n) v[n][0] = v[n][1] = 0.f;
+        for (int e = lane; e < kET; e += 32) es[e] = 0.f;
       }
-      if (lane < 4)
-#pragma unroll
-        for (int n = 0; n < 8; ++n) es[n * 8 + qc] = v[n][0], es[n * 8 + qc + 1] = v[n][1];
       __syncwarp();
-      const long long jbase = 1LL * i * kET;
       for (int k = lane; k < nbt; k += 32) {
-        const long long b = 1LL * i * nbt + k;
+        const int b = i * nbt + k;
         if (b >= nb || b * r >= n1) continue;  // no entry of its own: the top-k kernel decides
         float mx = -INFINITY;
-        const int e1 = min(k * r + r, kET);
-        for (int e = max(k * r - 1, 0); e < e1 && jbase + e < n1; ++e) mx = fmaxf(mx, es[e]);
+        const int e1 = min(k * r + r, min(kET, n1 - jbase));
+        for (int e = max(k * r - 1, 0); e < e1; ++e) mx = fmaxf(mx, es[e]);
         brow[b] = f2b(mx);
       }
       if (lane == 0) erow[i] = jbase + kET - 1 < n1 ? es[kET - 1] : -INFINITY;
@@ -328,148 +408,45 @@ __global__ void __launch_bounds__(kThreads) select_score_kernel(
   }
 }
 
-// bf16 bits -> 16-bit key in float order (larger float, larger key).
-__device__ __forceinline__ uint32_t order_key(float v) {
-  const bf16 b = f2b(v);
-  const uint32_t x = *reinterpret_cast<const uint16_t*>(&b);
-  return (x & 0x8000u) ? (~x & 0xffffu) : (x | 0x8000u);
-}
-
-// Threads of a top-k block: 128 for steps of prompt rows (one block per row, many rows);
-// 512 for steps with decode rows, where a handful of blocks scan every block of a long
-// context (2048 at 128K) and the kernel's latency is the step's.
-constexpr int kTopkThreads = 128, kTopkThreadsDecode = 512;
-
-// The bin (of 256) holding the need-th largest key: returns it, and in *above the number of
-// keys in higher bins. Warp 0 scans; lane i owns bins 255 − 8i .. 248 − 8i.
-__device__ __forceinline__ void find_bin(const int* hist, int need, int* out_bin, int* out_above) {
-  const int lane = threadIdx.x % 32;
-  int c = 0;
-  for (int k = 0; k < 8; ++k) c += hist[255 - 8 * lane - k];
-  int incl = c;
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += y;
-  }
-  const unsigned hit = __ballot_sync(0xffffffffu, incl >= need);
-  if (lane == __ffs(hit) - 1) {
-    int acc = incl - c;
-    for (int k = 0; k < 8; ++k) {
-      const int bin = 255 - 8 * lane - k;
-      if (acc + hist[bin] >= need) {
-        *out_bin = bin;
-        *out_above = acc;
-        break;
-      }
-      acc += hist[bin];
-    }
-  }
-}
-
-//                                    grid: (tiles · kW, kvh), block: NT
-template <int NT>
-__global__ void __launch_bounds__(NT) select_topk_kernel(
-    StepRows R, const int2* __restrict__ tiles, int tile_begin, SelectParams P,
-    const bf16* __restrict__ bscore, const float* __restrict__ edge, int32_t* __restrict__ sel,
-    int32_t* __restrict__ sel_cnt) {
-  pdl_begin();  // launch_pdl: before any read or write
-  extern __shared__ uint16_t keys[];  // [nb_stride]
-  __shared__ int hist[256];
-  __shared__ int sh_bin, sh_above;
-  using Scan = cub::BlockScan<int, NT>;
-  __shared__ typename Scan::TempStorage scan_tmp;
-  const int w = blockIdx.x % kW, g = blockIdx.y, tid = threadIdx.x;
-  const int2 tile = tiles[tile_begin + blockIdx.x / kW];
-  if (w >= tile.y) return;
-  const int64_t row = tile.x + w;
-  const DevSeq s = R.seqs[R.row_seq[row]];
-  if (!s.sparse) return;
-  const CacheGeom& G = P.g;
-  const long long t = s.past_len + (row - s.token_begin), L = s.past_len + s.num_tokens;
-  const int nb = int((L + G.bs - 1) / G.bs), qb = int(t / G.bs), r = G.bs / G.s1;
-  const long long n1 = num_entries(L, G.k1, G.s1);
-  const int K = min(P.total_topk, nb);
-  int32_t* out = sel + (row * G.kvh + g) * P.total_topk;
-  if (K == nb) {  // every block is selected; those after the query's are dropped
-    for (int b = tid; b <= qb; b += NT) out[b] = b;
-    if (tid == 0) sel_cnt[row * G.kvh + g] = qb + 1;
-    return;
-  }
-  const int64_t lrow = int64_t(blockIdx.x / kW) * kW + w;
-  const bf16* brow = bscore + (lrow * G.kvh + g) * P.nb_stride;
-  const float* erow = edge + (lrow * G.kvh + g) * P.et_stride;
-  for (int b = tid; b < nb; b += NT) {
-    float v;
-    if (b < P.init_blocks || (b >= qb - P.local_blocks && b <= qb)) {
-      v = INFINITY;
-    } else if (max(1LL * b * r - 1, 0LL) >= n1) {
-      v = -INFINITY;  // no level-1 entry overlaps the block
-    } else {
-      v = 1LL * b * r < n1 ? b2f(brow[b]) : -INFINITY;
-      if (b > 0 && (b * r) % kET == 0) v = fmaxf(v, erow[(b * r) / kET - 1]);
-    }
-    keys[b] = uint16_t(order_key(v));
-  }
-  for (int i = tid; i < 256; i += NT) hist[i] = 0;
-  __syncthreads();
-  for (int b = tid; b < nb; b += NT) atomicAdd(&hist[keys[b] >> 8], 1);
-  __syncthreads();
-  if (tid < 32) find_bin(hist, K, &sh_bin, &sh_above);
-  __syncthreads();
-  const int hi = sh_bin, above1 = sh_above;
-  __syncthreads();
-  for (int i = tid; i < 256; i += NT) hist[i] = 0;
-  __syncthreads();
-  for (int b = tid; b < nb; b += NT)
-    if ((keys[b] >> 8) == hi) atomicAdd(&hist[keys[b] & 255], 1);
-  __syncthreads();
-  if (tid < 32) find_bin(hist, K - above1, &sh_bin, &sh_above);
-  __syncthreads();
-  const uint32_t thr = uint32_t(hi << 8 | sh_bin);
-  const int ties_take = K - above1 - sh_above;  // keys equal to thr taken, lowest index first
-  // Each thread a contiguous range of blocks, so ranks and output follow the block order.
-  const int per = (nb + NT - 1) / NT;
-  const int b0 = min(nb, tid * per), b1 = min(nb, b0 + per);
-  int ties = 0;
-  for (int b = b0; b < b1; ++b) ties += keys[b] == thr;
-  int tie_rank;
-  Scan(scan_tmp).ExclusiveSum(ties, tie_rank);
-  __syncthreads();
-  int n_out = 0;
-  for (int b = b0, tr_ = tie_rank; b < b1; ++b) {
-    const bool take = keys[b] > thr || (keys[b] == thr && tr_++ < ties_take);
-    n_out += take && b <= qb;
-  }
-  int pos, total;
-  Scan(scan_tmp).ExclusiveSum(n_out, pos, total);
-  for (int b = b0, tr_ = tie_rank; b < b1; ++b) {
-    const bool take = keys[b] > thr || (keys[b] == thr && tr_++ < ties_take);
-    if (take && b <= qb) out[pos++] = b;
-  }
-  if (tid == 0) sel_cnt[row * G.kvh + g] = total;
-}
-
 template <int D, int KF>
 void launch_select_d(const bf16* q, const StepRows& s, const int2* tiles, int tile_begin,
                      int n_tiles, const void* c1, const void* c2, const SelectParams& p,
                      const SelectWork& w, cudaStream_t st) {
   const size_t smem_lse = size_t(2) * kET * (D + 8) * 2;
   const size_t smem_score = smem_lse + size_t(kW) * kET * 4;
+  // Entry-tile parts of unsplit rows' score blocks: a chunk of 256 tiles × 2 KV heads is 512
+  // equal blocks, 1.3 rounds of the H200's 132 SMs × 3, so the second round would run a
+  // third full; the part count minimising rounds / parts (rounds = ceil(blocks · parts /
+  // resident blocks)), up to 8, a smaller count unless 3 % better.
+  static int slots = 0;  // resident score blocks: kMinBlocks per SM (80 registers, <= 37 KB smem)
+  if (slots == 0) {
+    int dev = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    slots = std::max(1, sms * kMinBlocks);
+  }
+  const long long blocks = 1LL * n_tiles * p.g.kvh;
+  int pparts = 1;
+  double best = double(ceil_div(blocks, slots));
+  for (int z = 2; z <= 8; ++z) {
+    const double r = double(ceil_div(blocks * z, slots)) / z;
+    if (r < 0.97 * best) best = r, pparts = z;
+  }
   launch_pdl(select_lse_kernel<D, KF>,
              dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(p.lse_splits)), kThreads, smem_lse,
              st, q, s, tiles, tile_begin, static_cast<const KvElem<KF>*>(c2), p, w.ml);
   CUDA_CHECK_LAUNCH();
   launch_pdl(select_score_kernel<D, KF>,
-             dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(p.score_splits)), kThreads,
-             smem_score, st, q, s, tiles, tile_begin, static_cast<const KvElem<KF>*>(c1), p, w.ml,
-             w.bscore, w.edge);
+             dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(std::max(p.score_splits, pparts))),
+             kThreads, smem_score, st, q, s, tiles, tile_begin, static_cast<const KvElem<KF>*>(c1),
+             p, pparts, w.ml, w.bscore, w.edge);
   CUDA_CHECK_LAUNCH();
 }
 
 template <int D>
-void launch_select_fmt(int kf, const bf16* q, const StepRows& s, const int2* tiles,
-                       int tile_begin, int n_tiles, const void* c1, const void* c2,
-                       const SelectParams& p, const SelectWork& w, cudaStream_t st) {
+void launch_select_fmt(int kf, const bf16* q, const StepRows& s, const int2* tiles, int tile_begin,
+                       int n_tiles, const void* c1, const void* c2, const SelectParams& p,
+                       const SelectWork& w, cudaStream_t st) {
   if (kf == kKvE4m3)
     launch_select_d<D, kKvE4m3>(q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st);
   else if (kf == kKvE5m2)
@@ -478,45 +455,28 @@ void launch_select_fmt(int kf, const bf16* q, const StepRows& s, const int2* til
     launch_select_d<D, kKvAct>(q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st);
 }
 
-template <int NT>
-void launch_topk(const StepRows& s, const int2* tiles, int tile_begin, int n_tiles,
-                 const SelectParams& p, const SelectWork& w, int32_t* sel, int32_t* sel_cnt,
-                 cudaStream_t st) {
-  const size_t smem = select_topk_smem_bytes(p.nb_stride);
-  static size_t smem_set = 48 * 1024;  // static shared memory counts too: ask for what is needed
-  if (smem > smem_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(select_topk_kernel<NT>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    smem_set = smem;
-  }
-  launch_pdl(select_topk_kernel<NT>, dim3(unsigned(n_tiles * kW), unsigned(p.g.kvh)), NT, smem, st,
-             s, tiles, tile_begin, p, w.bscore, w.edge, sel, sel_cnt);
-  CUDA_CHECK_LAUNCH();
-}
-
 }  // namespace
 
-bool infllm_head_dim_supported(int d) { return d == 16 || d == 32 || d == 64 || d == 128; }
-
-size_t select_topk_smem_bytes(int nb_stride) { return size_t(nb_stride) * 2; }
-
-void launch_infllm_select(int d, const bf16* q, const StepRows& s, const int2* tiles,
-                          int tile_begin, int n_tiles, const void* c1, const void* c2,
-                          const SelectParams& p, const SelectWork& w, int32_t* sel,
-                          int32_t* sel_cnt, cudaStream_t st, int kf) {
-  if (n_tiles <= 0) return;
+void launch_infllm_select_scores(int d, const bf16* q, const StepRows& s, const int2* tiles,
+                                 int tile_begin, int n_tiles, const void* c1, const void* c2,
+                                 const SelectParams& p, const SelectWork& w, cudaStream_t st,
+                                 int kf) {
   switch (d) {
-    case 16: launch_select_fmt<16>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
-    case 32: launch_select_fmt<32>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
-    case 64: launch_select_fmt<64>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
-    case 128: launch_select_fmt<128>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st); break;
-    default: return;
+    case 16:
+      launch_select_fmt<16>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st);
+      break;
+    case 32:
+      launch_select_fmt<32>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st);
+      break;
+    case 64:
+      launch_select_fmt<64>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st);
+      break;
+    case 128:
+      launch_select_fmt<128>(kf, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st);
+      break;
+    default:
+      return;  // launch_infllm_select admits infllm_head_dim_supported only
   }
-  // lse_splits > 1: the step has decode rows (see SelectParams).
-  if (p.lse_splits > 1)
-    launch_topk<kTopkThreadsDecode>(s, tiles, tile_begin, n_tiles, p, w, sel, sel_cnt, st);
-  else
-    launch_topk<kTopkThreads>(s, tiles, tile_begin, n_tiles, p, w, sel, sel_cnt, st);
 }
 
 }  // namespace sala::cuda
