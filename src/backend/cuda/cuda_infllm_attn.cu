@@ -323,13 +323,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
         l0 = l0 * c0 + sum0, l1 = l1 * c1 + sum1;
         m0 = mn0, m1 = mn1;
-        // O's rescale only when some row's maximum grew (c != 1; a product by 1 is exact, so
-        // skipping it changes no bit): later tiles of a row rarely raise it, and the rescale
-        // was 64 of a half's ~80 FMULs.
-        if (__any_sync(0xffffffffu, c0 != 1.f || c1 != 1.f)) {
 #pragma unroll
-          for (int n = 0; n < D / 8; ++n) o[n][0] *= c0, o[n][1] *= c0, o[n][2] *= c1, o[n][3] *= c1;
-        }
+        for (int n = 0; n < D / 8; ++n) o[n][0] *= c0, o[n][1] *= c0, o[n][2] *= c1, o[n][3] *= c1;
           // O += P V, P = hi + lo; V fragments by ldmatrix.trans (keys are the k dimension).
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk) {

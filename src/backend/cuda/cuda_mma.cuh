@@ -89,17 +89,14 @@ __device__ __forceinline__ void mbar_arrive_cp_async(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
 // Returns once the phase of parity `parity` has completed (acquire: the data it guards is
-// visible). try_wait lets the hardware suspend the warp on sm_90 until the phase completes or
-// a time limit passes; the limit is given (10^7 ns, as CUTLASS's ClusterBarrier::wait does):
-// with the default one, stage 2's waits polled ≈ 30 times a tile, a sixth of the kernel's
-// instructions (session 14's ncu source counters). test_wait polls before sm_90.
+// visible). try_wait lets the hardware suspend the warp on sm_90; test_wait polls before.
 __device__ __forceinline__ void mbar_wait_at(uint32_t bar, uint32_t parity) {
   uint32_t done;
   do {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared.b64 p, [%1], %2, %3;\n"
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared.b64 p, [%1], %2;\n"
                  " selp.b32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done) : "r"(bar), "r"(parity), "r"(0x989680) : "memory");
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
 #else
     asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared.b64 p, [%1], %2;\n"
                  " selp.b32 %0, 1, 0, p;\n}\n"
