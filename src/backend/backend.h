@@ -345,11 +345,6 @@ struct BackendOptions {
   // written by append / compress, read by selection, flash, stage 2 and dense attention,
   // cuda_kv_fp8.cuh) and refuses it in fp32 mode (sala::Error).
   KvCacheDtype kv_cache_dtype = KvCacheDtype::Auto;
-  // CUDA, bf16 mode: InfLLM-v2 stage 1 with the row-per-warp level-1 / level-2 kernels
-  // (cuda_infllm_select_v1.cu) instead of the transposed ones (cuda_infllm_select.cu), kept
-  // for one A/B on the H200 (`sala bench offline --select-v1`,
-  // CudaOps.SparseLayerInfLLMv2SelectV1); delete after the A/B.
-  bool select_v1 = false;
   // CUDA: the most fp32 entries of the lightning chunk kernels' per-chunk state workspace;
   // longer calls walk their chunks in windows that fit (cuda_lightning_chunk3.cu). 0: 32 Mi
   // (128 MB). The results do not depend on it; tests set small values to force windows.

@@ -47,7 +47,6 @@ struct Args {
   int decode_in = 128, decode_out = 512, prefill_in = 4096, threads = 0;
   bool bf16 = false;
   bool disable_cuda_graph = false;
-  bool select_v1 = false;  // BackendOptions::select_v1 (the stage-1 A/B; delete after it)
   std::string quantization;  // "" | fp8 (BackendOptions::fp8_weights) | w4a16 (int4_group_size)
   int64_t profile_ops = 0;  // BackendOptions::profile_ops
   std::string kv_cache_dtype = "auto";  // BackendOptions::kv_cache_dtype
@@ -323,7 +322,6 @@ int run(const Args& a) {
   sala::BackendOptions bo{bf16 ? sala::NumericMode::BF16 : sala::NumericMode::F32, a.threads};
   bo.cuda_graphs = !a.disable_cuda_graph;
   bo.profile_ops = a.profile_ops;
-  bo.select_v1 = a.select_v1;
   if (a.quantization == "fp8")
     bo.fp8_weights = true;
   else if (a.quantization == "w4a16")
@@ -492,9 +490,6 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
                  "fp8: W8A8 e4m3 projections quantized at load (BackendOptions::fp8_weights); "
                  "w4a16: int4 projections, group 128, RTN at load (BackendOptions::int4_group_size)");
   app.add_flag("--disable-cuda-graph", a->disable_cuda_graph, "CUDA: run decode steps without CUDA graphs");
-  app.add_flag("--select-v1", a->select_v1,
-               "CUDA: InfLLM-v2 stage 1 with the row-per-warp kernels instead of the transposed "
-               "ones (BackendOptions::select_v1 = true; the A/B, to be deleted after it)");
   app.add_option("--profile-ops", a->profile_ops,
                  "CUDA: GPU time per op at exit, over the steps of >= N rows (N < 0: <= -N rows; "
                  "steps recorded as graphs are not timed)");

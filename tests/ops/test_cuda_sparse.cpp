@@ -47,7 +47,6 @@ struct SparseCase {
   // Both backends' KV cache dtype and (FP8) every sparse layer's K / V scales.
   KvCacheDtype kv = KvCacheDtype::Auto;
   KvScales kv_scale{};
-  bool select_v1 = false;  // the GPU backend's BackendOptions::select_v1
 };
 
 struct SparseTally {
@@ -86,7 +85,6 @@ SparseTally run_sparse(const SparseCase& c, std::vector<std::vector<float>>* gpu
   BackendOptions gpu_opts;
   gpu_opts.attn_min_blocks = c.attn_min_blocks;
   gpu_opts.kv_cache_dtype = c.kv;
-  gpu_opts.select_v1 = c.select_v1;
   const ModelConfig lc = layer_config(nh, kvh, d, 4, 16, c.sp);
   LayerHarness H(lc, c.page_size, max_len, final_len.rbegin()->first + 1, c.mode, gpu_opts,
                  std::vector<KvScales>(size_t(lc.num_sparse_layers()), c.kv_scale));
@@ -96,7 +94,7 @@ SparseTally run_sparse(const SparseCase& c, std::vector<std::vector<float>>* gpu
                       : "";
   const std::string tag = kv_tag + std::string(f32 ? "fp32 " : "") + c.label + " nh" + std::to_string(nh) +
                           " kvh" + std::to_string(kvh) + " d" + std::to_string(d) +
-                          (c.dense_as_sparse ? " das" : "") + (c.select_v1 ? " select-v1" : "");
+                          (c.dense_as_sparse ? " das" : "");
   const int K = c.sp.total_topk();
   SparseTally n;
   double cpu_s = 0, gpu_s = 0;
@@ -364,20 +362,6 @@ const std::vector<Calls>& released_steps() {
       {{0, 1}, {1, 1}},                                    // 8256; 8209
   };
   return steps;
-}
-
-// The row-per-warp stage-1 kernels (BackendOptions::select_v1, kept for the H200 A/B against
-// the transposed ones; delete with them): the criteria of SparseLayerInfLLMv2 and
-// SparseLayerScaledLong.
-TEST(CudaOps, SparseLayerInfLLMv2SelectV1) {
-  REQUIRE_GPU();
-  SparseCase a{"tiny", 32, 2, 128, tiny_sparse(), 16, kTinySteps};
-  a.select_v1 = true;
-  run_sparse(a);
-  SparseCase c{"scaled", 16, 1, 128, scaled_sparse(), 128, scaled_steps(), 1};
-  c.select_v1 = true;
-  const SparseTally n = run_sparse(c);
-  EXPECT_GT(n.topk_rows, 5000) << "the scaled case must exercise real top-k";
 }
 
 // ---- fp32 mode (both backends NumericMode::F32): the same cases, exact selections --------------

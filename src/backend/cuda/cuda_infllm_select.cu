@@ -23,7 +23,8 @@
 // so from the same (m, l) the scores are the former kernel's bit for bit; the level-2 sums
 // add per lane over the tiles first, so m is the same and l differs in the last fp32 bits
 // (then a rare bf16 score flips by one ulp). scripts/select_sim/run.sh runs these kernels
-// on the host against the former ones (cuda_infllm_select_v1.cu) and a double reference.
+// on the host against the former ones (git 8002222's row-per-warp kernels, 1.9x slower on
+// the H200 at the last chunk of a 128K prompt, session 14) and a double reference.
 // grid.z splits the entries of rows of split calls (decode and verify rows,
 // DevSeq::split_row: one row per tile); their partial (m, l) go to SelectWork::ml and are
 // merged by the score kernel in part order.

@@ -1,7 +1,6 @@
 // InfLLM-v2 block selection, step 3 (SPEC §9.5; CPU twin: backend/cpu/infllm_rules.h) and the
 // entry point of the whole stage: launch_infllm_select runs the level-2 / level-1 scoring
-// kernels (cuda_infllm_select.cu, or the row-per-warp ones of cuda_infllm_select_v1.cu under
-// BackendOptions::select_v1), then select_topk_kernel per (row, KV head): forced blocks
+// kernels (cuda_infllm_select.cu), then select_topk_kernel per (row, KV head): forced blocks
 // (+inf), the SPEC §9.5 pool maximum completed with the entry tiles' edges, top-k by
 // (score desc, index asc) as a 16-bit radix select over the bf16 scores, blocks after the
 // query's dropped, the rest written in ascending order to sel / sel_cnt.
@@ -162,12 +161,9 @@ size_t select_topk_smem_bytes(int nb_stride) { return size_t(nb_stride) * 2; }
 void launch_infllm_select(int d, const bf16* q, const StepRows& s, const int2* tiles,
                           int tile_begin, int n_tiles, const void* c1, const void* c2,
                           const SelectParams& p, const SelectWork& w, int32_t* sel,
-                          int32_t* sel_cnt, cudaStream_t st, int kf, bool v1) {
+                          int32_t* sel_cnt, cudaStream_t st, int kf) {
   if (n_tiles <= 0 || !infllm_head_dim_supported(d)) return;
-  if (v1)
-    launch_infllm_select_scores_v1(d, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st, kf);
-  else
-    launch_infllm_select_scores(d, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st, kf);
+  launch_infllm_select_scores(d, q, s, tiles, tile_begin, n_tiles, c1, c2, p, w, st, kf);
   // lse_splits > 1: the step has decode rows (see SelectParams).
   if (p.lse_splits > 1)
     launch_topk<kTopkThreadsDecode>(s, tiles, tile_begin, n_tiles, p, w, sel, sel_cnt, st);

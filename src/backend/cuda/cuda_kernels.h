@@ -332,22 +332,16 @@ size_t select_topk_smem_bytes(int nb_stride);
 // Selection of the rows of tiles[tile_begin, tile_begin + n_tiles): sel[T, kvh, total_topk]
 // (ascending block ids), sel_cnt[T, kvh]. c1, c2: bf16, or FP8 codes (kf kKvE4m3 / kKvE5m2)
 // whose K scale the caller has multiplied into p.tau (the scores are tau · q · (code · scale)).
-// v1: the row-per-warp level-1 / level-2 kernels (BackendOptions::select_v1, the A/B).
 void launch_infllm_select(int d, const bf16* q, const StepRows& s, const int2* tiles,
                           int tile_begin, int n_tiles, const void* c1, const void* c2,
                           const SelectParams& p, const SelectWork& w, int32_t* sel,
-                          int32_t* sel_cnt, cudaStream_t st, int kf = kKvAct, bool v1 = false);
-// Its level-2 (SelectWork::ml) and level-1 (bscore, edge) kernels (cuda_infllm_select.cu),
-// and the row-per-warp ones that write the same (cuda_infllm_select_v1.cu; delete after the
-// A/B); launch_infllm_select then runs the top-k kernel (cuda_infllm_topk.cu).
+                          int32_t* sel_cnt, cudaStream_t st, int kf = kKvAct);
+// Its level-2 (SelectWork::ml) and level-1 (bscore, edge) kernels (cuda_infllm_select.cu);
+// launch_infllm_select then runs the top-k kernel (cuda_infllm_topk.cu).
 void launch_infllm_select_scores(int d, const bf16* q, const StepRows& s, const int2* tiles,
                                  int tile_begin, int n_tiles, const void* c1, const void* c2,
                                  const SelectParams& p, const SelectWork& w, cudaStream_t st,
                                  int kf);
-void launch_infllm_select_scores_v1(int d, const bf16* q, const StepRows& s, const int2* tiles,
-                                    int tile_begin, int n_tiles, const void* c1, const void* c2,
-                                    const SelectParams& p, const SelectWork& w, cudaStream_t st,
-                                    int kf);
 struct SparseAttnParams {
   CacheGeom g;
   int nh;

@@ -136,7 +136,7 @@ void SparseRunner::attention_t(int si, const Tensor& q, const Tensor& k, const T
       for (int t0 = 0; t0 < sd.n_tiles; t0 += kSelectChunkTiles)
         launch_infllm_select(d, ptr<const bf16>(q), rows, sd.tiles, t0,
                              std::min(kSelectChunkTiles, sd.n_tiles - t0), sc.c1, sc.c2, P,
-                             select_work_, sel_, sel_cnt_, stream_, kv_fmt_, select_v1_);
+                             select_work_, sel_, sel_cnt_, stream_, kv_fmt_);
     } else {
       launch_f32_select(ptr<const float>(q), rows, cache.c1, cache.c2, P, max_smem_optin_, sel_,
                         sel_cnt_, stream_);

@@ -13,7 +13,7 @@ namespace sala::cuda_host {
 using namespace sala::cuda;
 
 SparseRunner::SparseRunner(bool bf16_mode, int max_smem_optin, int attn_min_blocks,
-                           bool select_v1, cudaStream_t stream, DeviceArena& arena, const StepPlan& plan,
+                           cudaStream_t stream, DeviceArena& arena, const StepPlan& plan,
                            GraphCache& graphs, OpTimer& timer)
     : bf16_(bf16_mode), max_smem_optin_(max_smem_optin), stream_(stream), arena_(arena),
       plan_(plan), graphs_(graphs), timer_(timer) {
@@ -21,7 +21,6 @@ SparseRunner::SparseRunner(bool bf16_mode, int max_smem_optin, int attn_min_bloc
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   min_blocks_ = attn_min_blocks > 0 ? attn_min_blocks : std::max(1, sms / 2);
-  select_v1_ = select_v1;
 }
 
 void SparseRunner::init(const ModelConfig& cfg, const CacheShape& shape, int kv_fmt,

@@ -25,11 +25,9 @@ namespace sala::cuda_host {
 
 class SparseRunner {
  public:
-  // attn_min_blocks: BackendOptions::attn_min_blocks (0: SMs / 2); select_v1:
-  // BackendOptions::select_v1.
-  SparseRunner(bool bf16_mode, int max_smem_optin, int attn_min_blocks, bool select_v1,
-               cudaStream_t stream, DeviceArena& arena, const StepPlan& plan, GraphCache& graphs,
-               OpTimer& timer);
+  // attn_min_blocks: BackendOptions::attn_min_blocks (0: SMs / 2).
+  SparseRunner(bool bf16_mode, int max_smem_optin, int attn_min_blocks, cudaStream_t stream,
+               DeviceArena& arena, const StepPlan& plan, GraphCache& graphs, OpTimer& timer);
   SparseRunner(const SparseRunner&) = delete;
   SparseRunner& operator=(const SparseRunner&) = delete;
 
@@ -70,8 +68,7 @@ class SparseRunner {
 
   bool bf16_;
   int max_smem_optin_;
-  int min_blocks_;
-  bool select_v1_;  // BackendOptions::select_v1 (the stage-1 A/B)  // stage-2 decode grid target (decode_parts_per_block)
+  int min_blocks_;  // stage-2 decode grid target (decode_parts_per_block)
   cudaStream_t stream_;
   DeviceArena& arena_;
   const StepPlan& plan_;
