@@ -8,13 +8,15 @@
 //                   sequences per step, carried states, decode after; default workspace and
 //                   one that forces windows of chunks and groups of sequences
 //   Speed           us per call, nh 32, d 128, T 2048 and 8192 (the fp32 CUDA-core kernels
-//                   they replaced in bf16 mode: 1.4x slower on the H200, session 14)
+//                   they replaced in bf16 mode: 1.4x slower on the H200, session 14); the
+//                   timed calls repeat the first one's bits
 // Without a GPU the GPU tests GTEST_SKIP (cuda_test_util.h).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -278,6 +280,8 @@ TEST(CudaLightningTc, Speed) {
     Tensor o = be->alloc(T, C, DType::BF16);
     for (int i = 0; i < 3; ++i) be->lightning_attention(0, q, k, v, slopes, scale, o);
     be->synchronize();
+    std::vector<float> first(size_t(T * C)), last(size_t(T * C));
+    be->download_f32(o, first.data());  // a first call (no past state): the timed calls repeat it
     const int iters = 20;
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) be->lightning_attention(0, q, k, v, slopes, scale, o);
@@ -285,6 +289,9 @@ TEST(CudaLightningTc, Speed) {
     const double us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
     std::printf("[ gla tc ] T %5d nh %d d %d: %9.1f us per call\n", T, nh, d, us);
+    be->download_f32(o, last.data());
+    EXPECT_EQ(std::memcmp(first.data(), last.data(), first.size() * 4), 0)
+        << "T " << T << ": the same call gave other bits";
   }
 }
 
