@@ -47,19 +47,13 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t* r, uint32_t a) {
 
 // Four 8×8 bf16 matrices, transposed: lane l gives the address of row l%8 of matrix l/8.
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const bf16* row_addr) {
-  const uint32_t a = uint32_t(__cvta_generic_to_shared(row_addr));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
+  ldsm_x4_trans(r, uint32_t(__cvta_generic_to_shared(row_addr)));
 }
 
 // Four 8×8 bf16 matrices (A fragments of m16n8k16 from a row-major 16×16 tile when lane l
 // gives row (l % 8) + 8·((l / 8) % 2), column 8·(l / 16)).
 __device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const bf16* row_addr) {
-  const uint32_t a = uint32_t(__cvta_generic_to_shared(row_addr));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
+  ldsm_x4(r, uint32_t(__cvta_generic_to_shared(row_addr)));
 }
 
 // 16-byte global -> shared copy; src_bytes 0 writes zeros (rows past the end).
