@@ -102,8 +102,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Walk wk(ntiles, o.silu_pair, s);
   const auto* wb = reinterpret_cast<const uint8_t*>(w);
   const int64_t row_bytes = int64_t(K) * 2;
+  Cursor cur;
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) wk.issue(i, ring, s, wb, row_bytes, N);
+  for (int i = 0; i < kStages - 1; ++i) issue_stage(wk, cur, ring, s, wb, row_bytes, N);
   pdl_wait();  // every CTA, tiles or not: x and y only after the preceding grid completed
   const XRows xr{reinterpret_cast<const uint8_t*>(x), ldx * 2, M, g};
   const uint4 z = make_uint4(0, 0, 0, 0);
@@ -116,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       xr.load(X, 0, c0, t, s.ce);  // group 0 from L1/L2, in flight while waiting for W
       cp_wait<kStages - 2>();
       __syncwarp();  // every lane's copies of stage u landed; slot (u - 1) % S read
-      wk.issue(u + kStages - 1, ring, s, wb, row_bytes, N);  // kStages - 1 stay in flight
+      issue_stage(wk, cur, ring, s, wb, row_bytes, N);  // stage u + 2: kStages - 1 in flight
       const uint32_t base = ring + (u % kStages) * kStage;
       uint4 A[2][4], B[2][4];
 #pragma unroll

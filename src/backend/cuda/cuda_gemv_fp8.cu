@@ -191,8 +191,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* sxs = reinterpret_cast<float*>(smem + kRingBytes + kRedBytes + kGateBytes);
   const Slice s(K / kChunkK, warp);
   const Walk wk(ntiles, o.silu_pair, s);
+  Cursor cur;
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) wk.issue(i, ring, s, w, K, N);
+  for (int i = 0; i < kStages - 1; ++i) issue_stage(wk, cur, ring, s, w, K, N);
   pdl_wait();  // every CTA, tiles or not: x and y only after the preceding grid completed
   load_row_scales(sx, M, sxs);
   const XRows xr{x, ldx, M, g};
@@ -211,7 +212,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int st = 0; st < wk.nst; ++st, ++u) {
       const int c0 = s.cb + st * kCps;
       __syncwarp();  // every lane's reads of slot (u - 1) % S (iteration u - 1) done
-      wk.issue(u + kStages - 1, ring, s, w, K, N);  // refill it: stages u .. u + 2 in flight
+      issue_stage(wk, cur, ring, s, w, K, N);  // refill it (stage u + 2): u .. u + 2 in flight
       [[maybe_unused]] uint4 Xn[G][4];  // stage u + 1's: the next chunks, or the next tile's
       if constexpr (kAhead)
         xr.load(Xn, 0, st + 1 < wk.nst ? c0 + kCps : s.cb, t, u + 1 < wk.U ? s.ce : 0);

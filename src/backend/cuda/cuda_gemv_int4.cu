@@ -65,7 +65,7 @@ constexpr int kPass = 8;                                   // epilogue columns p
 constexpr int kRed4Bytes = kWarps * kRows * (kPass + 1) * 4;  // 9,216
 constexpr int kRingSmem = kRingBytes + kScaleBytes + kRed4Bytes + kGateBytes;  // 229,376
 static_assert(kRingSmem <= kRingMaxSmem, "the int4 ring does not fit an sm_90 SM");
-static_assert(kRows == 32, "issue4: lane l copies the scales of tile row l");
+static_assert(kRows == 32, "ScaleCopies: lane l copies the scales of tile row l");
 
 __device__ __forceinline__ void cp4(uint32_t dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
@@ -156,32 +156,28 @@ struct Unscaled {  // the scales are applied per group, before the epilogue
   __device__ float operator()(float v, int) const { return v; }
 };
 
-// The weights of stage u (Walk::issue's copy, rows of K / 2 bytes) and their scales: lane l
-// copies the scales of row n0 + l for the stage's chunk groups v = 0..3 (one cp.async of 4 B
-// each; a group past the slice's end is not copied and never read). One commit group per call.
-__device__ __forceinline__ void issue4(const Walk& wk, int u, uint32_t ring, uint32_t sring,
-                                       const Slice& s, const uint8_t* __restrict__ w,
-                                       int64_t row_bytes, int64_t N,
-                                       const float* __restrict__ ws, int64_t gpr, int group) {
-  if (u < wk.U) {
-    const int ti = u / wk.nst, c0 = s.cb + (u - ti * wk.nst) * kCps, nv = min(kCps, s.ce - c0);
-    const int64_t n0 = int64_t(wk.tile(ti)) * kRows;
-    const uint32_t dst = ring + (u % kStages) * kStage;
+// The scale copies of a stage, in its commit group (issue_stage's extra copies): lane l copies
+// the scales of row n0 + l for the stage's chunk groups v = 0..3 (one cp.async of 4 B each; a
+// group past the slice's end is not copied and never read). Chunk group cg = c0 / 4 + v has
+// scale group cg / a (a = group / 128): kept in cur.q, cur.r (cg = q a + r) without a division,
+// restarted at each tile's first stage from the slice's first chunk group (qb, rb).
+struct ScaleCopies {
+  uint32_t sring;
+  const float* __restrict__ ws;
+  int64_t gpr, N;
+  int a, qb, rb;
+  __device__ __forceinline__ void operator()(Cursor& cur, int64_t n0, int, int nv) const {
     const int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int j = 0; j < kRows * kCps / 32; ++j) {
-      const int q = j * 32 + lane, r = q / kCps, c = q % kCps;
-      if (c < nv)
-        cp16(dst + row_off(r) + c * 16, w + min(n0 + r, N - 1) * row_bytes + int64_t(c0 + c) * 16);
-    }
-    const uint32_t sd = sring + (u % kStages) * kScaleStage + lane * 16;
+    if (cur.st == 0) cur.q = qb, cur.r = rb;
+    const uint32_t sd = sring + cur.slot * kScaleStage + lane * 16;
     const float* srow = ws + min(n0 + lane, N - 1) * gpr;
 #pragma unroll
-    for (int v = 0; v < 4; ++v)
-      if (4 * v < nv) cp4(sd + 4 * v, srow + int64_t(c0 + 4 * v) * kChunkK / group);
+    for (int v = 0; v < 4; ++v) {
+      if (4 * v < nv) cp4(sd + 4 * v, srow + cur.q);
+      if (++cur.r == a) cur.r = 0, ++cur.q;
+    }
   }
-  cp_commit();
-}
+};
 
 // ---- ring kernel ----
 // x has no __restrict__: under PDL it is written by the preceding grid while this one runs.
@@ -203,9 +199,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Walk wk(ntiles, o.silu_pair, s);
   const auto* wb = reinterpret_cast<const uint8_t*>(w);
   const int64_t row_bytes = K / 2, gpr = K / group;
+  const int a = group / kGroupK, cgb = s.cb / 4;
+  const ScaleCopies scales{sring, ws, gpr, N, a, cgb / a, cgb % a};
+  Cursor cur;
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i)
-    issue4(wk, i, ring, sring, s, wb, row_bytes, N, ws, gpr, group);
+  for (int i = 0; i < kStages - 1; ++i) issue_stage(wk, cur, ring, s, wb, row_bytes, N, scales);
   pdl_wait();  // every CTA, tiles or not: x and y only after the preceding grid completed
   const auto* xb = reinterpret_cast<const uint8_t*>(x);
   const int64_t ldb = ldx * 2;
@@ -219,7 +217,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         load_x<G>(X, xb, ldb, M, g, 0, c0 + t, c0 < s.ce);
       cp_wait<kStages - 2>();
       __syncwarp();  // every lane's copies of stage u landed; slot (u - 1) % S read
-      issue4(wk, u + kStages - 1, ring, sring, s, wb, row_bytes, N, ws, gpr, group);
+      issue_stage(wk, cur, ring, s, wb, row_bytes, N, scales);  // stage u + 2
       const uint32_t base = ring + (u % kStages) * kStage;
       const uint32_t sbase = sring + (u % kStages) * kScaleStage;
 #pragma unroll

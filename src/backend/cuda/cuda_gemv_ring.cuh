@@ -128,28 +128,54 @@ struct Walk {
   __device__ Epi epi(int ti) const {
     return !pair ? Epi::kStore : (ti & 1) ? Epi::kSiluMul : Epi::kKeepGate;
   }
-  // Stage u into its slot of the warp's ring: one commit group per call, empty from U on, so
-  // that cp.async.wait_group counts stages. 2 rows x 256 B per instruction. w: the weights
-  // [N, row_bytes].
-  __device__ __forceinline__ void issue(int u, uint32_t ring, const Slice& s,
-                                        const uint8_t* __restrict__ w, int64_t row_bytes,
-                                        int64_t N) const {
-    if (u < U) {
-      const int ti = u / nst, c0 = s.cb + (u - ti * nst) * kCps, nv = min(kCps, s.ce - c0);
-      const int64_t n0 = int64_t(tile(ti)) * kRows;
-      const uint32_t dst = ring + (u % kStages) * kStage;
-      const int lane = threadIdx.x % 32;
+};
+
+// A warp's copy cursor: the next stage to issue (stage st of this CTA's tile ti, into ring slot
+// `slot`), advanced by one stage per call, so that issuing needs no division (the copy path
+// was ~27 % of the ring kernels' instructions when it divided and clamped per stage: ncu,
+// session 16). q, r: the caller's own per-stage state (the int4 GEMV's scale group).
+struct Cursor {
+  int u = 0, ti = 0, st = 0, slot = 0;
+  int q = 0, r = 0;
+};
+
+struct NoExtraCopies {
+  __device__ void operator()(Cursor&, int64_t, int, int) const {}
+};
+
+// Stage cur.u into its slot of the warp's ring, then the cursor moves on: one commit group per
+// call, empty from U on, so that cp.async.wait_group counts stages. 2 rows x 256 B per
+// instruction: lanes 0-15 copy chunk `lane` of the even rows, 16-31 of the odd ones. w: the
+// weights [N, row_bytes]. extra(cur, n0, c0, nv) issues more copies into the same commit group
+// (the stage's tile starts at row n0, its nv chunks at c0), before the cursor moves.
+template <class Extra = NoExtraCopies>
+__device__ __forceinline__ void issue_stage(const Walk& wk, Cursor& cur, uint32_t ring,
+                                            const Slice& s, const uint8_t* __restrict__ w,
+                                            int64_t row_bytes, int64_t N, Extra extra = {}) {
+  if (cur.u < wk.U) {
+    const int c0 = s.cb + cur.st * kCps, nv = min(kCps, s.ce - c0);
+    const int64_t n0 = int64_t(wk.tile(cur.ti)) * kRows;
+    const int lane = threadIdx.x % 32, r0 = lane / kCps, c = lane % kCps;
+    const uint32_t d0 = ring + cur.slot * kStage + row_off(r0) + c * 16;
+    if (c < nv) {
+      const uint8_t* src = w + int64_t(c0 + c) * 16;
+      if (n0 + kRows <= N) {  // every tile but a last partial one
+        src += (n0 + r0) * row_bytes;
 #pragma unroll
-      for (int j = 0; j < kRows * kCps / 32; ++j) {
-        const int q = j * 32 + lane, r = q / kCps, c = q % kCps;
-        if (c < nv)
-          cp16(dst + row_off(r) + c * 16,
-               w + min(n0 + r, N - 1) * row_bytes + int64_t(c0 + c) * 16);
+        for (int j = 0; j < kRows / 2; ++j) cp16(d0 + j * kCps * 16, src + 2 * j * row_bytes);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kRows / 2; ++j)
+          cp16(d0 + j * kCps * 16, src + min(n0 + r0 + 2 * j, N - 1) * row_bytes);
       }
     }
-    cp_commit();
+    extra(cur, n0, c0, nv);
+    cur.slot = cur.slot == kStages - 1 ? 0 : cur.slot + 1;
+    if (++cur.st == wk.nst) cur.st = 0, ++cur.ti;
   }
-};
+  ++cur.u;
+  cp_commit();
+}
 
 // Epilogue of a tile of ROWS = 16 R weight rows from n0, in passes of PW = 16 (or 8: the int4
 // GEMV, whose ring needs the shared memory) input columns (red [kWarps][ROWS][PW + 1] holds one
