@@ -48,7 +48,10 @@ case "$kind" in
     # Three of speculative decoding's engine tests are left to the ASan stage: they submit
     # from the test thread to the engine thread as the engine tests kept here do (among them
     # two speculative ones), and took 194 s of this stage's time.
-    tests_exclude='^engine\.Speculative\.(GreedyOutputUnchanged|PreemptedEqualsUninterrupted|BatchedVerifyCallsMatchAloneUpToCpuRounding)$'
+    # The draft model's sampled-distribution test (3,000 sampled requests, a chi-square over
+    # their tokens) is numerics with the same submit pattern; under TSan it ran past its 300 s
+    # (CI of 40d4d54), so it too is left to the plain and ASan stages.
+    tests_exclude='^engine\.(Speculative\.(GreedyOutputUnchanged|PreemptedEqualsUninterrupted|BatchedVerifyCallsMatchAloneUpToCpuRounding)|DraftModelSpeculative\.SampledOutputHasThePlainDistribution)$'
     # server.http_guard times a 15 MB JSON parse against a bound meant for a plain build (3 s;
     # TSan takes 8 s): its upper bounds are scaled (tests/server/common.py, TIME_SCALE).
     export SALA_TEST_TIME_SCALE=5
