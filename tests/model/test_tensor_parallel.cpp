@@ -117,11 +117,13 @@ TEST(CpuComm, ArgmaxTiesGoToTheLowestId) {
 // tiny-sparse re-cut into heads of 8 dimensions: 32 query heads and 2 KV heads of 8 in its
 // sparse layers (InfLLM-v2's group of 16, as the real model's 32/2) and 32 lightning heads
 // (the same weights: heads*d stays 256; q_norm/k_norm keep their first 8 weights), in a
-// temporary directory. TP=2 then splits the sparse layers (one KV head per rank with its 16
-// query heads); the golden models' one KV head is replicated.
+// temporary directory of the process's own (ctest runs the parameterized cases side by side).
+// TP=2 then splits the sparse layers (one KV head per rank with its 16 query heads); the
+// golden models' one KV head is replicated.
 std::string two_kv_dir() {
-  static const std::string dir = [] {
-    const std::string src = golden("tiny-sparse"), out = ::testing::TempDir() + "/sala_tp_kv2";
+  static const TempDir dir("tp_kv2");  // sala_tp_kv2_<pid>, removed at exit
+  static const std::string written = [] {
+    const std::string src = golden("tiny-sparse"), out = dir.str();
     std::filesystem::create_directories(out);
     nlohmann::json cfg = nlohmann::json::parse(std::ifstream(src + "/config.json"));
     cfg["num_key_value_heads"] = 2;
@@ -142,7 +144,7 @@ std::string two_kv_dir() {
     write_safetensors(out + "/model.safetensors", ts);
     return out;
   }();
-  return dir;
+  return written;
 }
 
 // The smallest cosine similarity between rows of `cols` elements of a and b.

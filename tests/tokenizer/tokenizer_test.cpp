@@ -1,5 +1,6 @@
 // Unit tests of the tokenizer library (parity with Hugging Face is in parity.py).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -91,7 +92,8 @@ TEST(Tokenizer, LoadErrorsNameTheFile) {
   } catch (const sala::Error& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/dir"), std::string::npos);
   }
-  auto tmp = std::filesystem::temp_directory_path() / "sala_tok_test_bad";
+  auto tmp = std::filesystem::temp_directory_path() /
+             ("sala_tok_test_bad_" + std::to_string(::getpid()));
   std::filesystem::create_directories(tmp);
   std::ofstream(tmp / "tokenizer.json") << "{not json";
   try {
