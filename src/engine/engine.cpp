@@ -257,12 +257,14 @@ class EngineImpl final : public Engine {
     meta_.logit_rows.clear();
     meta_.dense_as_sparse = opts_.dense_as_sparse;
     bool chunk = false, decode = false;  // the step's kind (EngineStats); verify calls decode
+    logit_rows_.clear();
     for (const ScheduledSeq& it : plan_.items) {
       const Sequence* s = it.seq;
-      const bool verify = it.sample && s->spec.drafts > 0;  // logits of every row
+      const int32_t n = call_logit_rows(it);  // all rows for verify calls and recomputes
+      logit_rows_.push_back(n);
       meta_.add_seq(s->tokens.data() + s->num_computed, it.num_tokens, s->num_computed, s->slot,
-                    s->pages, verify, it.sample && !verify);
-      (verify || it.num_tokens == 1 ? decode : chunk) = true;
+                    s->pages, n > 1, n == 1);
+      (s->spec.drafts > 0 || it.num_tokens == 1 ? decode : chunk) = true;
     }
     speculator_.planned(plan_, *model_);
     // A step whose sampled rows are all plain greedy takes the argmax on the device and
@@ -279,7 +281,7 @@ class EngineImpl final : public Engine {
     prompt_rows_.plan(plan_, meta_, [](Sequence* s) -> LogprobState& {
       return static_cast<Request*>(s)->lp;
     });
-    collect_grammar_masks(plan_, masks_, [](const Sequence* s) {
+    collect_grammar_masks(plan_, logit_rows_, masks_, [](const Sequence* s) {
       return static_cast<const Request*>(s)->grammar.get();
     });
     const auto t_forward = std::chrono::steady_clock::now();
@@ -300,7 +302,8 @@ class EngineImpl final : public Engine {
     int64_t generated = 0;
     sampled_.clear();
     sampled_lp_.clear();
-    for (const ScheduledSeq& it : plan_.items) {
+    for (size_t i = 0; i < plan_.items.size(); ++i) {
+      const ScheduledSeq& it = plan_.items[i];
       if (!it.sample) continue;
       Request* r = static_cast<Request*>(it.seq);
       if (r->spec.drafts > 0) {  // a verify call: its rows decide which drafts are kept
@@ -308,7 +311,7 @@ class EngineImpl final : public Engine {
             r->tokens.data() + r->spec.base, r->spec.drafts,
             greedy_only ? argmax_.data() + row : nullptr, logits_.data() + row * size_t(V), V,
             sampler_, r->sampling, r->sampler, spec_emit_, speculator_.proposal(*r));
-        row += size_t(r->spec.drafts) + 1;
+        row += size_t(logit_rows_[i]);
         speculator_.settle(*r, a, *model_);
         // Emitted one by one (no logprobs: draft_cap), so that a stop token or the length
         // limit ends the request at its own token and the rest is dropped.
@@ -321,7 +324,8 @@ class EngineImpl final : public Engine {
         }
         continue;
       }
-      const size_t this_row = row++;
+      row += size_t(logit_rows_[i]);
+      const size_t this_row = row - 1;  // the call's last row
       if (r->sampling.max_new_tokens == 0) {  // scoring: its prompt logprobs are out, no token
         finish(r, FinishReason::Length);
         continue;
@@ -373,14 +377,14 @@ class EngineImpl final : public Engine {
   void sample_on_device() {
     device_.clear();
     int32_t row = 0;
-    for (const ScheduledSeq& it : plan_.items) {
-      if (!it.sample) continue;
-      Request* r = static_cast<Request*>(it.seq);
-      if (r->sampling.max_new_tokens > 0)  // else scoring: no token
-        device_.add(row, r->id, r->sampling, r->sampler, r->tokens, int32_t(r->prompt_len),
+    for (size_t i = 0; i < plan_.items.size(); ++i) {
+      if (!plan_.items[i].sample) continue;
+      Request* r = static_cast<Request*>(plan_.items[i].seq);
+      row += logit_rows_[i];
+      if (r->sampling.max_new_tokens > 0)  // else scoring: no token; the call's last row
+        device_.add(row - 1, r->id, r->sampling, r->sampler, r->tokens, int32_t(r->prompt_len),
                     r->generated, r->slot, info_.eos_token_ids, info_.vocab_size,
                     model_->backend());
-      ++row;
     }
     if (!device_.empty()) device_.run(model_->backend(), model_->logits(), device_tokens_);
   }
@@ -482,6 +486,7 @@ class EngineImpl final : public Engine {
   std::vector<int32_t> device_tokens_;  // their tokens, by logit row
   Speculator speculator_;
   std::vector<int32_t> spec_emit_;  // a verify call's tokens to emit
+  std::vector<int32_t> logit_rows_;  // per plan item: its logit rows (call_logit_rows)
   PromptLogprobRows prompt_rows_;       // this step's prompt-logprob rows
   std::vector<std::pair<Request*, int32_t>> sampled_;  // this step's sampled tokens
   RowLogprobs sampled_lp_;              // logit rows of sampled tokens that want logprobs

@@ -1,5 +1,7 @@
 #include "engine/request_grammar.h"
 
+#include "core/check.h"
+
 namespace sala {
 
 RequestGrammar::RequestGrammar(std::shared_ptr<const grammar::CompiledGrammar> compiled)
@@ -15,19 +17,20 @@ RequestGrammar::Next RequestGrammar::accept(int32_t token) {
   return matcher_.only_stop_allowed(mask_.data()) ? Next::Complete : Next::Continue;
 }
 
-void collect_grammar_masks(const SchedulePlan& plan, LogitMasks& masks,
+void collect_grammar_masks(const SchedulePlan& plan, const std::vector<int32_t>& logit_rows,
+                           LogitMasks& masks,
                            const std::function<const RequestGrammar*(const Sequence*)>& grammar_of) {
   masks.clear();
   int32_t row = 0;
-  for (const ScheduledSeq& it : plan.items) {
-    if (!it.sample) continue;
-    if (const RequestGrammar* g = grammar_of(it.seq)) {
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    if (!plan.items[i].sample) continue;
+    if (const RequestGrammar* g = grammar_of(plan.items[i].seq)) {
+      SALA_CHECK(logit_rows[i] == 1, "a grammar's call with {} logit rows", logit_rows[i]);
       masks.words = g->words();
       masks.rows.push_back(row);
       masks.bits.insert(masks.bits.end(), g->mask(), g->mask() + g->words());
     }
-    // A speculative verify call has a logit row per drafted token too (never with a grammar).
-    row += 1 + it.seq->spec.drafts;
+    row += logit_rows[i];  // speculative calls have several (never with a grammar)
   }
 }
 

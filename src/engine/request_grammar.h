@@ -36,8 +36,9 @@ class RequestGrammar {
 };
 
 // The step's grammar masks: one per sampled logit row whose request has a grammar (logit rows
-// are numbered as the logits come out: the sampled items in plan order).
-void collect_grammar_masks(const SchedulePlan& plan, LogitMasks& masks,
+// are numbered as the logits come out: the items in plan order, logit_rows[i] for item i).
+void collect_grammar_masks(const SchedulePlan& plan, const std::vector<int32_t>& logit_rows,
+                           LogitMasks& masks,
                            const std::function<const RequestGrammar*(const Sequence*)>& grammar_of);
 
 }  // namespace sala

@@ -60,6 +60,14 @@ int32_t verify_rows(const int32_t* drafts, int32_t d, const int32_t* argmax_rows
   return d;
 }
 
+int32_t call_logit_rows(const ScheduledSeq& it) {
+  if (!it.sample) return 0;
+  const Sequence& s = *it.seq;
+  const bool every_row = s.spec.drafts > 0 || (s.spec.recompute && s.num_computed > 0 &&
+                                                it.num_tokens <= kMaxVerifyCallRows);
+  return every_row ? it.num_tokens : 1;
+}
+
 void adapt_draft_len(SpecState& s, int32_t drafted, int32_t accepted, int32_t max_drafts) {
   if (drafted <= 0) return;
   s.draft_len = accepted == drafted ? std::min(max_drafts, s.draft_len + 1)
@@ -71,8 +79,29 @@ void adapt_draft_len(SpecState& s, int32_t drafted, int32_t accepted, int32_t ma
 void NgramDrafter::propose(const std::vector<DraftAsk>& asks,
                            std::vector<std::vector<int32_t>>& out) {
   out.resize(asks.size());
-  for (size_t i = 0; i < asks.size(); ++i) out[i] = ngram_draft(asks[i].seq->tokens, asks[i].k, min_, max_);
+  for (size_t i = 0; i < asks.size(); ++i)
+    out[i] = index_of(*asks[i].seq).draft(asks[i].seq->tokens, asks[i].k);
 }
+
+void NgramDrafter::planned(const SchedulePlan& plan, const DraftPolicyFn& policy) {
+  for (const ScheduledSeq& it : plan.items) {
+    const Sequence& s = *it.seq;
+    // Prefill chunks only (a verify call's tokens hold its drafts); the chunk's n-grams.
+    if (it.num_tokens <= 1 || s.spec.drafts > 0 || !policy(s).eligible) continue;
+    index_of(s).extend(s.tokens, s.num_computed + it.num_tokens);
+  }
+}
+
+NgramIndex& NgramDrafter::index_of(const Sequence& s) {
+  return indexes_.try_emplace(s.id, min_, max_).first->second;
+}
+
+const NgramIndex* NgramDrafter::index(const Sequence& s) const {
+  auto it = indexes_.find(s.id);
+  return it == indexes_.end() ? nullptr : &it->second;
+}
+
+void NgramDrafter::release(const Sequence& s) { indexes_.erase(s.id); }
 
 Speculator::Speculator(const SpeculativeOptions& opts, int32_t snapshot_offset,
                        std::unique_ptr<Drafter> drafter, DraftPolicyFn policy)
@@ -86,6 +115,7 @@ void Speculator::draft(const std::vector<Sequence*>& running, const Scheduler& s
   if (!enabled()) return;
   asks_.clear();
   for (Sequence* s : running) {
+    if (s->pending() <= 1) s->spec.recompute = false;  // rolled-back rows computed again
     if (s->pending() != 1 || s->slot < 0) continue;  // prefilling, or a recompute pending
     const DraftPolicy pol = policy_(*s);
     if (!pol.eligible) continue;
@@ -146,6 +176,7 @@ void Speculator::settle(Sequence& s, int32_t a, Model& model) {
     // accepted drafts are computed again in the next call.
     model.copy_state_slot(s.slot + snapshot_offset_, s.slot);
     s.num_computed = base - 1;
+    s.spec.recompute = true;
     ++rollbacks_;
   }
   s.spec.drafts = 0;

@@ -21,16 +21,22 @@
 // slot. All drafts accepted: the caches hold exactly the kept tokens. Otherwise the state is
 // restored from the snapshot and the sequence's computed length set back to before the step,
 // so the next step computes the last token, the accepted drafts and the bonus token again
-// (one call without drafts, whose last row gives the next token: rows are nearly free where a
-// step streams its weights); the K/V rows and compressed keys the rejected tokens wrote are
+// (one call without drafts, whose rows all return logits so that it is a CUDA graph like a
+// verify call, and whose last row gives the next token: rows are nearly free where a step
+// streams its weights); the K/V rows and compressed keys the rejected tokens wrote are
 // rewritten before any query reads them. A draft model rolls its own caches back the same
-// way (draft_model.h).
+// way (draft_model.h). Measured and dropped (session 18): drafting in that recompute call
+// too (fewer steps on the CPU, but on the GPU no gain at concurrency 1 and ~5 % fewer
+// tokens/s at 8 on tiny-chat).
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <utility>
+#include <unordered_map>
 #include <vector>
+
+#include "engine/ngram_index.h"
 
 namespace sala {
 
@@ -41,6 +47,7 @@ class SamplerState;
 struct SamplingParams;
 struct Sequence;
 struct SchedulePlan;
+struct ScheduledSeq;
 class Scheduler;
 
 struct SpeculativeOptions {
@@ -76,7 +83,20 @@ struct SpecState {
   int32_t pause = 0;
   int32_t drafts = 0;     // drafts at the end of Sequence::tokens during this step
   int64_t base = 0;       // tokens.size() before the drafts were appended
+  // Rolled back and not yet computed again: a call of these rows without drafts returns every
+  // row's logits too (call_logit_rows), so that it is a CUDA graph like a verify call.
+  bool recompute = false;
 };
+
+// The most rows of a recompute call that returns every row's logits: calls of up to 16 rows
+// are recorded as CUDA graphs (Model::graph_step).
+inline constexpr int32_t kMaxVerifyCallRows = 16;
+
+// Logit rows a call of the step returns, decided before the forward: none unless it samples;
+// every row of a verify call (its pending token, then one per draft) and of a call of at most
+// kMaxVerifyCallRows rows that computes rolled-back rows again (its last row samples); else
+// its last row. Model::graph_step records steps whose calls return every row's logits.
+int32_t call_logit_rows(const ScheduledSeq& it);
 
 // The tokens a verify call emits, into `emit`: the drafts while accepted (greedy: equal to
 // the row's argmax; sampled: Sampler::sample_draft), then one more token from the first row
@@ -140,20 +160,28 @@ class Drafter {
   virtual std::pair<int64_t, int64_t> usage() const = 0;
 };
 
-// Prompt lookup (ngram_draft); stateless.
+// Prompt lookup: ngram_draft's drafts, from an NgramIndex per request (engine/ngram_index.h)
+// so that a step does not rescan long prompts. An eligible request's prompt is indexed chunk
+// by chunk as it is prefilled (planned()), so its decode steps start with a full index.
 class NgramDrafter final : public Drafter {
  public:
   NgramDrafter(int32_t ngram_min, int32_t ngram_max) : min_(ngram_min), max_(ngram_max) {}
   void propose(const std::vector<DraftAsk>& asks, std::vector<std::vector<int32_t>>& out) override;
   const float* proposal(const Sequence&) const override { return nullptr; }
-  void planned(const SchedulePlan&, const DraftPolicyFn&) override {}
+  void planned(const SchedulePlan& plan, const DraftPolicyFn& policy) override;
   void settle(const Sequence&, int32_t, int32_t) override {}
-  void release(const Sequence&) override {}
+  void release(const Sequence& s) override;
   int64_t rollbacks() const override { return 0; }
   std::pair<int64_t, int64_t> usage() const override { return {0, 0}; }
+  size_t num_indexes() const { return indexes_.size(); }
+  // s's index (null: none yet).
+  const NgramIndex* index(const Sequence& s) const;
 
  private:
+  NgramIndex& index_of(const Sequence& s);
+
   int32_t min_, max_;
+  std::unordered_map<uint64_t, NgramIndex> indexes_;  // by Sequence::id
 };
 
 // The engine thread's side of speculation, one step at a time: draft() before the schedule,

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "engine/sampler.h"
+#include "engine/scheduler.h"
 
 namespace sala {
 namespace {
@@ -37,6 +38,31 @@ TEST(NgramDraft, NoMatchNoDraft) {
 TEST(NgramDraft, RepeatedTokenDraftsItself) {
   // The latest earlier occurrence of the longest suffix (3 3 3 at 0..2) leaves one token.
   EXPECT_EQ(ngram_draft({3, 3, 3, 3}, 2, 1, 4), (V{3}));
+}
+
+// Which rows of a call return logits: a verify call all of them, a recompute after a
+// rollback all of them while it is short (a CUDA graph like a verify call), anything else its
+// last row, and a call that does not sample none.
+TEST(CallLogitRows, VerifyAndRecomputeCallsReturnEveryRow) {
+  Sequence s;
+  s.tokens.assign(40, 7);
+  s.num_computed = 35;
+  ScheduledSeq it{&s, 5, true};
+  EXPECT_EQ(call_logit_rows(it), 1);  // a plain chunk of 5 rows
+  s.spec.drafts = 4;
+  EXPECT_EQ(call_logit_rows(it), 5);  // the pending token and 4 drafts
+  s.spec.drafts = 0;
+  s.spec.recompute = true;
+  EXPECT_EQ(call_logit_rows(it), 5);  // rolled-back rows computed again
+  it.num_tokens = kMaxVerifyCallRows + 1;
+  s.num_computed = 40 - it.num_tokens;
+  EXPECT_EQ(call_logit_rows(it), 1);  // too long to be recorded
+  it.num_tokens = 5;
+  s.num_computed = 0;
+  EXPECT_EQ(call_logit_rows(it), 1);  // a preempted request's prefill from the start
+  it.sample = false;
+  s.num_computed = 35;
+  EXPECT_EQ(call_logit_rows(it), 0);  // a chunk that does not reach the end
 }
 
 TEST(AdaptDraftLen, GrowsOnFullAcceptanceShrinksOnRejection) {
