@@ -64,7 +64,7 @@ int32_t call_logit_rows(const ScheduledSeq& it) {
   if (!it.sample) return 0;
   const Sequence& s = *it.seq;
   const bool every_row = s.spec.drafts > 0 || (s.spec.recompute && s.num_computed > 0 &&
-                                                it.num_tokens <= kMaxVerifyCallRows);
+                                                it.num_tokens <= Model::kGraphMaxCallRows);
   return every_row ? it.num_tokens : 1;
 }
 

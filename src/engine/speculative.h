@@ -60,7 +60,8 @@ struct SpeculativeOptions {
 };
 
 // Up to k tokens that followed the latest earlier occurrence of the longest suffix of `tokens`
-// of ngram_min..ngram_max tokens (the suffix itself excluded); empty when none matches.
+// of ngram_min..ngram_max tokens (the suffix itself excluded); empty when none matches. The
+// definition by scan: NgramDrafter drafts from an NgramIndex, tested to return the same.
 std::vector<int32_t> ngram_draft(const std::vector<int32_t>& tokens, int32_t k,
                                  int32_t ngram_min, int32_t ngram_max);
 
@@ -88,14 +89,10 @@ struct SpecState {
   bool recompute = false;
 };
 
-// The most rows of a recompute call that returns every row's logits: calls of up to 16 rows
-// are recorded as CUDA graphs (Model::graph_step).
-inline constexpr int32_t kMaxVerifyCallRows = 16;
-
 // Logit rows a call of the step returns, decided before the forward: none unless it samples;
 // every row of a verify call (its pending token, then one per draft) and of a call of at most
-// kMaxVerifyCallRows rows that computes rolled-back rows again (its last row samples); else
-// its last row. Model::graph_step records steps whose calls return every row's logits.
+// Model::kGraphMaxCallRows rows that computes rolled-back rows again (its last row samples);
+// else its last row. Model::graph_step records steps whose calls return every row's logits.
 int32_t call_logit_rows(const ScheduledSeq& it);
 
 // The tokens a verify call emits, into `emit`: the drafts while accepted (greedy: equal to

@@ -79,7 +79,6 @@ static constexpr int kGraphBuckets[] = {1, 2, 4, 8, 16, 32, 64};
 static constexpr int kSparseGraphKey = 1 << 16;  // added to the bucket of steps with sparse rows
 // Verify steps' keys: kVerifyGraphKey + the id of their padded per-call row counts.
 static constexpr int kVerifyGraphKey = 1 << 20;
-static constexpr int kGraphMaxCallRows = 16;  // calls of at most this many rows qualify
 static constexpr size_t kMaxVerifyGraphs = 128;
 
 Model::GraphStep Model::graph_step(const StepMeta& meta, ForwardTrace* trace) {

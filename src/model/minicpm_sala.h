@@ -45,6 +45,8 @@ class TensorParallel;
 
 class Model {
  public:
+  // Steps are recorded as CUDA graphs only when every call has at most this many rows.
+  static constexpr int kGraphMaxCallRows = 16;
   // peers: tensor parallelism (model/tensor_parallel.h) over 1 + peers.size() ranks, `backend`
   // rank 0 and peers ranks 1.. (backends of the same kind and options); empty: one rank.
   // sala::Error where the backend or the weights cannot be split (CPU backend, dense weights,

@@ -8,6 +8,7 @@
 
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "model/minicpm_sala.h"
 
 namespace sala {
 namespace {
@@ -54,7 +55,7 @@ TEST(CallLogitRows, VerifyAndRecomputeCallsReturnEveryRow) {
   s.spec.drafts = 0;
   s.spec.recompute = true;
   EXPECT_EQ(call_logit_rows(it), 5);  // rolled-back rows computed again
-  it.num_tokens = kMaxVerifyCallRows + 1;
+  it.num_tokens = Model::kGraphMaxCallRows + 1;
   s.num_computed = 40 - it.num_tokens;
   EXPECT_EQ(call_logit_rows(it), 1);  // too long to be recorded
   it.num_tokens = 5;
