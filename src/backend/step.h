@@ -18,6 +18,14 @@ struct SeqSlice {
   int64_t total_len() const { return past_len + num_tokens; }
 };
 
+// Backend::advance_lightning_states: the state of `slot` advanced by the recurrence over `rows`
+// kept rows starting at `row` (issue 21: a verify call's accepted rows, after a rejection).
+struct StateAdvance {
+  int32_t slot = -1;
+  int32_t row = 0;
+  int32_t rows = 0;
+};
+
 // Selected blocks captured for the golden checks: for each (sparse layer, kv head, row)
 // the ascending block list. Only filled when StepMeta::capture is non-null.
 struct BlockCapture {
@@ -37,6 +45,9 @@ struct StepMeta {
   std::vector<int32_t> page_table;  // concatenated page ids of all sequences
   std::vector<int32_t> logit_rows;  // rows whose logits the step returns, in order
   bool dense_as_sparse = false;     // sparse selection at every length (SGLang's flag)
+  // Speculative verify steps: the model keeps every lightning layer's k and v rows of the step
+  // (Model::rollback_state advances a rolled-back state over them instead of a recompute).
+  bool keep_lightning_rows = false;
   BlockCapture* capture = nullptr;  // debug hook for golden checks
 
   int32_t num_tokens() const { return int32_t(token_ids.size()); }

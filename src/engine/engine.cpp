@@ -256,6 +256,7 @@ class EngineImpl final : public Engine {
     meta_.page_table.clear();
     meta_.logit_rows.clear();
     meta_.dense_as_sparse = opts_.dense_as_sparse;
+    meta_.keep_lightning_rows = false;  // set below for steps with a verify call
     bool chunk = false, decode = false;  // the step's kind (EngineStats); verify calls decode
     logit_rows_.clear();
     for (const ScheduledSeq& it : plan_.items) {
@@ -265,6 +266,7 @@ class EngineImpl final : public Engine {
       meta_.add_seq(s->tokens.data() + s->num_computed, it.num_tokens, s->num_computed, s->slot,
                     s->pages, n > 1, n == 1);
       (s->spec.drafts > 0 || it.num_tokens == 1 ? decode : chunk) = true;
+      meta_.keep_lightning_rows |= s->spec.drafts > 0 && it.sample;  // Speculator::settle
     }
     speculator_.planned(plan_, *model_);
     // A step whose sampled rows are all plain greedy takes the argmax on the device and

@@ -171,6 +171,11 @@ void Speculator::settle(Sequence& s, int32_t a, Model& model) {
   s.tokens.resize(size_t(base));
   if (a == d) {
     s.num_computed = base + d;  // every row computed is a kept token
+  } else if (model.rollback_state(s.slot, s.slot + snapshot_offset_, a + 1)) {
+    // The state after the last token and the accepted drafts, from the snapshot and the
+    // call's own k, v rows: those rows stay computed, the bonus token is pending.
+    s.num_computed = base + a;
+    ++rollbacks_;
   } else {
     // The state saw rejected rows: back to the snapshot, and the last token plus the
     // accepted drafts are computed again in the next call.

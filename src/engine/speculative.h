@@ -19,15 +19,17 @@
 //
 // Rollback: before the step the engine copies the sequence's lightning state to its snapshot
 // slot. All drafts accepted: the caches hold exactly the kept tokens. Otherwise the state is
-// restored from the snapshot and the sequence's computed length set back to before the step,
-// so the next step computes the last token, the accepted drafts and the bonus token again
-// (one call without drafts, whose rows all return logits so that it is a CUDA graph like a
-// verify call, and whose last row gives the next token: rows are nearly free where a step
-// streams its weights); the K/V rows and compressed keys the rejected tokens wrote are
-// rewritten before any query reads them. A draft model rolls its own caches back the same
-// way (draft_model.h). Measured and dropped (session 18): drafting in that recompute call
-// too (fewer steps on the CPU, but on the GPU no gain at concurrency 1 and ~5 % fewer
-// tokens/s at 8 on tiny-chat).
+// restored from the snapshot and advanced over the last token and the accepted drafts from the
+// verify call's own k and v rows, which the model kept (Model::rollback_state: the recurrence
+// of a decode step, so the same bits); the sequence's computed length ends after the accepted
+// drafts and the bonus token is pending, as after a fully accepted call. The K/V rows and
+// compressed keys the rejected tokens wrote are rewritten before any query reads them. Where
+// the model kept no rows (a step too large for its keep buffer, tensor parallelism) the
+// computed length goes back to before the step and the next step computes those rows again
+// (one call without drafts whose rows all return logits, so that it is a CUDA graph like a
+// verify call). A draft model rolls its own caches back the second way (draft_model.h).
+// Measured and dropped (session 18): drafting in that recompute call too (fewer steps on the
+// CPU, but on the GPU no gain at concurrency 1 and ~5 % fewer tokens/s at 8 on tiny-chat).
 #pragma once
 #include <cstdint>
 #include <functional>

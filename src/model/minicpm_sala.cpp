@@ -1,5 +1,7 @@
 #include "model/minicpm_sala.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 #include "model/tensor_parallel.h"
 
@@ -56,6 +58,11 @@ Model::Model(ModelConfig cfg, std::unique_ptr<Backend> backend, const Checkpoint
   logits_ = backend_->alloc(limits_.max_logit_rows, cfg_.vocab_size, DType::F32);
   iota_.resize(size_t(limits_.max_logit_rows));
   for (size_t i = 0; i < iota_.size(); ++i) iota_[i] = int32_t(i);
+  const int64_t nl = cfg_.num_lightning_layers();
+  if (limits_.keep_verify_rows > 0 && nl > 0) {
+    keep_k_ = backend_->alloc(nl * limits_.keep_verify_rows, ld, a);
+    keep_v_ = backend_->alloc(nl * limits_.keep_verify_rows, ld, a);
+  }
 }
 
 Model::~Model() = default;
@@ -63,8 +70,30 @@ Model::~Model() = default;
 int Model::tp_size() const { return tp_ ? tp_->size() : 1; }
 
 void Model::copy_state_slot(int32_t src, int32_t dst) {
+  flush_state_advances();
   if (tp_) tp_->copy_state_slot(src, dst);
   else backend_->copy_state_slot(src, dst);
+}
+
+bool Model::rollback_state(int32_t slot, int32_t snapshot_slot, int32_t rows) {
+  auto it = std::find_if(kept_calls_.begin(), kept_calls_.end(),
+                         [&](const SeqSlice& s) { return s.state_slot == slot; });
+  if (it == kept_calls_.end()) return false;
+  SALA_CHECK(rows >= 1 && rows <= it->num_tokens, "rollback of slot {} to {} of {} rows", slot,
+             rows, it->num_tokens);
+  // The backend's copy, not copy_state_slot: other slots' pending advances stay batched (the
+  // slots differ, so the order does not matter).
+  backend_->copy_state_slot(snapshot_slot, slot);
+  pending_advances_.push_back({slot, it->token_begin, rows});
+  kept_calls_.erase(it);  // one rollback per call
+  return true;
+}
+
+void Model::flush_state_advances() {
+  if (pending_advances_.empty()) return;
+  backend_->advance_lightning_states(keep_k_, keep_v_, limits_.keep_verify_rows,
+                                     pending_advances_, slopes_);
+  pending_advances_.clear();
 }
 
 void Model::trace_rows(ForwardTrace* trace, const Tensor& t) {
@@ -81,7 +110,7 @@ static constexpr int kSparseGraphKey = 1 << 16;  // added to the bucket of steps
 static constexpr int kVerifyGraphKey = 1 << 20;
 static constexpr size_t kMaxVerifyGraphs = 128;
 
-Model::GraphStep Model::graph_step(const StepMeta& meta, ForwardTrace* trace) {
+Model::GraphStep Model::graph_step(const StepMeta& meta, ForwardTrace* trace, bool keep) {
   if (!backend_->graphs_enabled() || trace || meta.capture || meta.dense_as_sparse) return {};
   const int S = int(meta.seqs.size()), T = meta.num_tokens();
   if (S == 0 || int(meta.logit_rows.size()) != T) return {};
@@ -101,8 +130,9 @@ Model::GraphStep Model::graph_step(const StepMeta& meta, ForwardTrace* trace) {
     }
   const int rows = T + (b - S);  // padded with one-row calls
   if (b == 0 || rows > limits_.max_step_tokens || rows > limits_.max_logit_rows) return {};
+  if (keep && rows > limits_.keep_verify_rows) return {};  // run directly, without keeping
   // Steps with an InfLLM-v2 row launch the selection kernels too: their own recordings.
-  if (T == S) return {b + (any_sparse ? kSparseGraphKey : 0), b};
+  if (T == S && !keep) return {b + (any_sparse ? kSparseGraphKey : 0), b};
   // A verify step's kernels and grids follow its calls' row counts: one recording per
   // distinct padded layout, up to kMaxVerifyGraphs of them (later layouts run directly).
   std::vector<int32_t>& layout = layout_;  // reused: no allocation per step
@@ -110,6 +140,7 @@ Model::GraphStep Model::graph_step(const StepMeta& meta, ForwardTrace* trace) {
   for (const SeqSlice& s : meta.seqs) layout.push_back(s.num_tokens);
   layout.resize(size_t(b), 1);
   layout.push_back(any_sparse);
+  layout.push_back(keep);  // a recording that keeps k and v writes them elsewhere
   auto it = verify_graph_ids_.find(layout);
   if (it == verify_graph_ids_.end()) {
     if (verify_graph_ids_.size() >= kMaxVerifyGraphs) return {};
@@ -128,8 +159,11 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
   SALA_CHECK(R <= limits_.max_logit_rows, "step wants {} logit rows (max {})", R,
              limits_.max_logit_rows);
   Backend& be = *backend_;
+  flush_state_advances();  // before this step reads the states
   if (extra && extra->rows.empty()) extra = nullptr;
-  const GraphStep g = tp_ || extra ? GraphStep{} : graph_step(meta, trace);
+  const bool keep_asked = meta.keep_lightning_rows && !tp_ && keep_k_.data;
+  const GraphStep g = tp_ || extra ? GraphStep{} : graph_step(meta, trace, keep_asked);
+  kept_calls_.clear();
   if (tp_) {
     // Greedy steps without masks take the distributed argmax over the vocab shards; every
     // other step gathers the logits into logits_ and goes on as with one rank.
@@ -140,8 +174,10 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
     }
     tp_->forward(meta, R, trace, nullptr, extra, logits_);
   } else if (g.key == 0) {
+    const bool keep = keep_asked && T <= limits_.keep_verify_rows;
+    if (keep) kept_calls_ = meta.seqs;
     be.begin_step(meta);
-    run_layers(T, R, trace, extra);
+    run_layers(T, R, trace, extra, keep);
   } else {
     // Decode or verify step: pad to the bucket with one-row calls that read and write only
     // the scratch page and slot (token 0 at position 0), then launch the key's recording
@@ -152,10 +188,11 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
     for (size_t i = meta.seqs.size(); i < size_t(g.padded_seqs); ++i)
       padded_.add_seq(&tok, 1, 0, scratch_slot_, page, false, true);
     const int64_t rows = padded_.num_tokens();
+    if (keep_asked) kept_calls_ = meta.seqs;  // graph_step checked the rows
     be.begin_step(padded_);
     if (!be.graph_launch(g.key)) {
       const bool recording = be.graph_capture_begin(g.key);
-      run_layers(rows, rows, nullptr, nullptr);
+      run_layers(rows, rows, nullptr, nullptr, keep_asked);
       if (recording) be.graph_capture_end(g.key);
     }
   }
@@ -220,7 +257,8 @@ void Model::extra_logprobs(Tensor& x, RowLogprobs& lp) {
   }
 }
 
-void Model::run_layers(int64_t T, int64_t R, ForwardTrace* trace, RowLogprobs* extra) {
+void Model::run_layers(int64_t T, int64_t R, ForwardTrace* trace, RowLogprobs* extra,
+                       bool keep) {
   Backend& be = *backend_;
   const ModelConfig& c = cfg_;
   const float eps = float(c.rms_norm_eps), alpha = c.residual_scale();
@@ -249,6 +287,10 @@ void Model::run_layers(int64_t T, int64_t R, ForwardTrace* trace, RowLogprobs* e
     } else {
       Tensor q = rows(q_, ld), k = rows(k_, ld), v = rows(v_, ld);
       Tensor gate = rows(gate_, ld), a = rows(attn_, ld);
+      if (keep) {  // the projections write straight into the kept rows: no copy
+        k = keep_k_.slice_rows(int64_t(ki) * limits_.keep_verify_rows, T);
+        v = keep_v_.slice_rows(int64_t(ki) * limits_.keep_verify_rows, T);
+      }
       be.linear_multi(x, l.qkvg, {&q, &k, &v, &gate});  // q_proj, k_proj, v_proj, z_proj
       // per-head RMSNorm of q and k, then RoPE, then simple GLA
       be.lightning_qk_attention(ki, q, k, v, l.q_norm, l.k_norm, eps, c.lightning_head_dim,

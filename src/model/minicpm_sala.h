@@ -15,6 +15,9 @@ namespace sala {
 struct ModelLimits {
   int32_t max_step_tokens = 8192;  // rows of one forward (chunked-prefill size + decodes)
   int32_t max_logit_rows = 256;    // rows whose logits one forward returns
+  // Speculative decoding: rows of every lightning layer's k and v kept from a verify step
+  // (StepMeta::keep_lightning_rows) for rollback_state; 0: none kept (a rollback recomputes).
+  int32_t keep_verify_rows = 0;
   CacheShape caches;
 };
 
@@ -85,11 +88,21 @@ class Model {
   int tp_size() const;
   // Backend::copy_state_slot on every rank.
   void copy_state_slot(int32_t src, int32_t dst);
+  // Rollback after a verify call without computing its rows again (issue 21): the lightning
+  // state of `slot` becomes snapshot_slot's (the state before the call) advanced over the
+  // call's first `rows` rows, from the k and v rows the last forward kept
+  // (StepMeta::keep_lightning_rows): bit for bit the state that call left after those rows.
+  // Deferred to the next forward or copy_state_slot, so the rolled-back calls of one step go
+  // in one batch. false (nothing done) when the last forward kept no rows for `slot` (too
+  // many rows, tensor parallelism, keep_verify_rows 0): the caller recomputes the rows.
+  bool rollback_state(int32_t slot, int32_t snapshot_slot, int32_t rows);
 
  private:
   void trace_rows(ForwardTrace* trace, const Tensor& t);
   // The ops of one step (after begin_step): embedding .. logits of the R logit rows.
-  void run_layers(int64_t T, int64_t R, ForwardTrace* trace, RowLogprobs* extra);
+  // keep: k and v of the lightning layers go to keep_k_ / keep_v_ (rollback_state).
+  void run_layers(int64_t T, int64_t R, ForwardTrace* trace, RowLogprobs* extra, bool keep);
+  void flush_state_advances();  // rollback_state's deferred work
   // The extra rows of run_layers, x: the final-normed hidden rows (divided in place).
   void extra_logprobs(Tensor& x, RowLogprobs& extra);
   // Recorded steps (CUDA graphs): decode steps and speculative verify steps, whose calls
@@ -99,7 +112,7 @@ class Model {
   struct GraphStep {
     int key = 0, padded_seqs = 0;
   };
-  GraphStep graph_step(const StepMeta& meta, ForwardTrace* trace);
+  GraphStep graph_step(const StepMeta& meta, ForwardTrace* trace, bool keep);
 
   ModelConfig cfg_;
   ModelLimits limits_;
@@ -119,6 +132,12 @@ class Model {
   std::vector<int32_t> layout_;  // graph_step's scratch
   std::unique_ptr<TensorParallel> tp_;  // null: one rank
   std::vector<int32_t> iota_;  // 0, 1, ..., max_logit_rows - 1: the rows of a logits group
+  // rollback_state: k and v [n_lightning * keep_verify_rows, nh*d] of the last kept step
+  // (layer li's rows from li * keep_verify_rows), its calls (empty: nothing kept), and the
+  // state advances not yet run.
+  Tensor keep_k_, keep_v_;
+  std::vector<SeqSlice> kept_calls_;
+  std::vector<StateAdvance> pending_advances_;
 };
 
 }  // namespace sala

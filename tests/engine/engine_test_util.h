@@ -27,9 +27,12 @@ const ModelConfig& tiny_config() {
 }
 
 // slots: requests' state slots (doubled for speculation's snapshots: spec_rows > 1);
-// spec_rows: rows per request per step (1 + drafts), which sizes the logit rows.
+// spec_rows: rows per request per step (1 + drafts), which sizes the logit rows; keep_rows:
+// with speculation, keep verify steps' lightning rows (as plan_limits), so that a rollback
+// advances the state instead of recomputing the rows.
 std::unique_ptr<Model> load_model(int32_t pages, int32_t slots, int32_t step_tokens,
-                                  KvCacheDtype kv = KvCacheDtype::Auto, int32_t spec_rows = 1) {
+                                  KvCacheDtype kv = KvCacheDtype::Auto, int32_t spec_rows = 1,
+                                  bool keep_rows = true) {
   static const Checkpoint ckpt(kModelDir);
   ModelLimits lim;
   lim.max_step_tokens = step_tokens;
@@ -37,6 +40,7 @@ std::unique_ptr<Model> load_model(int32_t pages, int32_t slots, int32_t step_tok
   lim.caches.page_size = tiny_config().sparse.block_size;
   lim.caches.num_pages = pages;
   lim.caches.num_slots = slots * (spec_rows > 1 ? 2 : 1);
+  lim.keep_verify_rows = spec_rows > 1 && keep_rows ? lim.max_logit_rows : 0;
   BackendOptions bo{NumericMode::F32, 0};
   bo.kv_cache_dtype = kv;
   return std::make_unique<Model>(tiny_config(), make_backend("cpu", bo), ckpt, lim);
@@ -46,6 +50,7 @@ struct EngineSetup {
   int32_t pages = 512, slots = 8, step_tokens = 512;
   EngineOptions opts;
   KvCacheDtype kv = KvCacheDtype::Auto;  // BackendOptions::kv_cache_dtype
+  bool keep_rows = true;                 // load_model's
 };
 
 std::unique_ptr<Engine> start(const EngineSetup& s) {
@@ -53,7 +58,7 @@ std::unique_ptr<Engine> start(const EngineSetup& s) {
   o.max_running_requests = std::min(o.max_running_requests, s.slots);
   o.max_step_tokens = std::min(o.max_step_tokens, s.step_tokens);
   const int32_t rows = 1 + o.speculative.num_draft_tokens;
-  return make_engine(load_model(s.pages, s.slots, s.step_tokens, s.kv, rows), o);
+  return make_engine(load_model(s.pages, s.slots, s.step_tokens, s.kv, rows, s.keep_rows), o);
 }
 
 std::vector<int32_t> make_prompt(int n, uint32_t seed) {

@@ -29,8 +29,11 @@ struct Outputs {
 
 // The requests one after another (each alone in its steps: the CPU's per-row GEMVs make its
 // rows bit-identical with and without drafts) or all at once.
-Outputs run(int32_t drafts, const std::vector<GenerationRequest>& reqs, bool together) {
+// keep_rows: rollbacks advance the state from kept rows (else the rows are computed again).
+Outputs run(int32_t drafts, const std::vector<GenerationRequest>& reqs, bool together,
+            bool keep_rows = true) {
   EngineSetup s;
+  s.keep_rows = keep_rows;
   s.step_tokens = 512;
   s.opts.chunked_prefill_size = 64;
   s.opts.speculative.num_draft_tokens = drafts;
@@ -63,14 +66,24 @@ TEST(Speculative, GreedyOutputUnchanged) {
   const Outputs plain = run(0, reqs, false);
   for (int32_t k : {1, 4, 8}) {
     const Outputs spec = run(k, reqs, false);
+    // The same with rollbacks that compute the rows again (a rollback leaves no trace either
+    // way). A rollback that keeps a >= 1 drafts then spends a call of a + 2 rows on one more
+    // token, where the state advance lets the next call verify drafts again: with k >= 4
+    // fewer steps (with k = 1 every rollback keeps no draft, and the counts are close).
+    const Outputs recompute = run(k, reqs, false, false);
+    for (size_t i = 0; i < reqs.size(); ++i)
+      EXPECT_EQ(recompute.tokens[i], plain.tokens[i]) << "recompute, k " << k << ", request " << i;
+    EXPECT_GT(recompute.stats.spec_rollbacks, 0);
+    if (k >= 4) EXPECT_LT(spec.stats.steps, recompute.stats.steps) << "k " << k;
     for (size_t i = 0; i < reqs.size(); ++i)
       EXPECT_EQ(spec.tokens[i], plain.tokens[i]) << "k " << k << ", request " << i;
     const EngineStats& st = spec.stats;
     std::printf("k %d: %lld verify calls, %lld drafted, %lld accepted (%.2f tokens per call), "
-                "%lld steps vs %lld\n", k, (long long)st.spec_verify_calls,
-                (long long)st.spec_drafted_tokens, (long long)st.spec_accepted_tokens,
+                "%lld steps (recomputing rollbacks: %lld) vs %lld\n", k,
+                (long long)st.spec_verify_calls, (long long)st.spec_drafted_tokens,
+                (long long)st.spec_accepted_tokens,
                 1.0 + double(st.spec_accepted_tokens) / double(std::max<int64_t>(1, st.spec_verify_calls)),
-                (long long)st.steps, (long long)plain.stats.steps);
+                (long long)st.steps, (long long)recompute.stats.steps, (long long)plain.stats.steps);
     EXPECT_GT(st.spec_verify_calls, 0) << "k " << k;
     EXPECT_GT(st.spec_accepted_tokens, 0) << "k " << k << ": no draft was ever accepted";
     EXPECT_GT(st.spec_drafted_tokens, st.spec_accepted_tokens) << "k " << k << ": no rollback";

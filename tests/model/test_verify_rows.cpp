@@ -116,6 +116,79 @@ TEST(VerifyRows, WithoutStateRollbackTheContinuationDiffers) {
   EXPECT_GT(max_rel_diff(got, want), 1e-4);
 }
 
+// Rollback without a recompute (Model::rollback_state): two sequences verify in one step that
+// keeps its lightning rows; each rolls back to its own accepted rows, and the state advance
+// (one batch for both) from the snapshots and the kept k, v rows leaves the state of the
+// uninterrupted run: decoding on from the pending bonus token gives its logits bit for bit, in
+// fp32 and in bf16 emulation.
+TEST(VerifyRows, RollbackByStateAdvanceLeavesNoTrace) {
+  for (NumericMode mode : {NumericMode::F32, NumericMode::BF16})
+  for (const Case& c : cases()) {
+    const ModelConfig cfg = load_model_config(c.dir);
+    ModelLimits lim;
+    lim.max_step_tokens = lim.max_logit_rows = 512;
+    lim.keep_verify_rows = 16;
+    lim.caches = {128, cfg.sparse.block_size, 4};  // slots 0, 1; their snapshots 2, 3
+    Checkpoint ckpt(c.dir);
+    Model m(cfg, make_backend("cpu", BackendOptions{mode, 0}), ckpt, lim);
+    const int32_t V = cfg.vocab_size, k = 6, after = 12;
+    const int32_t accepted[2] = {2, 0};
+    std::vector<int32_t> seen[2], real[2];
+    for (int s = 0; s < 2; ++s) {
+      seen[s] = random_tokens(c.prompt + 1 + k, V, 70 + uint32_t(s));
+      real[s].assign(seen[s].begin(), seen[s].begin() + c.prompt + 1 + accepted[s]);
+      const auto tail = random_tokens(after + 1, V, 80 + uint32_t(s));
+      real[s].insert(real[s].end(), tail.begin() + 1, tail.end());
+    }
+    auto decode = [&](int s, int64_t from) {  // one decode call per token of real[s] from `from`
+      std::vector<float> out;
+      for (int64_t p = from; p < int64_t(real[s].size()); ++p) {
+        StepMeta meta;
+        meta.add_seq(real[s].data() + p, 1, p, s, page_range(64 * s, 64), false, true);
+        std::vector<float> logits;
+        m.forward(meta, logits);
+        append(out, logits);
+      }
+      return out;
+    };
+    auto prefill = [&](int s, const std::vector<int32_t>& ids) {
+      StepMeta meta;
+      meta.add_seq(ids.data(), c.prompt, 0, s, page_range(64 * s, 64), false, true);
+      std::vector<float> logits;
+      m.forward(meta, logits);
+    };
+    std::vector<float> want[2];
+    for (int s = 0; s < 2; ++s) {
+      prefill(s, real[s]);
+      want[s] = decode(s, c.prompt);
+      want[s].erase(want[s].begin(), want[s].begin() + int64_t(1 + accepted[s]) * V);
+    }
+    StepMeta verify;
+    for (int s = 0; s < 2; ++s) {
+      prefill(s, seen[s]);
+      m.copy_state_slot(s, s + 2);
+      verify.add_seq(seen[s].data() + c.prompt, 1 + k, c.prompt, s, page_range(64 * s, 64), true,
+                     false);
+    }
+    verify.keep_lightning_rows = true;
+    std::vector<float> logits;
+    m.forward(verify, logits);
+    for (int s = 0; s < 2; ++s) ASSERT_TRUE(m.rollback_state(s, s + 2, 1 + accepted[s]));
+    EXPECT_FALSE(m.rollback_state(0, 2, 1)) << "one rollback per call";
+    for (int s = 0; s < 2; ++s) {
+      const auto got = decode(s, c.prompt + 1 + accepted[s]);
+      EXPECT_TRUE(same_bits(got, want[s]))
+          << c.dir << (mode == NumericMode::F32 ? " fp32" : " bf16") << ", sequence " << s
+          << ": max rel diff " << max_rel_diff(got, want[s]);
+    }
+    // A step that did not keep its rows (no flag, or more rows than keep_verify_rows) refuses.
+    verify.keep_lightning_rows = false;
+    prefill(0, seen[0]);
+    m.forward(verify, logits);
+    EXPECT_FALSE(m.rollback_state(0, 2, 1));
+  }
+}
+
 TEST(VerifyRows, CopyStateSlotChecksItsSlots) {
   auto m = load_tiny(cases()[0].dir, 64, 4, 2, NumericMode::F32);
   EXPECT_DEATH(m->backend().copy_state_slot(0, 2), "state slots 0 -> 2 of 2");

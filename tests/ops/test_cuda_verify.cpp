@@ -50,6 +50,7 @@ std::unique_ptr<Model> load_cuda(const std::string& dir, int32_t slots, Quant q 
   ModelLimits lim;
   lim.max_step_tokens = 512;
   lim.max_logit_rows = 64;
+  lim.keep_verify_rows = 64;  // steps with StepMeta::keep_lightning_rows (rollback_state)
   lim.caches = {64 * slots, cfg.sparse.block_size, slots};
   BackendOptions bo{NumericMode::BF16, 0};
   bo.fp8_weights = q == Quant::Fp8;  // W8A8: the FP8 GEMV is row-invariant too
@@ -81,8 +82,9 @@ struct Call {
   int32_t rows, slot;
   bool all = false;
 };
-std::vector<float> step(Model& m, const std::vector<Call>& calls) {
+std::vector<float> step(Model& m, const std::vector<Call>& calls, bool keep = false) {
   StepMeta meta;
+  meta.keep_lightning_rows = keep;
   for (const Call& c : calls)
     meta.add_seq(c.ids->data() + c.past, c.rows, c.past, c.slot, pages_of(c.slot), c.all, !c.all);
   std::vector<float> logits;
@@ -184,6 +186,58 @@ TEST(CudaVerify, RollbackLeavesNoTrace) {
     }
     EXPECT_TRUE(same_bits(got, want)) << c.dir << ": first difference in row "
                                       << first_diff(got, want) / size_t(V);
+  }
+}
+
+// Rollback without a recompute (Model::rollback_state): two sequences verify in one step that
+// keeps its lightning rows (directly, recorded, then replayed: three rounds), each rolls back
+// to its own accepted rows, one batched state advance (the recurrent kernel over the kept k, v
+// rows) restores their states, and decoding on from the pending bonus token gives the logits
+// of the uninterrupted run bit for bit.
+TEST(CudaVerify, RollbackByStateAdvanceLeavesNoTrace) {
+  REQUIRE_GPU();
+  for (const Case& c : cases()) {
+    auto m = load_cuda(c.dir, 4);  // slots 0, 1; their snapshots 2, 3
+    const int V = m->config().vocab_size;
+    const int32_t k = 6, after = 12;
+    const int32_t accepted[2] = {3, 0};
+    std::vector<int32_t> seen[2], real[2];
+    for (int s = 0; s < 2; ++s) {
+      seen[s] = tokens(c.prompt + 1 + k, V, 70 + uint32_t(s));
+      real[s].assign(seen[s].begin(), seen[s].begin() + c.prompt + 1 + accepted[s]);
+      const auto tail = tokens(after + 1, V, 80 + uint32_t(s));
+      real[s].insert(real[s].end(), tail.begin() + 1, tail.end());
+    }
+    auto decode = [&](int s, int64_t from) {
+      std::vector<float> out;
+      for (int64_t p = from; p < int64_t(real[s].size()); ++p) {
+        const auto row = step(*m, {{&real[s], p, 1, s}});
+        out.insert(out.end(), row.begin(), row.end());
+      }
+      return out;
+    };
+    std::vector<float> want[2];
+    for (int s = 0; s < 2; ++s) {
+      step(*m, {{&real[s], 0, c.prompt, s}});
+      want[s] = decode(s, c.prompt);
+      want[s].erase(want[s].begin(), want[s].begin() + int64_t(1 + accepted[s]) * V);
+    }
+    for (int rep = 0; rep < 3; ++rep) {
+      std::vector<Call> calls;
+      for (int s = 0; s < 2; ++s) {
+        step(*m, {{&seen[s], 0, c.prompt, s}});
+        m->copy_state_slot(s, s + 2);
+        calls.push_back({&seen[s], c.prompt, 1 + k, s, true});
+      }
+      step(*m, calls, true);
+      for (int s = 0; s < 2; ++s) ASSERT_TRUE(m->rollback_state(s, s + 2, 1 + accepted[s]));
+      for (int s = 0; s < 2; ++s) {
+        const auto got = decode(s, c.prompt + 1 + accepted[s]);
+        EXPECT_TRUE(same_bits(got, want[s]))
+            << c.dir << " run " << rep << ", sequence " << s << ": first difference in row "
+            << first_diff(got, want[s]) / size_t(V);
+      }
+    }
   }
 }
 

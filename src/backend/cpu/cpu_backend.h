@@ -36,6 +36,9 @@ class CpuBackend : public Backend {
   void set_kv_scales(const std::vector<KvScales>& per_sparse_layer) override;
   void init_caches(const ModelConfig& cfg, const CacheShape& shape) override;
   void copy_state_slot(int32_t src, int32_t dst) override;
+  void advance_lightning_states(const Tensor& k, const Tensor& v, int64_t layer_rows,
+                                const std::vector<StateAdvance>& calls,
+                                const std::vector<float>& slopes) override;
   size_t kv_element_bytes() const override { return kv_is_fp8(kv_dtype_) ? 1 : 4; }
   void download_f32(const Tensor& src, float* dst) override;
   void begin_step(const StepMeta& meta) override { meta_ = &meta; }

@@ -124,4 +124,32 @@ void CpuBackend::lightning_attention(int li, const Tensor& q, const Tensor& k, c
   round_all(out);
 }
 
+void CpuBackend::advance_lightning_states(const Tensor& k, const Tensor& v, int64_t layer_rows,
+                                          const std::vector<StateAdvance>& calls,
+                                          const std::vector<float>& slopes) {
+  const int nh = cfg_.lightning_nh, d = cfg_.lightning_head_dim, nl = cfg_.num_lightning_layers();
+  SALA_CHECK(k.cols == int64_t(nh) * d && v.cols == k.cols && int(slopes.size()) == nh &&
+             k.rows >= nl * layer_rows && v.rows >= nl * layer_rows);
+  const size_t state_size = size_t(d) * d, slot_size = size_t(nl) * nh * state_size;
+  for (const StateAdvance& c : calls)
+    SALA_CHECK(c.slot >= 0 && c.slot < cache_shape_.num_slots && c.row >= 0 && c.rows > 0 &&
+                   c.rows < kGlaChunk && c.row + c.rows <= layer_rows,
+               "state advance: slot {}, rows [{}, {}) of {}", c.slot, c.row, c.row + c.rows,
+               layer_rows);
+  const int64_t work = int64_t(nl) * int64_t(calls.size()) * nh;
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t w = 0; w < work; ++w) {
+    const int h = int(w % nh);
+    const StateAdvance& c = calls[size_t(w / nh % int64_t(calls.size()))];
+    const int li = int(w / nh / int64_t(calls.size()));
+    float* S = states_.data() + size_t(c.slot) * slot_size + (size_t(li) * nh + size_t(h)) * state_size;
+    const int64_t off = (li * layer_rows + c.row) * k.cols + int64_t(h) * d;
+    const float* kp = static_cast<const float*>(k.data) + off;
+    const float* vp = static_cast<const float*>(v.data) + off;
+    // The recurrent form of lightning_attention; its outputs (q = k here) are not kept.
+    std::vector<float> o(size_t(c.rows) * size_t(d));
+    gla_recurrent(kp, kp, vp, c.rows, k.cols, d, -slopes[size_t(h)], 1.f, S, o.data(), d);
+  }
+}
+
 }  // namespace sala

@@ -76,6 +76,11 @@ class CudaBackend : public Backend {
                      int32_t group) override;
   void init_caches(const ModelConfig& cfg, const CacheShape& shape) override;
   void copy_state_slot(int32_t src, int32_t dst) override { lightning_.copy_slot(src, dst); }
+  void advance_lightning_states(const Tensor& k, const Tensor& v, int64_t layer_rows,
+                                const std::vector<StateAdvance>& calls,
+                                const std::vector<float>& slopes) override {
+    lightning_.advance(k, v, layer_rows, calls, slopes);
+  }
   void download_f32(const Tensor& src, float* dst) override;
 
   void begin_step(const StepMeta& meta) override;

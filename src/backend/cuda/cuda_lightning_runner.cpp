@@ -38,6 +38,74 @@ void LightningRunner::copy_slot(int32_t src, int32_t dst) {
                                slot * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
 }
 
+void LightningRunner::advance(const Tensor& k, const Tensor& v, int64_t layer_rows,
+                              const std::vector<StateAdvance>& calls,
+                              const std::vector<float>& slopes) {
+  const int nh = cfg_.lightning_nh, d = cfg_.lightning_head_dim, nl = cfg_.num_lightning_layers();
+  SALA_CHECK(!graphs_.capturing(), "state advance inside a recorded step");
+  SALA_CHECK(k.cols == int64_t(nh) * d && v.cols == k.cols && int(slopes.size()) == nh &&
+             is_act(k) && is_act(v) && k.rows >= nl * layer_rows && v.rows >= nl * layer_rows);
+  const int n = int(calls.size());
+  if (n == 0 || nl == 0) return;
+  std::vector<DevSeq> seqs(static_cast<size_t>(n));
+  std::vector<int32_t> list(static_cast<size_t>(n));
+  int32_t max_end = 0;
+  for (int i = 0; i < n; ++i) {
+    const StateAdvance& c = calls[size_t(i)];
+    SALA_CHECK(c.slot >= 0 && c.slot < num_slots_ && c.row >= 0 && c.rows > 0 &&
+                   c.rows < kGlaChunk && c.row + c.rows <= layer_rows,
+               "state advance: slot {}, rows [{}, {}) of {}", c.slot, c.row, c.row + c.rows,
+               layer_rows);
+    // past_len > 0: the kernel starts from the slot's state instead of zeros.
+    seqs[size_t(i)] = DevSeq{c.row, c.rows, c.slot, 0, 0, 0, -1, 1};
+    list[size_t(i)] = i;
+    max_end = std::max(max_end, c.row + c.rows);
+  }
+  if (n > adv_cap_) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    arena_.release(adv_meta_);
+    adv_meta_ = arena_.device(size_t(n) * (sizeof(DevSeq) + 4));
+    adv_cap_ = n;
+  }
+  const int64_t out_bytes = int64_t(max_end) * k.cols * int64_t(bf16_ ? 2 : 4);
+  if (out_bytes > adv_out_bytes_) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    arena_.release(adv_out_);
+    adv_out_ = arena_.device(size_t(out_bytes));
+    adv_out_bytes_ = out_bytes;
+  }
+  auto* dseqs = static_cast<DevSeq*>(adv_meta_);
+  auto* dlist = reinterpret_cast<int32_t*>(dseqs + adv_cap_);
+  // From pageable memory: staged before the calls return, so seqs / list may go at once.
+  CUDA_CHECK(cudaMemcpyAsync(dseqs, seqs.data(), size_t(n) * sizeof(DevSeq),
+                             cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(dlist, list.data(), size_t(n) * 4, cudaMemcpyHostToDevice, stream_));
+  if (slopes != slopes_) upload_tables(slopes);
+  with_act_type(bf16_, [&](auto tag) {
+    using T = tag_t<decltype(tag)>;
+    for (int li = 0; li < nl; ++li) {
+      GlaArgs<T> a;
+      T* kl = ptr<T>(k) + int64_t(li) * layer_rows * k.cols;
+      a.q = kl;  // the outputs are not kept: any q will do
+      a.k = kl;
+      a.v = ptr<const T>(v) + int64_t(li) * layer_rows * v.cols;
+      a.stride = k.cols;
+      a.seqs = dseqs;
+      a.states = states_;
+      a.slot_stride = int64_t(nl) * nh * d * d;
+      a.layer_off = int64_t(li) * nh * d * d;
+      a.decay = decay_;
+      a.scale = 1.f;
+      a.out = static_cast<T*>(adv_out_);
+      a.ostride = k.cols;
+      a.nh = nh;
+      SALA_CHECK(launch_gla(d, a, dlist, n, nullptr, 0, stream_),
+                 "lightning head_dim {} not supported by the CUDA backend", d);
+    }
+  });
+  timer_.tick("lightning state advance");
+}
+
 void LightningRunner::init_tables() {
   if (cfg_.lightning_nh > 0) upload_tables(cfg_.lightning_slopes());
 }

@@ -30,6 +30,9 @@ class LightningRunner {
 
   void init_states(const ModelConfig& cfg, const CacheShape& shape);  // the state slots
   void copy_slot(int32_t src, int32_t dst);  // Backend::copy_state_slot, on the stream
+  // Backend::advance_lightning_states: the recurrent kernel over kept rows, per layer.
+  void advance(const Tensor& k, const Tensor& v, int64_t layer_rows,
+               const std::vector<StateAdvance>& calls, const std::vector<float>& slopes);
   void init_tables();  // the model's decay tables (after init_states)
   void attention(int li, const Tensor& q, const Tensor& k, const Tensor& v,
                  const std::vector<float>& slopes, float scale, Tensor& out);
@@ -61,6 +64,11 @@ class LightningRunner {
   float* decay_ = nullptr;     // [nh][kGlaDecayStride]
   int decay_cap_ = 0;          // heads decay_ has room for
   float* ws_ = nullptr;        // chunk-parallel prefill: per-chunk states
+  // advance(): its calls as DevSeq [cap] then their indexes [cap]; the outputs nobody reads.
+  void* adv_meta_ = nullptr;
+  int adv_cap_ = 0;
+  void* adv_out_ = nullptr;
+  int64_t adv_out_bytes_ = 0;
   int64_t ws_floats_ = 0;
 };
 
