@@ -188,7 +188,8 @@ std::unique_ptr<Engine> make_engine(std::unique_ptr<Model> model, const EngineOp
 // Cache sizing for the CLI, before the Model is built: page_size = sparse block_size,
 // num_slots = max_running_requests (twice that with speculation: a snapshot slot each),
 // max_step_tokens = max(opts.max_step_tokens, chunked_prefill_size + max_running_requests ·
-// (1 + num_draft_tokens)), max_logit_rows = max_running_requests · (1 + num_draft_tokens). num_pages: from max_total_tokens when > 0 (SGLang's
+// (1 + num_draft_tokens)), max_logit_rows = max_running_requests · (1 + num_draft_tokens),
+// keep_verify_rows = that, at most 512, with speculation (Model::rollback_state). num_pages: from max_total_tokens when > 0 (SGLang's
 // --max-total-tokens, taken as given), else from memory_budget_bytes (after the state slots),
 // but never fewer than one request of max_context_len needs. draft: STANDALONE's draft model,
 // whose caches (plan_draft_limits) come out of the same budget: its state slots first, then

@@ -33,8 +33,12 @@ ModelLimits plan_limits(const ModelConfig& cfg, const EngineOptions& opts,
   lim.max_step_tokens = std::max({1, opts.max_step_tokens,
                                   opts.chunked_prefill_size + running * rows});
   lim.max_logit_rows = running * rows;
-  // A verify step's rows are all logit rows: keep its lightning k / v for rollbacks.
-  lim.keep_verify_rows = opts.speculative.enabled() ? lim.max_logit_rows : 0;
+  // A verify step's rows are all logit rows: keep its lightning k / v for rollbacks, up to
+  // kMaxKeepVerifyRows rows (the 9B: 2 x 24 layers x 8 KB per row, 201 MB at 512; a wider
+  // verify step, 128+ requests drafting 4 tokens each, rolls back by recomputing).
+  constexpr int32_t kMaxKeepVerifyRows = 512;
+  lim.keep_verify_rows =
+      opts.speculative.enabled() ? std::min(lim.max_logit_rows, kMaxKeepVerifyRows) : 0;
   lim.caches.page_size = cfg.sparse.block_size;
   lim.caches.num_slots = running * (opts.speculative.enabled() ? 2 : 1);
   const int64_t ps = lim.caches.page_size;

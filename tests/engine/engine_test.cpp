@@ -291,6 +291,14 @@ TEST(EngineModel, PlanLimitsSizesThePoolFromTheBudget) {
   EXPECT_EQ(l.caches.page_size, 16);
   EXPECT_EQ(l.caches.num_slots, 16);
   EXPECT_EQ(l.max_logit_rows, 16);
+  EXPECT_EQ(l.keep_verify_rows, 0);  // no speculation: no rows kept for rollbacks
+  {
+    EngineOptions so = o;
+    so.speculative.num_draft_tokens = 4;  // 16 x 5 verify rows kept; 200 x 5 capped at 512
+    EXPECT_EQ(plan_limits(c, so, size_t(64) << 20).keep_verify_rows, 80);
+    so.max_running_requests = 200;
+    EXPECT_EQ(plan_limits(c, so, size_t(1) << 30).keep_verify_rows, 512);
+  }
   const size_t states = 16 * state_bytes_per_slot(c);
   EXPECT_EQ(size_t(l.caches.num_pages), ((size_t(64) << 20) - states) / page);
   // A tiny budget still holds one request of max_context_len.
