@@ -1,0 +1,105 @@
+// A/B of the skinny GEMV kernels (bf16: cuda_gemv.cu, W4A16: cuda_gemv_int4.cu) built from one
+// source tree, with nothing but the CUDA toolkit: scripts/kernel_ab/run.sh compiles this file
+// against each variant's src/ on the GPU machine, runs every build and compares their outputs
+// and times. Prints, per kernel, shape and row count M: the median µs of 30 launches (after 5
+// warm-ups) and an FNV-1a hash of the output bytes (the same hash in two builds: the same
+// bits). Inputs: fixed pseudo-random bf16 x and weights, int4 words repacked as at upload.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "backend/cuda/cuda_kernels.h"
+
+namespace sala::cuda {
+bool pdl_launch_enabled() { return true; }  // sm_90a builds only (run.sh)
+}  // namespace sala::cuda
+
+using namespace sala::cuda;
+
+#define CK(x)                                                                       \
+  do {                                                                              \
+    cudaError_t e_ = (x);                                                           \
+    if (e_ != cudaSuccess) {                                                        \
+      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                 \
+    }                                                                               \
+  } while (0)
+
+static uint32_t rng(uint64_t& s) {
+  s = s * 6364136223846793005ull + 1442695040888963407ull;
+  return uint32_t(s >> 33);
+}
+
+static uint64_t fnv(const std::vector<unsigned char>& b) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : b) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+int main() {
+  const int shapes[][2] = {{4096, 4096}, {12288, 4096}, {16384, 4096}, {32768, 4096}, {4096, 16384}};
+  const int rows[] = {1, 8, 16, 40, 64};
+  const int kMaxN = 32768, kMaxK = 16384, kMaxM = 64;
+  uint64_t s = 12345;
+  std::vector<__nv_bfloat16> hx(size_t(kMaxM) * kMaxK), hw(size_t(kMaxN) * 4096 + size_t(4096) * kMaxK);
+  for (auto& v : hx) v = __float2bfloat16(float(int(rng(s) % 2001) - 1000) / 1000.f);
+  for (auto& v : hw) v = __float2bfloat16(float(int(rng(s) % 2001) - 1000) / 20000.f);
+  std::vector<uint32_t> hq(hw.size() / 8);
+  for (auto& v : hq) v = rng(s);
+  std::vector<float> hs(hw.size() / 128);
+  for (auto& v : hs) v = float(1 + rng(s) % 1000) / 50000.f;
+  __nv_bfloat16 *x, *w, *y;
+  uint32_t* q;
+  float* sc;
+  CK(cudaMalloc(&x, hx.size() * 2));
+  CK(cudaMalloc(&w, hw.size() * 2));
+  CK(cudaMalloc(&q, hq.size() * 4));
+  CK(cudaMalloc(&sc, hs.size() * 4));
+  CK(cudaMalloc(&y, size_t(kMaxM) * kMaxN * 2));
+  CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(w, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(q, hq.data(), hq.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(sc, hs.data(), hs.size() * 4, cudaMemcpyHostToDevice));
+  cudaStream_t st;
+  CK(cudaStreamCreate(&st));
+  launch_int4_repack(q, int64_t(hq.size()), st);
+  gemv_init();
+  gemv_int4_init();
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int kind = 0; kind < 2; ++kind)
+    for (const auto& sh : shapes)
+      for (int M : rows) {
+        const int N = sh[0], K = sh[1];
+        GemvOut o{};
+        o.y[0] = y;
+        o.end[0] = N;
+        o.cols[0] = N;
+        o.nparts = 1;
+        auto launch = [&] {
+          if (kind == 0) launch_gemv(x, K, w, N, K, M, o, st);
+          else launch_gemv_int4(x, K, q, sc, N, K, 128, M, o, st);
+        };
+        std::vector<float> us;
+        for (int i = 0; i < 35; ++i) {
+          CK(cudaEventRecord(e0, st));
+          launch();
+          CK(cudaEventRecord(e1, st));
+          CK(cudaEventSynchronize(e1));
+          float ms = 0;
+          CK(cudaEventElapsedTime(&ms, e0, e1));
+          if (i >= 5) us.push_back(ms * 1000.f);
+        }
+        std::sort(us.begin(), us.end());
+        std::vector<unsigned char> out(size_t(M) * N * 2);
+        CK(cudaMemcpy(out.data(), y, out.size(), cudaMemcpyDeviceToHost));
+        std::printf("%s %6d x %5d M=%2d %9.2f us  %016llx\n", kind == 0 ? "bf16" : "int4", N, K, M,
+                    us[us.size() / 2], (unsigned long long)fnv(out));
+      }
+  return 0;
+}
