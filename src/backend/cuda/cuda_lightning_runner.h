@@ -64,12 +64,12 @@ class LightningRunner {
   float* decay_ = nullptr;     // [nh][kGlaDecayStride]
   int decay_cap_ = 0;          // heads decay_ has room for
   float* ws_ = nullptr;        // chunk-parallel prefill: per-chunk states
+  int64_t ws_floats_ = 0;
   // advance(): its calls as DevSeq [cap] then their indexes [cap]; the outputs nobody reads.
   void* adv_meta_ = nullptr;
   int adv_cap_ = 0;
   void* adv_out_ = nullptr;
   int64_t adv_out_bytes_ = 0;
-  int64_t ws_floats_ = 0;
 };
 
 }  // namespace sala::cuda_host
