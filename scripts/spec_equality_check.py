@@ -98,6 +98,24 @@ class Server:
             each = list(ex.map(one, questions))
         return (time.time() - t0, sum(n for _, n in each)), each
 
+    def decode_time(self, q):
+        """Seconds from the first streamed content to the end of the stream (the decode phase:
+        no prompt, prefill or first token), one request alone."""
+        body = {"model": self.model, "messages": [{"role": "user", "content": q}],
+                "temperature": 0, "max_tokens": MAX_TOKENS, "stop": STOP, "stream": True}
+        req = urllib.request.Request(self.url + "/v1/chat/completions", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+        first = None
+        with urllib.request.urlopen(req, timeout=600) as r:
+            for line in r:
+                line = line.strip()
+                if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                    continue
+                delta = json.loads(line[6:])["choices"][0].get("delta", {})
+                if first is None and delta.get("content"):
+                    first = time.time()
+        return time.time() - first if first is not None else 0.0
+
     def close(self):
         self.p.terminate()
         self.p.wait(timeout=60)
@@ -117,10 +135,12 @@ def first_difference(plain_choice, spec_text):
 
 
 def speeds(server, rows):
-    """{concurrency: (seconds, tokens)} at 1 and 8, and each request's (seconds, tokens) at 1."""
+    """{concurrency: (seconds, tokens)} at 1 and 8, and each request's (seconds, tokens,
+    decode-phase seconds) at 1."""
     qs = [r["question"] for r in rows]
     one, each = server.timed(qs, 1)
     eight, _ = server.timed(qs, 8)
+    each = [(s, n, server.decode_time(q)) for (s, n), q in zip(each, qs)]
     return {1: one, 8: eight}, each
 
 
@@ -164,13 +184,16 @@ def main():
         (ps, pt), (ss, st) = plain_speed[c], spec_speed[c]
         print(f"concurrency {c}: plain {pt / ps:8.1f} tok/s, NGRAM {st / ss:8.1f} tok/s "
               f"({ps / ss:.2f}x)")
-    print("concurrency 1 by kind: plain tok/s, NGRAM tok/s, speed-up")
+    print("concurrency 1 by kind: plain tok/s, NGRAM tok/s, speed-up; decode phase only (tokens "
+          "after the first, streamed): plain tok/s, NGRAM tok/s, speed-up")
     by_kind = {}
-    for r, (p_s, p_n), (s_s, s_n) in zip(rows, plain_each, spec_each):
-        k = by_kind.setdefault(r.get("kind", r.get("task", "?")), [0.0, 0, 0.0, 0])
+    for r, (p_s, p_n, p_d), (s_s, s_n, s_d) in zip(rows, plain_each, spec_each):
+        k = by_kind.setdefault(r.get("kind", r.get("task", "?")), [0.0, 0, 0.0, 0, 0.0, 0.0, 0])
         k[0] += p_s; k[1] += p_n; k[2] += s_s; k[3] += s_n
-    for kind, (p_s, p_n, s_s, s_n) in sorted(by_kind.items()):
-        print(f"  {kind:<9} {p_n / p_s:9.1f} {s_n / s_s:9.1f} {p_s / s_s * s_n / max(p_n, 1):6.2f}x")
+        k[4] += p_d; k[5] += s_d; k[6] += max(p_n - 1, 0)
+    for kind, (p_s, p_n, s_s, s_n, p_d, s_d, dn) in sorted(by_kind.items()):
+        print(f"  {kind:<9} {p_n / p_s:9.1f} {s_n / s_s:9.1f} {p_s / s_s * s_n / max(p_n, 1):6.2f}x"
+              f"   {dn / max(p_d, 1e-9):9.1f} {dn / max(s_d, 1e-9):9.1f} {p_d / max(s_d, 1e-9):6.2f}x")
     json.dump({"flags": flags, "differ": diffs, "per_kind": per_kind,
                "speed": {"plain": plain_speed, "ngram": spec_speed},
                "by_kind": by_kind}, open(out, "w"), indent=1)
