@@ -47,8 +47,10 @@ void LightningRunner::advance(const Tensor& k, const Tensor& v, int64_t layer_ro
              is_act(k) && is_act(v) && k.rows >= nl * layer_rows && v.rows >= nl * layer_rows);
   const int n = int(calls.size());
   if (n == 0 || nl == 0) return;
-  std::vector<DevSeq> seqs(static_cast<size_t>(n));
-  std::vector<int32_t> list(static_cast<size_t>(n));
+  std::vector<DevSeq>& seqs = adv_seqs_;  // reused: no allocation per rollback batch
+  std::vector<int32_t>& list = adv_list_;
+  seqs.resize(size_t(n));
+  list.resize(size_t(n));
   int32_t max_end = 0;
   for (int i = 0; i < n; ++i) {
     const StateAdvance& c = calls[size_t(i)];

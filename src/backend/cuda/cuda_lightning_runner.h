@@ -70,6 +70,8 @@ class LightningRunner {
   int adv_cap_ = 0;
   void* adv_out_ = nullptr;
   int64_t adv_out_bytes_ = 0;
+  std::vector<cuda::DevSeq> adv_seqs_;  // their host copies
+  std::vector<int32_t> adv_list_;
 };
 
 }  // namespace sala::cuda_host
