@@ -51,6 +51,7 @@ struct ServeOpts {
   std::string speculative_algorithm;  // "", NGRAM or STANDALONE
   std::string speculative_draft_model_path;  // STANDALONE's draft model
   int speculative_num_draft_tokens = 4, speculative_ngram_min = 1, speculative_ngram_max = 4;
+  double speculative_ngram_min_accept = sala::SpeculativeOptions{}.ngram_min_accept;
 };
 
 int g_sig_pipe[2] = {-1, -1};
@@ -150,7 +151,8 @@ int run_serve(const ServeOpts& o) {
                                     "--speculative-ngram-max-match-window-size {}",
                                     o.speculative_ngram_min, o.speculative_ngram_max));
     lo.engine.speculative = {o.speculative_num_draft_tokens, o.speculative_ngram_min,
-                             o.speculative_ngram_max, standalone};
+                             o.speculative_ngram_max, standalone,
+                             o.speculative_ngram_min_accept};
     lo.draft_model_path = o.speculative_draft_model_path;
   }
   lo.max_total_tokens = o.max_total_tokens;
@@ -248,7 +250,7 @@ sala::cli::Registrar reg("serve", "Serve a model over HTTP (SGLang /generate + O
   app.add_option("--speculative-algorithm", o->speculative_algorithm,
                  "NGRAM: requests draft tokens by prompt lookup, STANDALONE: by a draft model "
                  "(--speculative-draft-model-path); the drafts are verified in one step (greedy "
-                 "output unchanged, sampled output in distribution; CPU only so far)")
+                 "output unchanged, sampled output in distribution)")
       ->check(CLI::IsMember({"NGRAM", "STANDALONE", "EAGLE", "EAGLE3"}));
   app.add_option("--speculative-draft-model-path", o->speculative_draft_model_path,
                  "STANDALONE: the draft model's directory (a SALA checkpoint with the target's "
@@ -260,6 +262,11 @@ sala::cli::Registrar reg("serve", "Serve a model over HTTP (SGLang /generate + O
                  "NGRAM: shortest suffix that may match")->capture_default_str()->check(CLI::Range(1, 64));
   app.add_option("--speculative-ngram-max-match-window-size", o->speculative_ngram_max,
                  "NGRAM: longest suffix tried")->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--speculative-ngram-min-accept", o->speculative_ngram_min_accept,
+                 "NGRAM: propose the j-th draft only while p^j is at least this, p being the "
+                 "measured acceptance of drafts found by suffix matches of the same length "
+                 "(0: draft whenever a suffix matches)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
   app.add_option("--max-queued-requests", o->max_queued_requests, "Queue bound; beyond it requests get 429")->capture_default_str();
   app.add_option("--max-total-tokens", o->max_total_tokens, "KV pool size in tokens (default: from --kv-memory-mb)");
   app.add_option("--context-length", o->context_length, "Max prompt + output tokens of one request (default: the model's)");

@@ -162,7 +162,7 @@ void DraftModelDrafter::propose(const std::vector<DraftAsk>& asks,
   }
 }
 
-void DraftModelDrafter::settle(const Sequence& s, int32_t drafted, int32_t accepted) {
+void DraftModelDrafter::settle(const Sequence& s, int32_t drafted, int32_t accepted, bool) {
   auto it = seqs_.find(s.id);
   if (it == seqs_.end() || it->second.drafted == 0) return;  // released (preempted)
   Seq& d = it->second;

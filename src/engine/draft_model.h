@@ -55,7 +55,7 @@ class DraftModelDrafter final : public Drafter {
   void propose(const std::vector<DraftAsk>& asks, std::vector<std::vector<int32_t>>& out) override;
   const float* proposal(const Sequence& s) const override;
   void planned(const SchedulePlan& plan, const DraftPolicyFn& policy) override;
-  void settle(const Sequence& s, int32_t drafted, int32_t accepted) override;
+  void settle(const Sequence& s, int32_t drafted, int32_t accepted, bool verified) override;
   void release(const Sequence& s) override;
   int64_t rollbacks() const override { return rollbacks_; }
   std::pair<int64_t, int64_t> usage() const override { return {blocks_.used(), states_.used()}; }

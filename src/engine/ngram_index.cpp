@@ -117,7 +117,8 @@ void NgramIndex::extend(const std::vector<int32_t>& tokens, int64_t end_limit) {
 }
 
 std::vector<int32_t> NgramIndex::draft(const std::vector<int32_t>& tokens, int32_t k,
-                                       int64_t budget) {
+                                       int64_t budget, int32_t* match_len) {
+  if (match_len) *match_len = 0;
   const int64_t L = int64_t(tokens.size());
   if (k <= 0 || L < 2) return {};
   extend(tokens, std::min(L, ends_ + std::max<int64_t>(budget, 0)));
@@ -140,6 +141,7 @@ std::vector<int32_t> NgramIndex::draft(const std::vector<int32_t>& tokens, int32
     if (j < 0 && n <= L - 1) j = find(levels_[size_t(n - min_)], tok, L - n);
     if (j < 0) continue;
     const int64_t from = j + 1, to = std::min<int64_t>(L, from + k);
+    if (match_len) *match_len = n;
     return {tokens.begin() + from, tokens.begin() + to};
   }
   return {};

@@ -33,7 +33,7 @@ class NgramIndex {
   // after propose and removed before the next); fewer tokens than that reset the index.
   // Indexes up to `budget` more end positions first.
   std::vector<int32_t> draft(const std::vector<int32_t>& tokens, int32_t k,
-                             int64_t budget = kDefaultBudget);
+                             int64_t budget = kDefaultBudget, int32_t* match_len = nullptr);
 
   // Indexes the n-grams ending before min(end_limit, tokens.size() - 1) (same rule for tokens):
   // the engine calls it with each prefill chunk, so that decoding starts fully indexed.

@@ -79,8 +79,37 @@ void adapt_draft_len(SpecState& s, int32_t drafted, int32_t accepted, int32_t ma
 void NgramDrafter::propose(const std::vector<DraftAsk>& asks,
                            std::vector<std::vector<int32_t>>& out) {
   out.resize(asks.size());
-  for (size_t i = 0; i < asks.size(); ++i)
-    out[i] = index_of(*asks[i].seq).draft(asks[i].seq->tokens, asks[i].k);
+  for (size_t i = 0; i < asks.size(); ++i) {
+    PerRequest& r = request(*asks[i].seq);
+    std::vector<int32_t>& d = out[i];
+    d = r.index.draft(asks[i].seq->tokens, asks[i].k, NgramIndex::kDefaultBudget, &r.match_len);
+    if (d.empty() || min_accept_ <= 0) continue;
+    // j drafts while p^j >= min_accept (the chance that the j-th is reached and passes).
+    const double p = accept_rate(r.match_len);
+    size_t j = 0;
+    for (double all = p; j < d.size() && all >= min_accept_; all *= p) ++j;
+    if (j == 0 && ++by_match_[size_t(r.match_len)].refused % kMatchProbe == 0) j = 1;
+    d.resize(j);
+  }
+}
+
+double NgramDrafter::accept_rate(int32_t match_len) const {
+  SALA_CHECK(match_len >= 1 && match_len <= max_, "match length {} outside 1..{}", match_len, max_);
+  const MatchStats& m = by_match_[size_t(match_len)];
+  return (m.accepted + 3.0) / (m.tested + 4.0);
+}
+
+void NgramDrafter::settle(const Sequence& s, int32_t drafted, int32_t accepted, bool verified) {
+  if (!verified || drafted <= 0) return;
+  const PerRequest& r = request(s);
+  SALA_CHECK(r.match_len >= 1, "sequence {}: drafts settled without a match", s.id);
+  MatchStats& m = by_match_[size_t(r.match_len)];
+  m.tested += accepted < drafted ? accepted + 1 : drafted;
+  m.accepted += accepted;
+  if (m.tested > kMatchWindow) {
+    m.tested *= 0.5;
+    m.accepted *= 0.5;
+  }
 }
 
 void NgramDrafter::planned(const SchedulePlan& plan, const DraftPolicyFn& policy) {
@@ -88,26 +117,27 @@ void NgramDrafter::planned(const SchedulePlan& plan, const DraftPolicyFn& policy
     const Sequence& s = *it.seq;
     // Prefill chunks only (a verify call's tokens hold its drafts); the chunk's n-grams.
     if (it.num_tokens <= 1 || s.spec.drafts > 0 || !policy(s).eligible) continue;
-    index_of(s).extend(s.tokens, s.num_computed + it.num_tokens);
+    request(s).index.extend(s.tokens, s.num_computed + it.num_tokens);
   }
 }
 
-NgramIndex& NgramDrafter::index_of(const Sequence& s) {
-  return indexes_.try_emplace(s.id, min_, max_).first->second;
+NgramDrafter::PerRequest& NgramDrafter::request(const Sequence& s) {
+  return requests_.try_emplace(s.id, PerRequest{NgramIndex(min_, max_)}).first->second;
 }
 
 const NgramIndex* NgramDrafter::index(const Sequence& s) const {
-  auto it = indexes_.find(s.id);
-  return it == indexes_.end() ? nullptr : &it->second;
+  auto it = requests_.find(s.id);
+  return it == requests_.end() ? nullptr : &it->second.index;
 }
 
-void NgramDrafter::release(const Sequence& s) { indexes_.erase(s.id); }
+void NgramDrafter::release(const Sequence& s) { requests_.erase(s.id); }
 
 Speculator::Speculator(const SpeculativeOptions& opts, int32_t snapshot_offset,
                        std::unique_ptr<Drafter> drafter, DraftPolicyFn policy)
     : opts_(opts), snapshot_offset_(opts.enabled() ? snapshot_offset : 0),
       drafter_(drafter ? std::move(drafter)
-                       : std::make_unique<NgramDrafter>(opts.ngram_min, opts.ngram_max)),
+                       : std::make_unique<NgramDrafter>(opts.ngram_min, opts.ngram_max,
+                                                       opts.ngram_min_accept)),
       policy_(std::move(policy)) {}
 
 void Speculator::draft(const std::vector<Sequence*>& running, const Scheduler& sch) {
@@ -185,7 +215,7 @@ void Speculator::settle(Sequence& s, int32_t a, Model& model) {
     ++rollbacks_;
   }
   s.spec.drafts = 0;
-  drafter_->settle(s, d, a);
+  drafter_->settle(s, d, a, true);
   adapt_draft_len(s.spec, d, a, opts_.num_draft_tokens);
   drafted_ += d;
   accepted_ += a;
@@ -196,7 +226,7 @@ void Speculator::end_step() {
   for (Sequence* s : step_seqs_) {
     if (s->spec.drafts == 0) continue;  // resolved
     s->tokens.resize(size_t(s->spec.base));
-    drafter_->settle(*s, s->spec.drafts, 0);
+    drafter_->settle(*s, s->spec.drafts, 0, false);
     s->spec.drafts = 0;
   }
   step_seqs_.clear();

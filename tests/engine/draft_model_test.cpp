@@ -76,7 +76,7 @@ void check_rollback_leaves_no_trace(int prompt_len) {
     const Proposal first = propose(*a, sa, pol, V);
     ASSERT_EQ(first.drafts.size(), size_t(kDrafts));
     EXPECT_EQ(a->computed(sa), prompt_len + kDrafts);  // t0 and drafts 1..k-1 fed
-    a->settle(sa, kDrafts, 1);  // draft 1 kept, draft 2 rejected: rolled back
+    a->settle(sa, kDrafts, 1, true);  // draft 1 kept, draft 2 rejected: rolled back
     EXPECT_EQ(a->rollbacks(), 1);
     EXPECT_EQ(a->computed(sa), prompt_len + 1);
     const int32_t bonus = first.drafts[1] == 30 ? 31 : 30;
@@ -102,7 +102,7 @@ void check_rollback_leaves_no_trace(int prompt_len) {
           << "prompt " << prompt_len << ": the rolled-back draft model's distribution differs";
     }
     // All drafts kept: no rollback, everything fed is computed.
-    a->settle(sa, kDrafts, kDrafts);
+    a->settle(sa, kDrafts, kDrafts, true);
     EXPECT_EQ(a->rollbacks(), 1);
     EXPECT_EQ(a->computed(sa), int64_t(sa.tokens.size()) + kDrafts - 1);
   }
@@ -137,7 +137,7 @@ TEST(DraftModel, PreemptionAndReleaseFreeItsCaches) {
   SchedulePlan plan;
   plan.preempted.push_back(&s1);
   d->planned(plan, [&](const Sequence&) { return pol; });
-  d->settle(s1, 3, 0);
+  d->settle(s1, 3, 0, false);
   EXPECT_EQ(d->computed(s1), -1);
   EXPECT_EQ(d->slots_used(), 1);
   EXPECT_LT(d->pages_used(), pages);
@@ -169,13 +169,13 @@ TEST(DraftModel, UnverifiedDraftsDraftAgainFromTheKeptRow) {
     std::vector<std::vector<int32_t>> first, again;
     d->propose({{&s, k, pol}}, first);
     ASSERT_EQ(first[0].size(), size_t(k));
-    d->settle(s, k, 0);  // not verified: dropped
+    d->settle(s, k, 0, false);  // not verified: dropped
     EXPECT_EQ(d->computed(s), 51);
     EXPECT_EQ(d->rollbacks(), k > 1 ? 1 : 0);
     d->propose({{&s, k, pol}}, again);
     EXPECT_EQ(again[0], first[0]) << "k " << k;
     // And it goes on: the target keeps the first draft and a bonus token.
-    d->settle(s, k, 1);
+    d->settle(s, k, 1, true);
     s.tokens.push_back(first[0][0]);
     s.tokens.push_back(first[0][0] == 40 ? 41 : 40);
     d->propose({{&s, k, pol}}, again);

@@ -95,7 +95,7 @@ TEST(NgramIndex, FewerTokensThanIndexedStartOver) {
 }
 
 TEST(NgramIndex, DrafterKeepsOneIndexPerRequestUntilReleased) {
-  NgramDrafter drafter(1, 4);
+  NgramDrafter drafter(1, 4, 0);
   Sequence s1, s2;
   s1.id = 1;
   s2.id = 2;
@@ -116,10 +116,66 @@ TEST(NgramIndex, DrafterKeepsOneIndexPerRequestUntilReleased) {
   EXPECT_EQ(drafter.num_indexes(), size_t(0));
 }
 
+// NgramDrafter proposes j drafts while p(n)^j >= min_accept, p(n) the engine-wide acceptance
+// of drafts found by a suffix match of n tokens (prior 3 of 4): drafts of a match length that
+// keeps failing stop, except one every kMatchProbe-th refused call; other lengths keep theirs;
+// unverified drafts do not count; passing drafts bring the length back.
+TEST(NgramIndex, DrafterProposesByMeasuredAcceptance) {
+  NgramDrafter drafter(1, 4, 0.25);
+  Sequence one, two;
+  one.id = 1;
+  two.id = 2;
+  one.tokens = {5, 1, 2, 3, 4, 9, 5};        // suffix {5} matches at 0: n = 1
+  two.tokens = {7, 5, 1, 2, 3, 4, 9, 7, 5};  // suffix {7, 5} matches at 1: n = 2
+  std::vector<std::vector<int32_t>> out;
+  auto drafts = [&](Sequence& s) {
+    drafter.propose({{&s, 4, {}}}, out);
+    return out[0].size();
+  };
+  EXPECT_EQ(drafts(one), 4u);  // 0.75^4 = 0.32
+  EXPECT_DOUBLE_EQ(drafter.accept_rate(1), 0.75);
+  drafter.settle(one, 4, 0, false);  // dropped unverified: no evidence
+  EXPECT_DOUBLE_EQ(drafter.accept_rate(1), 0.75);
+  int rejected = 0;
+  while (drafts(one) > 0) {
+    drafter.settle(one, int32_t(out[0].size()), 0, true);
+    ++rejected;
+    ASSERT_LT(rejected, 20);
+  }
+  EXPECT_EQ(rejected, 9);  // 3 / (4 + 9) < 0.25
+  EXPECT_LT(drafter.accept_rate(1), 0.25);
+  EXPECT_EQ(drafts(two), 4u);  // another match length: unaffected
+  int probes = 0;
+  for (int i = 0; i < 2 * int(NgramDrafter::kMatchProbe); ++i) {
+    const size_t d = drafts(one);
+    ASSERT_LE(d, 1u);
+    probes += int(d);
+    if (d) drafter.settle(one, 1, 0, true);
+  }
+  EXPECT_EQ(probes, 2);
+  for (int i = 0; i < 40; ++i) drafter.settle(one, 1, 1, true);  // probes that pass
+  EXPECT_GT(drafter.accept_rate(1), 0.75);
+  EXPECT_EQ(drafts(one), 4u);
+}
+
+// Without a threshold every match drafts all it found.
+TEST(NgramIndex, DrafterWithoutThresholdAlwaysDrafts) {
+  NgramDrafter drafter(1, 4, 0);
+  Sequence s;
+  s.id = 1;
+  s.tokens = {5, 1, 2, 3, 4, 9, 5};
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < 50; ++i) {
+    drafter.propose({{&s, 3, {}}}, out);
+    ASSERT_EQ(out[0], (std::vector<int32_t>{1, 2, 3}));
+    drafter.settle(s, 3, 0, true);
+  }
+}
+
 // planned() indexes an eligible request's prefill chunks (not verify calls, not ineligible
 // requests), so that its first draft finds the prompt indexed.
 TEST(NgramIndex, DrafterIndexesPrefillChunks) {
-  NgramDrafter drafter(1, 4);
+  NgramDrafter drafter(1, 4, 0);
   TokenSource src(40, 3);
   Sequence a, b, v;
   a.id = 1;
