@@ -5,6 +5,7 @@
 //                            logits, linear_multi parts, linear_silu_mul)
 //   GemmDispatchVerifySteps  speculative verify steps (8 x 5 rows, with a prompt, 13 x 5 rows),
 //                            bf16, FP8 and W4A16 weights: every sequence equals the sequence alone
+//                            (bf16 runs of 17..64 rows on Hopper: the sequence in a 20-row step)
 //   GemvSpeed                us / GB/s at M = 1 .. 64, and the same rows as launches of <= 16
 // Without a GPU every test GTEST_SKIPs (SALA_REQUIRE_GPU=1: a failure).
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_skinny_sm90.h"
 #include "backend/step.h"
 #include "cuda_test_util.h"
 
@@ -209,10 +211,56 @@ TEST(CudaOps, GemmDispatchVerifySteps) {
       };
       p.begin(m);
       const std::vector<float> step = ops(0, T, true);
+      // The GEMM runs of the step (GemmDispatch::for_each_run): all rows, or past 64 rows one
+      // per long sequence and groups of <= 64 rows of short ones. bf16 runs of 17..64 rows of
+      // this prompt-free step take the Hopper skinny GEMM, whose rows equal the same rows in
+      // any other such run (not the <= 16-row GEMV's bits): their reference is the sequence
+      // in a step padded to 20 rows with the sequences after it (or before it).
+      constexpr int64_t kRunMax = 64;  // for_each_run's kSkinnyRows in bf16 mode
+      std::vector<int64_t> run_rows(lens.size(), T);
+      if (T > kRunMax) {
+        size_t b = 0;
+        int64_t rr = 0;
+        auto close = [&](size_t e) {
+          for (size_t j = b; j < e; ++j) run_rows[j] = rr;
+        };
+        for (size_t i = 0; i < lens.size(); ++i) {
+          if (lens[i] > kRunMax) {
+            close(i);
+            run_rows[i] = lens[i];
+            b = i + 1;
+            rr = 0;
+            continue;
+          }
+          if (rr + lens[i] > kRunMax) {
+            close(i);
+            b = i;
+            rr = 0;
+          }
+          rr += lens[i];
+        }
+        close(lens.size());
+      }
+      const bool skinny = fmt == 0 && sala::cuda::skinny_sm90_available();
       int64_t r0 = 0;
       for (size_t i = 0; i < lens.size(); ++i) {
-        p.gpu->begin_step(rows_meta(lens[i], 100 + int64_t(i)));
-        const std::vector<float> alone = ops(r0, lens[i], false);
+        int64_t from = r0, rows = lens[i];
+        StepMeta alone_meta = rows_meta(lens[i], 100 + int64_t(i));
+        if (skinny && run_rows[i] > 16 && lens[i] <= 16) {
+          // This sequence plus neighbours of 5 rows (all logits: prompt-free) up to 20 rows.
+          alone_meta = StepMeta{};
+          from = std::min<int64_t>(r0, T - 20);
+          for (int64_t q = from; q < from + 20; q += 5) {
+            std::vector<int32_t> ids5(5, 5);
+            alone_meta.add_seq(ids5.data(), 5, 100, 0, {}, true, true);
+          }
+          rows = 20;
+          ASSERT_EQ(lens[i], 5) << "padding assumes 5-row calls";
+        }
+        p.gpu->begin_step(alone_meta);
+        const std::vector<float> padded = ops(from, rows, false);
+        const std::vector<float> alone(padded.begin() + (r0 - from) * C,
+                                       padded.begin() + (r0 - from + lens[i]) * C);
         EXPECT_EQ(0, std::memcmp(alone.data(), step.data() + r0 * C, alone.size() * 4))
             << fmt_name << "step of " << lens.size() << " sequences (" << T
             << " rows): rows [" << r0 << ", " << r0 + lens[i] << ") of sequence " << i

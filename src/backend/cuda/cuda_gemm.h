@@ -5,9 +5,12 @@
 //    kGemvMaxRows (64) rows (gemv_rows): the skinny tensor-core GEMM (cuda_gemv.cu), one pass
 //    over the weights, row-invariant, which can write several outputs (linear_multi) or
 //    silu(gate) * up (linear_silu_mul) directly;
-//  - bf16 decode-only steps of 17..kStackMaxRows (64) rows, stacked weights: one cuBLASLt
-//    GEMM into the stacked workspace, then a split / the SiLU product of its halves (faster
-//    there than the GEMV, which costs 1.6-2.9x its one-row time at 32-64 rows);
+//  - bf16 speculative steps (verify calls, no prompt chunk) of 17..kStackMaxRows (64) rows on
+//    Hopper: the wgmma skinny GEMM (cuda_skinny_sm90.cu: about its one-row time at any row
+//    count up to 64, row-invariant among themselves; not the bits of <= 16-row steps), stacked
+//    weights into the stacked workspace, then a split / the SiLU product of its halves;
+//  - bf16 decode-only steps of 17..64 rows: the same through cuBLASLt (the GEMV costs
+//    1.6-2.9x its one-row time at 32-64 rows);
 //  - otherwise cuBLASLt (fp32 mode: true fp32, CUBLAS_COMPUTE_32F on fp32 operands, no TF32).
 // In steps that prefill, each sequence's rows are multiplied as they would be alone (batch
 // invariance: linear()).
@@ -50,7 +53,8 @@ class GemmDispatch {
   // The stacked workspace for the model's widest stacked weight (init_caches).
   void plan_stack_workspace(const ModelConfig& cfg);
   void linear(const Tensor& x, const Weight& w, Tensor& y);
-  // One GEMM over all rows of x (skinny GEMM for ≤ 16 rows, cuBLASLt above).
+  // One GEMM over all rows of x (GEMV for ≤ 16 rows, the Hopper skinny GEMM for 17..64 rows
+  // of speculative steps, cuBLASLt otherwise).
   void linear_rows(const Tensor& x, const Tensor& w, Tensor& y);
   // false: no single-kernel path for these shapes; the caller runs Backend's default
   // composition (one linear() per part / linear_multi then silu_mul).
@@ -168,12 +172,18 @@ class GemmDispatch {
   // Decode-only steps take the skinny GEMM up to this many rows (gemv_rows).
   static constexpr int64_t kDecodeGemvRows = 16;
   bool decode_only_step() const;  // every call of the step has one row
+  // x's kDecodeGemvRows < rows <= kStackMaxRows go to the Hopper skinny GEMM in this step (bf16,
+  // a speculative step: multi-row calls, none a prompt chunk: StepDev::prompt_free).
+  bool skinny_step_rows(int64_t rows) const;
   // A GEMV of `rows` rows is the path for this step: <= kDecodeGemvRows rows, or (verify and
-  // prefill runs) <= kGemvMaxRows rows outside decode-only steps.
+  // prefill runs) <= kGemvMaxRows rows outside decode-only steps; for bf16 weights only where
+  // skinny_step_rows does not take them.
   bool gemv_rows(int64_t rows) const;
-  // A decode-only step's x qualifies for a stacked GEMM of n output columns (stack_ws_ holds
-  // [x.rows, n], grown if needed outside recordings).
+  // A decode-only step's (or skinny_step_rows') x qualifies for a stacked GEMM of n output
+  // columns (stack_ws_ holds [x.rows, n], grown if needed outside recordings).
   bool stack_fits(const Tensor& x, int64_t n);
+  bool skinny_ok_ = false;        // skinny_sm90_available()
+  void* skinny_ws_ = nullptr;     // its split-K workspace (counters zeroed)
   void* stack_ws_ = nullptr;
   int64_t stack_ws_elems_ = 0;
 };

@@ -69,6 +69,11 @@ void StepPlan::begin(const StepMeta& meta, const SparseConfig& sparse) {
     d.sparse = sparse.sparse_call(s.total_len(), meta.dense_as_sparse) ? 1 : 0;
     sd.n_sparse_seqs += d.sparse;
     sd.n_one_token += s.num_tokens == 1;
+    if (s.num_tokens > 1) {  // logit_rows ascend: count this call's
+      const auto lo = std::lower_bound(meta.logit_rows.begin(), meta.logit_rows.end(), s.token_begin);
+      const auto hi = std::lower_bound(lo, meta.logit_rows.end(), s.token_begin + s.num_tokens);
+      sd.prompt_free = sd.prompt_free && hi - lo == s.num_tokens;
+    }
     d.split_row = -1;
     if (s.num_tokens <= kSplitCallRows) {
       d.split_row = sd.n_split_rows;

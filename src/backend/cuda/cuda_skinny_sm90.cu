@@ -1,0 +1,401 @@
+// Skinny bf16 GEMM on Hopper: y[M, N] = x[M, K] · W[N, K]^T, M <= 64 (cuda_skinny_sm90.h).
+//
+// Why: the ring GEMV (cuda_gemv.cu, mma.sync) costs 1.7x its one-row time at 40 rows (a B=8
+// verify step with 4 drafts, issue 21) and decode steps of 17..64 rows fall back to cuBLASLt
+// at ~2.8 TB/s (issue 20): mma.sync needs a W fragment load per 16 x 16 and an x fragment
+// load per n8 tile from L2, so its instruction count grows with M. wgmma reads both operands
+// from shared memory by descriptor: one m64n64k16 per 64 weight rows and 16 k whatever M.
+//
+// Structure: persistent CTAs (one per SM) walk units = (tile of 128 weight rows, K split) in
+// round-robin. Warp 0 of warpgroup 0 issues TMA loads of W [128 x 64 k] (rows >= N zero-
+// filled) and x [M rounded up to 8 x 64 k] (128-byte swizzle) into a ring of kStages stages
+// (full / empty mbarriers); warpgroups 1 and 2 each run 4 wgmma.m64n64k16 per stage on their
+// 64 weight rows. The MMA always reads 64 x rows: rows past the box hold whatever the stage
+// held, which only reaches output columns >= M (never stored). A 64-row box zero-filled by
+// TMA cost 14 % at M = 1 (H200, session 20); 8 stages instead of 6 gained nothing. The weight
+// loads of the first stages are issued before griddepcontrol.wait (weights are never written
+// by the previous kernel), the x loads after it.
+// Summation order: K is cut into n_chunks (8, or fewer for K < 512) chunks, each summed from
+// zero by wgmma, and the chunk sums are added in order: ((c0 + c1) + c2) + ... So a weight
+// row's bits depend on neither M, nor N, nor the split (1, 2, 4 or 8 units of whole chunks per
+// tile): a stacked weight's parts equal its slices computed alone, bit for bit. Unsplit, the
+// chunks are added in registers; split, each unit stores its chunks' fp32 sums [64 x rows][128]
+// to the workspace and the CTA whose arrival completes a tile's count adds them in order.
+// Outputs are rounded once to bf16; fp32 outputs (logits) hold the bf16-rounded values.
+//
+// Shared memory: kStages x (16 KB W + 8 KB x) + barriers = 145 KB, 1024-byte aligned stages.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/cuda_skinny_sm90.h"
+
+namespace sala::cuda {
+namespace {
+
+constexpr int kBM = 128;  // weight rows per tile: two consumer warpgroups of 64
+constexpr int kBK = 64;   // k per stage: one 128-byte swizzle row of bf16
+constexpr int kNX = 64;   // x rows per MMA (M padded by TMA's zero fill)
+constexpr int kStages = 6;
+constexpr int kStageW = kBM * kBK * 2;  // 16 KB
+constexpr int kStageX = kNX * kBK * 2;  // 8 KB
+constexpr int kThreads = 384;           // producer warpgroup + two consumer warpgroups
+constexpr size_t kSmem = size_t(kStages) * (kStageW + kStageX) + 1024 + 256;
+// ws: the per-tile counters first (at fixed offsets whatever the shape, so that partial sums
+// of another shape never land on them), then the partials.
+constexpr int64_t counter_bytes(int64_t tiles) { return (std::max<int64_t>(4096, tiles * 4) + 255) / 256 * 256; }
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SALA_SKINNY_SM90 1
+#endif
+
+#ifdef SALA_SKINNY_SM90
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* tm, int c0, int c1,
+                                            uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+      "%3}], [%4];\n" ::"r"(smem_addr(dst)),
+      "l"(tm), "r"(c0), "r"(c1), "r"(smem_addr(bar))
+      : "memory");
+}
+
+// K-major operand in 128-byte-swizzled rows (TMA's CU_TENSOR_MAP_SWIZZLE_128B): 8-row groups
+// 1024 bytes apart; the k16 slice kk of a stage starts 32 bytes further.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
+
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, "
+      "0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
+        "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db));
+}
+#endif
+
+struct SkinnyArgs {
+  void* y;           // bf16, or fp32 holding bf16-rounded values (f32)
+  int64_t ldy;
+  int f32;
+  float* partial;    // [tiles][n_chunks][kNX][kBM]
+  int* counters;     // [tiles]
+  int N, M, tiles, splits, k_per_split, n_chunks, k_per_chunk;
+  uint32_t x_bytes;  // per stage: the x box's rows (M rounded up to 8) x 128 bytes
+};
+
+__device__ __forceinline__ void store_out(const SkinnyArgs& a, int m, int n, float v) {
+  const bf16 b = __float2bfloat16(v);
+  if (a.f32)
+    static_cast<float*>(a.y)[int64_t(m) * a.ldy + n] = __bfloat162float(b);
+  else
+    static_cast<bf16*>(a.y)[int64_t(m) * a.ldy + n] = b;
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    skinny_sm90_kernel(const __grid_constant__ CUtensorMap tm_w,
+                       const __grid_constant__ CUtensorMap tm_x, const SkinnyArgs a) {
+#ifdef SALA_SKINNY_SM90
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                             ~uintptr_t(1023));
+  uint8_t* sw = smem;                             // [kStages][kStageW]
+  uint8_t* sx = smem + size_t(kStages) * kStageW;  // [kStages][kStageX]
+  uint64_t* full = reinterpret_cast<uint64_t*>(sx + size_t(kStages) * kStageX);
+  uint64_t* empty = full + kStages;
+  int* last_flag = reinterpret_cast<int*>(empty + kStages);
+  const int tid = threadIdx.x, wg = tid / 128;
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 8);  // lane 0 of each consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  pdl_trigger();
+  const int units = a.tiles * a.splits, nk = a.k_per_split / kBK;
+
+  if (wg == 0) {
+    if (tid != 0) return;
+    // Producer. The first kStages stages' weights go out before waiting for the previous
+    // kernel; their x loads (x may be its output) after.
+    int stage = 0, it = 0, deferred[kStages];
+    uint32_t phase = 0;
+    for (int u = blockIdx.x; u < units; u += gridDim.x) {
+      const int tile = u / a.splits, split = u % a.splits;
+      for (int kb = 0; kb < nk; ++kb) {
+        const int kc = split * a.k_per_split + kb * kBK;
+        mbar_wait(&empty[stage], phase ^ 1);
+        mbar_expect_tx(&full[stage], kStageW + a.x_bytes);
+        tma_load_2d(sw + size_t(stage) * kStageW, &tm_w, kc, tile * kBM, &full[stage]);
+        if (it < kStages) {
+          deferred[it] = kc;
+        } else {
+          tma_load_2d(sx + size_t(stage) * kStageX, &tm_x, kc, 0, &full[stage]);
+        }
+        if (++it == kStages) {
+          pdl_wait();
+          for (int s = 0; s < kStages; ++s)
+            tma_load_2d(sx + size_t(s) * kStageX, &tm_x, deferred[s], 0, &full[s]);
+        }
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    }
+    if (it < kStages) {
+      pdl_wait();
+      for (int s = 0; s < it; ++s)
+        tma_load_2d(sx + size_t(s) * kStageX, &tm_x, deferred[s], 0, &full[s]);
+    }
+    return;
+  }
+
+  // Consumers: warpgroup c = wg - 1 owns weight rows [64 c, 64 c + 64) of each tile.
+  pdl_wait();
+  const int c = wg - 1, t = tid - 128 * wg, warp = t / 32, lane = t % 32;
+  const int ct = tid - 128;  // 0..255 over both consumer warpgroups
+  int stage = 0;
+  uint32_t phase = 0;
+  const int chunks_per_unit = a.n_chunks / a.splits, nk_chunk = a.k_per_chunk / kBK;
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    const int tile = u / a.splits, split = u % a.splits;
+    // d[4j + 2h + e]: weight row 16 warp + lane / 4 + 8 h of this warpgroup, x row 8 j +
+    // 2 (lane % 4) + e (wgmma's accumulator layout). Each K chunk is summed from zero in d;
+    // chunks are added in order into total (or, split, summed in order by the last CTA).
+    float d[32], total[32];
+    const int row0 = tile * kBM + c * 64 + warp * 16 + lane / 4;
+    for (int cu = 0; cu < chunks_per_unit; ++cu) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) d[i] = 0.f;
+      for (int kb = 0; kb < nk_chunk; ++kb) {
+        mbar_wait(&full[stage], phase);
+        const uint32_t aw = smem_addr(sw + size_t(stage) * kStageW + c * (kStageW / 2));
+        const uint32_t ax = smem_addr(sx + size_t(stage) * kStageX);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; ++kk)
+          wgmma_m64n64k16(d, smem_desc(aw + kk * 32), smem_desc(ax + kk * 32));
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        if (lane == 0) mbar_arrive(&empty[stage]);
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      if (a.splits == 1) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) total[i] = cu == 0 ? d[i] : total[i] + d[i];
+        continue;
+      }
+      float* part = a.partial + (size_t(tile) * a.n_chunks + split * chunks_per_unit + cu) * (kNX * kBM);
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int m = 8 * j + 2 * (lane % 4) + e;
+            if (m < a.M) part[m * kBM + c * 64 + warp * 16 + lane / 4 + 8 * h] = d[4 * j + 2 * h + e];
+          }
+    }
+    if (a.splits == 1) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int m = 8 * j + 2 * (lane % 4) + e, n = row0 + 8 * h;
+            if (m < a.M && n < a.N) store_out(a, m, n, total[4 * j + 2 * h + e]);
+          }
+      continue;
+    }
+    __threadfence();
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    if (ct == 0) *last_flag = atomicAdd(&a.counters[tile], 1) == a.splits - 1;
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    if (*last_flag) {
+      // Sum the chunks in order, 4 outputs per thread and pass (float4 loads from L2).
+      __threadfence();
+      const float4* p0 = reinterpret_cast<const float4*>(a.partial + size_t(tile) * a.n_chunks * (kNX * kBM));
+      for (int i = ct; i < a.M * (kBM / 4); i += 256) {
+        float4 v = __ldcg(p0 + i);
+        for (int ch = 1; ch < a.n_chunks; ++ch) {
+          const float4 q = __ldcg(p0 + size_t(ch) * (kNX * kBM / 4) + i);
+          v.x += q.x;
+          v.y += q.y;
+          v.z += q.z;
+          v.w += q.w;
+        }
+        const int m = i / (kBM / 4), n = tile * kBM + (i % (kBM / 4)) * 4;
+        const float f[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (n + e < a.N) store_out(a, m, n + e, f[e]);
+      }
+      if (ct == 0) a.counters[tile] = 0;
+    }
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");  // last_flag reused by the next unit
+  }
+#endif
+}
+
+int num_sms() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v;
+  }();
+  return n;
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) !=
+            cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      p = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// 2-D bf16 tensor [rows, K] with row pitch ld elements, boxes of [box_rows, 64].
+CUtensorMap make_map(const void* base, int64_t rows, int64_t K, int64_t ld, int box_rows) {
+  CUtensorMap m;
+  const cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(ld) * 2};
+  const cuuint32_t box[2] = {cuuint32_t(kBK), cuuint32_t(box_rows)};
+  const cuuint32_t elem[2] = {1, 1};
+  const CUresult r = encode_fn()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base),
+                                 dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "%s:%d: cuTensorMapEncodeTiled failed (%d)\n", __FILE__, __LINE__, int(r));
+    std::abort();
+  }
+  return m;
+}
+
+}  // namespace
+
+// The time of a split s, modelled from the H200's measurements (session 20, skinny_ab): the
+// weights stream at ~3.6 TB/s when every SM pulls, and one SM pulls at most ~45 GB/s, so a
+// launch takes max(bytes / 3.6 TB/s, busiest SM's bytes / 45 GB/s), plus ~1.5 µs for the
+// partial sums' round trip when split. Measured per shape: 4096 x 4096 best at 4 splits
+// (14.8 µs; 1: 26.8, 2: 18.6), 12288 x 4096 at 1 (33.3; 4: 36.2), 4096 x 16384 at 4 (42.3;
+// 1: 88.8).
+// Chunks of K: 8, or the most that K holds in whole 64-column blocks (K = 256: 4).
+int chunks_of(int64_t K) {
+  int n = 8;
+  while (n > 1 && K % (int64_t(n) * kBK) != 0) n /= 2;
+  return n;
+}
+
+// Split launches keep every chunk sum of every tile: tiles x chunks <= kMaxChunkTilesPerSm x
+// SMs bounds the workspace (8.6 MB on 132 SMs).
+constexpr int kMaxChunkTilesPerSm = 2;
+
+int skinny_sm90_splits(int64_t N, int64_t K) {
+  const int64_t tiles = (N + kBM - 1) / kBM, sms = num_sms(), chunks = chunks_of(K);
+  int best = 1;
+  double best_us = 1e30;
+  for (int s = 1; s <= chunks; s *= 2) {
+    if (s > 1 && tiles * chunks > kMaxChunkTilesPerSm * sms) break;
+    const double unit_bytes = double(kBM) * double(K / s) * 2;
+    const double per_sm = double((tiles * s + sms - 1) / sms) * unit_bytes;
+    const double us = std::max(double(tiles) * kBM * K * 2 / 3.6e6, per_sm / 45e3) + (s > 1 ? 1.5 : 0);
+    if (us < best_us * 0.97) {  // a split must buy 3 %
+      best_us = us;
+      best = s;
+    }
+  }
+  return best;
+}
+
+size_t skinny_sm90_workspace_bytes() {
+  const int64_t chunk_tiles = int64_t(kMaxChunkTilesPerSm) * num_sms();
+  return size_t(counter_bytes(chunk_tiles)) + size_t(chunk_tiles) * kNX * kBM * sizeof(float);
+}
+
+bool skinny_sm90_available() {
+  static const bool sm90 = [] {
+    int dev = 0, major = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    return major == 9 && encode_fn() != nullptr;
+  }();
+  return sm90;
+}
+
+void skinny_sm90_init() {
+  if (!skinny_sm90_available()) return;
+  CUDA_CHECK(cudaFuncSetAttribute(skinny_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(kSmem)));
+  (void)num_sms();
+}
+
+bool skinny_sm90_supported(const void* x, int64_t ldx, const void* w, int64_t K, int64_t M) {
+  return skinny_sm90_available() && M >= 1 && M <= kNX && K % kBK == 0 && ldx % 8 == 0 &&
+         reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+}
+
+void launch_skinny_sm90(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, int M,
+                        void* y, bool f32, int64_t ldy, void* ws, cudaStream_t st, int splits) {
+  SkinnyArgs a{};
+  a.y = y;
+  a.f32 = f32;
+  a.ldy = ldy;
+  a.N = int(N);
+  a.M = M;
+  a.tiles = int((N + kBM - 1) / kBM);
+  a.splits = splits > 0 ? splits : skinny_sm90_splits(N, K);
+  a.n_chunks = chunks_of(K);
+  a.k_per_chunk = K / a.n_chunks;
+  a.k_per_split = K / a.splits;
+  const int box_rows = std::min(kNX, (M + 7) / 8 * 8);
+  a.x_bytes = uint32_t(box_rows) * kBK * 2;
+  if (a.splits > 1) {
+    if (a.n_chunks % a.splits != 0 ||
+        int64_t(a.tiles) * a.n_chunks > int64_t(kMaxChunkTilesPerSm) * num_sms()) {
+      std::fprintf(stderr, "%s:%d: %d K splits of a %lld x %d weight (%d chunks) do not fit\n",
+                   __FILE__, __LINE__, a.splits, (long long)N, K, a.n_chunks);
+      std::abort();
+    }
+    a.counters = static_cast<int*>(ws);
+    a.partial = reinterpret_cast<float*>(static_cast<char*>(ws) + counter_bytes(a.tiles));
+  }
+  const CUtensorMap tw = make_map(w, N, K, K, kBM), tx = make_map(x, M, K, ldx, box_rows);
+  const int grid = int(std::min<int64_t>(int64_t(a.tiles) * a.splits, num_sms()));
+  launch_pdl(skinny_sm90_kernel, dim3(grid), dim3(kThreads), kSmem, st, tw, tx, a);
+}
+
+}  // namespace sala::cuda

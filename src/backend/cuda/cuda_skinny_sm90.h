@@ -1,0 +1,34 @@
+// Skinny bf16 GEMM on Hopper (cuda_skinny_sm90.cu): y[M, N] = x[M, K] · W[N, K]^T for M <= 64,
+// TMA + wgmma with the weights as the MMA's A operand (128 weight rows per tile) and the x rows
+// as its B operand (always 64 columns: rows past M are TMA's zero fill), so every M runs the
+// same instructions and row m's bits do not depend on M (batch invariance without a per-M
+// kernel). Split-K for outputs too narrow to fill the GPU, summed in split order by the last
+// CTA of a tile (deterministic).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace sala::cuda {
+
+// K splits of an [N, K] weight on this GPU (1, 2, 4 or 8; a function of N, K and the SM count
+// only, never of M).
+int skinny_sm90_splits(int64_t N, int64_t K);
+// Workspace of any launch on this GPU: fp32 partial sums and per-tile counters (bytes; zeroed
+// once, the kernel leaves the counters zeroed).
+size_t skinny_sm90_workspace_bytes();
+// An sm_90 device and a driver with TMA descriptors.
+bool skinny_sm90_available();
+// Kernel attributes now (outside any stream capture).
+void skinny_sm90_init();
+// skinny_sm90_available, K % 64 == 0, 16-byte aligned x rows and w, M in 1..64.
+bool skinny_sm90_supported(const void* x, int64_t ldx, const void* w, int64_t K, int64_t M);
+// y [M, ldy]: bf16, or (f32) fp32 holding bf16-rounded values. ws: skinny_sm90_workspace_bytes.
+// splits: 0 for skinny_sm90_splits (tests force others).
+void launch_skinny_sm90(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t N,
+                        int K, int M, void* y, bool f32, int64_t ldy, void* ws, cudaStream_t st,
+                        int splits = 0);
+
+}  // namespace sala::cuda

@@ -1,0 +1,82 @@
+// The Hopper skinny GEMM (cuda_skinny_sm90.cu) against the CPU oracle, launched directly:
+//   Sm90MatchesCpuAndIsRowInvariant  shapes with partial 128-row tiles and 1..8 K splits,
+//       M = 1, 17, 40, 64: close to the CPU's bf16 linear; row m's bits equal for every M and
+//       every split; fp32 output holds the bf16 output's values; the first 576 weight rows
+//       alone (another N, so another split) give the same bits as within the whole weight.
+// Skipped without an sm_90 GPU (the kernel exists only there; GemmDispatch falls back).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/cuda_skinny_sm90.h"
+#include "cuda_test_util.h"
+
+namespace sala {
+namespace {
+using namespace test;
+
+TEST(CudaSkinny, Sm90MatchesCpuAndIsRowInvariant) {
+  REQUIRE_GPU();
+  if (!cuda::skinny_sm90_available()) GTEST_SKIP() << "not an sm_90 GPU";
+  Pair p;
+  void* ws = nullptr;
+  ASSERT_EQ(cudaMalloc(&ws, cuda::skinny_sm90_workspace_bytes()), cudaSuccess);
+  ASSERT_EQ(cudaMemset(ws, 0, cuda::skinny_sm90_workspace_bytes()), cudaSuccess);
+  uint32_t seed = 700;
+  struct S {
+    int64_t N, K;
+  };
+  for (S s : {S{576, 4096}, S{1024, 4096}, S{3000, 2048}, S{8192, 1024}, S{640, 256}}) {
+    auto w = p.up(randn(s.N, s.K, seed++, 1.f / 64.f));
+    auto x = p.up(randn(64, s.K, seed++, 1.f));
+    std::vector<float> ref64;  // every split and M: the same bits
+    for (int splits : {0, 1, 2, 4, 8}) {
+      // Forced splits need whole chunks (8; K = 256: 4) and the workspace's bound.
+      if (splits > 1 && (s.N > 2048 || s.K / 64 < splits)) continue;
+      for (int M : {64, 40, 17, 1}) {
+        p.begin_decode_step(M);
+        const Tensor xc = x.c.slice_rows(0, M);
+        auto y = p.out(M, s.N), yf = p.out(M, s.N, DType::F32);
+        p.cpu->linear(xc, w.c, y.c);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        cuda::launch_skinny_sm90(static_cast<const __nv_bfloat16*>(x.g.data), s.K,
+                                 static_cast<const __nv_bfloat16*>(w.g.data), s.N, int(s.K), M,
+                                 y.g.data, false, s.N, ws, nullptr, splits);
+        cuda::launch_skinny_sm90(static_cast<const __nv_bfloat16*>(x.g.data), s.K,
+                                 static_cast<const __nv_bfloat16*>(w.g.data), s.N, int(s.K), M,
+                                 yf.g.data, true, s.N, ws, nullptr, splits);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::string what = "skinny sm90 splits " + std::to_string(splits);
+        expect_close(p.cmp(shape(what.c_str(), {M, s.K, s.N}), y), 4e-3, 1.6e-2);
+        std::vector<float> got(size_t(M * s.N)), gotf(size_t(M * s.N));
+        p.gpu->download_f32(y.g, got.data());
+        p.gpu->download_f32(yf.g, gotf.data());
+        EXPECT_EQ(0, std::memcmp(got.data(), gotf.data(), got.size() * 4)) << what << " fp32 out";
+        if (ref64.empty()) ref64 = got;
+        EXPECT_EQ(0, std::memcmp(got.data(), ref64.data(), got.size() * 4))
+            << what << " N " << s.N << " K " << s.K << ": rows of M=" << M
+            << " differ from M=64 of the heuristic's split";
+        if (M == 40 && s.N > 576) {  // the first 576 weight rows as their own weight
+          auto yp = p.out(M, 576);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          cuda::launch_skinny_sm90(static_cast<const __nv_bfloat16*>(x.g.data), s.K,
+                                   static_cast<const __nv_bfloat16*>(w.g.data), 576, int(s.K), M,
+                                   yp.g.data, false, 576, ws, nullptr, 0);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          std::vector<float> part(size_t(M * 576));
+          p.gpu->download_f32(yp.g, part.data());
+          int64_t differ = 0;
+          for (int64_t m = 0; m < M; ++m)
+            differ += std::memcmp(&part[size_t(m * 576)], &got[size_t(m * s.N)], 576 * 4) != 0;
+          EXPECT_EQ(differ, 0) << what << " N " << s.N << ": rows of the 576-row slice differ";
+        }
+      }
+    }
+  }
+  cudaFree(ws);
+}
+
+}  // namespace
+}  // namespace sala
