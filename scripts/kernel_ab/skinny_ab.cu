@@ -102,7 +102,15 @@ int main() {
       std::printf("skinny GEMM not supported here\n");
       return 1;
     }
-    launch_skinny_sm90(x, K, w, N, K, 64, y64, false, N, ws, st);
+    auto out = [&](void* y) {
+      GemvOut o{};
+      o.y[0] = y;
+      o.end[0] = N;
+      o.cols[0] = N;
+      o.nparts = 1;
+      return o;
+    };
+    launch_skinny_sm90(x, K, w, N, K, 64, out(y64), ws, st);
     CK(cudaStreamSynchronize(st));
     const std::vector<float> r64 = download(y64, size_t(64) * N);
     for (int M : rows) {
@@ -112,7 +120,7 @@ int main() {
       o.cols[0] = N;
       o.nparts = 1;
       auto gemv = [&] { launch_gemv(x, K, w, N, K, M, o, st); };
-      auto skinny = [&] { launch_skinny_sm90(x, K, w, N, K, M, y1, false, N, ws, st); };
+      auto skinny = [&] { launch_skinny_sm90(x, K, w, N, K, M, out(y1), ws, st); };
       const float tg = median_us(gemv, st, 1), bg = median_us(gemv, st, 20);
       const float bs = median_us(skinny, st, 20), ts = median_us(skinny, st, 1);
       CK(cudaStreamSynchronize(st));

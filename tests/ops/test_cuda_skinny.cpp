@@ -3,6 +3,10 @@
 //       M = 1, 17, 40, 64: close to the CPU's bf16 linear; row m's bits equal for every M and
 //       every split; fp32 output holds the bf16 output's values; the first 576 weight rows
 //       alone (another N, so another split) give the same bits as within the whole weight.
+//   SpeculativeStepsThroughDispatch  verify steps of 17..64 rows (5-row calls) through the
+//       backend: linear_multi's parts equal linear() on the whole weight, linear_silu_mul equals
+//       its two-op default (linear_multi, then silu_mul), bit for bit; all close to the CPU;
+//       odd part widths and a gate of 1,056 columns (partial 64-row halves).
 // Skipped without an sm_90 GPU (the kernel exists only there; GemmDispatch falls back).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -16,6 +20,16 @@
 namespace sala {
 namespace {
 using namespace test;
+
+cuda::GemvOut out1(void* y, int64_t N, bool f32) {
+  cuda::GemvOut o{};
+  o.y[0] = y;
+  o.end[0] = N;
+  o.cols[0] = N;
+  o.nparts = 1;
+  o.f32 = f32;
+  return o;
+}
 
 TEST(CudaSkinny, Sm90MatchesCpuAndIsRowInvariant) {
   REQUIRE_GPU();
@@ -43,10 +57,10 @@ TEST(CudaSkinny, Sm90MatchesCpuAndIsRowInvariant) {
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         cuda::launch_skinny_sm90(static_cast<const __nv_bfloat16*>(x.g.data), s.K,
                                  static_cast<const __nv_bfloat16*>(w.g.data), s.N, int(s.K), M,
-                                 y.g.data, false, s.N, ws, nullptr, splits);
+                                 out1(y.g.data, s.N, false), ws, nullptr, splits);
         cuda::launch_skinny_sm90(static_cast<const __nv_bfloat16*>(x.g.data), s.K,
                                  static_cast<const __nv_bfloat16*>(w.g.data), s.N, int(s.K), M,
-                                 yf.g.data, true, s.N, ws, nullptr, splits);
+                                 out1(yf.g.data, s.N, true), ws, nullptr, splits);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         const std::string what = "skinny sm90 splits " + std::to_string(splits);
         expect_close(p.cmp(shape(what.c_str(), {M, s.K, s.N}), y), 4e-3, 1.6e-2);
@@ -63,7 +77,7 @@ TEST(CudaSkinny, Sm90MatchesCpuAndIsRowInvariant) {
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
           cuda::launch_skinny_sm90(static_cast<const __nv_bfloat16*>(x.g.data), s.K,
                                    static_cast<const __nv_bfloat16*>(w.g.data), 576, int(s.K), M,
-                                   yp.g.data, false, 576, ws, nullptr, 0);
+                                   out1(yp.g.data, 576, false), ws, nullptr, 0);
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
           std::vector<float> part(size_t(M * 576));
           p.gpu->download_f32(yp.g, part.data());
@@ -76,6 +90,52 @@ TEST(CudaSkinny, Sm90MatchesCpuAndIsRowInvariant) {
     }
   }
   cudaFree(ws);
+}
+
+TEST(CudaSkinny, SpeculativeStepsThroughDispatch) {
+  REQUIRE_GPU();
+  if (!cuda::skinny_sm90_available()) GTEST_SKIP() << "not an sm_90 GPU";
+  uint32_t seed = 800;
+  const int64_t K = 1024, I = 1056;
+  const std::vector<int64_t> parts{200, 56, 64, 256};
+  for (int calls : {4, 8, 12}) {  // 20, 40, 60 rows
+    Pair p;
+    StepMeta m;
+    std::vector<int32_t> ids(5, 5);
+    for (int i = 0; i < calls; ++i) m.add_seq(ids.data(), 5, 100 + i, i, {}, true, true);
+    p.begin(m);
+    const int64_t T = 5 * calls;
+    auto x = p.up(randn(T, K, seed++, 1.f));
+    auto w = p.up(randn(576, K, seed++, 1.f / 32.f));
+    auto w2 = p.up(randn(2 * I, K, seed++, 1.f / 32.f));
+    auto whole = p.out(T, 576);
+    p.gpu->linear(x.g, w.g, whole.g);
+    p.cpu->linear(x.c, w.c, whole.c);
+    expect_close(p.cmp(shape("skinny step linear", {T, K, 576}), whole), 4e-3, 1.6e-2);
+    std::vector<float> all(size_t(T * 576));
+    p.gpu->download_f32(whole.g, all.data());
+    std::vector<Pair::T2> ys;
+    for (int64_t n : parts) ys.push_back(p.out(T, n));
+    std::vector<Tensor*> yg;
+    for (auto& y : ys) yg.push_back(&y.g);
+    p.gpu->linear_multi(x.g, w.g, yg);
+    int64_t c0 = 0, differ = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      std::vector<float> part(size_t(T * parts[i]));
+      p.gpu->download_f32(ys[i].g, part.data());
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t c = 0; c < parts[i]; ++c)
+          differ += part[size_t(t * parts[i] + c)] != all[size_t(t * 576 + c0 + c)];
+      c0 += parts[i];
+    }
+    EXPECT_EQ(differ, 0) << "parts vs linear() on the stacked weight, T=" << T;
+    auto g = p.out(T, I), u = p.out(T, I), g2 = p.out(T, I);
+    p.cpu->linear_silu_mul(x.c, w2.c, g.c, u.c);
+    p.gpu->linear_silu_mul(x.g, w2.g, g.g, u.g);
+    expect_close(p.cmp(shape("skinny step linear_silu_mul", {T, K, I}), g), 4e-3, 1.6e-2);
+    p.gpu->Backend::linear_silu_mul(x.g, w2.g, g2.g, u.g);  // linear_multi, then silu_mul
+    expect_same_bits(*p.gpu, g.g, *p.gpu, g2.g, shape("skinny fused vs two ops", {T, K, I}));
+  }
 }
 
 }  // namespace

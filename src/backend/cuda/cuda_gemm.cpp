@@ -131,8 +131,9 @@ void GemmDispatch::linear_rows(const Tensor& x, const Tensor& w, Tensor& y) {
   if (x.rows == 0) return;
   if (skinny_step_rows(x.rows) && is_act(w) &&
       skinny_sm90_supported(x.data, x.cols, w.data, x.cols, x.rows)) {
+    Tensor yv = y;
     launch_skinny_sm90(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows),
-                       y.data, y.dtype == DType::F32, y.cols, skinny_ws_, stream_);
+                       gemv_parts({&yv}), skinny_ws_, stream_);
     timer_.tick(y.dtype == DType::F32 ? "skinny lm_head" : "skinny gemm");
     return;
   }
@@ -218,8 +219,8 @@ bool GemmDispatch::skinny_step_rows(int64_t rows) const {
 // prefill: there each sequence's rows are multiplied as they would be alone (linear). True when
 // x's rows qualify and the workspace holds [x.rows, n].
 bool GemmDispatch::stack_fits(const Tensor& x, int64_t n) {
-  if (!(bf16_ && (decode_only_step() || skinny_step_rows(x.rows)) && x.rows > kDecodeGemvRows &&
-        x.rows <= kStackMaxRows && is_act(x)))
+  if (!(bf16_ && decode_only_step() && x.rows > kDecodeGemvRows && x.rows <= kStackMaxRows &&
+        is_act(x)))
     return false;
   if (x.rows * n <= stack_ws_elems_) return true;
   // Wider than plan_stack_workspace planned (not the released shapes): grow, outside
@@ -233,7 +234,7 @@ bool GemmDispatch::stack_fits(const Tensor& x, int64_t n) {
   return true;
 }
 
-// bf16 weights: the stacked GEMM is linear_rows' (the skinny GEMM on Hopper, else cuBLASLt).
+// bf16 weights: the stacked GEMM is cuBLASLt's (linear_rows).
 bool GemmDispatch::stacked_gemm(const Tensor& x, const Tensor& w) {
   return is_act(w) && x.cols == w.cols && stack_fits(x, w.rows);
 }
@@ -258,6 +259,13 @@ bool GemmDispatch::linear_multi(const Tensor& x, const Weight& wt, const std::ve
   }
   SALA_CHECK(n == w.rows && x.cols == w.cols && is_act(x) && is_act(w),
              "linear_multi: weight [{},{}] for {} output columns", w.rows, w.cols, n);
+  if (parts_ok && skinny_step_rows(x.rows) &&
+      skinny_sm90_supported(x.data, x.cols, w.data, x.cols, x.rows)) {
+    launch_skinny_sm90(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows),
+                       gemv_parts(ys), skinny_ws_, stream_);
+    timer_.tick("skinny gemm multi");
+    return true;
+  }
   const bool ok = parts_ok && gemv_rows(x.rows) && !skinny_step_rows(x.rows) &&
                   gemv_supported(x.data, x.cols, w.data, x.cols, x.rows);
   const bool stacked = !ok && parts_ok && stacked_gemm(x, w);
@@ -325,6 +333,14 @@ bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g,
     return true;
   }
   const Tensor w = dense_view(wt);  // bf16 / fp32 [N, K]
+  if (bf16_ && is_bf16(g) && g.rows == x.rows && w.rows == 2 * g.cols && x.cols == w.cols &&
+      is_act(x) && is_act(w) && skinny_step_rows(x.rows) &&
+      skinny_sm90_supported(x.data, x.cols, w.data, x.cols, x.rows)) {
+    launch_skinny_sm90(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows),
+                       gemv_silu_pair(g), skinny_ws_, stream_);
+    timer_.tick("skinny gate_up+silu");
+    return true;
+  }
   const bool fused = bf16_ && is_bf16(g) && g.rows == x.rows && w.rows == 2 * g.cols &&
                      x.cols == w.cols && is_act(x) && is_act(w) &&
                      gemv_silu_pair_supported(w.rows) && gemv_rows(x.rows) &&

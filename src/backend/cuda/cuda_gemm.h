@@ -7,8 +7,8 @@
 //    silu(gate) * up (linear_silu_mul) directly;
 //  - bf16 speculative steps (verify calls, no prompt chunk) of 17..kStackMaxRows (64) rows on
 //    Hopper: the wgmma skinny GEMM (cuda_skinny_sm90.cu: about its one-row time at any row
-//    count up to 64, row-invariant among themselves; not the bits of <= 16-row steps), stacked
-//    weights into the stacked workspace, then a split / the SiLU product of its halves;
+//    count up to 64, row-invariant among themselves; not the bits of <= 16-row steps), which
+//    writes the parts (linear_multi) or silu(gate) * up (linear_silu_mul) as the GEMV does;
 //  - bf16 decode-only steps of 17..64 rows: the same through cuBLASLt (the GEMV costs
 //    1.6-2.9x its one-row time at 32-64 rows);
 //  - otherwise cuBLASLt (fp32 mode: true fp32, CUBLAS_COMPUTE_32F on fp32 operands, no TF32).
@@ -179,8 +179,8 @@ class GemmDispatch {
   // prefill runs) <= kGemvMaxRows rows outside decode-only steps; for bf16 weights only where
   // skinny_step_rows does not take them.
   bool gemv_rows(int64_t rows) const;
-  // A decode-only step's (or skinny_step_rows') x qualifies for a stacked GEMM of n output
-  // columns (stack_ws_ holds [x.rows, n], grown if needed outside recordings).
+  // A decode-only step's x qualifies for a stacked GEMM of n output columns (stack_ws_ holds
+  // [x.rows, n], grown if needed outside recordings).
   bool stack_fits(const Tensor& x, int64_t n);
   bool skinny_ok_ = false;        // skinny_sm90_available()
   void* skinny_ws_ = nullptr;     // its split-K workspace (counters zeroed)

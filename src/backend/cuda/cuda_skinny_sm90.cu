@@ -32,6 +32,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_skinny_sm90.h"
@@ -46,7 +47,8 @@ constexpr int kStages = 6;
 constexpr int kStageW = kBM * kBK * 2;  // 16 KB
 constexpr int kStageX = kNX * kBK * 2;  // 8 KB
 constexpr int kThreads = 384;           // producer warpgroup + two consumer warpgroups
-constexpr size_t kSmem = size_t(kStages) * (kStageW + kStageX) + 1024 + 256;
+constexpr int kXchg = 64 * kNX * 4;  // silu_pair: the up sums [64 rows][64 x rows], fp32
+constexpr size_t kSmem = size_t(kStages) * (kStageW + kStageX) + kXchg + 1024 + 256;
 // ws: the per-tile counters first (at fixed offsets whatever the shape, so that partial sums
 // of another shape never land on them), then the partials.
 constexpr int64_t counter_bytes(int64_t tiles) { return (std::max<int64_t>(4096, tiles * 4) + 255) / 256 * 256; }
@@ -95,21 +97,37 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t da, uin
 #endif
 
 struct SkinnyArgs {
-  void* y;           // bf16, or fp32 holding bf16-rounded values (f32)
-  int64_t ldy;
-  int f32;
+  GemvOut o;         // outputs as the GEMV's: parts, fp32 logits, or silu_pair
   float* partial;    // [tiles][n_chunks][kNX][kBM]
   int* counters;     // [tiles]
   int N, M, tiles, splits, k_per_split, n_chunks, k_per_chunk;
   uint32_t x_bytes;  // per stage: the x box's rows (M rounded up to 8) x 128 bytes
 };
 
-__device__ __forceinline__ void store_out(const SkinnyArgs& a, int m, int n, float v) {
-  const bf16 b = __float2bfloat16(v);
-  if (a.f32)
-    static_cast<float*>(a.y)[int64_t(m) * a.ldy + n] = __bfloat162float(b);
+__device__ __forceinline__ float rb(float v) { return __bfloat162float(__float2bfloat16(v)); }
+
+// Output n (a weight row) of x row m into its part (GemvOut: parts by weight-row ranges).
+__device__ __forceinline__ void store_out(const GemvOut& o, int m, int64_t n, float v) {
+  int q = 0;
+  while (q + 1 < o.nparts && n >= o.end[q]) ++q;
+  const int64_t col = n - (q ? o.end[q - 1] : 0);
+  if (o.f32)
+    static_cast<float*>(o.y[q])[m * o.cols[q] + col] = rb(v);
   else
-    static_cast<bf16*>(a.y)[int64_t(m) * a.ldy + n] = b;
+    static_cast<bf16*>(o.y[q])[m * o.cols[q] + col] = __float2bfloat16(v);
+}
+
+// silu_pair: y[m, n] = bf16(bf16(silu(g)) * u) of the bf16-rounded gate and up sums (the
+// GEMV's epilogue, cuda_gemv_ring.cuh).
+__device__ __forceinline__ void store_silu(const GemvOut& o, int m, int64_t n, float g, float u) {
+  g = rb(g);
+  static_cast<bf16*>(o.y[0])[m * o.cols[0] + n] = __float2bfloat16(rb(g / (1.f + expf(-g))) * rb(u));
+}
+
+// The first weight row of consumer warpgroup c's 64 rows in tile t: 128 t + 64 c, or with
+// silu_pair the gate rows 64 t (c = 0) and the up rows N / 2 + 64 t (c = 1).
+__device__ __forceinline__ int64_t half_row0(const SkinnyArgs& a, int t, int c) {
+  return a.o.silu_pair ? int64_t(c) * (a.N / 2) + 64 * int64_t(t) : 128 * int64_t(t) + 64 * c;
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
@@ -121,7 +139,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                                              ~uintptr_t(1023));
   uint8_t* sw = smem;                             // [kStages][kStageW]
   uint8_t* sx = smem + size_t(kStages) * kStageW;  // [kStages][kStageX]
-  uint64_t* full = reinterpret_cast<uint64_t*>(sx + size_t(kStages) * kStageX);
+  float* xchg = reinterpret_cast<float*>(sx + size_t(kStages) * kStageX);  // [64][kNX]
+  uint64_t* full = reinterpret_cast<uint64_t*>(sx + size_t(kStages) * kStageX + kXchg);
   uint64_t* empty = full + kStages;
   int* last_flag = reinterpret_cast<int*>(empty + kStages);
   const int tid = threadIdx.x, wg = tid / 128;
@@ -148,7 +167,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int kc = split * a.k_per_split + kb * kBK;
         mbar_wait(&empty[stage], phase ^ 1);
         mbar_expect_tx(&full[stage], kStageW + a.x_bytes);
-        tma_load_2d(sw + size_t(stage) * kStageW, &tm_w, kc, tile * kBM, &full[stage]);
+        if (a.o.silu_pair) {  // the map's box is 64 rows: the gate half, then the up half
+          for (int c = 0; c < 2; ++c)
+            tma_load_2d(sw + size_t(stage) * kStageW + c * (kStageW / 2), &tm_w, kc,
+                        int(half_row0(a, tile, c)), &full[stage]);
+        } else {  // one box of 128 rows (two boxes of 64 cost ~2-3 µs per launch, session 20)
+          tma_load_2d(sw + size_t(stage) * kStageW, &tm_w, kc, tile * kBM, &full[stage]);
+        }
         if (it < kStages) {
           deferred[it] = kc;
         } else {
@@ -186,7 +211,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // 2 (lane % 4) + e (wgmma's accumulator layout). Each K chunk is summed from zero in d;
     // chunks are added in order into total (or, split, summed in order by the last CTA).
     float d[32], total[32];
-    const int row0 = tile * kBM + c * 64 + warp * 16 + lane / 4;
+    const int64_t row0 = half_row0(a, tile, c) + warp * 16 + lane / 4;
     for (int cu = 0; cu < chunks_per_unit; ++cu) {
 #pragma unroll
       for (int i = 0; i < 32; ++i) d[i] = 0.f;
@@ -223,14 +248,43 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
     }
     if (a.splits == 1) {
+      const int r = warp * 16 + lane / 4;  // + 8 h: the row within the warpgroup's 64
+      if (a.o.silu_pair) {  // the up sums go to the gate's warpgroup through shared memory
+        if (c == 1) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+              for (int e = 0; e < 2; ++e)
+                xchg[(r + 8 * h) * kNX + 8 * j + 2 * (lane % 4) + e] = total[4 * j + 2 * h + e];
+        }
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        if (c == 0) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int m = 8 * j + 2 * (lane % 4) + e;
+                const int64_t n = row0 + 8 * h;
+                if (m < a.M && n < a.N / 2)
+                  store_silu(a.o, m, n, total[4 * j + 2 * h + e], xchg[(r + 8 * h) * kNX + m]);
+              }
+        }
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");  // xchg free for the next unit
+        continue;
+      }
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const int m = 8 * j + 2 * (lane % 4) + e, n = row0 + 8 * h;
-            if (m < a.M && n < a.N) store_out(a, m, n, total[4 * j + 2 * h + e]);
+            const int m = 8 * j + 2 * (lane % 4) + e;
+            const int64_t n = row0 + 8 * h;
+            if (m < a.M && n < a.N) store_out(a.o, m, n, total[4 * j + 2 * h + e]);
           }
       continue;
     }
@@ -242,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // Sum the chunks in order, 4 outputs per thread and pass (float4 loads from L2).
       __threadfence();
       const float4* p0 = reinterpret_cast<const float4*>(a.partial + size_t(tile) * a.n_chunks * (kNX * kBM));
-      for (int i = ct; i < a.M * (kBM / 4); i += 256) {
+      auto chunk_sum = [&](int i) {  // float4 i of the tile's [M][128] sums
         float4 v = __ldcg(p0 + i);
         for (int ch = 1; ch < a.n_chunks; ++ch) {
           const float4 q = __ldcg(p0 + size_t(ch) * (kNX * kBM / 4) + i);
@@ -251,11 +305,29 @@ __global__ void __launch_bounds__(kThreads, 1)
           v.z += q.z;
           v.w += q.w;
         }
-        const int m = i / (kBM / 4), n = tile * kBM + (i % (kBM / 4)) * 4;
-        const float f[4] = {v.x, v.y, v.z, v.w};
+        return v;
+      };
+      if (a.o.silu_pair) {
+        for (int i = ct; i < a.M * 16; i += 256) {  // 4 gate rows and their up rows
+          const int m = i / 16, lr = (i % 16) * 4;
+          const float4 g = chunk_sum(m * 32 + i % 16), u = chunk_sum(m * 32 + 16 + i % 16);
+          const float gf[4] = {g.x, g.y, g.z, g.w}, uf[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (n + e < a.N) store_out(a, m, n + e, f[e]);
+          for (int e = 0; e < 4; ++e) {
+            const int64_t n = 64 * int64_t(tile) + lr + e;
+            if (n < a.N / 2) store_silu(a.o, m, n, gf[e], uf[e]);
+          }
+        }
+      } else {
+        for (int i = ct; i < a.M * (kBM / 4); i += 256) {
+          const float4 v = chunk_sum(i);
+          const int m = i / (kBM / 4), lr = (i % (kBM / 4)) * 4;
+          const int64_t n0 = half_row0(a, tile, lr / 64) + lr % 64;
+          const float f[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (n0 + e < a.N) store_out(a.o, m, n0 + e, f[e]);
+        }
       }
       if (ct == 0) a.counters[tile] = 0;
     }
@@ -369,14 +441,12 @@ bool skinny_sm90_supported(const void* x, int64_t ldx, const void* w, int64_t K,
 }
 
 void launch_skinny_sm90(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, int M,
-                        void* y, bool f32, int64_t ldy, void* ws, cudaStream_t st, int splits) {
+                        const GemvOut& o, void* ws, cudaStream_t st, int splits) {
   SkinnyArgs a{};
-  a.y = y;
-  a.f32 = f32;
-  a.ldy = ldy;
+  a.o = o;
   a.N = int(N);
   a.M = M;
-  a.tiles = int((N + kBM - 1) / kBM);
+  a.tiles = int(o.silu_pair ? (N / 2 + 63) / 64 : (N + kBM - 1) / kBM);
   a.splits = splits > 0 ? splits : skinny_sm90_splits(N, K);
   a.n_chunks = chunks_of(K);
   a.k_per_chunk = K / a.n_chunks;
@@ -393,7 +463,12 @@ void launch_skinny_sm90(const bf16* x, int64_t ldx, const bf16* w, int64_t N, in
     a.counters = static_cast<int*>(ws);
     a.partial = reinterpret_cast<float*>(static_cast<char*>(ws) + counter_bytes(a.tiles));
   }
-  const CUtensorMap tw = make_map(w, N, K, K, kBM), tx = make_map(x, M, K, ldx, box_rows);
+  if (o.silu_pair && (N % 2 != 0 || o.nparts != 1 || o.f32)) {
+    std::fprintf(stderr, "%s:%d: silu_pair of %lld rows\n", __FILE__, __LINE__, (long long)N);
+    std::abort();
+  }
+  const CUtensorMap tw = make_map(w, N, K, K, o.silu_pair ? 64 : kBM);
+  const CUtensorMap tx = make_map(x, M, K, ldx, box_rows);
   const int grid = int(std::min<int64_t>(int64_t(a.tiles) * a.splits, num_sms()));
   launch_pdl(skinny_sm90_kernel, dim3(grid), dim3(kThreads), kSmem, st, tw, tx, a);
 }

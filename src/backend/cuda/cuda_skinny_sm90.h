@@ -1,15 +1,16 @@
 // Skinny bf16 GEMM on Hopper (cuda_skinny_sm90.cu): y[M, N] = x[M, K] · W[N, K]^T for M <= 64,
 // TMA + wgmma with the weights as the MMA's A operand (128 weight rows per tile) and the x rows
-// as its B operand (always 64 columns: rows past M are TMA's zero fill), so every M runs the
-// same instructions and row m's bits do not depend on M (batch invariance without a per-M
-// kernel). Split-K for outputs too narrow to fill the GPU, summed in split order by the last
-// CTA of a tile (deterministic).
+// as its B operand (always 64 columns), so every M runs the same instructions and row m's bits
+// do not depend on M (batch invariance without a per-M kernel); K is summed in 8 fixed chunks
+// added in order, so the bits depend on neither N nor the K split chosen for the GPU.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+
+#include "backend/cuda/cuda_kernels.h"  // GemvOut
 
 namespace sala::cuda {
 
@@ -25,10 +26,12 @@ bool skinny_sm90_available();
 void skinny_sm90_init();
 // skinny_sm90_available, K % 64 == 0, 16-byte aligned x rows and w, M in 1..64.
 bool skinny_sm90_supported(const void* x, int64_t ldx, const void* w, int64_t K, int64_t M);
-// y [M, ldy]: bf16, or (f32) fp32 holding bf16-rounded values. ws: skinny_sm90_workspace_bytes.
-// splits: 0 for skinny_sm90_splits (tests force others).
+// Outputs through o exactly as launch_gemv's: parts by weight-row ranges, fp32 logits holding
+// bf16-rounded values, or silu_pair (weight rows [0, N/2) the gate, [N/2, N) the up
+// projection; y[0] = bf16(bf16(silu(g)) * u)). ws: skinny_sm90_workspace_bytes. splits: 0
+// for skinny_sm90_splits (tests force others; the bits are the same).
 void launch_skinny_sm90(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t N,
-                        int K, int M, void* y, bool f32, int64_t ldy, void* ws, cudaStream_t st,
+                        int K, int M, const GemvOut& o, void* ws, cudaStream_t st,
                         int splits = 0);
 
 }  // namespace sala::cuda
