@@ -12,27 +12,11 @@
 #include <cstdlib>
 #include <vector>
 
+#include "ab_util.h"
 #include "backend/cuda/cuda_kernels.h"
 
-namespace sala::cuda {
-bool pdl_launch_enabled() { return true; }  // sm_90a builds only (run.sh)
-}  // namespace sala::cuda
-
 using namespace sala::cuda;
-
-#define CK(x)                                                                       \
-  do {                                                                              \
-    cudaError_t e_ = (x);                                                           \
-    if (e_ != cudaSuccess) {                                                        \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                 \
-    }                                                                               \
-  } while (0)
-
-static uint32_t rng(uint64_t& s) {
-  s = s * 6364136223846793005ull + 1442695040888963407ull;
-  return uint32_t(s >> 33);
-}
+using kernel_ab::rng;
 
 static uint64_t fnv(const std::vector<unsigned char>& b) {
   uint64_t h = 1469598103934665603ull;

@@ -15,49 +15,13 @@
 #include <cstring>
 #include <vector>
 
+#include "ab_util.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_skinny_sm90.h"
 
-namespace sala::cuda {
-bool pdl_launch_enabled() { return true; }  // sm_90a builds only
-}  // namespace sala::cuda
-
 using namespace sala::cuda;
-
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
-
-static uint32_t rng(uint64_t& s) {
-  s = s * 6364136223846793005ull + 1442695040888963407ull;
-  return uint32_t(s >> 33);
-}
-
-template <typename F>
-static float median_us(F&& launch, cudaStream_t st, int reps) {
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  std::vector<float> us;
-  for (int i = 0; i < 35; ++i) {
-    CK(cudaEventRecord(e0, st));
-    for (int r = 0; r < reps; ++r) launch();
-    CK(cudaEventRecord(e1, st));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    if (i >= 5) us.push_back(ms * 1000.f / float(reps));
-  }
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
+using kernel_ab::median_us;
+using kernel_ab::rng;
 
 static std::vector<float> download(const __nv_bfloat16* p, size_t n) {
   std::vector<__nv_bfloat16> h(n);

@@ -6,8 +6,6 @@
 // each stage's wgmma sums promoted into fp32 registers (FP8 wgmma accumulates with reduced
 // precision), epilogue (sum · sx[m]) · sw[n] as the GEMV's. Prints µs per launch and the
 // relative L2 distance to the GEMV; exit 1 on a distance > 1e-2.
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -17,24 +15,15 @@
 #include <cstdlib>
 #include <vector>
 
+#include "ab_util.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_mma.cuh"
-
-namespace sala::cuda {
-bool pdl_launch_enabled() { return true; }  // sm_90a builds only
-}  // namespace sala::cuda
+#include "backend/cuda/cuda_tma_sm90.cuh"
 
 using namespace sala::cuda;
-
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
+using kernel_ab::median_us;
+using kernel_ab::rng;
 
 namespace {
 
@@ -49,25 +38,7 @@ struct Args {
   uint32_t x_bytes;
 };
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define PROTO_SM90 1
-__device__ __forceinline__ void expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void tma2d(void* dst, const CUtensorMap* tm, int c0, int c1,
-                                      uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
-      "%3}], [%4];\n" ::"r"(smem_addr(dst)),
-      "l"(tm), "r"(c0), "r"(c1), "r"(smem_addr(bar))
-      : "memory");
-}
-__device__ __forceinline__ uint64_t desc(uint32_t addr) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) |
-         (uint64_t(1) << 62);
-}
+#ifdef SALA_SM90A_DEVICE
 __device__ __forceinline__ void wgmma_fp8(float (&d)[32], uint64_t da, uint64_t db) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
@@ -86,7 +57,7 @@ __device__ __forceinline__ void wgmma_fp8(float (&d)[32], uint64_t da, uint64_t 
 __global__ void __launch_bounds__(kThreads, 1)
     proto_kernel(const __grid_constant__ CUtensorMap tm_w, const __grid_constant__ CUtensorMap tm_x,
                  const Args a) {
-#ifdef PROTO_SM90
+#ifdef SALA_SM90A_DEVICE
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
                                              ~uintptr_t(1023));
@@ -111,9 +82,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int t = blockIdx.x; t < a.tiles; t += gridDim.x)
       for (int kb = 0; kb < nk; ++kb) {
         mbar_wait(&empty[stage], phase ^ 1);
-        expect_tx(&full[stage], kStageW + a.x_bytes);
-        tma2d(sw + size_t(stage) * kStageW, &tm_w, kb * kBK, t * kBM, &full[stage]);
-        tma2d(sx + size_t(stage) * kStageX, &tm_x, kb * kBK, 0, &full[stage]);
+        mbar_expect_tx(&full[stage], kStageW + a.x_bytes);
+        tma_load_2d(sw + size_t(stage) * kStageW, &tm_w, kb * kBK, t * kBM, &full[stage]);
+        tma_load_2d(sx + size_t(stage) * kStageX, &tm_x, kb * kBK, 0, &full[stage]);
         if (++stage == kStages) stage = 0, phase ^= 1;
       }
     return;
@@ -133,7 +104,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t ax = smem_addr(sx + size_t(stage) * kStageX);
       asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-      for (int kk = 0; kk < kBK / 32; ++kk) wgmma_fp8(d, desc(aw + kk * 32), desc(ax + kk * 32));
+      for (int kk = 0; kk < kBK / 32; ++kk) wgmma_fp8(d, smem_desc_sw128(aw + kk * 32), smem_desc_sw128(ax + kk * 32));
       asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
       asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
       if (lane == 0) mbar_arrive(&empty[stage]);
@@ -157,48 +128,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 CUtensorMap map_u8(const void* base, int64_t rows, int64_t K, int box_rows) {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  }();
-  CUtensorMap m;
-  const cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(K)};
-  const cuuint32_t box[2] = {cuuint32_t(kBK), cuuint32_t(box_rows)};
-  const cuuint32_t elem[2] = {1, 1};
-  if (fn(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, elem,
-         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
-    std::fprintf(stderr, "tensor map failed\n");
-    std::exit(1);
-  }
-  return m;
-}
-
-uint32_t rng(uint64_t& s) {
-  s = s * 6364136223846793005ull + 1442695040888963407ull;
-  return uint32_t(s >> 33);
-}
-
-template <typename F>
-float median_us(F&& launch, cudaStream_t st, int reps) {
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  std::vector<float> us;
-  for (int i = 0; i < 35; ++i) {
-    CK(cudaEventRecord(e0, st));
-    for (int r = 0; r < reps; ++r) launch();
-    CK(cudaEventRecord(e1, st));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    if (i >= 5) us.push_back(ms * 1000.f / float(reps));
-  }
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
+  return make_tma_map_2d(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, rows, K, K, kBK, box_rows);
 }
 
 }  // namespace

@@ -100,6 +100,24 @@ constexpr int kRedBytes = kWarps * kRows * 17 * 4;          // one pass of 16 co
 constexpr int kGateBytes = kRows * kGemvMaxRows * 4;        // silu_pair's gate tile: 8,192
 constexpr int kRingMaxSmem = 227 * 1024;                    // sm_90's per-block opt-in
 
+// GemvOut's store of output n (a weight row) of x row m: into its part (parts by weight-row
+// ranges), fp32 outputs holding the bf16-rounded value. Shared with the wgmma skinny GEMM.
+__device__ __forceinline__ void store_gemv_out(const GemvOut& o, int64_t m, int64_t n, float v) {
+  int q = 0;
+  while (q + 1 < o.nparts && n >= o.end[q]) ++q;
+  const int64_t col = n - (q ? o.end[q - 1] : 0);
+  if (o.f32)
+    static_cast<float*>(o.y[q])[m * o.cols[q] + col] = rb(v);
+  else
+    static_cast<bf16*>(o.y[q])[m * o.cols[q] + col] = f2b(v);
+}
+
+// silu_pair's output bf16(bf16(silu(g)) · u) of a bf16-rounded gate sum g and the up sum u
+// (SiluMul's roundings).
+__device__ __forceinline__ bf16 silu_pair_value(float g, float u) {
+  return f2b(rb(g / (1.f + expf(-g))) * rb(u));
+}
+
 __device__ __forceinline__ uint32_t row_off(int r) {
   return (r & 1) * (kHalf + 64) + (r >> 1) * kCps * 16;
 }
@@ -218,18 +236,11 @@ __device__ __forceinline__ void finish(float (*red)[ROWS][PW + 1], const float (
         continue;
       }
       if (epi == Epi::kSiluMul) {  // n is an up row; its gate row is n - N / 2
-        const float gv = gate[m * ROWS + nl];
         static_cast<bf16*>(o.y[0])[m * o.cols[0] + n - N / 2] =
-            f2b(rb(gv / (1.f + expf(-gv))) * rb(v));
+            silu_pair_value(gate[m * ROWS + nl], v);
         continue;
       }
-      int q = 0;
-      while (q + 1 < o.nparts && n >= o.end[q]) ++q;
-      const int64_t col = n - (q ? o.end[q - 1] : 0);
-      if (o.f32)
-        static_cast<float*>(o.y[q])[m * o.cols[q] + col] = rb(v);
-      else
-        static_cast<bf16*>(o.y[q])[m * o.cols[q] + col] = f2b(v);
+      store_gemv_out(o, m, n, v);
     }
   }
 }

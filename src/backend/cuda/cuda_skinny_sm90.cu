@@ -24,18 +24,17 @@
 // Outputs are rounded once to bf16; fp32 outputs (logits) hold the bf16-rounded values.
 //
 // Shared memory: kStages x (16 KB W + 8 KB x) + barriers = 145 KB, 1024-byte aligned stages.
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_gemv_ring.cuh"  // store_gemv_out, silu_pair_value
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_skinny_sm90.h"
+#include "backend/cuda/cuda_tma_sm90.cuh"
 
 namespace sala::cuda {
 namespace {
@@ -53,33 +52,7 @@ constexpr size_t kSmem = size_t(kStages) * (kStageW + kStageX) + kXchg + 1024 + 
 // of another shape never land on them), then the partials.
 constexpr int64_t counter_bytes(int64_t tiles) { return (std::max<int64_t>(4096, tiles * 4) + 255) / 256 * 256; }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define SALA_SKINNY_SM90 1
-#endif
-
-#ifdef SALA_SKINNY_SM90
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
-               "r"(bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* tm, int c0, int c1,
-                                            uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
-      "%3}], [%4];\n" ::"r"(smem_addr(dst)),
-      "l"(tm), "r"(c0), "r"(c1), "r"(smem_addr(bar))
-      : "memory");
-}
-
-// K-major operand in 128-byte-swizzled rows (TMA's CU_TENSOR_MAP_SWIZZLE_128B): 8-row groups
-// 1024 bytes apart; the k16 slice kk of a stage starts 32 bytes further.
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) |
-         (uint64_t(1) << 62);
-}
-
+#ifdef SALA_SM90A_DEVICE
 __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t da, uint64_t db) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
@@ -104,24 +77,18 @@ struct SkinnyArgs {
   uint32_t x_bytes;  // per stage: the x box's rows (M rounded up to 8) x 128 bytes
 };
 
-__device__ __forceinline__ float rb(float v) { return __bfloat162float(__float2bfloat16(v)); }
-
-// Output n (a weight row) of x row m into its part (GemvOut: parts by weight-row ranges).
-__device__ __forceinline__ void store_out(const GemvOut& o, int m, int64_t n, float v) {
-  int q = 0;
-  while (q + 1 < o.nparts && n >= o.end[q]) ++q;
-  const int64_t col = n - (q ? o.end[q - 1] : 0);
-  if (o.f32)
-    static_cast<float*>(o.y[q])[m * o.cols[q] + col] = rb(v);
-  else
-    static_cast<bf16*>(o.y[q])[m * o.cols[q] + col] = __float2bfloat16(v);
-}
-
-// silu_pair: y[m, n] = bf16(bf16(silu(g)) * u) of the bf16-rounded gate and up sums (the
-// GEMV's epilogue, cuda_gemv_ring.cuh).
-__device__ __forceinline__ void store_silu(const GemvOut& o, int m, int64_t n, float g, float u) {
-  g = rb(g);
-  static_cast<bf16*>(o.y[0])[m * o.cols[0] + n] = __float2bfloat16(rb(g / (1.f + expf(-g))) * rb(u));
+// f(i, r, m) for this thread's accumulators: d[i] holds weight row r of its warpgroup's 64 and
+// x row m (wgmma's accumulator layout: d[4j + 2h + e] is row 16 warp + lane / 4 + 8 h,
+// column 8 j + 2 (lane % 4) + e).
+template <class F>
+__device__ __forceinline__ void for_each_acc(int warp, int lane, F&& f) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        f(4 * j + 2 * h + e, warp * 16 + lane / 4 + 8 * h, 8 * j + 2 * (lane % 4) + e);
 }
 
 // The first weight row of consumer warpgroup c's 64 rows in tile t: 128 t + 64 c, or with
@@ -133,7 +100,7 @@ __device__ __forceinline__ int64_t half_row0(const SkinnyArgs& a, int t, int c) 
 __global__ void __launch_bounds__(kThreads, 1)
     skinny_sm90_kernel(const __grid_constant__ CUtensorMap tm_w,
                        const __grid_constant__ CUtensorMap tm_x, const SkinnyArgs a) {
-#ifdef SALA_SKINNY_SM90
+#ifdef SALA_SM90A_DEVICE
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
                                              ~uintptr_t(1023));
@@ -207,11 +174,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int chunks_per_unit = a.n_chunks / a.splits, nk_chunk = a.k_per_chunk / kBK;
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     const int tile = u / a.splits, split = u % a.splits;
-    // d[4j + 2h + e]: weight row 16 warp + lane / 4 + 8 h of this warpgroup, x row 8 j +
-    // 2 (lane % 4) + e (wgmma's accumulator layout). Each K chunk is summed from zero in d;
-    // chunks are added in order into total (or, split, summed in order by the last CTA).
+    // Each K chunk is summed from zero in d (for_each_acc's layout); chunks are added in order
+    // into total (or, split, summed in order by the tile's last CTA).
     float d[32], total[32];
-    const int64_t row0 = half_row0(a, tile, c) + warp * 16 + lane / 4;
     for (int cu = 0; cu < chunks_per_unit; ++cu) {
 #pragma unroll
       for (int i = 0; i < 32; ++i) d[i] = 0.f;
@@ -222,7 +187,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk)
-          wgmma_m64n64k16(d, smem_desc(aw + kk * 32), smem_desc(ax + kk * 32));
+          wgmma_m64n64k16(d, smem_desc_sw128(aw + kk * 32), smem_desc_sw128(ax + kk * 32));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         if (lane == 0) mbar_arrive(&empty[stage]);
@@ -237,55 +202,27 @@ __global__ void __launch_bounds__(kThreads, 1)
         continue;
       }
       float* part = a.partial + (size_t(tile) * a.n_chunks + split * chunks_per_unit + cu) * (kNX * kBM);
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int m = 8 * j + 2 * (lane % 4) + e;
-            if (m < a.M) part[m * kBM + c * 64 + warp * 16 + lane / 4 + 8 * h] = d[4 * j + 2 * h + e];
-          }
+      for_each_acc(warp, lane, [&](int i, int r, int m) {
+        if (m < a.M) part[m * kBM + c * 64 + r] = d[i];
+      });
     }
     if (a.splits == 1) {
-      const int r = warp * 16 + lane / 4;  // + 8 h: the row within the warpgroup's 64
+      const int64_t r0 = half_row0(a, tile, c);
       if (a.o.silu_pair) {  // the up sums go to the gate's warpgroup through shared memory
-        if (c == 1) {
-#pragma unroll
-          for (int j = 0; j < 8; ++j)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-              for (int e = 0; e < 2; ++e)
-                xchg[(r + 8 * h) * kNX + 8 * j + 2 * (lane % 4) + e] = total[4 * j + 2 * h + e];
-        }
+        if (c == 1) for_each_acc(warp, lane, [&](int i, int r, int m) { xchg[r * kNX + m] = total[i]; });
         asm volatile("bar.sync 1, 256;\n" ::: "memory");
-        if (c == 0) {
-#pragma unroll
-          for (int j = 0; j < 8; ++j)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int m = 8 * j + 2 * (lane % 4) + e;
-                const int64_t n = row0 + 8 * h;
-                if (m < a.M && n < a.N / 2)
-                  store_silu(a.o, m, n, total[4 * j + 2 * h + e], xchg[(r + 8 * h) * kNX + m]);
-              }
-        }
+        if (c == 0)
+          for_each_acc(warp, lane, [&](int i, int r, int m) {
+            if (m < a.M && r0 + r < a.N / 2)
+              static_cast<bf16*>(a.o.y[0])[m * a.o.cols[0] + r0 + r] =
+                  gemv::silu_pair_value(rb(total[i]), xchg[r * kNX + m]);
+          });
         asm volatile("bar.sync 1, 256;\n" ::: "memory");  // xchg free for the next unit
         continue;
       }
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int m = 8 * j + 2 * (lane % 4) + e;
-            const int64_t n = row0 + 8 * h;
-            if (m < a.M && n < a.N) store_out(a.o, m, n, total[4 * j + 2 * h + e]);
-          }
+      for_each_acc(warp, lane, [&](int i, int r, int m) {
+        if (m < a.M && r0 + r < a.N) gemv::store_gemv_out(a.o, m, r0 + r, total[i]);
+      });
       continue;
     }
     __threadfence();
@@ -315,7 +252,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int64_t n = 64 * int64_t(tile) + lr + e;
-            if (n < a.N / 2) store_silu(a.o, m, n, gf[e], uf[e]);
+            if (n < a.N / 2)
+              static_cast<bf16*>(a.o.y[0])[m * a.o.cols[0] + n] = gemv::silu_pair_value(rb(gf[e]), uf[e]);
           }
         }
       } else {
@@ -326,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           const float f[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            if (n0 + e < a.N) store_out(a.o, m, n0 + e, f[e]);
+            if (n0 + e < a.N) gemv::store_gemv_out(a.o, m, n0 + e, f[e]);
         }
       }
       if (ct == 0) a.counters[tile] = 0;
@@ -346,35 +284,9 @@ int num_sms() {
   return n;
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) !=
-            cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      p = nullptr;
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  }();
-  return fn;
-}
-
 // 2-D bf16 tensor [rows, K] with row pitch ld elements, boxes of [box_rows, 64].
 CUtensorMap make_map(const void* base, int64_t rows, int64_t K, int64_t ld, int box_rows) {
-  CUtensorMap m;
-  const cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(ld) * 2};
-  const cuuint32_t box[2] = {cuuint32_t(kBK), cuuint32_t(box_rows)};
-  const cuuint32_t elem[2] = {1, 1};
-  const CUresult r = encode_fn()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base),
-                                 dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    std::fprintf(stderr, "%s:%d: cuTensorMapEncodeTiled failed (%d)\n", __FILE__, __LINE__, int(r));
-    std::abort();
-  }
-  return m;
+  return make_tma_map_2d(base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rows, K, ld * 2, kBK, box_rows);
 }
 
 }  // namespace
@@ -423,7 +335,7 @@ bool skinny_sm90_available() {
     int dev = 0, major = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    return major == 9 && encode_fn() != nullptr;
+    return major == 9 && tma_encode_fn() != nullptr;
   }();
   return sm90;
 }
