@@ -1,14 +1,17 @@
 // Skinny bf16 GEMM on Hopper: y[M, N] = x[M, K] · W[N, K]^T, M <= 64 (cuda_skinny_sm90.h).
 //
 // Why: the ring GEMV (cuda_gemv.cu, mma.sync) costs 1.7x its one-row time at 40 rows (a B=8
-// verify step with 4 drafts, issue 21) and decode steps of 17..64 rows fall back to cuBLASLt
-// at ~2.8 TB/s (issue 20): mma.sync needs a W fragment load per 16 x 16 and an x fragment
-// load per n8 tile from L2, so its instruction count grows with M. wgmma reads both operands
-// from shared memory by descriptor: one m64n64k16 per 64 weight rows and 16 k whatever M.
+// verify step with 4 drafts, issue 21): mma.sync needs a W fragment load per 16 x 16 and an x
+// fragment load per n8 tile from L2, so its instruction count grows with M. wgmma reads both
+// operands from shared memory by descriptor: one m64n64k16 per 64 weight rows and 16 k
+// whatever M. Used for bf16 speculative steps of 17..64 rows (GemmDispatch::skinny_step_rows);
+// decode-only steps of 17..64 rows stay on cuBLASLt (faster at 64 rows: 8.88 vs 9.36 ms per
+// 9B step).
 //
 // Structure: persistent CTAs (one per SM) walk units = (tile of 128 weight rows, K split) in
 // round-robin. Warp 0 of warpgroup 0 issues TMA loads of W [128 x 64 k] (rows >= N zero-
-// filled) and x [M rounded up to 8 x 64 k] (128-byte swizzle) into a ring of kStages stages
+// filled; silu_pair: two boxes of 64, gate and up rows) and x [M rounded up to 8 x 64 k]
+// (128-byte swizzle) into a ring of kStages stages
 // (full / empty mbarriers); warpgroups 1 and 2 each run 4 wgmma.m64n64k16 per stage on their
 // 64 weight rows. The MMA always reads 64 x rows: rows past the box hold whatever the stage
 // held, which only reaches output columns >= M (never stored). A 64-row box zero-filled by
@@ -23,7 +26,8 @@
 // to the workspace and the CTA whose arrival completes a tile's count adds them in order.
 // Outputs are rounded once to bf16; fp32 outputs (logits) hold the bf16-rounded values.
 //
-// Shared memory: kStages x (16 KB W + 8 KB x) + barriers = 145 KB, 1024-byte aligned stages.
+// Shared memory: kStages x (16 KB W + 8 KB x) + the silu_pair exchange (16 KB) + barriers =
+// 161 KB, 1024-byte aligned stages.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -41,7 +45,7 @@ namespace {
 
 constexpr int kBM = 128;  // weight rows per tile: two consumer warpgroups of 64
 constexpr int kBK = 64;   // k per stage: one 128-byte swizzle row of bf16
-constexpr int kNX = 64;   // x rows per MMA (M padded by TMA's zero fill)
+constexpr int kNX = 64;   // x rows per MMA (rows past M: whatever the stage holds)
 constexpr int kStages = 6;
 constexpr int kStageW = kBM * kBK * 2;  // 16 KB
 constexpr int kStageX = kNX * kBK * 2;  // 8 KB
