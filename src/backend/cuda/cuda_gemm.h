@@ -9,8 +9,9 @@
 //    Hopper: the wgmma skinny GEMM (cuda_skinny_sm90.cu: about its one-row time at any row
 //    count up to 64, row-invariant among themselves; not the bits of <= 16-row steps), which
 //    writes the parts (linear_multi) or silu(gate) * up (linear_silu_mul) as the GEMV does;
-//  - bf16 decode-only steps of 17..64 rows: the same through cuBLASLt (the GEMV costs
-//    1.6-2.9x its one-row time at 32-64 rows);
+//  - bf16 decode-only steps of 17..64 rows, stacked weights: one cuBLASLt GEMM into the
+//    stacked workspace, then a split / the SiLU product of its halves (the GEMV costs 1.6-2.9x
+//    its one-row time at 32-64 rows; the skinny GEMM was slower than cuBLASLt at 64 rows);
 //  - otherwise cuBLASLt (fp32 mode: true fp32, CUBLAS_COMPUTE_32F on fp32 operands, no TF32).
 // In steps that prefill, each sequence's rows are multiplied as they would be alone (batch
 // invariance: linear()).

@@ -39,7 +39,10 @@ struct StepDev {
   int n_sparse_seqs = 0;                // seqs whose sparse layers run InfLLM-v2
   int n_one_token = 0;                  // seqs with one token in this step (decode)
   // No prompt chunk: every call of several rows returns every row's logits (speculative
-  // verify calls and recompute calls, issue 21); decode-only steps too.
+  // verify calls and recompute calls, issue 21); decode-only steps too. A prompt chunk that
+  // returns every row's logits (prompt logprobs from position 0 of the chunk) counts as one:
+  // its rows then take the skinny GEMM of speculative steps, whose bits are not those of the
+  // chunk alone (GemmDispatch::skinny_step_rows).
   bool prompt_free = true;
   int n_split_seqs = 0, n_split_rows = 0;  // calls of <= kSplitCallRows rows, and their rows
 };
