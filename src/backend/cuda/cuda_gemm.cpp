@@ -266,8 +266,7 @@ bool GemmDispatch::linear_multi(const Tensor& x, const Weight& wt, const std::ve
     timer_.tick("skinny gemm multi");
     return true;
   }
-  const bool ok = parts_ok && gemv_rows(x.rows) && !skinny_step_rows(x.rows) &&
-                  gemv_supported(x.data, x.cols, w.data, x.cols, x.rows);
+  const bool ok = parts_ok && gemv_rows(x.rows) && gemv_supported(x.data, x.cols, w.data, x.cols, x.rows);
   const bool stacked = !ok && parts_ok && stacked_gemm(x, w);
   if (!ok && !stacked) return false;  // one GEMM per row slice
   const GemvOut o = gemv_parts(ys);
@@ -344,7 +343,6 @@ bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g,
   const bool fused = bf16_ && is_bf16(g) && g.rows == x.rows && w.rows == 2 * g.cols &&
                      x.cols == w.cols && is_act(x) && is_act(w) &&
                      gemv_silu_pair_supported(w.rows) && gemv_rows(x.rows) &&
-                     !skinny_step_rows(x.rows) &&
                      gemv_supported(x.data, x.cols, w.data, x.cols, x.rows);
   if (!fused && stacked_gemm(x, w) && is_bf16(g) && g.rows == x.rows && w.rows == 2 * g.cols) {
     Tensor ws{stack_ws_, DType::BF16, x.rows, w.rows};

@@ -177,8 +177,8 @@ class GemmDispatch {
   // a speculative step: multi-row calls, none a prompt chunk: StepDev::prompt_free).
   bool skinny_step_rows(int64_t rows) const;
   // A GEMV of `rows` rows is the path for this step: <= kDecodeGemvRows rows, or (verify and
-  // prefill runs) <= kGemvMaxRows rows outside decode-only steps; for bf16 weights only where
-  // skinny_step_rows does not take them.
+  // prefill runs) <= kGemvMaxRows rows outside decode-only steps (bf16 weights: unless the
+  // skinny GEMM took them first, skinny_step_rows).
   bool gemv_rows(int64_t rows) const;
   // A decode-only step's x qualifies for a stacked GEMM of n output columns (stack_ws_ holds
   // [x.rows, n], grown if needed outside recordings).
