@@ -4,16 +4,21 @@
 //       every split; fp32 output holds the bf16 output's values; the first 576 weight rows
 //       alone (another N, so another split) give the same bits as within the whole weight.
 //   SpeculativeStepsThroughDispatch  verify steps of 17..64 rows (5-row calls) through the
-//       backend: linear_multi's parts equal linear() on the whole weight, linear_silu_mul equals
-//       its two-op default (linear_multi, then silu_mul), bit for bit; all close to the CPU;
-//       odd part widths and a gate of 1,056 columns (partial 64-row halves).
+//       backend, bf16 and W8A8 FP8 weights: linear_multi's parts equal linear() on the whole
+//       weight, linear_silu_mul equals its two-op default (linear_multi, then silu_mul), bit
+//       for bit; all close to the CPU; odd part widths and a gate of 1,056 columns (partial
+//       64-row halves).
+//   Fp8RowInvariantAcrossSplitsAndCloseToGemv  the FP8 kernel on codes: rows bit-equal for
+//       every M and K split, within 4e-3 rel L2 of the FP8 ring GEMV.
 // Skipped without an sm_90 GPU (the kernel exists only there; GemmDispatch falls back).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_skinny_sm90.h"
 #include "cuda_test_util.h"
 
@@ -92,33 +97,115 @@ TEST(CudaSkinny, Sm90MatchesCpuAndIsRowInvariant) {
   cudaFree(ws);
 }
 
+// FP8 codes (valid e4m3, no NaN) and scales straight into the kernel: every M and every K
+// split give row m the same bits; close to the FP8 ring GEMV (the CPU-checked path).
+TEST(CudaSkinny, Fp8RowInvariantAcrossSplitsAndCloseToGemv) {
+  REQUIRE_GPU();
+  if (!cuda::skinny_sm90_available()) GTEST_SKIP() << "not an sm_90 GPU";
+  const int64_t N = 1000, K = 2048;
+  std::vector<uint8_t> hw(static_cast<size_t>(N * K)), hx(static_cast<size_t>(64 * K));
+  uint32_t st = 5;
+  auto next = [&] { return st = st * 1664525u + 1013904223u; };
+  for (auto* v : {&hw, &hx})
+    for (auto& c : *v) c = uint8_t((next() >> 24 & 0x80) | ((3 + (next() >> 20) % 9) << 3) | (next() >> 16 & 7));
+  std::vector<float> hsw(static_cast<size_t>(N)), hsx(64);
+  for (auto& f : hsw) f = float(1 + (next() >> 16) % 100) / 2000.f;
+  for (auto& f : hsx) f = float(1 + (next() >> 16) % 100) / 200.f;
+  uint8_t *w = nullptr, *x = nullptr;
+  float *sw = nullptr, *sx = nullptr;
+  __nv_bfloat16 *y = nullptr, *yg = nullptr;
+  void* ws = nullptr;
+  ASSERT_EQ(cudaMalloc(&w, hw.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&x, hx.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&sw, hsw.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&sx, hsx.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&y, size_t(64 * N) * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&yg, size_t(64 * N) * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&ws, cuda::skinny_sm90_workspace_bytes()), cudaSuccess);
+  ASSERT_EQ(cudaMemset(ws, 0, cuda::skinny_sm90_workspace_bytes()), cudaSuccess);
+  cudaMemcpy(w, hw.data(), hw.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(x, hx.data(), hx.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(sw, hsw.data(), hsw.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(sx, hsx.data(), hsx.size() * 4, cudaMemcpyHostToDevice);
+  cuda::gemv_fp8_init();
+  auto bits = [&](const __nv_bfloat16* d, int M) {
+    std::vector<uint16_t> h(size_t(M * N));
+    cudaMemcpy(h.data(), d, h.size() * 2, cudaMemcpyDeviceToHost);
+    return h;
+  };
+  std::vector<uint16_t> ref;
+  for (int splits : {0, 1, 2, 4})
+    for (int M : {64, 40, 17, 1}) {
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      cuda::launch_skinny_fp8_sm90(x, K, sx, w, sw, N, int(K), M, out1(y, N, false), ws, nullptr,
+                                   splits);
+      cuda::launch_gemv_fp8(x, K, sx, w, sw, N, int(K), M, out1(yg, N, false), nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto got = bits(y, M), gemv = bits(yg, M);
+      if (ref.empty()) ref = got;
+      EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), got.size() * 2))
+          << "fp8 splits " << splits << " M " << M << ": rows differ from M=64 unsplit-default";
+      double num = 0, den = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        auto f = [](uint16_t b) {
+          const uint32_t u = uint32_t(b) << 16;
+          float v;
+          std::memcpy(&v, &u, 4);
+          return double(v);
+        };
+        num += (f(got[i]) - f(gemv[i])) * (f(got[i]) - f(gemv[i]));
+        den += f(gemv[i]) * f(gemv[i]);
+      }
+      EXPECT_LE(std::sqrt(num / den), 4e-3) << "fp8 splits " << splits << " M " << M;
+    }
+  for (void* ptr : {(void*)w, (void*)x, (void*)sw, (void*)sx, (void*)y, (void*)yg, ws}) cudaFree(ptr);
+}
+
 TEST(CudaSkinny, SpeculativeStepsThroughDispatch) {
   REQUIRE_GPU();
   if (!cuda::skinny_sm90_available()) GTEST_SKIP() << "not an sm_90 GPU";
   uint32_t seed = 800;
   const int64_t K = 1024, I = 1056;
   const std::vector<int64_t> parts{200, 56, 64, 256};
+  for (const bool fp8 : {false, true})
   for (int calls : {4, 8, 12}) {  // 20, 40, 60 rows
     Pair p;
+    // The same weight in both backends: bf16, or W8A8 FP8 quantized from it at upload.
+    auto weight = [&](int64_t rows) {
+      const HostMat h = randn(rows, K, seed++, 1.f / 32.f);
+      if (!fp8) {
+        auto t = p.up(h);
+        return std::pair<Weight, Weight>{Weight(t.c), Weight(t.g)};
+      }
+      TensorView v;
+      v.name = "fp8 skinny weight";
+      v.dtype = DType::BF16;
+      v.shape = {h.rows, h.cols};
+      v.data = reinterpret_cast<const uint8_t*>(h.bits.data());
+      v.nbytes = h.bits.size() * 2;
+      return std::pair<Weight, Weight>{p.cpu->upload_linear(v, WeightFormat::FP8_E4M3),
+                                       p.gpu->upload_linear(v, WeightFormat::FP8_E4M3)};
+    };
+    const std::string fmt = fp8 ? "fp8 " : "bf16 ";
     StepMeta m;
     std::vector<int32_t> ids(5, 5);
     for (int i = 0; i < calls; ++i) m.add_seq(ids.data(), 5, 100 + i, i, {}, true, true);
     p.begin(m);
     const int64_t T = 5 * calls;
     auto x = p.up(randn(T, K, seed++, 1.f));
-    auto w = p.up(randn(576, K, seed++, 1.f / 32.f));
-    auto w2 = p.up(randn(2 * I, K, seed++, 1.f / 32.f));
+    const auto w = weight(576), w2 = weight(2 * I);
     auto whole = p.out(T, 576);
-    p.gpu->linear(x.g, w.g, whole.g);
-    p.cpu->linear(x.c, w.c, whole.c);
-    expect_close(p.cmp(shape("skinny step linear", {T, K, 576}), whole), 4e-3, 1.6e-2);
+    p.gpu->linear(x.g, w.second, whole.g);
+    p.cpu->linear(x.c, w.first, whole.c);
+    expect_close(p.cmp(shape((fmt + "skinny step linear").c_str(), {T, K, 576}), whole), 4e-3,
+                 1.6e-2);
     std::vector<float> all(size_t(T * 576));
     p.gpu->download_f32(whole.g, all.data());
     std::vector<Pair::T2> ys;
     for (int64_t n : parts) ys.push_back(p.out(T, n));
     std::vector<Tensor*> yg;
     for (auto& y : ys) yg.push_back(&y.g);
-    p.gpu->linear_multi(x.g, w.g, yg);
+    p.gpu->linear_multi(x.g, w.second, yg);
     int64_t c0 = 0, differ = 0;
     for (size_t i = 0; i < parts.size(); ++i) {
       std::vector<float> part(size_t(T * parts[i]));
@@ -128,13 +215,15 @@ TEST(CudaSkinny, SpeculativeStepsThroughDispatch) {
           differ += part[size_t(t * parts[i] + c)] != all[size_t(t * 576 + c0 + c)];
       c0 += parts[i];
     }
-    EXPECT_EQ(differ, 0) << "parts vs linear() on the stacked weight, T=" << T;
+    EXPECT_EQ(differ, 0) << fmt << "parts vs linear() on the stacked weight, T=" << T;
     auto g = p.out(T, I), u = p.out(T, I), g2 = p.out(T, I);
-    p.cpu->linear_silu_mul(x.c, w2.c, g.c, u.c);
-    p.gpu->linear_silu_mul(x.g, w2.g, g.g, u.g);
-    expect_close(p.cmp(shape("skinny step linear_silu_mul", {T, K, I}), g), 4e-3, 1.6e-2);
-    p.gpu->Backend::linear_silu_mul(x.g, w2.g, g2.g, u.g);  // linear_multi, then silu_mul
-    expect_same_bits(*p.gpu, g.g, *p.gpu, g2.g, shape("skinny fused vs two ops", {T, K, I}));
+    p.cpu->linear_silu_mul(x.c, w2.first, g.c, u.c);
+    p.gpu->linear_silu_mul(x.g, w2.second, g.g, u.g);
+    expect_close(p.cmp(shape((fmt + "skinny step linear_silu_mul").c_str(), {T, K, I}), g), 4e-3,
+                 1.6e-2);
+    p.gpu->Backend::linear_silu_mul(x.g, w2.second, g2.g, u.g);  // linear_multi, then silu_mul
+    expect_same_bits(*p.gpu, g.g, *p.gpu, g2.g,
+                     shape((fmt + "skinny fused vs two ops").c_str(), {T, K, I}));
   }
 }
 

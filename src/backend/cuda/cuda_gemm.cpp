@@ -306,6 +306,19 @@ bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g,
       timer_.tick("fp8 silu_mul halves");
       return true;
     }
+    if (shaped && skinny_step_rows(x.rows)) {  // speculative steps of 17..64 rows on Hopper
+      const Fp8Input in = fp8_input(x.rows, x.cols);
+      if (!skinny_fp8_sm90_supported(in.codes, x.cols, wt.data, x.cols, x.rows)) return false;
+      const bool prepared = take_fp8_prepared(x);
+      if (!prepared)
+        launch_quantize_rows_fp8(ptr<bf16>(x), x.rows, x.cols, x.cols, in.codes, in.scales,
+                                 stream_);
+      launch_skinny_fp8_sm90(in.codes, x.cols, in.scales, static_cast<const uint8_t*>(wt.data),
+                             wt.scales, wt.rows, int(x.cols), int(x.rows), gemv_silu_pair(g),
+                             skinny_ws_, stream_);
+      timer_.tick("skinny fp8 gate_up+silu");
+      return true;
+    }
     if (!(shaped && gemv_rows(x.rows) && gemv_fp8_silu_pair_supported(wt.rows) &&
           gemv_fp8_supported(wt.data, x.cols, x.rows)))
       return false;

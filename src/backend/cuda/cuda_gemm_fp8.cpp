@@ -30,6 +30,7 @@
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_host_util.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_skinny_sm90.h"
 #include "core/check.h"
 
 namespace sala::cuda_host {
@@ -130,6 +131,15 @@ void GemmDispatch::linear_fp8(const Tensor& x, const Weight& w, const std::vecto
                "FP8 codes prepared for x [{},{}] but a run of rows [{}, {})", x.rows, K, r0,
                r0 + T);
     const bf16* xr = ptr<bf16>(x) + r0 * K;
+    // Speculative steps of 17..64 rows on Hopper: the wgmma skinny GEMM (as bf16 weights).
+    if (gemv_ok && skinny_step_rows(T) && skinny_fp8_sm90_supported(xq, K, w.data, K, T)) {
+      const GemvOut o = gemv_parts(ys, r0);
+      if (!prepared) launch_quantize_rows_fp8(xr, T, K, K, xq, sx, stream_);
+      launch_skinny_fp8_sm90(xq, K, sx, static_cast<const uint8_t*>(w.data), w.scales, w.rows,
+                             int(K), int(T), o, skinny_ws_, stream_);
+      timer_.tick(o.f32 ? "skinny fp8 lm_head" : "skinny fp8");
+      return;
+    }
     if (gemv_ok && gemv_rows(T) && gemv_fp8_supported(w.data, K, T)) {
       const GemvOut o = gemv_parts(ys, r0);
       if (!prepared) launch_quantize_rows_fp8(xr, T, K, K, xq, sx, stream_);

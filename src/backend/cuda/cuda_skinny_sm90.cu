@@ -44,11 +44,15 @@ namespace sala::cuda {
 namespace {
 
 constexpr int kBM = 128;  // weight rows per tile: two consumer warpgroups of 64
-constexpr int kBK = 64;   // k per stage: one 128-byte swizzle row of bf16
+constexpr int kRowBytes = 128;  // a stage's k per row: one 128-byte swizzle row (bf16: 64 k,
+                                // FP8 codes: 128 k)
+constexpr int kBK = 64;         // bf16 k per stage
+template <bool kFp8>
+constexpr int kStageK = kFp8 ? 128 : 64;
 constexpr int kNX = 64;   // x rows per MMA (rows past M: whatever the stage holds)
 constexpr int kStages = 6;
-constexpr int kStageW = kBM * kBK * 2;  // 16 KB
-constexpr int kStageX = kNX * kBK * 2;  // 8 KB
+constexpr int kStageW = kBM * kRowBytes;  // 16 KB
+constexpr int kStageX = kNX * kRowBytes;  // 8 KB
 constexpr int kThreads = 384;           // producer warpgroup + two consumer warpgroups
 constexpr int kXchg = 64 * kNX * 4;  // silu_pair: the up sums [64 rows][64 x rows], fp32
 constexpr size_t kSmem = size_t(kStages) * (kStageW + kStageX) + kXchg + 1024 + 256;
@@ -71,6 +75,21 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t da, uin
         "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(da), "l"(db));
 }
+
+// FP8 (e4m3 x e4m3): the same operand layout with 32 k (32 bytes) per instruction.
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
+        "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db));
+}
 #endif
 
 struct SkinnyArgs {
@@ -79,7 +98,17 @@ struct SkinnyArgs {
   int* counters;     // [tiles]
   int N, M, tiles, splits, k_per_split, n_chunks, k_per_chunk;
   uint32_t x_bytes;  // per stage: the x box's rows (M rounded up to 8) x 128 bytes
+  const float* sx;   // FP8: per-row activation scales [M] (the quantize kernel's)
+  const float* sw;   // FP8: per-channel weight scales [N]
 };
+
+// A finished sum of weight row n and x row m: bf16 as is; FP8 (sum · sx[m]) · sw[n], the CPU's
+// order, unfused (the FP8 GEMV's Scale).
+template <bool kFp8>
+__device__ __forceinline__ float scaled(const SkinnyArgs& a, float v, int m, int64_t n) {
+  if constexpr (kFp8) return __fmul_rn(__fmul_rn(v, a.sx[m]), a.sw[n]);
+  return v;
+}
 
 // f(i, r, m) for this thread's accumulators: d[i] holds weight row r of its warpgroup's 64 and
 // x row m (wgmma's accumulator layout: d[4j + 2h + e] is row 16 warp + lane / 4 + 8 h,
@@ -101,6 +130,7 @@ __device__ __forceinline__ int64_t half_row0(const SkinnyArgs& a, int t, int c) 
   return a.o.silu_pair ? int64_t(c) * (a.N / 2) + 64 * int64_t(t) : 128 * int64_t(t) + 64 * c;
 }
 
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1)
     skinny_sm90_kernel(const __grid_constant__ CUtensorMap tm_w,
                        const __grid_constant__ CUtensorMap tm_x, const SkinnyArgs a) {
@@ -124,7 +154,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   pdl_trigger();
-  const int units = a.tiles * a.splits, nk = a.k_per_split / kBK;
+  constexpr int SK = kStageK<kFp8>;
+  const int units = a.tiles * a.splits, nk = a.k_per_split / SK;
 
   if (wg == 0) {
     if (tid != 0) return;
@@ -135,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
       const int tile = u / a.splits, split = u % a.splits;
       for (int kb = 0; kb < nk; ++kb) {
-        const int kc = split * a.k_per_split + kb * kBK;
+        const int kc = split * a.k_per_split + kb * SK;
         mbar_wait(&empty[stage], phase ^ 1);
         mbar_expect_tx(&full[stage], kStageW + a.x_bytes);
         if (a.o.silu_pair) {  // the map's box is 64 rows: the gate half, then the up half
@@ -175,12 +206,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int ct = tid - 128;  // 0..255 over both consumer warpgroups
   int stage = 0;
   uint32_t phase = 0;
-  const int chunks_per_unit = a.n_chunks / a.splits, nk_chunk = a.k_per_chunk / kBK;
+  const int chunks_per_unit = a.n_chunks / a.splits, nk_chunk = a.k_per_chunk / SK;
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     const int tile = u / a.splits, split = u % a.splits;
     // Each K chunk is summed from zero in d (for_each_acc's layout); chunks are added in order
     // into total (or, split, summed in order by the tile's last CTA).
-    float d[32], total[32];
+    // FP8: wgmma's e4m3 accumulation keeps fewer bits, so each stage sums into fresh registers
+    // (e) that are added to d in fp32 (the promotion CUTLASS and the FP8 GEMV do per 128-256 k).
+    float d[32], total[32], e[32];
     for (int cu = 0; cu < chunks_per_unit; ++cu) {
 #pragma unroll
       for (int i = 0; i < 32; ++i) d[i] = 0.f;
@@ -189,11 +222,23 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t aw = smem_addr(sw + size_t(stage) * kStageW + c * (kStageW / 2));
         const uint32_t ax = smem_addr(sx + size_t(stage) * kStageX);
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        if constexpr (kFp8) {
 #pragma unroll
-        for (int kk = 0; kk < kBK / 16; ++kk)
-          wgmma_m64n64k16(d, smem_desc_sw128(aw + kk * 32), smem_desc_sw128(ax + kk * 32));
+          for (int i = 0; i < 32; ++i) e[i] = 0.f;
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+            wgmma_m64n64k32_e4m3(e, smem_desc_sw128(aw + kk * 32), smem_desc_sw128(ax + kk * 32));
+        } else {
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+            wgmma_m64n64k16(d, smem_desc_sw128(aw + kk * 32), smem_desc_sw128(ax + kk * 32));
+        }
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        if constexpr (kFp8) {
+#pragma unroll
+          for (int i = 0; i < 32; ++i) d[i] += e[i];
+        }
         if (lane == 0) mbar_arrive(&empty[stage]);
         if (++stage == kStages) {
           stage = 0;
@@ -213,19 +258,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (a.splits == 1) {
       const int64_t r0 = half_row0(a, tile, c);
       if (a.o.silu_pair) {  // the up sums go to the gate's warpgroup through shared memory
-        if (c == 1) for_each_acc(warp, lane, [&](int i, int r, int m) { xchg[r * kNX + m] = total[i]; });
+        if (c == 1)
+          for_each_acc(warp, lane, [&](int i, int r, int m) {
+            // (rows past M or N hold no scale: any in-range one, the value is never stored)
+            xchg[r * kNX + m] =
+                scaled<kFp8>(a, total[i], m < a.M ? m : 0, r0 + r < a.N ? r0 + r : r0);
+          });
         asm volatile("bar.sync 1, 256;\n" ::: "memory");
         if (c == 0)
           for_each_acc(warp, lane, [&](int i, int r, int m) {
             if (m < a.M && r0 + r < a.N / 2)
               static_cast<bf16*>(a.o.y[0])[m * a.o.cols[0] + r0 + r] =
-                  gemv::silu_pair_value(rb(total[i]), xchg[r * kNX + m]);
+                  gemv::silu_pair_value(rb(scaled<kFp8>(a, total[i], m, r0 + r)), xchg[r * kNX + m]);
           });
         asm volatile("bar.sync 1, 256;\n" ::: "memory");  // xchg free for the next unit
         continue;
       }
       for_each_acc(warp, lane, [&](int i, int r, int m) {
-        if (m < a.M && r0 + r < a.N) gemv::store_gemv_out(a.o, m, r0 + r, total[i]);
+        if (m < a.M && r0 + r < a.N)
+          gemv::store_gemv_out(a.o, m, r0 + r, scaled<kFp8>(a, total[i], m, r0 + r));
       });
       continue;
     }
@@ -257,7 +308,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int e = 0; e < 4; ++e) {
             const int64_t n = 64 * int64_t(tile) + lr + e;
             if (n < a.N / 2)
-              static_cast<bf16*>(a.o.y[0])[m * a.o.cols[0] + n] = gemv::silu_pair_value(rb(gf[e]), uf[e]);
+              static_cast<bf16*>(a.o.y[0])[m * a.o.cols[0] + n] = gemv::silu_pair_value(
+                  rb(scaled<kFp8>(a, gf[e], m, n)), scaled<kFp8>(a, uf[e], m, a.N / 2 + n));
           }
         }
       } else {
@@ -268,7 +320,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           const float f[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            if (n0 + e < a.N) gemv::store_gemv_out(a.o, m, n0 + e, f[e]);
+            if (n0 + e < a.N) gemv::store_gemv_out(a.o, m, n0 + e, scaled<kFp8>(a, f[e], m, n0 + e));
         }
       }
       if (ct == 0) a.counters[tile] = 0;
@@ -288,9 +340,12 @@ int num_sms() {
   return n;
 }
 
-// 2-D bf16 tensor [rows, K] with row pitch ld elements, boxes of [box_rows, 64].
-CUtensorMap make_map(const void* base, int64_t rows, int64_t K, int64_t ld, int box_rows) {
-  return make_tma_map_2d(base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rows, K, ld * 2, kBK, box_rows);
+// 2-D tensor [rows, K] of bf16 (fp8: one-byte codes) with row pitch ld elements, boxes of
+// [box_rows, 128 bytes].
+CUtensorMap make_map(const void* base, bool fp8, int64_t rows, int64_t K, int64_t ld, int box_rows) {
+  return fp8 ? make_tma_map_2d(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, rows, K, ld, 128, box_rows)
+             : make_tma_map_2d(base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rows, K, ld * 2, kBK,
+                               box_rows);
 }
 
 }  // namespace
@@ -301,10 +356,11 @@ CUtensorMap make_map(const void* base, int64_t rows, int64_t K, int64_t ld, int 
 // partial sums' round trip when split. Measured per shape: 4096 x 4096 best at 4 splits
 // (14.8 µs; 1: 26.8, 2: 18.6), 12288 x 4096 at 1 (33.3; 4: 36.2), 4096 x 16384 at 4 (42.3;
 // 1: 88.8).
-// Chunks of K: 8, or the most that K holds in whole 64-column blocks (K = 256: 4).
-int chunks_of(int64_t K) {
+// Chunks of K: 8, or the most that K holds in whole stages (bf16 64 k, FP8 128 k; K = 256 in
+// bf16: 4).
+int chunks_of(int64_t K, int stage_k) {
   int n = 8;
-  while (n > 1 && K % (int64_t(n) * kBK) != 0) n /= 2;
+  while (n > 1 && K % (int64_t(n) * stage_k) != 0) n /= 2;
   return n;
 }
 
@@ -312,15 +368,17 @@ int chunks_of(int64_t K) {
 // SMs bounds the workspace (8.6 MB on 132 SMs).
 constexpr int kMaxChunkTilesPerSm = 2;
 
-int skinny_sm90_splits(int64_t N, int64_t K) {
-  const int64_t tiles = (N + kBM - 1) / kBM, sms = num_sms(), chunks = chunks_of(K);
+int skinny_sm90_splits(int64_t N, int64_t K, int elem_bytes) {
+  const int64_t tiles = (N + kBM - 1) / kBM, sms = num_sms();
+  const int64_t chunks = chunks_of(K, kRowBytes / elem_bytes);
   int best = 1;
   double best_us = 1e30;
   for (int s = 1; s <= chunks; s *= 2) {
     if (s > 1 && tiles * chunks > kMaxChunkTilesPerSm * sms) break;
-    const double unit_bytes = double(kBM) * double(K / s) * 2;
+    const double unit_bytes = double(kBM) * double(K / s) * elem_bytes;
     const double per_sm = double((tiles * s + sms - 1) / sms) * unit_bytes;
-    const double us = std::max(double(tiles) * kBM * K * 2 / 3.6e6, per_sm / 45e3) + (s > 1 ? 1.5 : 0);
+    const double us = std::max(double(tiles) * kBM * K * elem_bytes / 3.6e6, per_sm / 45e3) +
+                      (s > 1 ? 1.5 : 0);
     if (us < best_us * 0.97) {  // a split must buy 3 %
       best_us = us;
       best = s;
@@ -346,8 +404,10 @@ bool skinny_sm90_available() {
 
 void skinny_sm90_init() {
   if (!skinny_sm90_available()) return;
-  CUDA_CHECK(cudaFuncSetAttribute(skinny_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  int(kSmem)));
+  CUDA_CHECK(cudaFuncSetAttribute(skinny_sm90_kernel<false>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+  CUDA_CHECK(cudaFuncSetAttribute(skinny_sm90_kernel<true>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
   (void)num_sms();
 }
 
@@ -356,19 +416,31 @@ bool skinny_sm90_supported(const void* x, int64_t ldx, const void* w, int64_t K,
          reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
 }
 
-void launch_skinny_sm90(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, int M,
-                        const GemvOut& o, void* ws, cudaStream_t st, int splits) {
+bool skinny_fp8_sm90_supported(const void* xq, int64_t ldq, const void* w, int64_t K, int64_t M) {
+  return skinny_sm90_available() && M >= 1 && M <= kNX && K % kStageK<true> == 0 &&
+         ldq % 16 == 0 && reinterpret_cast<uintptr_t>(xq) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(w) % 16 == 0;
+}
+
+namespace {
+
+// x [M, ldx] (bf16, or FP8 codes with their scales sx), W [N, K] (FP8: codes, scales sw).
+void launch_skinny(bool fp8, const void* x, int64_t ldx, const float* sx, const void* w,
+                   const float* sw, int64_t N, int K, int M, const GemvOut& o, void* ws,
+                   cudaStream_t st, int splits) {
   SkinnyArgs a{};
   a.o = o;
+  a.sx = sx;
+  a.sw = sw;
   a.N = int(N);
   a.M = M;
   a.tiles = int(o.silu_pair ? (N / 2 + 63) / 64 : (N + kBM - 1) / kBM);
-  a.splits = splits > 0 ? splits : skinny_sm90_splits(N, K);
-  a.n_chunks = chunks_of(K);
+  a.splits = splits > 0 ? splits : skinny_sm90_splits(N, K, fp8 ? 1 : 2);
+  a.n_chunks = chunks_of(K, fp8 ? kStageK<true> : kStageK<false>);
   a.k_per_chunk = K / a.n_chunks;
   a.k_per_split = K / a.splits;
   const int box_rows = std::min(kNX, (M + 7) / 8 * 8);
-  a.x_bytes = uint32_t(box_rows) * kBK * 2;
+  a.x_bytes = uint32_t(box_rows) * kRowBytes;
   if (a.splits > 1) {
     if (a.n_chunks % a.splits != 0 ||
         int64_t(a.tiles) * a.n_chunks > int64_t(kMaxChunkTilesPerSm) * num_sms()) {
@@ -383,10 +455,26 @@ void launch_skinny_sm90(const bf16* x, int64_t ldx, const bf16* w, int64_t N, in
     std::fprintf(stderr, "%s:%d: silu_pair of %lld rows\n", __FILE__, __LINE__, (long long)N);
     std::abort();
   }
-  const CUtensorMap tw = make_map(w, N, K, K, o.silu_pair ? 64 : kBM);
-  const CUtensorMap tx = make_map(x, M, K, ldx, box_rows);
+  const CUtensorMap tw = make_map(w, fp8, N, K, K, o.silu_pair ? 64 : kBM);
+  const CUtensorMap tx = make_map(x, fp8, M, K, ldx, box_rows);
   const int grid = int(std::min<int64_t>(int64_t(a.tiles) * a.splits, num_sms()));
-  launch_pdl(skinny_sm90_kernel, dim3(grid), dim3(kThreads), kSmem, st, tw, tx, a);
+  if (fp8)
+    launch_pdl(skinny_sm90_kernel<true>, dim3(grid), dim3(kThreads), kSmem, st, tw, tx, a);
+  else
+    launch_pdl(skinny_sm90_kernel<false>, dim3(grid), dim3(kThreads), kSmem, st, tw, tx, a);
+}
+
+}  // namespace
+
+void launch_skinny_sm90(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, int M,
+                        const GemvOut& o, void* ws, cudaStream_t st, int splits) {
+  launch_skinny(false, x, ldx, nullptr, w, nullptr, N, K, M, o, ws, st, splits);
+}
+
+void launch_skinny_fp8_sm90(const uint8_t* xq, int64_t ldq, const float* sx, const uint8_t* w,
+                            const float* w_scales, int64_t N, int K, int M, const GemvOut& o,
+                            void* ws, cudaStream_t st, int splits) {
+  launch_skinny(true, xq, ldq, sx, w, w_scales, N, K, M, o, ws, st, splits);
 }
 
 }  // namespace sala::cuda

@@ -14,9 +14,9 @@
 
 namespace sala::cuda {
 
-// K splits of an [N, K] weight on this GPU (1, 2, 4 or 8; a function of N, K and the SM count
-// only, never of M).
-int skinny_sm90_splits(int64_t N, int64_t K);
+// K splits of an [N, K] weight of elem_bytes per weight (bf16 2, FP8 1) on this GPU (1, 2, 4
+// or 8; a function of N, K and the SM count only, never of M).
+int skinny_sm90_splits(int64_t N, int64_t K, int elem_bytes = 2);
 // Workspace of any launch on this GPU: fp32 partial sums and per-tile counters (bytes; zeroed
 // once, the kernel leaves the counters zeroed).
 size_t skinny_sm90_workspace_bytes();
@@ -33,5 +33,14 @@ bool skinny_sm90_supported(const void* x, int64_t ldx, const void* w, int64_t K,
 void launch_skinny_sm90(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t N,
                         int K, int M, const GemvOut& o, void* ws, cudaStream_t st,
                         int splits = 0);
+
+// W8A8 FP8: y = (Σ_k xq[m, k] · wq[n, k]) · sx[m] · w_scales[n] (the FP8 GEMV's epilogue order)
+// with e4m3 codes xq [M, ldq] and their per-row scales sx (launch_quantize_rows_fp8's), wq
+// [N, K]; wgmma.m64n64k32 e4m3, each 128-k stage's sums promoted into fp32, then the same
+// chunk order and outputs as the bf16 kernel. K % 128 == 0, ldq % 16 == 0.
+bool skinny_fp8_sm90_supported(const void* xq, int64_t ldq, const void* w, int64_t K, int64_t M);
+void launch_skinny_fp8_sm90(const uint8_t* xq, int64_t ldq, const float* sx, const uint8_t* w,
+                            const float* w_scales, int64_t N, int K, int M, const GemvOut& o,
+                            void* ws, cudaStream_t st, int splits = 0);
 
 }  // namespace sala::cuda
