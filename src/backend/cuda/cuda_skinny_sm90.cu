@@ -18,10 +18,10 @@
 // TMA cost 14 % at M = 1 (H200, session 20); 8 stages instead of 6 gained nothing. The weight
 // loads of the first stages are issued before griddepcontrol.wait (weights are never written
 // by the previous kernel), the x loads after it.
-// Summation order: K is cut into n_chunks (8, or fewer for K < 512) chunks, each summed from
-// zero by wgmma, and the chunk sums are added in order: ((c0 + c1) + c2) + ... So a weight
-// row's bits depend on neither M, nor N, nor the split (1, 2, 4 or 8 units of whole chunks per
-// tile): a stacked weight's parts equal its slices computed alone, bit for bit. Unsplit, the
+// Summation order: K is cut into n_chunks (kMaxChunks = 4, or fewer for K < 256 bf16 / 512
+// FP8) chunks, each summed from zero by wgmma, and the chunk sums are added in order:
+// ((c0 + c1) + c2) + c3. So a weight row's bits depend on neither M, nor N, nor the split (1,
+// 2 or 4 units of whole chunks per tile): a stacked weight's parts equal its slices computed alone, bit for bit. Unsplit, the
 // chunks are added in registers; split, each unit stores its chunks' fp32 sums [64 x rows][128]
 // to the workspace and the CTA whose arrival completes a tile's count adds them in order.
 // Outputs are rounded once to bf16; fp32 outputs (logits) hold the bf16-rounded values.
@@ -51,6 +51,10 @@ template <bool kFp8>
 constexpr int kStageK = kFp8 ? 128 : 64;
 constexpr int kNX = 64;   // x rows per MMA (rows past M: whatever the stage holds)
 constexpr int kStages = 6;
+// K chunks summed apart and added in order (at most; fewer where K holds fewer whole stages).
+// 4 rather than 8: a split launch stores and re-reads every chunk sum, and 8 cost 4096 x 4096
+// at 40 rows 21.3 µs instead of 14.8 with one sum per split (H200, session 20).
+constexpr int kMaxChunks = 4;
 constexpr int kStageW = kBM * kRowBytes;  // 16 KB
 constexpr int kStageX = kNX * kRowBytes;  // 8 KB
 constexpr int kThreads = 384;           // producer warpgroup + two consumer warpgroups
@@ -289,13 +293,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       __threadfence();
       const float4* p0 = reinterpret_cast<const float4*>(a.partial + size_t(tile) * a.n_chunks * (kNX * kBM));
       auto chunk_sum = [&](int i) {  // float4 i of the tile's [M][128] sums
-        float4 v = __ldcg(p0 + i);
-        for (int ch = 1; ch < a.n_chunks; ++ch) {
-          const float4 q = __ldcg(p0 + size_t(ch) * (kNX * kBM / 4) + i);
-          v.x += q.x;
-          v.y += q.y;
-          v.z += q.z;
-          v.w += q.w;
+        float4 q[kMaxChunks];  // every chunk's load in flight before the first add
+#pragma unroll
+        for (int ch = 0; ch < kMaxChunks; ++ch)
+          if (ch < a.n_chunks) q[ch] = __ldcg(p0 + size_t(ch) * (kNX * kBM / 4) + i);
+        float4 v = q[0];
+#pragma unroll
+        for (int ch = 1; ch < kMaxChunks; ++ch) {
+          if (ch >= a.n_chunks) break;
+          v.x += q[ch].x;
+          v.y += q[ch].y;
+          v.z += q[ch].z;
+          v.w += q[ch].w;
         }
         return v;
       };
@@ -356,10 +365,10 @@ CUtensorMap make_map(const void* base, bool fp8, int64_t rows, int64_t K, int64_
 // partial sums' round trip when split. Measured per shape: 4096 x 4096 best at 4 splits
 // (14.8 µs; 1: 26.8, 2: 18.6), 12288 x 4096 at 1 (33.3; 4: 36.2), 4096 x 16384 at 4 (42.3;
 // 1: 88.8).
-// Chunks of K: 8, or the most that K holds in whole stages (bf16 64 k, FP8 128 k; K = 256 in
-// bf16: 4).
+// Chunks of K: kMaxChunks, or the most that K holds in whole stages (bf16 64 k, FP8 128 k;
+// K = 128 in bf16: 2).
 int chunks_of(int64_t K, int stage_k) {
-  int n = 8;
+  int n = kMaxChunks;
   while (n > 1 && K % (int64_t(n) * stage_k) != 0) n /= 2;
   return n;
 }

@@ -1,7 +1,7 @@
 // Skinny bf16 GEMM on Hopper (cuda_skinny_sm90.cu): y[M, N] = x[M, K] · W[N, K]^T for M <= 64,
 // TMA + wgmma with the weights as the MMA's A operand (128 weight rows per tile) and the x rows
 // as its B operand (always 64 columns), so every M runs the same instructions and row m's bits
-// do not depend on M (batch invariance without a per-M kernel); K is summed in 8 fixed chunks
+// do not depend on M (batch invariance without a per-M kernel); K is summed in 4 fixed chunks
 // added in order, so the bits depend on neither N nor the K split chosen for the GPU.
 #pragma once
 #include <cuda_bf16.h>
@@ -14,8 +14,8 @@
 
 namespace sala::cuda {
 
-// K splits of an [N, K] weight of elem_bytes per weight (bf16 2, FP8 1) on this GPU (1, 2, 4
-// or 8; a function of N, K and the SM count only, never of M).
+// K splits of an [N, K] weight of elem_bytes per weight (bf16 2, FP8 1) on this GPU (1, 2 or
+// 4; a function of N, K and the SM count only, never of M).
 int skinny_sm90_splits(int64_t N, int64_t K, int elem_bytes = 2);
 // Workspace of any launch on this GPU: fp32 partial sums and per-tile counters (bytes; zeroed
 // once, the kernel leaves the counters zeroed).
