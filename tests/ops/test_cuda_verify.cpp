@@ -6,7 +6,8 @@
 //     rows of calls of <= kSplitCallRows rows split their attention keys and selection
 //     entries as decode rows do (DevSeq::split_row), and the lightning recurrence runs row by
 //     row;
-//   - the same when several sequences verify in one step (each equals its call alone);
+//   - the same when several sequences verify in one step of <= kSplitCallRows rows (each
+//     equals its call alone); in wider steps a call's rows depend only on the call;
 //   - rolling back (the lightning state restored from a snapshot slot with
 //     CudaBackend::copy_state_slot, the length set back, the accepted rows computed again)
 //     and decoding on gives the logits of a run that never saw the rejected tokens.
@@ -16,6 +17,8 @@
 // rows run InfLLM-v2 selection and stage-2 attention.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -237,6 +240,61 @@ TEST(CudaVerify, RollbackByStateAdvanceLeavesNoTrace) {
             << c.dir << " run " << rep << ", sequence " << s << ": first difference in row "
             << first_diff(got, want[s]) / size_t(V);
       }
+    }
+  }
+}
+
+// Wide speculative steps (more than kSplitCallRows rows, no prompt chunk: StepDev::shared_tiles,
+// and on Hopper the skinny GEMM) are not held to decode-row bits: there a call's rows share
+// their attention tiles. A call's rows still depend only on the call: equal, bit for bit, in
+// two wide steps with other companions at other places, directly, recorded and replayed; and
+// they stay close to the decode rows at the same positions (same argmax on most rows).
+TEST(CudaVerify, WideStepRowsIndependentOfCompanions) {
+  REQUIRE_GPU();
+  for (const Case& c : cases()) {
+    auto m = load_cuda(c.dir, 8);
+    const int V = m->config().vocab_size;
+    const int32_t rows[8] = {5, 5, 5, 5, 7, 3, 6, 5};  // calls 0-3 (20 rows), 4, 0, 5, 6 (21)
+    std::vector<std::vector<int32_t>> ids;
+    for (int s = 0; s < 8; ++s) ids.push_back(tokens(c.prompt + s + rows[s], V, 300 + uint32_t(s)));
+    auto past = [&](int s) { return int64_t(c.prompt + s); };
+    std::vector<float> decode;  // sequence 0's rows as decode steps
+    step(*m, {{&ids[0], 0, int32_t(past(0)), 0}});
+    for (int32_t i = 0; i < rows[0]; ++i) {
+      const auto row = step(*m, {{&ids[0], past(0) + i, 1, 0}});
+      decode.insert(decode.end(), row.begin(), row.end());
+    }
+    // Sequence 0's rows of a verify step of `order`'s calls (each prefilled afresh first).
+    auto wide = [&](std::initializer_list<int> order) {
+      std::vector<Call> calls;
+      int64_t before = 0, total = 0;
+      for (int s : order) {
+        step(*m, {{&ids[size_t(s)], 0, int32_t(past(s)), s}});
+        calls.push_back({&ids[size_t(s)], past(s), rows[s], s, true});
+        if (s == 0) before = total;
+        total += rows[s];
+      }
+      EXPECT_GT(total, 16) << "not a wide step";
+      const auto all = step(*m, calls);
+      return std::vector<float>(all.begin() + before * V, all.begin() + (before + rows[0]) * V);
+    };
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto a = wide({0, 1, 2, 3}), b = wide({4, 0, 5, 6});
+      EXPECT_TRUE(same_bits(a, b)) << c.dir << " run " << rep << ": first difference in row "
+                                   << first_diff(a, b) / size_t(V);
+      double num = 0, den = 0;
+      int same_top = 0;
+      for (int r = 0; r < rows[0]; ++r) {
+        const float* x = a.data() + size_t(r) * V;
+        const float* y = decode.data() + size_t(r) * V;
+        for (int v = 0; v < V; ++v) {
+          num += double(x[v] - y[v]) * (x[v] - y[v]);
+          den += double(y[v]) * y[v];
+        }
+        same_top += std::max_element(x, x + V) - x == std::max_element(y, y + V) - y;
+      }
+      EXPECT_LT(std::sqrt(num / den), 2e-2) << c.dir << ": wide-step rows vs decode rows";
+      EXPECT_GE(same_top, rows[0] - 1) << c.dir << ": argmax of the wide-step rows";
     }
   }
 }

@@ -13,12 +13,17 @@
 // (blocks smaller than 64 keys) and keys after the row. fp32 scores and online softmax in
 // log2 units; P·V with P split in two bf16 terms (hi + lo) as the dense prefill kernel, so
 // the probabilities are not rounded to bf16 (golden README §4). Rows of split calls
-// (decode and verify rows, DevSeq::split_row: one row per tile) divide the union into P.splits parts of consecutive tiles, whose partials (acc, m,
-// l) merge in combine_kernel; a block computes P.spb of them, one per consumer warp, with the
-// parts' tiles interleaved in the ring (tile j of each of its parts, then tile j + 1), so its
-// warps compute at once. The parts, and so the numbers, do not depend on spb: the launcher picks
-// it from the step's row count only to fill the GPU (a decode row with one warp per block and
-// one block per SM left most SMs waiting on memory latency at batch 64).
+// (decode and verify rows, DevSeq::split_row) divide the union into P.splits parts of
+// consecutive tiles, whose partials (acc, m, l) merge in combine_kernel. A tile of one such
+// row (decode rows; verify rows in steps of <= 16 rows, which must compute a decode row's
+// bits): a block computes P.spb of its parts, one per consumer warp, with the parts' tiles
+// interleaved in the ring (tile j of each of its parts, then tile j + 1), so its warps compute
+// at once. The parts, and so the numbers, do not depend on spb: the launcher picks it from the
+// step's row count only to fill the GPU (a decode row with one warp per block and one block
+// per SM left most SMs waiting on memory latency at batch 64). A tile of several rows of a
+// split call (verify calls of wide steps, StepDev::shared_tiles; spb 1): block z computes part
+// z of the tile's union for each of its rows, every K/V tile loaded once for them (a row's
+// parts then follow the tile's union, not its own list).
 // Dense rows of short calls (decode below dense_len) run here too, as rows that selected
 // every block up to their own (SparseAttnParams::dense_below), on the tensor cores rather
 // than the scalar attention_kernel.
@@ -104,11 +109,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const DevSeq s = R.seqs[si];
   const bool dense = !s.sparse;  // a dense row: every block up to its own (SPEC §9.1)
   if (dense && s.num_tokens >= P.dense_below) return;
-  // Only rows of split calls (decode, verify: DevSeq::split_row, one row per tile) split (see
-  // launch_attention): parts split0 .. split0 + ncons - 1 here, one per consumer warp; other
-  // calls: one part, consumer warp = row.
-  const bool decode = s.split_row >= 0;
-  const int g = blockIdx.y, nsplit = decode ? P.splits : 1;
+  // Only rows of split calls (DevSeq::split_row) split (see launch_attention). A tile of one
+  // such row: parts split0 .. split0 + ncons - 1 here, one per consumer warp (decode). A tile
+  // of several (StepDev::shared_tiles, P.spb == 1): part blockIdx.z for each of its rows,
+  // consumer warp = row. Other calls: one part, consumer warp = row.
+  const bool split_call = s.split_row >= 0;
+  const bool decode = split_call && tile.y == 1;  // parts per consumer warp
+  const int g = blockIdx.y, nsplit = split_call ? P.splits : 1;
   const int split0 = decode ? int(blockIdx.z) * P.spb : int(blockIdx.z);
   if (split0 >= nsplit) return;
   const int ncons = decode ? min(P.spb, nsplit - split0) : tile.y;  // consumer warps
@@ -161,11 +168,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   // Ring entries (j, w) in the order j = 0, 1, ..., w = 0 .. nw − 1 within each j: tile j of
-  // part split0 + w, list index first + w·per + j (decode: parts of per consecutive tiles;
-  // other calls: one part, the whole list). Entries past the list take no slot; q counts
-  // those that do. (j, w) advance without a division: the loop runs once per tile.
-  const int per = decode ? (n_list + nsplit - 1) / nsplit : n_list;
-  const int nw = decode ? ncons : 1, first = decode ? split0 * per : 0;
+  // part split0 + w, list index first + w·per + j (split calls: parts of per consecutive
+  // tiles; other calls: one part, the whole list). Entries past the list take no slot; q
+  // counts those that do. (j, w) advance without a division: the loop runs once per tile.
+  const int per = split_call ? (n_list + nsplit - 1) / nsplit : n_list;
+  const int nw = decode ? ncons : 1, first = split_call ? split0 * per : 0;
 
   // 2a. Producers: the q-th entry with a tile goes to slot q mod kSlots once every consumer
   // has released the tile that held the slot before. Producer warp p copies half p / 2 of
@@ -372,7 +379,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     return;
   }
-  const int split = split0 + warp;
+  const int split = decode ? split0 + warp : split0;
   const int64_t srow = s.split_row + (row - s.token_begin);  // the row's partials slot
   const int64_t it0 = (srow * P.nh + h0) * nsplit + split;
   const int64_t it1 = (srow * P.nh + h1) * nsplit + split;

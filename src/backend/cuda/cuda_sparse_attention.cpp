@@ -198,7 +198,8 @@ void SparseRunner::attention_t(int si, const Tensor& q, const Tensor& k, const T
       SA.v_scale = ksc.v;
       SA.dense_below = dense_mma ? A.flash_min : 0;  // dense rows of shorter calls too
       SA.splits = splits;
-      SA.spb = decode_parts_per_block(sd.n_tiles * kvh, splits);
+      // Tiles of several split rows compute one part per block (StepDev::shared_tiles).
+      SA.spb = sd.shared_tiles ? 1 : decode_parts_per_block(sd.n_tiles * kvh, splits);
       const size_t smem = sparse_attn_smem_bytes(d, SA);
       SALA_CHECK(smem + 4096 <= size_t(max_smem_optin_),
                  "sparse attention needs {} bytes of shared memory", smem);

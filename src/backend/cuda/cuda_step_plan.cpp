@@ -41,9 +41,24 @@ void StepPlan::begin(const StepMeta& meta, const SparseConfig& sparse) {
             R = int(meta.logit_rows.size());
   constexpr int kSeqInts = int(sizeof(DevSeq) / 4);
   // Sizes in int32 units (the layout is below); tiles are (first row, rows) pairs.
-  // Rows of split calls (DevSeq::split_row) get a tile each: a split row's parts are what
-  // its block's warps share.
-  auto tile_rows = [](const SeqSlice& s) { return s.num_tokens <= kSplitCallRows ? 1 : kSparseTileRows; };
+  StepDev sd;
+  sd.T = T, sd.S = S, sd.P = P, sd.R = R;
+  int n_one = 0;
+  for (const SeqSlice& s : meta.seqs) {
+    n_one += s.num_tokens == 1;
+    if (s.num_tokens > 1) {  // logit_rows ascend: count this call's
+      const auto lo = std::lower_bound(meta.logit_rows.begin(), meta.logit_rows.end(), s.token_begin);
+      const auto hi = std::lower_bound(lo, meta.logit_rows.end(), s.token_begin + s.num_tokens);
+      sd.prompt_free = sd.prompt_free && hi - lo == s.num_tokens;
+    }
+  }
+  sd.shared_tiles = T > kSplitCallRows && sd.prompt_free && n_one < S;
+  // Rows of split calls (DevSeq::split_row) get a tile each, a split row's parts being what
+  // its block's warps share; in shared_tiles steps a call's rows share tiles of up to 8.
+  const bool shared = sd.shared_tiles;
+  auto tile_rows = [shared](const SeqSlice& s) {
+    return s.num_tokens <= kSplitCallRows && !shared ? 1 : kSparseTileRows;
+  };
   int n_tiles = 0;
   for (const SeqSlice& s : meta.seqs) n_tiles += (s.num_tokens + tile_rows(s) - 1) / tile_rows(s);
   const size_t need = size_t(S) * kSeqInts + 3 * size_t(T) + size_t(P) + size_t(R) + 2 * size_t(S) +
@@ -52,8 +67,6 @@ void StepPlan::begin(const StepMeta& meta, const SparseConfig& sparse) {
   // The previous step's copy must have left the pinned buffer before it is rewritten.
   CUDA_CHECK(cudaEventSynchronize(copied_));
   int32_t* h = host_;
-  StepDev sd;
-  sd.T = T, sd.S = S, sd.P = P, sd.R = R;
   size_t off = 0;
   auto dev = [&](size_t o) { return dev_ + o; };
   DevSeq* hs = reinterpret_cast<DevSeq*>(h);
@@ -69,11 +82,6 @@ void StepPlan::begin(const StepMeta& meta, const SparseConfig& sparse) {
     d.sparse = sparse.sparse_call(s.total_len(), meta.dense_as_sparse) ? 1 : 0;
     sd.n_sparse_seqs += d.sparse;
     sd.n_one_token += s.num_tokens == 1;
-    if (s.num_tokens > 1) {  // logit_rows ascend: count this call's
-      const auto lo = std::lower_bound(meta.logit_rows.begin(), meta.logit_rows.end(), s.token_begin);
-      const auto hi = std::lower_bound(lo, meta.logit_rows.end(), s.token_begin + s.num_tokens);
-      sd.prompt_free = sd.prompt_free && hi - lo == s.num_tokens;
-    }
     d.split_row = -1;
     if (s.num_tokens <= kSplitCallRows) {
       d.split_row = sd.n_split_rows;

@@ -33,7 +33,8 @@ struct StepDev {
   const int32_t* short_seqs = nullptr;  // lightning: seqs with < 64 tokens
   const int32_t* long_seqs = nullptr;   // lightning: seqs with >= 64 tokens
   int T = 0, S = 0, P = 0, R = 0, n_short = 0, n_long = 0;
-  // [n_tiles] (first row, rows) of <= 8 rows of one seq; one row each for split calls
+  // [n_tiles] (first row, rows) of <= 8 rows of one seq; one row each for split calls,
+  // except in shared_tiles steps
   const int2* tiles = nullptr;
   int n_tiles = 0;
   int n_sparse_seqs = 0;                // seqs whose sparse layers run InfLLM-v2
@@ -44,6 +45,12 @@ struct StepDev {
   // its rows then take the skinny GEMM of speculative steps, whose bits are not those of the
   // chunk alone (GemmDispatch::skinny_step_rows).
   bool prompt_free = true;
+  // A wide speculative step: more than kSplitCallRows rows, prompt_free, not decode-only (e.g.
+  // 8 sequences verifying 4 drafts each). Its rows are not held to decode-row bits (its GEMMs
+  // are the skinny GEMM's, GemmDispatch::skinny_step_rows), so the rows of a split call share
+  // attention tiles of up to 8 rows: each K/V tile loaded once per call, not once per row.
+  // A function of the calls' row counts only (as every grid of a recorded step).
+  bool shared_tiles = false;
   int n_split_seqs = 0, n_split_rows = 0;  // calls of <= kSplitCallRows rows, and their rows
 };
 
