@@ -204,9 +204,10 @@ bool GemmDispatch::gemv_rows(int64_t rows) const {
 
 // The Hopper skinny GEMM streams a 17..64-row verify step's weights in about its one-row time
 // (H200, session 20: 16384 x 4096 at 40 rows 46 µs, the GEMV 73; a B=8 K=4 verify step of
-// the 9B 7.72 ms instead of 10.98); at <= 16 rows the GEMV stays (up to 2 µs faster on small
-// shapes, and the bits of every decode step of <= 16 rows). Decode-only steps of 17..64 rows
-// keep cuBLASLt (B=64: 8.88 ms per step, 9.36 with the skinny GEMM). Steps with prompt chunks
+// the 9B 7.72 ms instead of 10.98; FP8 weights, session 21: 6.51 instead of 9.53); at <= 16
+// rows the GEMV stays (up to 2 µs faster on small shapes, and the bits of every decode step
+// of <= 16 rows). Decode-only steps of 17..64 rows keep cuBLASLt (B=64: 8.88 ms per step,
+// 9.36 with the skinny GEMM; FP8 7.28, 8.43). Steps with prompt chunks
 // keep the GEMV runs, whose rows equal the rows alone (batch invariance of prefill).
 bool GemmDispatch::skinny_step_rows(int64_t rows) const {
   return skinny_ok_ && rows > kDecodeGemvRows && rows <= kStackMaxRows && plan_.meta() &&
