@@ -80,37 +80,65 @@ void NgramDrafter::propose(const std::vector<DraftAsk>& asks,
                            std::vector<std::vector<int32_t>>& out) {
   out.resize(asks.size());
   for (size_t i = 0; i < asks.size(); ++i) {
-    PerRequest& r = request(*asks[i].seq);
+    const Sequence& s = *asks[i].seq;
+    PerRequest& r = request(s);
+    score(r, s.tokens);
     std::vector<int32_t>& d = out[i];
-    d = r.index.draft(asks[i].seq->tokens, asks[i].k, NgramIndex::kDefaultBudget, &r.match_len);
-    if (d.empty() || min_accept_ <= 0) continue;
+    int32_t match_len = 0;
+    d = r.index.draft(s.tokens, asks[i].k, NgramIndex::kDefaultBudget, &match_len);
+    if (d.empty()) continue;
+    r.shadow = d;
+    r.shadow_at = int64_t(s.tokens.size());
+    r.shadow_len = match_len;
+    if (min_accept_ <= 0) continue;
     // j drafts while p^j >= min_accept (the chance that the j-th is reached and passes).
-    const double p = accept_rate(r.match_len);
+    const SamplingParams* sp = asks[i].policy.sampling;
+    const bool seeded = sp && sp->seed && sp->temperature > 0.0f && sp->top_k != 1;
+    const double p = request_accept_rate(s, match_len, seeded);
     size_t j = 0;
     for (double all = p; j < d.size() && all >= min_accept_; all *= p) ++j;
-    if (j == 0 && ++by_match_[size_t(r.match_len)].refused % kMatchProbe == 0) j = 1;
     d.resize(j);
   }
 }
 
-double NgramDrafter::accept_rate(int32_t match_len) const {
-  SALA_CHECK(match_len >= 1 && match_len <= max_, "match length {} outside 1..{}", match_len, max_);
-  const MatchStats& m = by_match_[size_t(match_len)];
-  return (m.accepted + 3.0) / (m.tested + 4.0);
-}
-
-void NgramDrafter::settle(const Sequence& s, int32_t drafted, int32_t accepted, bool verified) {
-  if (!verified || drafted <= 0) return;
-  const PerRequest& r = request(s);
-  SALA_CHECK(r.match_len >= 1, "sequence {}: drafts settled without a match", s.id);
-  MatchStats& m = by_match_[size_t(r.match_len)];
-  m.tested += accepted < drafted ? accepted + 1 : drafted;
-  m.accepted += accepted;
+void NgramDrafter::score(PerRequest& r, const std::vector<int32_t>& tokens) {
+  if (r.shadow.empty()) return;
+  const int64_t produced = std::max<int64_t>(0, int64_t(tokens.size()) - r.shadow_at);
+  const size_t compared = size_t(std::min<int64_t>(produced, int64_t(r.shadow.size())));
+  size_t matched = 0;
+  while (matched < compared && tokens[size_t(r.shadow_at) + matched] == r.shadow[matched])
+    ++matched;
+  // Drafts up to and including the first that fails are tested (a verify call stops there).
+  const double tested = double(matched < compared ? matched + 1 : matched);
+  for (Counts* c : {&by_match_[size_t(r.shadow_len)], &r.counts}) {
+    c->tested += tested;
+    c->accepted += double(matched);
+  }
+  Counts& m = by_match_[size_t(r.shadow_len)];
   if (m.tested > kMatchWindow) {
     m.tested *= 0.5;
     m.accepted *= 0.5;
   }
+  r.shadow.clear();
 }
+
+double NgramDrafter::accept_rate(int32_t match_len) const {
+  SALA_CHECK(match_len >= 1 && match_len <= max_, "match length {} outside 1..{}", match_len, max_);
+  const Counts& m = by_match_[size_t(match_len)];
+  return (m.accepted + kPriorAccepted) / (m.tested + kPriorTested);
+}
+
+double NgramDrafter::request_accept_rate(const Sequence& s, int32_t match_len,
+                                         bool own_only) const {
+  const double p = own_only ? kPriorAccepted / kPriorTested : accept_rate(match_len);
+  auto it = requests_.find(s.id);
+  if (it == requests_.end()) return p;
+  const Counts& c = it->second.counts;
+  return (c.accepted + kRequestPrior * p) / (c.tested + kRequestPrior);
+}
+
+// Verified or not, drafts are scored by the tokens the request produces (score()).
+void NgramDrafter::settle(const Sequence&, int32_t, int32_t, bool) {}
 
 void NgramDrafter::planned(const SchedulePlan& plan, const DraftPolicyFn& policy) {
   for (const ScheduledSeq& it : plan.items) {
@@ -122,7 +150,7 @@ void NgramDrafter::planned(const SchedulePlan& plan, const DraftPolicyFn& policy
 }
 
 NgramDrafter::PerRequest& NgramDrafter::request(const Sequence& s) {
-  return requests_.try_emplace(s.id, PerRequest{NgramIndex(min_, max_)}).first->second;
+  return requests_.try_emplace(s.id, NgramIndex(min_, max_)).first->second;
 }
 
 const NgramIndex* NgramDrafter::index(const Sequence& s) const {
@@ -130,7 +158,12 @@ const NgramIndex* NgramDrafter::index(const Sequence& s) const {
   return it == requests_.end() ? nullptr : &it->second.index;
 }
 
-void NgramDrafter::release(const Sequence& s) { requests_.erase(s.id); }
+void NgramDrafter::release(const Sequence& s) {
+  auto it = requests_.find(s.id);
+  if (it == requests_.end()) return;
+  score(it->second, s.tokens);  // the last lookup's drafts against the request's last tokens
+  requests_.erase(it);
+}
 
 Speculator::Speculator(const SpeculativeOptions& opts, int32_t snapshot_offset,
                        std::unique_ptr<Drafter> drafter, DraftPolicyFn policy)

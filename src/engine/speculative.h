@@ -168,20 +168,27 @@ class Drafter {
 // so that a step does not rescan long prompts. An eligible request's prompt is indexed chunk
 // by chunk as it is prefilled (planned()), so its decode steps start with a full index.
 //
-// How many of the found tokens to propose: a request's first drafts are a blind guess (its
-// own acceptance history, SpecState, starts empty), and a verify call whose drafts all fail
-// costs more than a decode step. So the drafter keeps, engine-wide and per match length n
-// (the suffix length that found the drafts), the drafts' acceptance rate p(n): drafts tested
-// (those up to and including the first rejected one) and accepted, with a prior of 3 of 4
-// (optimistic until measured) and a window (counts halved past kMatchWindow tested), and
-// proposes j drafts while p(n)^j >= min_accept. On tiny-chat (CPU, K = 4) matches of length 1
-// passed 83 % of the time on the copy questions and 0 % on the multiple-choice ones, so a
-// workload of the latter stops drafting; one blind draft every kMatchProbe-th refused call
-// keeps measuring p(n), so that the estimate follows a change of workload.
+// How many of the found tokens to propose: a verify call whose drafts all fail costs more
+// than a decode step. So the drafter estimates the chance p that a draft passes and proposes
+// j drafts while p^j >= min_accept. Every lookup is scored, proposed or not: the tokens the
+// request goes on to produce are compared with what the lookup found ("shadow" drafts: the
+// leading matches are accepted, the first mismatch tested and failed; with greedy or one-hot
+// proposals a proposed draft passes exactly when the produced token equals it, so both score
+// alike), at its next lookup or when it ends. From these, the drafter keeps per match length
+// n (the suffix length that found the drafts) an engine-wide rate p(n), prior 3 of 4 and a
+// window (counts halved past kMatchWindow tested), and per request its own counts, which
+// weigh against p(n) as kRequestPrior tested drafts: p = (accepted_r + kRequestPrior · p(n)) /
+// (tested_r + kRequestPrior); a seeded sampled request's against the prior 3 of 4 instead, so
+// that its tokens do not depend on other requests. On tiny-chat (CPU, K = 4) matches of length 1 passed 83 % of
+// the time on the copy questions and 0 % on the multiple-choice ones: a request learns from
+// its first tokens which it is, and the engine-wide rate follows a change of workload without
+// proposing drafts to measure it.
 class NgramDrafter final : public Drafter {
  public:
   static constexpr double kMatchWindow = 256;
-  static constexpr int64_t kMatchProbe = 16;
+  static constexpr double kRequestPrior = 4;
+  // p(n)'s prior: kPriorAccepted of kPriorTested (optimistic until measured).
+  static constexpr double kPriorAccepted = 3, kPriorTested = 4;
 
   NgramDrafter(int32_t ngram_min, int32_t ngram_max, double min_accept)
       : min_(ngram_min), max_(ngram_max), min_accept_(min_accept),
@@ -196,24 +203,33 @@ class NgramDrafter final : public Drafter {
   size_t num_indexes() const { return requests_.size(); }
   // s's index (null: none yet).
   const NgramIndex* index(const Sequence& s) const;
-  // The acceptance estimate p(n) of drafts found by a suffix match of n tokens.
+  // The engine-wide acceptance estimate p(n) of drafts found by a suffix match of n tokens.
   double accept_rate(int32_t match_len) const;
+  // s's estimate for drafts found by a match of n tokens: its own counts against p(n), or
+  // against the prior alone (own_only: seeded sampled requests, whose drafts decide how their
+  // random stream is used, so must not depend on what else runs).
+  double request_accept_rate(const Sequence& s, int32_t match_len, bool own_only = false) const;
 
  private:
-  struct PerRequest {
-    NgramIndex index;
-    int32_t match_len = 0;  // of the drafts of this step
-  };
-  struct MatchStats {
+  struct Counts {
     double tested = 0, accepted = 0;
-    int64_t refused = 0;  // calls proposed no draft by the estimate
+  };
+  struct PerRequest {
+    explicit PerRequest(NgramIndex i) : index(std::move(i)) {}
+    NgramIndex index;
+    std::vector<int32_t> shadow;  // the last lookup's tokens, proposed or not
+    int64_t shadow_at = 0;        // where shadow[0] goes in the request's tokens
+    int32_t shadow_len = 0;       // its match length
+    Counts counts;                // this request's scored drafts
   };
   PerRequest& request(const Sequence& s);
+  // Scores r's shadow drafts against the tokens s produced since (clearing them).
+  void score(PerRequest& r, const std::vector<int32_t>& tokens);
 
   int32_t min_, max_;
   double min_accept_;
   std::unordered_map<uint64_t, PerRequest> requests_;  // by Sequence::id
-  std::vector<MatchStats> by_match_;                   // [match length]
+  std::vector<Counts> by_match_;                       // [match length]
 };
 
 // The engine thread's side of speculation, one step at a time: draft() before the schedule,

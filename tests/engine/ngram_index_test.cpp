@@ -116,46 +116,70 @@ TEST(NgramIndex, DrafterKeepsOneIndexPerRequestUntilReleased) {
   EXPECT_EQ(drafter.num_indexes(), size_t(0));
 }
 
-// NgramDrafter proposes j drafts while p(n)^j >= min_accept, p(n) the engine-wide acceptance
-// of drafts found by a suffix match of n tokens (prior 3 of 4): drafts of a match length that
-// keeps failing stop, except one every kMatchProbe-th refused call; other lengths keep theirs;
-// unverified drafts do not count; passing drafts bring the length back.
+// NgramDrafter proposes j drafts while p^j >= min_accept. Every lookup is scored by the
+// tokens its request produces next, proposed or not: p(n), the engine-wide rate of drafts
+// found by a suffix match of n tokens (prior 3 of 4), falls while such lookups fail and rises
+// again when they pass, without drafts proposed to measure it; other lengths keep theirs;
+// a request's own counts weigh against p(n) as kRequestPrior drafts.
 TEST(NgramIndex, DrafterProposesByMeasuredAcceptance) {
   NgramDrafter drafter(1, 4, 0.25);
-  Sequence one, two;
-  one.id = 1;
-  two.id = 2;
-  one.tokens = {5, 1, 2, 3, 4, 9, 5};        // suffix {5} matches at 0: n = 1
-  two.tokens = {7, 5, 1, 2, 3, 4, 9, 7, 5};  // suffix {7, 5} matches at 1: n = 2
+  const std::vector<int32_t> one = {5, 1, 2, 3, 4, 9, 5};  // suffix {5} matches at 0: n = 1
+  uint64_t next_id = 1;
   std::vector<std::vector<int32_t>> out;
   auto drafts = [&](Sequence& s) {
     drafter.propose({{&s, 4, {}}}, out);
     return out[0].size();
   };
-  EXPECT_EQ(drafts(one), 4u);  // 0.75^4 = 0.32
-  EXPECT_DOUBLE_EQ(drafter.accept_rate(1), 0.75);
-  drafter.settle(one, 4, 0, false);  // dropped unverified: no evidence
+  // A request that looks up once, produces `produced`, and ends.
+  auto request = [&](const std::vector<int32_t>& produced) {
+    Sequence s;
+    s.id = next_id++;
+    s.tokens = one;
+    const size_t d = drafts(s);
+    s.tokens.insert(s.tokens.end(), produced.begin(), produced.end());
+    drafter.release(s);
+    return d;
+  };
   EXPECT_DOUBLE_EQ(drafter.accept_rate(1), 0.75);
   int rejected = 0;
-  while (drafts(one) > 0) {
-    drafter.settle(one, int32_t(out[0].size()), 0, true);
+  while (request({7}) > 0) {  // the draft was {1, 2, 3, 4}: the first fails
     ++rejected;
     ASSERT_LT(rejected, 20);
   }
   EXPECT_EQ(rejected, 9);  // 3 / (4 + 9) < 0.25
   EXPECT_LT(drafter.accept_rate(1), 0.25);
-  EXPECT_EQ(drafts(two), 4u);  // another match length: unaffected
-  int probes = 0;
-  for (int i = 0; i < 2 * int(NgramDrafter::kMatchProbe); ++i) {
-    const size_t d = drafts(one);
-    ASSERT_LE(d, 1u);
-    probes += int(d);
-    if (d) drafter.settle(one, 1, 0, true);
+  Sequence two;
+  two.id = next_id++;
+  two.tokens = {7, 5, 1, 2, 3, 4, 9, 7, 5};  // suffix {7, 5} matches at 1: n = 2
+  EXPECT_EQ(drafts(two), 4u);                // another match length: unaffected
+  drafter.release(two);                      // produced nothing: nothing scored
+  EXPECT_DOUBLE_EQ(drafter.accept_rate(2), 0.75);
+
+  // A request whose refused lookup it then follows raises its own estimate above p(1).
+  Sequence r;
+  r.id = next_id++;
+  r.tokens = one;
+  EXPECT_EQ(drafts(r), 0u);
+  r.tokens.push_back(1);
+  r.tokens.push_back(2);  // the refused draft's first two tokens
+  EXPECT_EQ(drafts(r), 4u);  // now {…, 5, 1, 2} matches 3 tokens: p(3) = 0.75
+  const double p1 = drafter.accept_rate(1);
+  EXPECT_NEAR(drafter.request_accept_rate(r, 1),
+              (2 + NgramDrafter::kRequestPrior * p1) / (2 + NgramDrafter::kRequestPrior), 1e-12);
+  EXPECT_GT(drafter.request_accept_rate(r, 1), p1);
+  drafter.release(r);
+
+  // r's two passing tokens alone lifted p(1) to 5 / 16 (one draft); requests whose produced
+  // tokens follow their lookups bring it to the full 4 drafts: (5 + 4 k) / (16 + 4 k) >= 0.25^¼
+  // from k = 6.
+  EXPECT_DOUBLE_EQ(p1, 5.0 / 16.0);
+  int passing = 0;
+  while (request({1, 2, 3, 4}) < 4) {
+    ++passing;
+    ASSERT_LT(passing, 20);
   }
-  EXPECT_EQ(probes, 2);
-  for (int i = 0; i < 40; ++i) drafter.settle(one, 1, 1, true);  // probes that pass
-  EXPECT_GT(drafter.accept_rate(1), 0.75);
-  EXPECT_EQ(drafts(one), 4u);
+  EXPECT_EQ(passing, 6);
+  EXPECT_GT(drafter.accept_rate(1), 0.7);
 }
 
 // Without a threshold every match drafts all it found.
