@@ -22,6 +22,7 @@
 #include "backend/cuda/cuda_skinny_sm90.h"
 #include "backend/step.h"
 #include "cuda_test_util.h"
+#include "fp8_gemm_test_util.h"
 
 namespace sala::test {
 namespace {
@@ -156,14 +157,8 @@ TEST(CudaOps, GemmDispatchVerifySteps) {
         auto t = p.up(h);
         return std::pair<Weight, Weight>{Weight(t.c), Weight(t.g)};
       }
-      TensorView v;
-      v.name = "fp8 verify-step weight";
-      v.dtype = DType::BF16;
-      v.shape = {h.rows, h.cols};
-      v.data = reinterpret_cast<const uint8_t*>(h.bits.data());
-      v.nbytes = h.bits.size() * 2;
-      return std::pair<Weight, Weight>{p.cpu->upload_linear(v, WeightFormat::FP8_E4M3),
-                                       p.gpu->upload_linear(v, WeightFormat::FP8_E4M3)};
+      const W2 q = up_fp8(p, h);
+      return std::pair<Weight, Weight>{q.c, q.g};
     };
     const auto w = weight(N), wm = weight(1024), wg = weight(2 * I);
     for (const auto& lens : steps) {

@@ -21,6 +21,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_skinny_sm90.h"
 #include "cuda_test_util.h"
+#include "fp8_gemm_test_util.h"
 
 namespace sala {
 namespace {
@@ -177,14 +178,8 @@ TEST(CudaSkinny, SpeculativeStepsThroughDispatch) {
         auto t = p.up(h);
         return std::pair<Weight, Weight>{Weight(t.c), Weight(t.g)};
       }
-      TensorView v;
-      v.name = "fp8 skinny weight";
-      v.dtype = DType::BF16;
-      v.shape = {h.rows, h.cols};
-      v.data = reinterpret_cast<const uint8_t*>(h.bits.data());
-      v.nbytes = h.bits.size() * 2;
-      return std::pair<Weight, Weight>{p.cpu->upload_linear(v, WeightFormat::FP8_E4M3),
-                                       p.gpu->upload_linear(v, WeightFormat::FP8_E4M3)};
+      const W2 q = up_fp8(p, h);
+      return std::pair<Weight, Weight>{q.c, q.g};
     };
     const std::string fmt = fp8 ? "fp8 " : "bf16 ";
     StepMeta m;
