@@ -179,10 +179,10 @@ class Drafter {
 // window (counts halved past kMatchWindow tested), and per request its own counts, which
 // weigh against p(n) as kRequestPrior tested drafts: p = (accepted_r + kRequestPrior · p(n)) /
 // (tested_r + kRequestPrior); a seeded sampled request's against the prior 3 of 4 instead, so
-// that its tokens do not depend on other requests. On tiny-chat (CPU, K = 4) matches of length 1 passed 83 % of
-// the time on the copy questions and 0 % on the multiple-choice ones: a request learns from
-// its first tokens which it is, and the engine-wide rate follows a change of workload without
-// proposing drafts to measure it.
+// that its tokens do not depend on other requests. On tiny-chat (CPU, K = 4) matches of
+// length 1 passed 83 % of the time on the copy questions and 0 % on the multiple-choice ones:
+// a request learns from its first tokens which it is, and the engine-wide rate follows a
+// change of workload without proposing drafts to measure it.
 class NgramDrafter final : public Drafter {
  public:
   static constexpr double kMatchWindow = 256;
