@@ -108,7 +108,8 @@ TEST(CudaSkinny, Fp8RowInvariantAcrossSplitsAndCloseToGemv) {
   uint32_t st = 5;
   auto next = [&] { return st = st * 1664525u + 1013904223u; };
   for (auto* v : {&hw, &hx})
-    for (auto& c : *v) c = uint8_t((next() >> 24 & 0x80) | ((3 + (next() >> 20) % 9) << 3) | (next() >> 16 & 7));
+    for (auto& c : *v)  // sign, exponent 3..11, mantissa: finite e4m3 codes
+      c = uint8_t((next() >> 24 & 0x80) | ((3 + (next() >> 20) % 9) << 3) | (next() >> 16 & 7));
   std::vector<float> hsw(static_cast<size_t>(N)), hsx(64);
   for (auto& f : hsw) f = float(1 + (next() >> 16) % 100) / 2000.f;
   for (auto& f : hsx) f = float(1 + (next() >> 16) % 100) / 200.f;
@@ -159,7 +160,8 @@ TEST(CudaSkinny, Fp8RowInvariantAcrossSplitsAndCloseToGemv) {
       }
       EXPECT_LE(std::sqrt(num / den), 4e-3) << "fp8 splits " << splits << " M " << M;
     }
-  for (void* ptr : {(void*)w, (void*)x, (void*)sw, (void*)sx, (void*)y, (void*)yg, ws}) cudaFree(ptr);
+  for (void* ptr : {(void*)w, (void*)x, (void*)sw, (void*)sx, (void*)y, (void*)yg, ws})
+    cudaFree(ptr);
 }
 
 TEST(CudaSkinny, SpeculativeStepsThroughDispatch) {

@@ -21,9 +21,10 @@
 // Summation order: K is cut into n_chunks (kMaxChunks = 4, or fewer for K < 256 bf16 / 512
 // FP8) chunks, each summed from zero by wgmma, and the chunk sums are added in order:
 // ((c0 + c1) + c2) + c3. So a weight row's bits depend on neither M, nor N, nor the split (1,
-// 2 or 4 units of whole chunks per tile): a stacked weight's parts equal its slices computed alone, bit for bit. Unsplit, the
-// chunks are added in registers; split, each unit stores its chunks' fp32 sums [64 x rows][128]
-// to the workspace and the CTA whose arrival completes a tile's count adds them in order.
+// 2 or 4 units of whole chunks per tile): a stacked weight's parts equal its slices computed
+// alone, bit for bit. Unsplit, the chunks are added in registers; split, each unit stores
+// its chunks' fp32 sums [64 x rows][128] to the workspace and the CTA whose arrival completes
+// a tile's count adds them in order.
 // Outputs are rounded once to bf16; fp32 outputs (logits) hold the bf16-rounded values.
 //
 // Shared memory: kStages x (16 KB W + 8 KB x) + the silu_pair exchange (16 KB) + barriers =
