@@ -282,15 +282,16 @@ class Backend {
   // under `label` and start a new table (no-op where nothing is profiled).
   virtual void report_op_profile(const std::string& /*label*/) {}
   // Copies the lightning state of slot src (every lightning layer) over slot dst, in order
-  // with the steps: the snapshot before a speculative verify step and the rollback to it, so
-  // that rejected draft tokens leave no trace in the recurrent state (issue 21).
+  // with the steps: a draft model's snapshot and the rollback to it, a target's rollback
+  // where no rows were kept (issue 21). (The target's snapshot before a verify step is no
+  // copy: the call writes its state out of place, SeqSlice::state_dst_slot.)
   virtual void copy_state_slot(int32_t src, int32_t dst) = 0;
   // Rollback without recomputing (issue 21): for each c in `calls`, the lightning state of slot
-  // c.slot (every lightning layer) advanced in place by the recurrence over rows [c.row,
+  // c.from() (every lightning layer) advanced by the recurrence over rows [c.row,
   // c.row + c.rows) of k, v [n_lightning * layer_rows, nh*d] (layer li's rows start at
   // li * layer_rows): a verify call's own normalised, rotated k and its v, kept by the model.
   // The arithmetic is lightning_attention's recurrent form (calls of < 64 rows), so the state
-  // is bit for bit the one a call of those rows from the same state leaves.
+  // is bit for bit the one a call of those rows from the same state leaves; it goes to c.slot.
   virtual void advance_lightning_states(const Tensor& k, const Tensor& v, int64_t layer_rows,
                                         const std::vector<StateAdvance>& calls,
                                         const std::vector<float>& slopes) = 0;

@@ -12,18 +12,26 @@ struct SeqSlice {
   int32_t token_begin = 0;  // first row of this sequence in the step
   int32_t num_tokens = 0;   // rows this step (1 for a decode step)
   int64_t past_len = 0;     // tokens already in the caches; positions past_len.. past_len+n-1
-  int32_t state_slot = -1;  // lightning-state slot (StatePool)
+  int32_t state_slot = -1;  // lightning-state slot (StatePool): the state before the call
+  // Where the state after the call goes: -1, state_slot itself; another slot only for calls of
+  // fewer than 64 rows (speculative verify calls, Model::snapshot_state), whose state before
+  // the call then stays in state_slot.
+  int32_t state_dst_slot = -1;
+  int32_t dst_slot() const { return state_dst_slot < 0 ? state_slot : state_dst_slot; }
   int32_t page_begin = 0;   // this sequence's pages: StepMeta::page_table[page_begin ..
   int32_t num_pages = 0;    //   page_begin + num_pages), in position order
   int64_t total_len() const { return past_len + num_tokens; }
 };
 
-// Backend::advance_lightning_states: the state of `slot` advanced by the recurrence over `rows`
-// kept rows starting at `row` (issue 21: a verify call's accepted rows, after a rejection).
+// Backend::advance_lightning_states: the state of `src_slot` advanced by the recurrence over
+// `rows` kept rows starting at `row` (issue 21: a verify call's accepted rows, after a
+// rejection), into `slot` (src_slot -1: `slot` itself, in place).
 struct StateAdvance {
   int32_t slot = -1;
   int32_t row = 0;
   int32_t rows = 0;
+  int32_t src_slot = -1;
+  int32_t from() const { return src_slot < 0 ? slot : src_slot; }
 };
 
 // Selected blocks captured for the golden checks: for each (sparse layer, kv head, row)

@@ -215,12 +215,12 @@ void bench_long_decode(Bench& b) {
 }
 
 // Speculative verify steps (issue 21) after the decode run of batch B: each sequence
-// contributes its last token and K (one of --verify-draft-tokens) drafted ones (1 + K rows, logits of
-// every row, greedy on the device), after its lightning state is copied to its snapshot slot
-// (b + max batch), as the engine's speculator does. Step s writes positions
-// [decode_in + s, decode_in + s + K]: one accepted token per step, the rest rewritten by the
-// next (the engine's rollback), so the context stays that of the decode run. The ratio to
-// the decode step is issue 21's target (<= 1.15x at B=1, <= 1.3x at B=8).
+// contributes its last token and K (one of --verify-draft-tokens) drafted ones (1 + K rows,
+// logits of every row, greedy on the device), its lightning state before the step kept in its
+// snapshot slot (b + max batch, Model::snapshot_state), as the engine's speculator does. Step
+// s writes positions [decode_in + s, decode_in + s + K]: one accepted token per step, the
+// rest rewritten by the next (the engine's rollback), so the context stays that of the decode
+// run. The ratio to the decode step is issue 21's target (<= 1.15x at B=1, <= 1.3x at B=8).
 void bench_verify(Bench& b, int B, int K, int32_t pages_per_seq, const std::vector<int32_t>& next,
                   double decode_ms) {
   const int rows = 1 + K;
@@ -238,7 +238,7 @@ void bench_verify(Bench& b, int B, int K, int32_t pages_per_seq, const std::vect
       m.add_seq(&ids[size_t(s * rows)], rows, b.a.decode_in + i, s,
                 seq_pages(s, pages_per_seq), true, false);
     const auto t0 = Clock::now();
-    for (int s = 0; s < B; ++s) b.model.copy_state_slot(s, snapshot_base + s);
+    for (int s = 0; s < B; ++s) b.model.snapshot_state(s, snapshot_base + s);
     b.model.forward(m, logits, nullptr, &out);
     if (i >= 2) step_ms.push_back(since(t0) * 1e3);
     ids = out;  // the step's greedy tokens: realistic ids for the next

@@ -125,8 +125,8 @@ void DraftModelDrafter::propose(const std::vector<DraftAsk>& asks,
     Seq& d = *job.d;
     d.computed = d.base = int64_t(a.seq->tokens.size());
     // The state after L tokens: what a rejection of any fed draft returns to (nothing is fed
-    // after a single draft).
-    if (a.k > 1) model_->copy_state_slot(d.slot, d.slot + snapshot_offset_);
+    // after a single draft). Kept by call 2 below, which this sequence is in (no copy).
+    if (a.k > 1) model_->snapshot_state(d.slot, d.slot + snapshot_offset_);
     if (d.sampled) d.q.resize(size_t(a.k) * size_t(vocab_));
     scratch_.assign(d.last_row.begin(), d.last_row.end());  // sample_proposal works in place
     out[job.ask].push_back(pick(scratch_.data(), d.last_argmax, a.policy, d, 0));

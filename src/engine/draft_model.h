@@ -14,7 +14,8 @@
 //    a draft step needs only the rows since (at most 1 + k).
 //  * propose(): a drafting sequence of L tokens (token L - 1 pending) is fed tokens[computed,
 //    L) in one batched call (every drafting sequence together, one logit row each); its state
-//    after L tokens is copied to its snapshot slot; draft 1 comes from that row, and drafts 2..k
+//    after L tokens is kept in its snapshot slot (Model::snapshot_state: the next call writes
+//    its state elsewhere); draft 1 comes from that row, and drafts 2..k
 //    from k - 1 more batched one-row calls fed the previous draft. Greedy requests take the
 //    argmax; sampled ones draw from the request's own temperature / top-k / top-p / min-p
 //    applied to the draft row (Sampler::sample_proposal), keeping that distribution q

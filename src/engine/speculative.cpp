@@ -215,7 +215,7 @@ void Speculator::draft(const std::vector<Sequence*>& running, const Scheduler& s
 void Speculator::planned(const SchedulePlan& plan, Model& model) {
   for (const ScheduledSeq& it : plan.items)
     if (it.seq->spec.drafts > 0 && it.sample)
-      model.copy_state_slot(it.seq->slot, it.seq->slot + snapshot_offset_);  // every TP rank
+      model.snapshot_state(it.seq->slot, it.seq->slot + snapshot_offset_);  // every TP rank
   if (enabled()) drafter_->planned(plan, policy_);
 }
 

@@ -17,8 +17,9 @@
 // output is token for token the output without speculation and sampled output has the same
 // distribution (verify_rows).
 //
-// Rollback: before the step the engine copies the sequence's lightning state to its snapshot
-// slot. All drafts accepted: the caches hold exactly the kept tokens. Otherwise the state is
+// Rollback: the step keeps the sequence's lightning state before it in its snapshot slot
+// (Model::snapshot_state: the verify call writes the new state elsewhere, no copy). All drafts
+// accepted: the caches hold exactly the kept tokens. Otherwise the state is
 // restored from the snapshot and advanced over the last token and the accepted drafts from the
 // verify call's own k and v rows, which the model kept (Model::rollback_state: the recurrence
 // of a decode step, so the same bits); the sequence's computed length ends after the accepted

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/gla.h"
 #include "core/check.h"
 #include "model/tensor_parallel.h"
 
@@ -71,8 +72,43 @@ int Model::tp_size() const { return tp_ ? tp_->size() : 1; }
 
 void Model::copy_state_slot(int32_t src, int32_t dst) {
   flush_state_advances();
-  if (tp_) tp_->copy_state_slot(src, dst);
-  else backend_->copy_state_slot(src, dst);
+  if (tp_) tp_->copy_state_slot(mem_slot(src), mem_slot(dst));
+  else backend_->copy_state_slot(mem_slot(src), mem_slot(dst));
+}
+
+void Model::snapshot_state(int32_t slot, int32_t snapshot_slot) {
+  const int32_t n = limits_.caches.num_slots;
+  SALA_CHECK(slot >= 0 && slot < n && snapshot_slot >= 0 && snapshot_slot < n &&
+                 slot != snapshot_slot,
+             "snapshot of state slot {} into {} of {}", slot, snapshot_slot, n);
+  if (slot_mem_.empty())
+    for (int32_t i = 0; i < n; ++i) slot_mem_.push_back(i);
+  pending_snapshots_.emplace_back(slot, snapshot_slot);
+}
+
+const StepMeta& Model::map_state_slots(const StepMeta& meta) {
+  if (slot_mem_.empty()) return meta;
+  mapped_ = meta;
+  for (SeqSlice& s : mapped_.seqs) s.state_slot = mem_slot(s.state_slot);
+  // A snapshot waits for the first step with a call on its slot.
+  size_t kept = 0;
+  for (const auto& [slot, snap] : pending_snapshots_) {
+    const auto it = std::find_if(meta.seqs.begin(), meta.seqs.end(),
+                                 [&](const SeqSlice& s) { return s.state_slot == slot; });
+    if (it == meta.seqs.end()) {
+      pending_snapshots_[kept++] = {slot, snap};
+      continue;
+    }
+    SALA_CHECK(it->num_tokens < kGlaChunk && it->past_len > 0,
+               "snapshot of state slot {}: its call has {} rows after {} tokens (1..63 after "
+               "a prefix, or no snapshot)", slot, it->num_tokens, it->past_len);
+    SeqSlice& m = mapped_.seqs[size_t(it - meta.seqs.begin())];
+    SALA_CHECK(m.state_dst_slot < 0, "two snapshots of state slot {}", slot);
+    m.state_dst_slot = mem_slot(snap);
+    std::swap(slot_mem_[size_t(slot)], slot_mem_[size_t(snap)]);
+  }
+  pending_snapshots_.resize(kept);
+  return mapped_;
 }
 
 bool Model::rollback_state(int32_t slot, int32_t snapshot_slot, int32_t rows) {
@@ -81,10 +117,8 @@ bool Model::rollback_state(int32_t slot, int32_t snapshot_slot, int32_t rows) {
   if (it == kept_calls_.end()) return false;
   SALA_CHECK(rows >= 1 && rows <= it->num_tokens, "rollback of slot {} to {} of {} rows", slot,
              rows, it->num_tokens);
-  // The backend's copy, not copy_state_slot: other slots' pending advances stay batched (the
-  // slots differ, so the order does not matter).
-  backend_->copy_state_slot(snapshot_slot, slot);
-  pending_advances_.push_back({slot, it->token_begin, rows});
+  // Batched with the other rolled-back calls of the step; the snapshot is read, not copied.
+  pending_advances_.push_back({mem_slot(slot), it->token_begin, rows, mem_slot(snapshot_slot)});
   kept_calls_.erase(it);  // one rollback per call
   return true;
 }
@@ -160,6 +194,7 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
              limits_.max_logit_rows);
   Backend& be = *backend_;
   flush_state_advances();  // before this step reads the states
+  const StepMeta& step = map_state_slots(meta);  // what the backend runs
   if (extra && extra->rows.empty()) extra = nullptr;
   const bool keep_asked = meta.keep_lightning_rows && !tp_ && keep_k_.data;
   const GraphStep g = tp_ || extra ? GraphStep{} : graph_step(meta, trace, keep_asked);
@@ -169,20 +204,20 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
     // other step gathers the logits into logits_ and goes on as with one rank.
     if (argmax && !(masks && !masks->empty()) && R > 0) {
       argmax->resize(size_t(R));
-      tp_->forward(meta, R, trace, argmax->data(), extra, logits_);
+      tp_->forward(step, R, trace, argmax->data(), extra, logits_);
       return;
     }
-    tp_->forward(meta, R, trace, nullptr, extra, logits_);
+    tp_->forward(step, R, trace, nullptr, extra, logits_);
   } else if (g.key == 0) {
     const bool keep = keep_asked && T <= limits_.keep_verify_rows;
-    if (keep) kept_calls_ = meta.seqs;
-    be.begin_step(meta);
+    if (keep) kept_calls_ = meta.seqs;  // the caller's slots (rollback_state)
+    be.begin_step(step);
     run_layers(T, R, trace, extra, keep);
   } else {
     // Decode or verify step: pad to the bucket with one-row calls that read and write only
     // the scratch page and slot (token 0 at position 0), then launch the key's recording
     // (made on its second occurrence; the first runs directly).
-    padded_ = meta;
+    padded_ = step;
     const std::vector<int32_t> page{scratch_page_};
     const int32_t tok = 0;
     for (size_t i = meta.seqs.size(); i < size_t(g.padded_seqs); ++i)

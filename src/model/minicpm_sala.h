@@ -88,10 +88,18 @@ class Model {
   int tp_size() const;
   // Backend::copy_state_slot on every rank.
   void copy_state_slot(int32_t src, int32_t dst);
+  // Speculative verify calls (issue 21): the next forward call on `slot` (in the first step
+  // that has one; fewer than 64 rows after a prefix) leaves the state before it in
+  // snapshot_slot and the state after it in `slot`, as copy_state_slot(slot, snapshot_slot)
+  // before that step would, without the copy: the call reads the state where it is and writes
+  // the new one into the snapshot's memory, and the two slots trade memory (slot_mem_; the
+  // slots the caller names keep their meaning).
+  void snapshot_state(int32_t slot, int32_t snapshot_slot);
   // Rollback after a verify call without computing its rows again (issue 21): the lightning
   // state of `slot` becomes snapshot_slot's (the state before the call) advanced over the
   // call's first `rows` rows, from the k and v rows the last forward kept
-  // (StepMeta::keep_lightning_rows): bit for bit the state that call left after those rows.
+  // (StepMeta::keep_lightning_rows), by one kernel reading the snapshot and writing `slot` (no
+  // copy): bit for bit the state that call left after those rows.
   // Deferred to the next forward or copy_state_slot, so the rolled-back calls of one step go
   // in one batch. false (nothing done) when the last forward kept no rows for `slot` (too
   // many rows, tensor parallelism, keep_verify_rows 0): the caller recomputes the rows.
@@ -103,6 +111,14 @@ class Model {
   // keep: k and v of the lightning layers go to keep_k_ / keep_v_ (rollback_state).
   void run_layers(int64_t T, int64_t R, ForwardTrace* trace, RowLogprobs* extra, bool keep);
   void flush_state_advances();  // rollback_state's deferred work
+  // The backend slot that holds the state of `slot` (a slot the model owns, such as
+  // scratch_slot_, maps to itself).
+  int32_t mem_slot(int32_t slot) const {
+    return size_t(slot) < slot_mem_.size() ? slot_mem_[size_t(slot)] : slot;
+  }
+  // meta with its state slots mapped to memory and the snapshots of snapshot_state applied
+  // (mapped_), or meta itself while every slot is its own memory and none is pending.
+  const StepMeta& map_state_slots(const StepMeta& meta);
   // The extra rows of run_layers, x: the final-normed hidden rows (divided in place).
   void extra_logprobs(Tensor& x, RowLogprobs& extra);
   // Recorded steps (CUDA graphs): decode steps and speculative verify steps, whose calls
@@ -138,6 +154,12 @@ class Model {
   Tensor keep_k_, keep_v_;
   std::vector<SeqSlice> kept_calls_;
   std::vector<StateAdvance> pending_advances_;
+  // snapshot_state: the engine's state slots -> backend slots (a permutation of
+  // [0, caches.num_slots); empty until the first snapshot), the (slot, snapshot) pairs not yet
+  // taken (each waits for a step with a call on its slot), and the step's mapped StepMeta.
+  std::vector<int32_t> slot_mem_;
+  std::vector<std::pair<int32_t, int32_t>> pending_snapshots_;
+  StepMeta mapped_;
 };
 
 }  // namespace sala

@@ -120,8 +120,11 @@ TEST(VerifyRows, WithoutStateRollbackTheContinuationDiffers) {
 // keeps its lightning rows; each rolls back to its own accepted rows, and the state advance
 // (one batch for both) from the snapshots and the kept k, v rows leaves the state of the
 // uninterrupted run: decoding on from the pending bonus token gives its logits bit for bit, in
-// fp32 and in bf16 emulation.
+// fp32 and in bf16 emulation. The state before the step is kept by a copy into the snapshot
+// slot, or (snap) by Model::snapshot_state (the call writes its state out of place, the
+// advance reads the snapshot); then sequence 1 accepts every draft (no rollback).
 TEST(VerifyRows, RollbackByStateAdvanceLeavesNoTrace) {
+  for (const bool snap : {false, true})
   for (NumericMode mode : {NumericMode::F32, NumericMode::BF16})
   for (const Case& c : cases()) {
     const ModelConfig cfg = load_model_config(c.dir);
@@ -132,7 +135,7 @@ TEST(VerifyRows, RollbackByStateAdvanceLeavesNoTrace) {
     Checkpoint ckpt(c.dir);
     Model m(cfg, make_backend("cpu", BackendOptions{mode, 0}), ckpt, lim);
     const int32_t V = cfg.vocab_size, k = 6, after = 12;
-    const int32_t accepted[2] = {2, 0};
+    const int32_t accepted[2] = {2, snap ? k : 0};
     std::vector<int32_t> seen[2], real[2];
     for (int s = 0; s < 2; ++s) {
       seen[s] = random_tokens(c.prompt + 1 + k, V, 70 + uint32_t(s));
@@ -166,19 +169,26 @@ TEST(VerifyRows, RollbackByStateAdvanceLeavesNoTrace) {
     StepMeta verify;
     for (int s = 0; s < 2; ++s) {
       prefill(s, seen[s]);
-      m.copy_state_slot(s, s + 2);
+      if (snap)
+        m.snapshot_state(s, s + 2);
+      else
+        m.copy_state_slot(s, s + 2);
       verify.add_seq(seen[s].data() + c.prompt, 1 + k, c.prompt, s, page_range(64 * s, 64), true,
                      false);
     }
     verify.keep_lightning_rows = true;
     std::vector<float> logits;
     m.forward(verify, logits);
-    for (int s = 0; s < 2; ++s) ASSERT_TRUE(m.rollback_state(s, s + 2, 1 + accepted[s]));
+    for (int s = 0; s < 2; ++s)
+      if (accepted[s] < k) {
+        ASSERT_TRUE(m.rollback_state(s, s + 2, 1 + accepted[s]));
+      }
     EXPECT_FALSE(m.rollback_state(0, 2, 1)) << "one rollback per call";
     for (int s = 0; s < 2; ++s) {
       const auto got = decode(s, c.prompt + 1 + accepted[s]);
       EXPECT_TRUE(same_bits(got, want[s]))
-          << c.dir << (mode == NumericMode::F32 ? " fp32" : " bf16") << ", sequence " << s
+          << c.dir << (mode == NumericMode::F32 ? " fp32" : " bf16")
+          << (snap ? " snapshot_state" : " copy") << ", sequence " << s
           << ": max rel diff " << max_rel_diff(got, want[s]);
     }
     // A step that did not keep its rows (no flag, or more rows than keep_verify_rows) refuses.
@@ -187,6 +197,28 @@ TEST(VerifyRows, RollbackByStateAdvanceLeavesNoTrace) {
     m.forward(verify, logits);
     EXPECT_FALSE(m.rollback_state(0, 2, 1));
   }
+}
+
+// snapshot_state takes two distinct slots of the model's; the first step with a call on the
+// slot takes the snapshot, and that call must be 1..63 rows after a prefix (a state to keep).
+TEST(VerifyRows, SnapshotStateChecksItsCall) {
+  auto m = load_tiny(cases()[0].dir, 512, 64, 2, NumericMode::F32);
+  const auto ids = random_tokens(80, m->config().vocab_size, 5);
+  EXPECT_DEATH(m->snapshot_state(0, 2), "snapshot of state slot 0 into 2 of 2");
+  EXPECT_DEATH(m->snapshot_state(1, 1), "snapshot of state slot 1 into 1 of 2");
+  // Slot 0 before: after 8 tokens. A step without slot 0 leaves the snapshot pending; the next
+  // call on slot 0 writes slot 0 and leaves slot 1 with the state it read.
+  call(*m, ids, 0, 8, 0);
+  const auto next = call(*m, ids, 8, 3, 0);  // logits of 8..10, state after 11 tokens
+  call(*m, ids, 0, 8, 0);
+  m->snapshot_state(0, 1);
+  call(*m, ids, 0, 5, 1);  // slot 1 only, then the snapshot (its KV rows: slot 0's, same tokens)
+  EXPECT_TRUE(same_bits(call(*m, ids, 8, 3, 0), next));
+  m->copy_state_slot(1, 0);  // the snapshot: the state after 8 tokens
+  EXPECT_TRUE(same_bits(call(*m, ids, 8, 3, 0), next));
+  m->snapshot_state(0, 1);
+  EXPECT_DEATH(call(*m, ids, 0, 4, 0), "snapshot of state slot 0: its call has 4 rows after 0");
+  EXPECT_DEATH(call(*m, ids, 4, 64, 0), "snapshot of state slot 0: its call has 64 rows after 4");
 }
 
 TEST(VerifyRows, CopyStateSlotChecksItsSlots) {

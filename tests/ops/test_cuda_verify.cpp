@@ -196,14 +196,18 @@ TEST(CudaVerify, RollbackLeavesNoTrace) {
 // keeps its lightning rows (directly, recorded, then replayed: three rounds), each rolls back
 // to its own accepted rows, one batched state advance (the recurrent kernel over the kept k, v
 // rows) restores their states, and decoding on from the pending bonus token gives the logits
-// of the uninterrupted run bit for bit.
+// of the uninterrupted run bit for bit. The state before the step is kept by a copy into the
+// snapshot slot, or (snap) by Model::snapshot_state, where the verify call writes its state
+// out of place and the advance reads the snapshot: then sequence 1 accepts every draft (no
+// rollback: its state is the call's own).
 TEST(CudaVerify, RollbackByStateAdvanceLeavesNoTrace) {
   REQUIRE_GPU();
+  for (const bool snap : {false, true})
   for (const Case& c : cases()) {
     auto m = load_cuda(c.dir, 4);  // slots 0, 1; their snapshots 2, 3
     const int V = m->config().vocab_size;
     const int32_t k = 6, after = 12;
-    const int32_t accepted[2] = {3, 0};
+    const int32_t accepted[2] = {3, snap ? k : 0};
     std::vector<int32_t> seen[2], real[2];
     for (int s = 0; s < 2; ++s) {
       seen[s] = tokens(c.prompt + 1 + k, V, 70 + uint32_t(s));
@@ -229,15 +233,22 @@ TEST(CudaVerify, RollbackByStateAdvanceLeavesNoTrace) {
       std::vector<Call> calls;
       for (int s = 0; s < 2; ++s) {
         step(*m, {{&seen[s], 0, c.prompt, s}});
-        m->copy_state_slot(s, s + 2);
+        if (snap)
+          m->snapshot_state(s, s + 2);
+        else
+          m->copy_state_slot(s, s + 2);
         calls.push_back({&seen[s], c.prompt, 1 + k, s, true});
       }
       step(*m, calls, true);
-      for (int s = 0; s < 2; ++s) ASSERT_TRUE(m->rollback_state(s, s + 2, 1 + accepted[s]));
+      for (int s = 0; s < 2; ++s)
+        if (accepted[s] < k) {
+          ASSERT_TRUE(m->rollback_state(s, s + 2, 1 + accepted[s]));
+        }
       for (int s = 0; s < 2; ++s) {
         const auto got = decode(s, c.prompt + 1 + accepted[s]);
         EXPECT_TRUE(same_bits(got, want[s]))
-            << c.dir << " run " << rep << ", sequence " << s << ": first difference in row "
+            << c.dir << (snap ? " snapshot_state" : " copy") << " run " << rep << ", sequence "
+            << s << ": first difference in row "
             << first_diff(got, want[s]) / size_t(V);
       }
     }

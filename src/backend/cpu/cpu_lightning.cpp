@@ -4,6 +4,7 @@
 // Calls with fewer than 64 new tokens run the recurrent form; longer calls run the chunked
 // form (chunks of 64 aligned at the call's first token), as HF does. Both forms compute the
 // same function; tests/model checks they agree.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -105,10 +106,17 @@ void CpuBackend::lightning_attention(int li, const Tensor& q, const Tensor& k, c
   for (int64_t w = 0; w < work; ++w) {
     const SeqSlice& s = seqs[size_t(w / nh)];
     const int h = int(w % nh);
-    SALA_CHECK(s.state_slot >= 0 && s.state_slot < cache_shape_.num_slots);
-    float* S = states_.data() + size_t(s.state_slot) * slot_size +
-               (size_t(li) * nh + size_t(h)) * state_size;
+    const int32_t dst = s.dst_slot();
+    SALA_CHECK(s.state_slot >= 0 && s.state_slot < cache_shape_.num_slots && dst >= 0 &&
+                   dst < cache_shape_.num_slots &&
+                   (dst == s.state_slot || s.num_tokens < kGlaChunk),
+               "state slots {} -> {} of {} ({} rows)", s.state_slot, dst, cache_shape_.num_slots,
+               s.num_tokens);
+    const size_t head = (size_t(li) * nh + size_t(h)) * state_size;
+    float* S = states_.data() + size_t(dst) * slot_size + head;
     if (s.past_len == 0) std::fill(S, S + state_size, 0.f);  // a new sequence
+    else if (dst != s.state_slot)  // out of place: the state before the call stays in state_slot
+      std::copy_n(states_.data() + size_t(s.state_slot) * slot_size + head, state_size, S);
     const int64_t off = int64_t(s.token_begin) * q.cols + int64_t(h) * d;
     const float* qp = static_cast<const float*>(q.data) + off;
     const float* kp = static_cast<const float*>(k.data) + off;
@@ -132,17 +140,21 @@ void CpuBackend::advance_lightning_states(const Tensor& k, const Tensor& v, int6
              k.rows >= nl * layer_rows && v.rows >= nl * layer_rows);
   const size_t state_size = size_t(d) * d, slot_size = size_t(nl) * nh * state_size;
   for (const StateAdvance& c : calls)
-    SALA_CHECK(c.slot >= 0 && c.slot < cache_shape_.num_slots && c.row >= 0 && c.rows > 0 &&
+    SALA_CHECK(c.slot >= 0 && c.slot < cache_shape_.num_slots && c.from() >= 0 &&
+                   c.from() < cache_shape_.num_slots && c.row >= 0 && c.rows > 0 &&
                    c.rows < kGlaChunk && c.row + c.rows <= layer_rows,
-               "state advance: slot {}, rows [{}, {}) of {}", c.slot, c.row, c.row + c.rows,
-               layer_rows);
+               "state advance: slot {} -> {}, rows [{}, {}) of {}", c.from(), c.slot, c.row,
+               c.row + c.rows, layer_rows);
   const int64_t work = int64_t(nl) * int64_t(calls.size()) * nh;
 #pragma omp parallel for schedule(dynamic)
   for (int64_t w = 0; w < work; ++w) {
     const int h = int(w % nh);
     const StateAdvance& c = calls[size_t(w / nh % int64_t(calls.size()))];
     const int li = int(w / nh / int64_t(calls.size()));
-    float* S = states_.data() + size_t(c.slot) * slot_size + (size_t(li) * nh + size_t(h)) * state_size;
+    const size_t head = (size_t(li) * nh + size_t(h)) * state_size;
+    float* S = states_.data() + size_t(c.slot) * slot_size + head;
+    if (c.from() != c.slot)
+      std::copy_n(states_.data() + size_t(c.from()) * slot_size + head, state_size, S);
     const int64_t off = (li * layer_rows + c.row) * k.cols + int64_t(h) * d;
     const float* kp = static_cast<const float*>(k.data) + off;
     const float* vp = static_cast<const float*>(v.data) + off;

@@ -52,6 +52,9 @@ struct DevSeq {
   // index of the call's first row among the step's split rows (their partials' slots); -1
   // for longer calls.
   int32_t split_row;
+  // Lightning layers: the slot the state after the call goes to (SeqSlice::state_dst_slot;
+  // state_slot itself for an in-place call).
+  int32_t state_dst_slot;
   long long past_len;
 };
 

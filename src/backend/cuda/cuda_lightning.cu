@@ -28,10 +28,17 @@ constexpr int kDecayStride = kGlaDecayStride;  // decay[h][n] = exp(n g), n = 0.
 
 // Recurrent form, one block per (head, sequence). Thread (rg, j) keeps rows
 // [rg*D/4, (rg+1)*D/4) of state column j in registers.     grid: (nh, n_seqs), block: 4*D
-// kNormRope (launch_gla_norm_rope): before each token's step, warp 0 normalises and rotates
-// the token's q head in place and warp 1 its k head, with qk_norm_rope_kernel's code
-// (head_norm_rope, rope_table at pos[row]), and the step takes the values stored: q, k, o and
-// the state are those of qk_norm_rope then this kernel without kNormRope.
+// The call's rows go in groups of up to kGlaStageRows: a group's q (times scale), k and v
+// rows are staged in shared memory first, then the recurrence runs over them with one block
+// barrier per row, so the rows of a speculative verify call wait on one round of loads.
+// kNormRope (launch_gla_norm_rope): the staging normalises and rotates each of the group's q
+// and k heads in place (one warp per head, qk_norm_rope_kernel's code: head_norm_rope with
+// rope_cos_sin at pos[row]), and the step takes the values stored: q, k, o and the
+// state are those of qk_norm_rope then this kernel without kNormRope.
+// The state comes from slot s.state_slot and goes to s.state_dst_slot (the same slot but in
+// speculative verify calls, whose state before the call stays where it was).
+constexpr int kGlaStageRows = 8;
+
 template <typename T, int D, bool kNormRope>
 __global__ void __launch_bounds__(4 * D) gla_recurrent_kernel(
     std::conditional_t<kNormRope, T, const T>* __restrict__ q,
@@ -41,57 +48,91 @@ __global__ void __launch_bounds__(4 * D) gla_recurrent_kernel(
     const float* __restrict__ decay, float scale, T* __restrict__ out, int64_t ostride,
     const GlaNormRope<T> nr) {
   pdl_begin();  // launch_pdl: before any read or write
-  constexpr int RPT = D / 4;
-  static_assert(!kNormRope || 4 * D >= 64, "kNormRope: warps 0 and 1 take q and k");
-  __shared__ float qs[D], ks[D], part[4][D];
-  // kNormRope: cos / sin of the token's position; the normalised q and k heads (warps 0, 1)
-  __shared__ float cs[kNormRope ? D : 1], buf[kNormRope ? 2 : 1][D];
+  constexpr int RPT = D / 4, R = kGlaStageRows, kWarps = 4 * D / 32, half = D / 2;
+  static_assert(!kNormRope || 4 * D >= 64, "kNormRope: a warp per head");
+  __shared__ float qs[R][D], ks[R][D], vs[R][D], part[2][4][D];
+  // kNormRope: cos / sin of each staged row's position; each warp's normalised head
+  __shared__ float cs[kNormRope ? R : 1][kNormRope ? D : 1], buf[kNormRope ? kWarps : 1][D];
   const int h = blockIdx.x;
   const DevSeq s = seqs[list[blockIdx.y]];
-  const int j = threadIdx.x % D, rg = threadIdx.x / D;
-  float* S = states + int64_t(s.state_slot) * slot_stride + layer_off + int64_t(h) * D * D;
+  const int j = threadIdx.x % D, rg = threadIdx.x / D, warp = threadIdx.x / 32;
+  const int64_t head = layer_off + int64_t(h) * D * D;
+  const float* S = states + int64_t(s.state_slot) * slot_stride + head;
   const float lam = decay[h * kDecayStride + 1];
   float st[RPT];
 #pragma unroll
   for (int r = 0; r < RPT; ++r) st[r] = s.past_len == 0 ? 0.f : S[(rg * RPT + r) * D + j];
-  for (int t = 0; t < s.num_tokens; ++t) {
-    const int64_t row = int64_t(s.token_begin + t);
-    const int64_t off = row * stride + int64_t(h) * D;
+  for (int g0 = 0; g0 < s.num_tokens; g0 += R) {
+    const int n = min(R, s.num_tokens - g0);
+    const int64_t row0 = int64_t(s.token_begin + g0);
+    // The group's loads go out first, into registers (n·D <= R·D elements over 4·D threads:
+    // at most kPer each), so their latency overlaps the RoPE table and the norms.
+    constexpr int kPer = (R + 3) / 4;
+    float vr[kPer], qr[kPer], kr[kPer];
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int e = threadIdx.x + u * 4 * D;
+      if (e >= n * D) continue;
+      const int64_t off = (row0 + e / D) * stride + int64_t(h) * D + e % D;
+      vr[u] = ld(v[off]);
+      if constexpr (!kNormRope) {
+        qr[u] = ld(q[off]) * scale;
+        kr[u] = ld(k[off]);
+      }
+    }
     if constexpr (kNormRope) {
-      rope_table(cs, D / 2, nr.pos[row], nr.inv_freq);  // ends with a block barrier
-      const int warp = threadIdx.x / 32;
-      if (warp < 2) {
-        T* x = (warp == 0 ? q : k) + off;
-        float* xs = warp == 0 ? qs : ks;
-        head_norm_rope<T>(x, warp == 0 ? nr.qn : nr.kn, D, nr.eps, cs, buf[warp],
+      for (int e = threadIdx.x; e < n * half; e += blockDim.x) {  // rope_table per row
+        const int r = e / half, i = e % half;
+        rope_cos_sin(nr.pos[row0 + r], nr.inv_freq[i], cs[r][i], cs[r][half + i]);
+      }
+      __syncthreads();
+      for (int task = warp; task < 2 * n; task += kWarps) {  // (row, q or k)
+        const int r = task / 2;
+        const bool is_q = task % 2 == 0;
+        T* x = (is_q ? q : k) + (row0 + r) * stride + int64_t(h) * D;
+        float* xs = is_q ? qs[r] : ks[r];
+        head_norm_rope<T>(x, is_q ? nr.qn : nr.kn, D, nr.eps, cs[r], buf[warp],
                           [&](int i, float y) {
                             const T o = cvt<T>(y);
                             x[i] = o;
-                            xs[i] = warp == 0 ? ld(o) * scale : ld(o);  // as the loads below
+                            xs[i] = is_q ? ld(o) * scale : ld(o);  // as the loads above
                           });
       }
-    } else if (threadIdx.x < D) {
-      qs[threadIdx.x] = ld(q[off + threadIdx.x]) * scale;
-      ks[threadIdx.x] = ld(k[off + threadIdx.x]);
     }
-    const float vj = ld(v[off + j]);
-    __syncthreads();
-    float acc = 0.f;
 #pragma unroll
-    for (int r = 0; r < RPT; ++r) {
-      const int i = rg * RPT + r;
-      st[r] = lam * st[r] + ks[i] * vj;
-      acc += qs[i] * st[r];
+    for (int u = 0; u < kPer; ++u) {
+      const int e = threadIdx.x + u * 4 * D;
+      if (e >= n * D) continue;
+      vs[e / D][e % D] = vr[u];
+      if constexpr (!kNormRope) {
+        qs[e / D][e % D] = qr[u];
+        ks[e / D][e % D] = kr[u];
+      }
     }
-    part[rg][j] = acc;
     __syncthreads();
-    if (threadIdx.x < D)
-      out[row * ostride + int64_t(h) * D + j] =
-          cvt<T>(((part[0][j] + part[1][j]) + part[2][j]) + part[3][j]);
-    __syncthreads();
+    for (int t = 0; t < n; ++t) {
+      // part alternates between two buffers: the barrier of row t + 1 orders row t's reads
+      // before row t + 2's writes of the same buffer.
+      float (*pt)[D] = part[t % 2];
+      const float vj = vs[t][j];
+      float acc = 0.f;
+#pragma unroll
+      for (int r = 0; r < RPT; ++r) {
+        const int i = rg * RPT + r;
+        st[r] = lam * st[r] + ks[t][i] * vj;
+        acc += qs[t][i] * st[r];
+      }
+      pt[rg][j] = acc;
+      __syncthreads();
+      if (threadIdx.x < D)
+        out[(row0 + t) * ostride + int64_t(h) * D + j] =
+            cvt<T>(((pt[0][j] + pt[1][j]) + pt[2][j]) + pt[3][j]);
+    }
+    __syncthreads();  // the next group's staging overwrites qs, ks, vs
   }
+  float* Sd = states + int64_t(s.state_dst_slot) * slot_stride + head;
 #pragma unroll
-  for (int r = 0; r < RPT; ++r) S[(rg * RPT + r) * D + j] = st[r];
+  for (int r = 0; r < RPT; ++r) Sd[(rg * RPT + r) * D + j] = st[r];
 }
 
 // Chunked form (SPEC §8.4), one block per (head, sequence, value-column slice of VS).

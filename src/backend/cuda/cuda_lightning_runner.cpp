@@ -54,12 +54,18 @@ void LightningRunner::advance(const Tensor& k, const Tensor& v, int64_t layer_ro
   int32_t max_end = 0;
   for (int i = 0; i < n; ++i) {
     const StateAdvance& c = calls[size_t(i)];
-    SALA_CHECK(c.slot >= 0 && c.slot < num_slots_ && c.row >= 0 && c.rows > 0 &&
-                   c.rows < kGlaChunk && c.row + c.rows <= layer_rows,
-               "state advance: slot {}, rows [{}, {}) of {}", c.slot, c.row, c.row + c.rows,
-               layer_rows);
-    // past_len > 0: the kernel starts from the slot's state instead of zeros.
-    seqs[size_t(i)] = DevSeq{c.row, c.rows, c.slot, 0, 0, 0, -1, 1};
+    SALA_CHECK(c.slot >= 0 && c.slot < num_slots_ && c.from() >= 0 && c.from() < num_slots_ &&
+                   c.row >= 0 && c.rows > 0 && c.rows < kGlaChunk && c.row + c.rows <= layer_rows,
+               "state advance: slot {} -> {}, rows [{}, {}) of {}", c.from(), c.slot, c.row,
+               c.row + c.rows, layer_rows);
+    DevSeq& s = seqs[size_t(i)];
+    s = DevSeq{};
+    s.token_begin = c.row;
+    s.num_tokens = c.rows;
+    s.state_slot = c.from();
+    s.state_dst_slot = c.slot;
+    s.split_row = -1;
+    s.past_len = 1;  // > 0: the kernel starts from the slot's state instead of zeros
     list[size_t(i)] = i;
     max_end = std::max(max_end, c.row + c.rows);
   }
@@ -141,7 +147,11 @@ GlaArgs<T> LightningRunner::args(int li, const Tensor& q, const Tensor& k, const
   SALA_CHECK(is_act(q) && is_act(k) && is_act(v) && is_act(out));
   SALA_CHECK(li >= 0 && li < cfg_.num_lightning_layers());
   for (const SeqSlice& s : plan_.meta()->seqs)
-    SALA_CHECK(s.state_slot >= 0 && s.state_slot < num_slots_, "state slot {}", s.state_slot);
+    SALA_CHECK(s.state_slot >= 0 && s.state_slot < num_slots_ && s.dst_slot() >= 0 &&
+                   s.dst_slot() < num_slots_ &&
+                   (s.dst_slot() == s.state_slot || s.num_tokens < kGlaChunk),
+               "state slots {} -> {} of {} ({} rows)", s.state_slot, s.dst_slot(), num_slots_,
+               s.num_tokens);
   if (slopes != slopes_) upload_tables(slopes);  // tests; the model's are set at init
   GlaArgs<T> a;
   a.q = ptr<T>(q);

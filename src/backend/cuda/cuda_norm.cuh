@@ -2,8 +2,9 @@
 // numbers of the kernels it replaces with the very same code (bit for bit, for T = bf16 and
 // T = float):
 //   MulSigmoid      the output gate: mul_sigmoid (cuda_ops.cu), rmsnorm_mul_sigmoid (cuda_norm.cu)
-//   rope_table      RoPE cos / sin of one position: rope_kernel, qk_norm_rope_kernel (cuda_ops.cu),
-//                   the fused lightning kernel (gla_recurrent_kernel<T, D, true>, cuda_lightning.cu)
+//   rope_cos_sin    RoPE cos / sin of one position and frequency: rope_table, the fused
+//                   lightning kernel (gla_recurrent_kernel<T, D, true>, cuda_lightning.cu)
+//   rope_table      RoPE cos / sin of one position: rope_kernel, qk_norm_rope_kernel (cuda_ops.cu)
 //   head_norm_rope  the lightning q/k norm + RoPE of one head: qk_norm_rope_kernel, the fused
 //                   lightning kernel
 #pragma once
@@ -18,17 +19,20 @@ struct MulSigmoid {  // T(a * T(sigmoid(gate)))
   }
 };
 
-// cs[0, half) = cos, cs[half, 2 half) = sin of the fp32 angle pos · inv_freq[j], evaluated
-// in double and rounded to fp32, as the CPU backend does; ends with a block barrier.
+// rope_cos_sin: cos and sin of the fp32 angle pos · inv_freq, evaluated in double and
+// rounded to fp32, as the CPU backend does. rope_table: cs[0, half) = cos, cs[half, 2 half) =
+// sin of that angle with inv_freq[j]; ends with a block barrier.
+__device__ __forceinline__ void rope_cos_sin(int32_t pos, float inv_freq, float& c, float& s) {
+  const float ang = float(pos) * inv_freq;
+  double sd, cd;
+  sincos(double(ang), &sd, &cd);
+  c = float(cd);
+  s = float(sd);
+}
 __device__ __forceinline__ void rope_table(float* cs, int half, int32_t pos,
                                            const float* __restrict__ inv_freq) {
-  for (int j = threadIdx.x; j < half; j += blockDim.x) {
-    const float ang = float(pos) * inv_freq[j];
-    double s, c;
-    sincos(double(ang), &s, &c);
-    cs[j] = float(c);
-    cs[half + j] = float(s);
-  }
+  for (int j = threadIdx.x; j < half; j += blockDim.x)
+    rope_cos_sin(pos, inv_freq[j], cs[j], cs[half + j]);
   __syncthreads();
 }
 

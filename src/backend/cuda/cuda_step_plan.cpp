@@ -76,6 +76,7 @@ void StepPlan::begin(const StepMeta& meta, const SparseConfig& sparse) {
     d.token_begin = s.token_begin;
     d.num_tokens = s.num_tokens;
     d.state_slot = s.state_slot;
+    d.state_dst_slot = s.dst_slot();
     d.page_begin = s.page_begin;
     d.num_pages = s.num_pages;
     d.past_len = s.past_len;
