@@ -92,9 +92,10 @@ const StepMeta& Model::map_state_slots(const StepMeta& meta) {
   for (SeqSlice& s : mapped_.seqs) s.state_slot = mem_slot(s.state_slot);
   // A snapshot waits for the first step with a call on its slot.
   size_t kept = 0;
-  for (const auto& [slot, snap] : pending_snapshots_) {
+  for (const std::pair<int32_t, int32_t>& pending : pending_snapshots_) {
+    const int32_t slot = pending.first, snap = pending.second;  // (a lambda may capture these)
     const auto it = std::find_if(meta.seqs.begin(), meta.seqs.end(),
-                                 [&](const SeqSlice& s) { return s.state_slot == slot; });
+                                 [slot](const SeqSlice& s) { return s.state_slot == slot; });
     if (it == meta.seqs.end()) {
       pending_snapshots_[kept++] = {slot, snap};
       continue;
