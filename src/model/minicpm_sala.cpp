@@ -89,7 +89,10 @@ void Model::snapshot_state(int32_t slot, int32_t snapshot_slot) {
 const StepMeta& Model::map_state_slots(const StepMeta& meta) {
   if (slot_mem_.empty()) return meta;
   mapped_ = meta;
-  for (SeqSlice& s : mapped_.seqs) s.state_slot = mem_slot(s.state_slot);
+  for (SeqSlice& s : mapped_.seqs) {
+    s.state_slot = mem_slot(s.state_slot);
+    if (s.state_dst_slot >= 0) s.state_dst_slot = mem_slot(s.state_dst_slot);  // a caller's own
+  }
   // A snapshot waits for the first step with a call on its slot.
   size_t kept = 0;
   for (const std::pair<int32_t, int32_t>& pending : pending_snapshots_) {
