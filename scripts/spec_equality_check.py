@@ -23,6 +23,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -59,8 +60,11 @@ class Server:
     def __init__(self, sala, flags):
         self.url = f"http://127.0.0.1:{free_port()}"
         port = self.url.rsplit(":", 1)[1]
-        self.p = subprocess.Popen([sala, "serve", "--port", port, "--no-request-log", *flags],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # The server's output (its request log: one JSON line per request) goes to a file
+        # that nothing has to drain.
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="sala-serve-", suffix=".log")
+        self.p = subprocess.Popen([sala, "serve", "--port", port, *flags],
+                                  stdout=self.log, stderr=subprocess.STDOUT, text=True)
         for _ in range(1200):
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
@@ -70,7 +74,8 @@ class Server:
             except OSError:
                 pass
             if self.p.poll() is not None:
-                sys.exit("sala serve exited: " + self.p.stdout.read())
+                self.log.seek(0)
+                sys.exit("sala serve exited: " + self.log.read())
             time.sleep(0.1)
         sys.exit("sala serve did not become healthy")
 
@@ -116,9 +121,16 @@ class Server:
                     first = time.time()
         return time.time() - first if first is not None else 0.0
 
+    def request_log(self):
+        """The request log's entries so far, in the order the requests ended."""
+        self.log.flush()
+        with open(self.log.name) as f:
+            return [e for e in (json.loads(l) for l in f if l.startswith('{"')) if e.get("event") == "request"]
+
     def close(self):
         self.p.terminate()
         self.p.wait(timeout=60)
+        self.log.close()
 
 
 def first_difference(plain_choice, spec_text):
@@ -134,13 +146,31 @@ def first_difference(plain_choice, spec_text):
     return len(plain_choice["logprobs"]["content"]), "<end>", 0.0
 
 
+def decode_phase(server, q):
+    """One streamed request alone: (client decode-phase seconds, server decode-phase seconds
+    (its request log's duration_s - ttft_s), the engine's decode steps for it, their seconds,
+    their forward seconds)."""
+    k0 = server.stats()["step_kinds"]["decode"]
+    n0 = len(server.request_log())
+    client = server.decode_time(q)
+    for _ in range(100):  # the log line is written as the request ends, maybe after the client
+        log = server.request_log()
+        if len(log) > n0:
+            break
+        time.sleep(0.01)
+    k1 = server.stats()["step_kinds"]["decode"]
+    e = log[-1]
+    return (client, e["duration_s"] - e.get("ttft_s", 0.0), k1["steps"] - k0["steps"],
+            k1["seconds"] - k0["seconds"], k1["forward_seconds"] - k0["forward_seconds"])
+
+
 def speeds(server, rows):
     """{concurrency: (seconds, tokens)} at 1 and 8, and each request's (seconds, tokens,
-    decode-phase seconds) at 1."""
+    decode_phase(...)) at 1."""
     qs = [r["question"] for r in rows]
     one, each = server.timed(qs, 1)
     eight, _ = server.timed(qs, 8)
-    each = [(s, n, server.decode_time(q)) for (s, n), q in zip(each, qs)]
+    each = [(s, n, decode_phase(server, q)) for (s, n), q in zip(each, qs)]
     return {1: one, 8: eight}, each
 
 
@@ -186,14 +216,30 @@ def main():
               f"({ps / ss:.2f}x)")
     print("concurrency 1 by kind: plain tok/s, NGRAM tok/s, speed-up; decode phase only (tokens "
           "after the first, streamed): plain tok/s, NGRAM tok/s, speed-up")
-    by_kind = {}
-    for r, (p_s, p_n, p_d), (s_s, s_n, s_d) in zip(rows, plain_each, spec_each):
-        k = by_kind.setdefault(r.get("kind", r.get("task", "?")), [0.0, 0, 0.0, 0, 0.0, 0.0, 0])
+    by_kind, phases = {}, {}
+    for r, (p_s, p_n, p_ph), (s_s, s_n, s_ph) in zip(rows, plain_each, spec_each):
+        kind = r.get("kind", r.get("task", "?"))
+        k = by_kind.setdefault(kind, [0.0, 0, 0.0, 0, 0.0, 0.0, 0])
         k[0] += p_s; k[1] += p_n; k[2] += s_s; k[3] += s_n
-        k[4] += p_d; k[5] += s_d; k[6] += max(p_n - 1, 0)
+        k[4] += p_ph[0]; k[5] += s_ph[0]; k[6] += max(p_n - 1, 0)
+        ph = phases.setdefault(kind, [[0.0] * 5, [0.0] * 5, 0])
+        for i in range(5):
+            ph[0][i] += p_ph[i]; ph[1][i] += s_ph[i]
+        ph[2] += 1
     for kind, (p_s, p_n, s_s, s_n, p_d, s_d, dn) in sorted(by_kind.items()):
         print(f"  {kind:<9} {p_n / p_s:9.1f} {s_n / s_s:9.1f} {p_s / s_s * s_n / max(p_n, 1):6.2f}x"
               f"   {dn / max(p_d, 1e-9):9.1f} {dn / max(s_d, 1e-9):9.1f} {p_d / max(s_d, 1e-9):6.2f}x")
+    # Where a request's decode phase goes, per request: the client's view (first streamed
+    # content to the end of the stream), the server's (request log: duration - ttft), the
+    # engine's decode steps in it, their time and their forward passes' time.
+    print("decode phase by kind, ms per request (plain / spec, speed-up): client, server, "
+          "engine steps (count), step time, forward time")
+    for kind, (p, sp, n) in sorted(phases.items()):
+        cols = [f"{p[i] / n * 1e3:6.3f}/{sp[i] / n * 1e3:6.3f} ({p[i] / max(sp[i], 1e-9):4.2f}x)"
+                for i in (0, 1)]
+        cols.append(f"{p[2] / n:5.2f}/{sp[2] / n:5.2f}")
+        cols += [f"{p[i] / n * 1e3:6.3f}/{sp[i] / n * 1e3:6.3f}" for i in (3, 4)]
+        print(f"  {kind:<9} " + "  ".join(cols))
     json.dump({"flags": flags, "differ": diffs, "per_kind": per_kind,
                "speed": {"plain": plain_speed, "ngram": spec_speed},
                "by_kind": by_kind}, open(out, "w"), indent=1)

@@ -263,9 +263,8 @@ sala::cli::Registrar reg("serve", "Serve a model over HTTP (SGLang /generate + O
   app.add_option("--speculative-ngram-max-match-window-size", o->speculative_ngram_max,
                  "NGRAM: longest suffix tried")->capture_default_str()->check(CLI::Range(1, 64));
   app.add_option("--speculative-ngram-min-accept", o->speculative_ngram_min_accept,
-                 "NGRAM: propose the j-th draft only while p^j is at least this, p being the "
-                 "measured acceptance of drafts found by suffix matches of the same length "
-                 "(0: draft whenever a suffix matches)")
+                 "NGRAM: propose the j-th draft only while the measured chance that the first "
+                 "j drafts all pass is at least this (0: draft whenever a suffix matches)")
       ->capture_default_str()->check(CLI::Range(0.0, 1.0));
   app.add_option("--max-queued-requests", o->max_queued_requests, "Queue bound; beyond it requests get 429")->capture_default_str();
   app.add_option("--max-total-tokens", o->max_total_tokens, "KV pool size in tokens (default: from --kv-memory-mb)");

@@ -20,6 +20,11 @@ uint32_t ngram_tag(const int32_t* t, int32_t n) {
 // Home slot of a tag in a table of 2^bits slots (Fibonacci hashing: top bits of the product).
 size_t home_slot(uint32_t tag, int32_t bits) { return size_t(uint32_t(tag * 0x9e3779b1u) >> (32 - bits)); }
 
+constexpr uint64_t kRepeated = uint64_t(1) << 31;
+
+// A slot's end (its low 31 bits hold end + 1).
+int64_t slot_end(uint64_t s) { return int64_t(s & 0x7fffffffu) - 1; }
+
 bool same_ngram(const int32_t* a, const int32_t* b, int32_t n) {
   for (int32_t i = 0; i < n; ++i)
     if (a[i] != b[i]) return false;
@@ -70,15 +75,17 @@ void NgramIndex::insert(Level& lv, const int32_t* tok, int64_t end) {
       ++lv.used;
       return;
     }
-    const int64_t at = int64_t(s & 0xffffffffu) - 1;  // the slot's end
+    const int64_t at = slot_end(s);
     if (uint32_t(s >> 32) == tag && (n == 1 || same_ngram(tok + at - n + 1, gram, n))) {
-      lv.slots[i] = entry;  // ends are inserted in increasing order: the latest
+      lv.slots[i] = entry | kRepeated;  // ends are inserted in increasing order: the latest
       return;
     }
   }
 }
 
-int64_t NgramIndex::find(const Level& lv, const int32_t* tok, int64_t from) const {
+int64_t NgramIndex::find(const Level& lv, const int32_t* tok, int64_t from,
+                         bool* repeated) const {
+  *repeated = false;
   if (lv.used == 0) return -1;
   const int32_t n = lv.n;
   const uint32_t tag = ngram_tag(tok + from, n);
@@ -86,9 +93,11 @@ int64_t NgramIndex::find(const Level& lv, const int32_t* tok, int64_t from) cons
   for (size_t i = home_slot(tag, lv.bits);; i = (i + 1) & mask) {
     const uint64_t s = lv.slots[i];
     if (s == 0) return -1;
-    const int64_t at = int64_t(s & 0xffffffffu) - 1;
-    if (uint32_t(s >> 32) == tag && (n == 1 || same_ngram(tok + at - n + 1, tok + from, n)))
+    const int64_t at = slot_end(s);
+    if (uint32_t(s >> 32) == tag && (n == 1 || same_ngram(tok + at - n + 1, tok + from, n))) {
+      *repeated = (s & kRepeated) != 0;
       return at;
+    }
   }
 }
 
@@ -117,31 +126,41 @@ void NgramIndex::extend(const std::vector<int32_t>& tokens, int64_t end_limit) {
 }
 
 std::vector<int32_t> NgramIndex::draft(const std::vector<int32_t>& tokens, int32_t k,
-                                       int64_t budget, int32_t* match_len) {
-  if (match_len) *match_len = 0;
+                                       int64_t budget, NgramMatch* match) {
+  if (match) *match = {};
   const int64_t L = int64_t(tokens.size());
   if (k <= 0 || L < 2) return {};
   extend(tokens, std::min(L, ends_ + std::max<int64_t>(budget, 0)));
 
-  // Ends not indexed yet, [ends_, L - 2]: scanned as ngram_draft does. tail[n]: the latest of
-  // them whose n-gram equals the suffix's (match length >= n).
+  // Ends not indexed yet, [ends_, L - 2]: scanned as ngram_draft does (a few per step once
+  // the prompt is indexed). tail[n]: the latest of them whose n-gram equals the suffix's
+  // (match length >= n), tail_count[n]: how many.
   const int32_t* tok = tokens.data();
   const int32_t last = tok[L - 1];
   std::vector<int64_t>& tail = tail_;
+  std::vector<int64_t>& tail_count = tail_count_;
   tail.assign(size_t(max_) + 1, -1);
-  for (int64_t j = L - 2; j >= ends_ && tail[size_t(max_)] < 0; --j) {
+  tail_count.assign(size_t(max_) + 1, 0);
+  for (int64_t j = L - 2; j >= ends_; --j) {
     if (tok[j] != last) continue;
     int32_t m = 1;
     while (m < max_ && j - m >= 0 && tok[j - m] == tok[L - 1 - m]) ++m;
-    for (int32_t n = m; n >= 1 && tail[size_t(n)] < 0; --n) tail[size_t(n)] = j;
+    for (int32_t n = 1; n <= m; ++n) {
+      if (tail[size_t(n)] < 0) tail[size_t(n)] = j;
+      ++tail_count[size_t(n)];
+    }
   }
   // The longest match wins, then the latest position: a tail end is later than any indexed.
+  // Its n-gram is unique when it ended once among the tail and the indexed ends together.
   for (int32_t n = max_; n >= min_; --n) {
-    int64_t j = tail[size_t(n)];
-    if (j < 0 && n <= L - 1) j = find(levels_[size_t(n - min_)], tok, L - n);
+    bool repeated = false;
+    const int64_t indexed =
+        n <= L - 1 ? find(levels_[size_t(n - min_)], tok, L - n, &repeated) : -1;
+    const int64_t j = tail[size_t(n)] >= 0 ? tail[size_t(n)] : indexed;
     if (j < 0) continue;
+    const int64_t count = tail_count[size_t(n)] + (indexed < 0 ? 0 : repeated ? 2 : 1);
     const int64_t from = j + 1, to = std::min<int64_t>(L, from + k);
-    if (match_len) *match_len = n;
+    if (match) *match = {n, count == 1};
     return {tokens.begin() + from, tokens.begin() + to};
   }
   return {};

@@ -22,18 +22,27 @@
 
 namespace sala {
 
+// The suffix match a lookup found: its length (0: none) and whether the matched n-gram
+// occurred exactly once before the suffix. A unique match points at one place to copy from;
+// a repeated one at the latest of several, whose continuations may differ (tiny-chat, CPU:
+// 1-token matches passed 33 % of the time when unique, 1 % when repeated).
+struct NgramMatch {
+  int32_t len = 0;
+  bool unique = false;
+};
+
 class NgramIndex {
  public:
   static constexpr int64_t kDefaultBudget = 8192;  // new end positions indexed per call
 
   NgramIndex(int32_t ngram_min, int32_t ngram_max);
 
-  // ngram_draft(tokens, k, ngram_min, ngram_max). The first indexed_len() tokens must be the
-  // ones of the previous call (a sequence's committed tokens only grow: drafts are appended
-  // after propose and removed before the next); fewer tokens than that reset the index.
-  // Indexes up to `budget` more end positions first.
+  // ngram_draft(tokens, k, ngram_min, ngram_max, match). The first indexed_len() tokens must
+  // be the ones of the previous call (a sequence's committed tokens only grow: drafts are
+  // appended after propose and removed before the next); fewer tokens than that reset the
+  // index. Indexes up to `budget` more end positions first.
   std::vector<int32_t> draft(const std::vector<int32_t>& tokens, int32_t k,
-                             int64_t budget = kDefaultBudget, int32_t* match_len = nullptr);
+                             int64_t budget = kDefaultBudget, NgramMatch* match = nullptr);
 
   // Indexes the n-grams ending before min(end_limit, tokens.size() - 1) (same rule for tokens):
   // the engine calls it with each prefill chunk, so that decoding starts fully indexed.
@@ -44,9 +53,10 @@ class NgramIndex {
   size_t bytes() const;
 
  private:
-  // Open addressing with linear probing. A slot holds tag << 32 | end + 1 (0: empty), for the
-  // n-gram tokens[end - n + 1 .. end]; the tag (ngram_tag) picks the home slot, so growing
-  // re-places slots without reading tokens.
+  // Open addressing with linear probing. A slot holds tag << 32 | repeated << 31 | end + 1
+  // (0: empty), for the n-gram tokens[end - n + 1 .. end], `repeated` set once the n-gram has
+  // ended at more than one indexed position (ends stay below 2^31 - 1); the tag (ngram_tag)
+  // picks the home slot, so growing re-places slots without reading tokens.
   struct Level {
     int32_t n = 0;
     int32_t bits = 0;  // slots.size() == 1 << bits (0: no table yet)
@@ -57,13 +67,16 @@ class NgramIndex {
   // Grows lv's table (if needed) to hold `entries` at most half full.
   void reserve(Level& lv, int64_t entries);
   void insert(Level& lv, const int32_t* tok, int64_t end);
-  // Latest indexed end whose n-gram equals tok[from .. from + n - 1], or -1.
-  int64_t find(const Level& lv, const int32_t* tok, int64_t from) const;
+  // Latest indexed end whose n-gram equals tok[from .. from + n - 1], or -1; *repeated: the
+  // n-gram ended at more than one indexed position.
+  int64_t find(const Level& lv, const int32_t* tok, int64_t from, bool* repeated) const;
 
   int32_t min_, max_;
   std::vector<Level> levels_;  // levels_[n - min_]
   int64_t ends_ = 0;           // ends [0, ends_) are indexed (each level where the n-gram fits)
-  std::vector<int64_t> tail_;  // draft()'s scratch: per match length, the latest scanned end
+  // draft()'s scratch, per match length n: the latest scanned end of the suffix's n-gram and
+  // how many scanned ends it has.
+  std::vector<int64_t> tail_, tail_count_;
 };
 
 }  // namespace sala

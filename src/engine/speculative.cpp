@@ -11,26 +11,30 @@
 namespace sala {
 
 std::vector<int32_t> ngram_draft(const std::vector<int32_t>& tokens, int32_t k,
-                                 int32_t ngram_min, int32_t ngram_max) {
+                                 int32_t ngram_min, int32_t ngram_max, NgramMatch* match) {
+  if (match) *match = {};
   const int64_t L = int64_t(tokens.size());
   if (k <= 0 || L < 2 || ngram_min < 1 || ngram_max < ngram_min) return {};
   // One backward scan over the earlier positions j whose token equals the last one; the
   // match length there is how far tokens[.. j] and tokens[.. L - 1] agree backwards (at most
-  // ngram_max). The first (latest) j of the longest match wins; a full-length match ends the
-  // scan. O(L) per call plus ngram_max per candidate.
+  // ngram_max). The first (latest) j of the longest match wins. at_least[n]: the positions
+  // whose match is >= n long, i.e. the earlier occurrences of the suffix's n-gram. O(L) per
+  // call plus ngram_max per candidate.
   const int32_t last = tokens[size_t(L - 1)];
   int64_t best_j = -1, best_len = 0;
+  std::vector<int64_t> at_least(size_t(ngram_max) + 1, 0);
   for (int64_t j = L - 2; j >= 0; --j) {
     if (tokens[size_t(j)] != last) continue;
     int64_t m = 1;
     while (m < ngram_max && j - m >= 0 && tokens[size_t(j - m)] == tokens[size_t(L - 1 - m)]) ++m;
+    for (int64_t n = 1; n <= m; ++n) ++at_least[size_t(n)];
     if (m > best_len) {
       best_len = m;
       best_j = j;
-      if (m == ngram_max) break;
     }
   }
   if (best_len < ngram_min) return {};
+  if (match) *match = {int32_t(best_len), at_least[size_t(best_len)] == 1};
   const int64_t from = best_j + 1, to = std::min<int64_t>(L, from + k);
   return {tokens.begin() + from, tokens.begin() + to};
 }
@@ -84,21 +88,32 @@ void NgramDrafter::propose(const std::vector<DraftAsk>& asks,
     PerRequest& r = request(s);
     score(r, s.tokens);
     std::vector<int32_t>& d = out[i];
-    int32_t match_len = 0;
-    d = r.index.draft(s.tokens, asks[i].k, NgramIndex::kDefaultBudget, &match_len);
+    NgramMatch match;
+    d = r.index.draft(s.tokens, asks[i].k, NgramIndex::kDefaultBudget, &match);
     if (d.empty()) continue;
     r.shadow = d;
     r.shadow_at = int64_t(s.tokens.size());
-    r.shadow_len = match_len;
+    r.shadow_match = match;
     if (min_accept_ <= 0) continue;
-    // j drafts while p^j >= min_accept (the chance that the j-th is reached and passes).
+    // P_j, the chance that the first j drafts all pass: the product of the rates of drafts
+    // 1..j, draft i's under the match it extends (min(n + i - 1, ngram_max) tokens once the
+    // drafts before it passed). j drafts while P_j >= min_accept, and none unless the call's
+    // expected gain, sum of P_j, pays for a verify call instead of a decode step.
     const SamplingParams* sp = asks[i].policy.sampling;
     const bool seeded = sp && sp->seed && sp->temperature > 0.0f && sp->top_k != 1;
-    const double p = request_accept_rate(s, match_len, seeded);
+    double all = 1, gain = 0;
     size_t j = 0;
-    for (double all = p; j < d.size() && all >= min_accept_; all *= p) ++j;
-    d.resize(j);
+    for (; j < d.size(); ++j) {
+      all *= request_accept_rate(s, chained(match, int32_t(j)), seeded);
+      if (all < min_accept_) break;
+      gain += all;
+    }
+    d.resize(gain >= kVerifyCallCost ? j : 0);
   }
+}
+
+NgramMatch NgramDrafter::chained(NgramMatch m, int32_t i) const {
+  return {std::min(m.len + i, max_), m.unique};
 }
 
 void NgramDrafter::score(PerRequest& r, const std::vector<int32_t>& tokens) {
@@ -108,36 +123,41 @@ void NgramDrafter::score(PerRequest& r, const std::vector<int32_t>& tokens) {
   size_t matched = 0;
   while (matched < compared && tokens[size_t(r.shadow_at) + matched] == r.shadow[matched])
     ++matched;
-  // Drafts up to and including the first that fails are tested (a verify call stops there).
-  const double tested = double(matched < compared ? matched + 1 : matched);
-  for (Counts* c : {&by_match_[size_t(r.shadow_len)], &r.counts}) {
-    c->tested += tested;
-    c->accepted += double(matched);
+  // Drafts up to and including the first that fails are tested (a verify call stops there),
+  // each under its own chained match.
+  const size_t tested = matched < compared ? matched + 1 : matched;
+  for (size_t i = 0; i < tested; ++i) {
+    Counts& m = counts(chained(r.shadow_match, int32_t(i)));
+    m.tested += 1;
+    m.accepted += i < matched ? 1 : 0;
+    if (m.tested > kMatchWindow) {
+      m.tested *= 0.5;
+      m.accepted *= 0.5;
+    }
   }
-  Counts& m = by_match_[size_t(r.shadow_len)];
-  if (m.tested > kMatchWindow) {
-    m.tested *= 0.5;
-    m.accepted *= 0.5;
-  }
+  r.counts.tested += double(tested);
+  r.counts.accepted += double(matched);
   r.shadow.clear();
 }
 
-double NgramDrafter::accept_rate(int32_t match_len) const {
-  SALA_CHECK(match_len >= 1 && match_len <= max_, "match length {} outside 1..{}", match_len, max_);
-  const Counts& m = by_match_[size_t(match_len)];
-  return (m.accepted + kPriorAccepted) / (m.tested + kPriorTested);
+NgramDrafter::Counts& NgramDrafter::counts(NgramMatch m) {
+  return by_match_[size_t(m.len) * 2 + (m.unique ? 1 : 0)];
 }
 
-double NgramDrafter::request_accept_rate(const Sequence& s, int32_t match_len,
-                                         bool own_only) const {
-  const double p = own_only ? kPriorAccepted / kPriorTested : accept_rate(match_len);
+double NgramDrafter::accept_rate(NgramMatch m) const {
+  SALA_CHECK(m.len >= 1 && m.len <= max_, "match length {} outside 1..{}", m.len, max_);
+  const Counts& c = by_match_[size_t(m.len) * 2 + (m.unique ? 1 : 0)];
+  return (c.accepted + kPriorAccepted) / (c.tested + kPriorTested);
+}
+
+double NgramDrafter::request_accept_rate(const Sequence& s, NgramMatch m, bool own_only) const {
+  const double p = own_only ? kPriorAccepted / kPriorTested : accept_rate(m);
   auto it = requests_.find(s.id);
   if (it == requests_.end()) return p;
   const Counts& c = it->second.counts;
   return (c.accepted + kRequestPrior * p) / (c.tested + kRequestPrior);
 }
 
-// Verified or not, drafts are scored by the tokens the request produces (score()).
 void NgramDrafter::settle(const Sequence&, int32_t, int32_t, bool) {}
 
 void NgramDrafter::planned(const SchedulePlan& plan, const DraftPolicyFn& policy) {

@@ -59,18 +59,20 @@ struct SpeculativeOptions {
   int32_t ngram_max = 4;         // longest suffix tried (NGRAM)
   // STANDALONE: drafts come from the draft model given to make_engine instead of n-grams.
   bool draft_model = false;
-  // NGRAM: the j-th draft of a call is proposed only while the engine-wide estimate that the
-  // first j drafts all pass, p^j, is at least this (p: the acceptance rate of drafts found by
-  // a suffix match of the same length, NgramDrafter); 0 drafts whenever a suffix matches.
-  double ngram_min_accept = 0.25;
+  // NGRAM: the j-th draft of a call is proposed only while the estimate that the first j
+  // drafts all pass, P_j, is at least this (NgramDrafter); 0 drafts whenever a suffix matches.
+  double ngram_min_accept = 0.05;
   bool enabled() const { return num_draft_tokens > 0; }
 };
 
 // Up to k tokens that followed the latest earlier occurrence of the longest suffix of `tokens`
-// of ngram_min..ngram_max tokens (the suffix itself excluded); empty when none matches. The
-// definition by scan: NgramDrafter drafts from an NgramIndex, tested to return the same.
+// of ngram_min..ngram_max tokens (the suffix itself excluded); empty when none matches, and
+// *match (when given) says how long that suffix is and whether it occurred exactly once
+// before. The definition by scan: NgramDrafter drafts from an NgramIndex, tested to return
+// the same.
 std::vector<int32_t> ngram_draft(const std::vector<int32_t>& tokens, int32_t k,
-                                 int32_t ngram_min, int32_t ngram_max);
+                                 int32_t ngram_min, int32_t ngram_max,
+                                 NgramMatch* match = nullptr);
 
 // Speculative decoding keeps the output distribution of a sampled request exactly when its
 // rows' distributions are the plain ones (Sampler::sample_draft: a draft drawn from q is
@@ -170,20 +172,27 @@ class Drafter {
 // by chunk as it is prefilled (planned()), so its decode steps start with a full index.
 //
 // How many of the found tokens to propose: a verify call whose drafts all fail costs more
-// than a decode step. So the drafter estimates the chance p that a draft passes and proposes
-// j drafts while p^j >= min_accept. Every lookup is scored, proposed or not: the tokens the
+// than a decode step, while on the GPU one more draft row in a call costs next to nothing. So
+// the drafter estimates P_j, the chance that the first j drafts all pass, proposes j drafts
+// while P_j >= min_accept, and proposes none unless their expected tokens, sum of P_j, are
+// worth kVerifyCallCost decode steps. Every lookup is scored, proposed or not: the tokens the
 // request goes on to produce are compared with what the lookup found ("shadow" drafts: the
 // leading matches are accepted, the first mismatch tested and failed; with greedy or one-hot
 // proposals a proposed draft passes exactly when the produced token equals it, so both score
-// alike), at its next lookup or when it ends. From these, the drafter keeps per match length
-// n (the suffix length that found the drafts) an engine-wide rate p(n), prior 3 of 4 and a
-// window (counts halved past kMatchWindow tested), and per request its own counts, which
-// weigh against p(n) as kRequestPrior tested drafts: p = (accepted_r + kRequestPrior · p(n)) /
-// (tested_r + kRequestPrior); a seeded sampled request's against the prior 3 of 4 instead, so
-// that its tokens do not depend on other requests. On tiny-chat (CPU, K = 4) matches of
-// length 1 passed 83 % of the time on the copy questions and 0 % on the multiple-choice ones:
-// a request learns from its first tokens which it is, and the engine-wide rate follows a
-// change of workload without proposing drafts to measure it.
+// alike), at its next lookup or when it ends. From these, the drafter keeps per match m (the
+// suffix length n that found the drafts, and whether that n-gram occurred once or more often
+// before: NgramMatch) an engine-wide rate p(m), prior 3 of 4 and a window (counts halved past
+// kMatchWindow tested). Draft i of a lookup is scored under the match it extends once the
+// drafts before it passed (n + i, capped at ngram_max: chained()), and P_j is the product of
+// those rates: a copy that has started goes on more surely than its first token passes. Per
+// request the drafter keeps its own counts, which weigh against p(m) as kRequestPrior tested
+// drafts: p = (accepted_r + kRequestPrior · p(m)) / (tested_r + kRequestPrior); a seeded
+// sampled request's against the prior 3 of 4 instead, so that its tokens do not depend on
+// other requests. On tiny-chat (the greedy outputs; every lookup's first draft) unique 1-token
+// matches passed 33 % of the time, repeated ones 1 %, 2-token matches 89 %: the copy questions'
+// first lookup (a unique word of the prompt) drafts the whole copy, the arithmetic questions'
+// digits draft nothing, and the engine-wide rates follow a change of workload without
+// proposing drafts to measure it.
 class NgramDrafter final : public Drafter {
  public:
   static constexpr double kMatchWindow = 256;
@@ -191,9 +200,14 @@ class NgramDrafter final : public Drafter {
   // p(n)'s prior: kPriorAccepted of kPriorTested (optimistic until measured).
   static constexpr double kPriorAccepted = 3, kPriorTested = 4;
 
+  // A verify call costs this much more than a decode step, in decode steps (H200, bf16, B=1,
+  // k = 4: 1.05x on the 9B, 1.19x on tiny-chat's model): a call is proposed when the tokens
+  // its drafts are expected to add (sum of P_j) at least pay for it.
+  static constexpr double kVerifyCallCost = 0.2;
+
   NgramDrafter(int32_t ngram_min, int32_t ngram_max, double min_accept)
       : min_(ngram_min), max_(ngram_max), min_accept_(min_accept),
-        by_match_(size_t(ngram_max) + 1) {}
+        by_match_(2 * (size_t(ngram_max) + 1)) {}
   void propose(const std::vector<DraftAsk>& asks, std::vector<std::vector<int32_t>>& out) override;
   const float* proposal(const Sequence&) const override { return nullptr; }
   void planned(const SchedulePlan& plan, const DraftPolicyFn& policy) override;
@@ -204,12 +218,15 @@ class NgramDrafter final : public Drafter {
   size_t num_indexes() const { return requests_.size(); }
   // s's index (null: none yet).
   const NgramIndex* index(const Sequence& s) const;
-  // The engine-wide acceptance estimate p(n) of drafts found by a suffix match of n tokens.
-  double accept_rate(int32_t match_len) const;
-  // s's estimate for drafts found by a match of n tokens: its own counts against p(n), or
-  // against the prior alone (own_only: seeded sampled requests, whose drafts decide how their
-  // random stream is used, so must not depend on what else runs).
-  double request_accept_rate(const Sequence& s, int32_t match_len, bool own_only = false) const;
+  // The engine-wide acceptance estimate p(m) of drafts found by a suffix match m (its length,
+  // unique or repeated).
+  double accept_rate(NgramMatch m) const;
+  // s's estimate for drafts found by match m: its own counts against p(m), or against the
+  // prior alone (own_only: seeded sampled requests, whose drafts decide how their random
+  // stream is used, so must not depend on what else runs).
+  double request_accept_rate(const Sequence& s, NgramMatch m, bool own_only = false) const;
+  // The match draft i (0-based) of a lookup with match m extends once drafts 0..i-1 passed.
+  NgramMatch chained(NgramMatch m, int32_t i) const;
 
  private:
   struct Counts {
@@ -220,17 +237,18 @@ class NgramDrafter final : public Drafter {
     NgramIndex index;
     std::vector<int32_t> shadow;  // the last lookup's tokens, proposed or not
     int64_t shadow_at = 0;        // where shadow[0] goes in the request's tokens
-    int32_t shadow_len = 0;       // its match length
+    NgramMatch shadow_match;      // its match
     Counts counts;                // this request's scored drafts
   };
   PerRequest& request(const Sequence& s);
   // Scores r's shadow drafts against the tokens s produced since (clearing them).
   void score(PerRequest& r, const std::vector<int32_t>& tokens);
+  Counts& counts(NgramMatch m);
 
   int32_t min_, max_;
   double min_accept_;
   std::unordered_map<uint64_t, PerRequest> requests_;  // by Sequence::id
-  std::vector<Counts> by_match_;                       // [match length]
+  std::vector<Counts> by_match_;  // [2 * match length + unique]
 };
 
 // The engine thread's side of speculation, one step at a time: draft() before the schedule,

@@ -55,7 +55,7 @@ TEST(NgramIndex, SameDraftsAsTheScanAsTokensGrow) {
   const Case cases[] = {{2, 1, 4, 8192}, {5, 1, 4, 1},   {5, 2, 4, 7},   {50, 1, 4, 0},
                         {50, 1, 1, 3},   {50, 3, 6, 64}, {300, 1, 4, 5}, {73448, 1, 4, 8192},
                         {73448, 2, 3, 2}};
-  int64_t calls = 0, drafts = 0;
+  int64_t calls = 0, drafts = 0, unique = 0;
   for (const Case& c : cases) {
     for (uint64_t seed = 1; seed <= 3; ++seed) {
       TokenSource src(c.vocab, seed * 7919 + uint64_t(c.vocab));
@@ -64,21 +64,29 @@ TEST(NgramIndex, SameDraftsAsTheScanAsTokensGrow) {
       NgramIndex index(c.ngram_min, c.ngram_max);
       for (int step = 0; step < 150; ++step) {
         const int32_t k = src.uniform(0, 6);
-        const std::vector<int32_t> want = ngram_draft(tokens, k, c.ngram_min, c.ngram_max);
-        ASSERT_EQ(index.draft(tokens, k, c.budget), want)
+        NgramMatch want_match, got_match;
+        const std::vector<int32_t> want =
+            ngram_draft(tokens, k, c.ngram_min, c.ngram_max, &want_match);
+        ASSERT_EQ(index.draft(tokens, k, c.budget, &got_match), want)
             << "vocab " << c.vocab << ", n-grams " << c.ngram_min << ".." << c.ngram_max
             << ", budget " << c.budget << ", seed " << seed << ", step " << step << ", "
             << tokens.size() << " tokens";
+        ASSERT_EQ(got_match.len, want_match.len) << "step " << step;
+        ASSERT_EQ(got_match.unique, want_match.unique) << "step " << step;
         ++calls;
         drafts += !want.empty();
+        unique += !want.empty() && want_match.unique;
         src.append(tokens, src.uniform(1, 5));  // a bonus token and accepted drafts
       }
       EXPECT_LE(index.indexed_len(), int64_t(tokens.size()));
     }
   }
-  std::printf("%lld calls, %lld with drafts\n", (long long)calls, (long long)drafts);
+  std::printf("%lld calls, %lld with drafts, %lld of them from a unique match\n",
+              (long long)calls, (long long)drafts, (long long)unique);
   EXPECT_GT(drafts, calls / 2);
   EXPECT_LT(drafts, calls);  // and some calls found no match
+  EXPECT_GT(unique, 0);      // both kinds of match occur
+  EXPECT_LT(unique, drafts);
 }
 
 TEST(NgramIndex, FewerTokensThanIndexedStartOver) {
@@ -116,14 +124,18 @@ TEST(NgramIndex, DrafterKeepsOneIndexPerRequestUntilReleased) {
   EXPECT_EQ(drafter.num_indexes(), size_t(0));
 }
 
-// NgramDrafter proposes j drafts while p^j >= min_accept. Every lookup is scored by the
-// tokens its request produces next, proposed or not: p(n), the engine-wide rate of drafts
-// found by a suffix match of n tokens (prior 3 of 4), falls while such lookups fail and rises
-// again when they pass, without drafts proposed to measure it; other lengths keep theirs;
-// a request's own counts weigh against p(n) as kRequestPrior drafts.
+// NgramDrafter proposes j drafts while P_j (the chance that the first j pass) >= min_accept,
+// and none unless sum of P_j >= kVerifyCallCost. Every lookup is scored by the tokens its
+// request produces next, proposed or not: p(m), the engine-wide rate of drafts found by a
+// suffix match m (length, unique or repeated; prior 3 of 4), falls while such lookups fail and
+// rises again when they pass, without drafts proposed to measure it; other matches keep
+// theirs; draft i is scored under the match it extends (chained); a request's own counts weigh
+// against p(m) as kRequestPrior drafts.
 TEST(NgramIndex, DrafterProposesByMeasuredAcceptance) {
-  NgramDrafter drafter(1, 4, 0.25);
+  NgramDrafter drafter(1, 4, 0.05);
+  ASSERT_DOUBLE_EQ(NgramDrafter::kVerifyCallCost, 0.2);  // the counts below assume it
   const std::vector<int32_t> one = {5, 1, 2, 3, 4, 9, 5};  // suffix {5} matches at 0: n = 1
+  const NgramMatch u1{1, true}, u2{2, true}, u3{3, true}, r1{1, false};
   uint64_t next_id = 1;
   std::vector<std::vector<int32_t>> out;
   auto drafts = [&](Sequence& s) {
@@ -140,20 +152,35 @@ TEST(NgramIndex, DrafterProposesByMeasuredAcceptance) {
     drafter.release(s);
     return d;
   };
-  EXPECT_DOUBLE_EQ(drafter.accept_rate(1), 0.75);
-  int rejected = 0;
-  while (request({7}) > 0) {  // the draft was {1, 2, 3, 4}: the first fails
-    ++rejected;
-    ASSERT_LT(rejected, 20);
+  EXPECT_DOUBLE_EQ(drafter.accept_rate(u1), 0.75);
+  EXPECT_EQ(drafter.chained(u1, 2).len, 3);
+  EXPECT_EQ(drafter.chained(u3, 5).len, 4);  // capped at ngram_max
+  // Requests whose first draft ({1, 2, 3, 4}: 1) fails. After n of them p(1, unique) =
+  // 3 / (4 + n) and P_j = p(1, unique) · 0.75^(j - 1): 4 drafts while P_4 >= 0.05 (n <= 21),
+  // 3 while P_3 >= 0.05 (n <= 29, where P_1 + P_2 + P_3 = 0.21), then at n = 30 P_3 < 0.05
+  // and P_1 + P_2 = 0.154 < 0.2: none.
+  std::vector<size_t> sizes;
+  for (size_t d; (d = request({7})) > 0;) {
+    sizes.push_back(d);
+    ASSERT_LT(sizes.size(), 100u);
   }
-  EXPECT_EQ(rejected, 9);  // 3 / (4 + 9) < 0.25
-  EXPECT_LT(drafter.accept_rate(1), 0.25);
+  ASSERT_EQ(sizes.size(), 30u);
+  EXPECT_EQ(sizes[21], 4u);
+  EXPECT_EQ(sizes[22], 3u);
+  EXPECT_EQ(sizes[29], 3u);
+  EXPECT_DOUBLE_EQ(drafter.accept_rate(u1), 3.0 / 35.0);  // the refused lookup scored too
+  EXPECT_DOUBLE_EQ(drafter.accept_rate(u2), 0.75);         // only first drafts were tested
   Sequence two;
   two.id = next_id++;
   two.tokens = {7, 5, 1, 2, 3, 4, 9, 7, 5};  // suffix {7, 5} matches at 1: n = 2
   EXPECT_EQ(drafts(two), 4u);                // another match length: unaffected
   drafter.release(two);                      // produced nothing: nothing scored
-  EXPECT_DOUBLE_EQ(drafter.accept_rate(2), 0.75);
+  Sequence twice;
+  twice.id = next_id++;
+  twice.tokens = {5, 1, 2, 5, 1, 6, 9, 5};  // {5} occurred twice: a repeated match
+  EXPECT_EQ(drafts(twice), 4u);             // its own rate
+  drafter.release(twice);
+  EXPECT_DOUBLE_EQ(drafter.accept_rate(r1), 0.75);
 
   // A request whose refused lookup it then follows raises its own estimate above p(1).
   Sequence r;
@@ -162,24 +189,18 @@ TEST(NgramIndex, DrafterProposesByMeasuredAcceptance) {
   EXPECT_EQ(drafts(r), 0u);
   r.tokens.push_back(1);
   r.tokens.push_back(2);  // the refused draft's first two tokens
-  EXPECT_EQ(drafts(r), 4u);  // now {…, 5, 1, 2} matches 3 tokens: p(3) = 0.75
-  const double p1 = drafter.accept_rate(1);
-  EXPECT_NEAR(drafter.request_accept_rate(r, 1),
+  EXPECT_EQ(drafts(r), 4u);  // now {…, 5, 1, 2} matches 3 tokens
+  const double p1 = drafter.accept_rate(u1);
+  EXPECT_DOUBLE_EQ(p1, 4.0 / 36.0);  // the first draft passed
+  EXPECT_DOUBLE_EQ(drafter.accept_rate(u2), 4.0 / 5.0);  // so did the second, under n = 2
+  EXPECT_NEAR(drafter.request_accept_rate(r, u1),
               (2 + NgramDrafter::kRequestPrior * p1) / (2 + NgramDrafter::kRequestPrior), 1e-12);
-  EXPECT_GT(drafter.request_accept_rate(r, 1), p1);
+  EXPECT_GT(drafter.request_accept_rate(r, u1), p1);
   drafter.release(r);
 
-  // r's two passing tokens alone lifted p(1) to 5 / 16 (one draft); requests whose produced
-  // tokens follow their lookups bring it to the full 4 drafts: (5 + 4 k) / (16 + 4 k) >= 0.25^¼
-  // from k = 6.
-  EXPECT_DOUBLE_EQ(p1, 5.0 / 16.0);
-  int passing = 0;
-  while (request({1, 2, 3, 4}) < 4) {
-    ++passing;
-    ASSERT_LT(passing, 20);
-  }
-  EXPECT_EQ(passing, 6);
-  EXPECT_GT(drafter.accept_rate(1), 0.7);
+  // Requests whose produced tokens follow their lookups bring p(1, unique) back up.
+  for (int passing = 0; request({1, 2, 3, 4}) < 4; ++passing) ASSERT_LT(passing, 40);
+  EXPECT_GT(drafter.accept_rate(u1), p1);
 }
 
 // Without a threshold every match drafts all it found.

@@ -36,6 +36,24 @@ TEST(NgramDraft, NoMatchNoDraft) {
   EXPECT_EQ(ngram_draft({1, 2, 9, 3, 1, 2}, 2, 2, 4), (V{9, 3}));
 }
 
+// The match: its length, and whether that n-gram occurred exactly once before the suffix.
+TEST(NgramDraft, MatchLengthAndUniqueness) {
+  auto match = [](const V& tokens, int32_t ngram_min = 1) {
+    NgramMatch m;
+    ngram_draft(tokens, 4, ngram_min, 4, &m);
+    return std::pair{m.len, m.unique};
+  };
+  EXPECT_EQ(match({1, 7, 8, 2, 3, 7, 8, 9, 5, 6, 7, 8}), std::pair(2, false));  // "7 8" twice
+  EXPECT_EQ(match({4, 5, 6, 4, 5}), std::pair(2, true));
+  // The longest match's n-gram counts, not its shorter suffixes: "3" occurred twice.
+  EXPECT_EQ(match({1, 2, 3, 10, 11, 3, 12, 1, 2, 3}), std::pair(3, true));
+  EXPECT_EQ(match({5, 1, 5, 2, 5}), std::pair(1, false));
+  EXPECT_EQ(match({3, 3, 3, 3}), std::pair(3, true));   // "3 3 3" ends once, at 2
+  EXPECT_EQ(match({3, 3, 3, 3, 3, 3}), std::pair(4, false));  // "3 3 3 3" at 3 and 4
+  EXPECT_EQ(match({1, 2, 3, 4}), std::pair(0, false));  // no match
+  EXPECT_EQ(match({1, 2, 9, 3, 2}, 2), std::pair(0, false));  // shorter than ngram_min
+}
+
 TEST(NgramDraft, RepeatedTokenDraftsItself) {
   // The latest earlier occurrence of the longest suffix (3 3 3 at 0..2) leaves one token.
   EXPECT_EQ(ngram_draft({3, 3, 3, 3}, 2, 1, 4), (V{3}));

@@ -342,6 +342,17 @@ TEST(CudaOps, WideDecodeSteps) {
       EXPECT_EQ(differ, 0) << "part " << i << " vs linear() on the stacked weight, T=" << T;
       c0 += parts[i];
     }
+    // The lm_head: fp32 logits of bf16-rounded values (SPEC §4.7), close to the CPU's (on
+    // Hopper the skinny GEMM takes these rows, elsewhere cuBLASLt and a rounding pass).
+    auto logits = p.out(T, 576, DType::F32);
+    p.cpu->linear(x.c, r.w.c, logits.c);
+    p.gpu->linear(x.g, r.w.g, logits.g);
+    expect_close(p.cmp(shape("wide lm_head", {T, K, 576}), logits), 4e-3, 1.6e-2);
+    std::vector<float> lg(size_t(T * 576));
+    p.gpu->download_f32(logits.g, lg.data());
+    int64_t unrounded = 0;
+    for (float v : lg) unrounded += round_bf16(v) != v;
+    EXPECT_EQ(unrounded, 0) << "logits that are not bf16 values, T=" << T;
     const int64_t I = 1056;
     auto w2 = p.up(randn(2 * I, K, seed++, 2.f / std::sqrt(float(K))));
     auto g = p.out(T, I), u = p.out(T, I), g2 = p.out(T, I);
