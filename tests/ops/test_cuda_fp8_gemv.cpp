@@ -31,6 +31,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_skinny_sm90.h"
 #include "core/fp8.h"
 #include "cuda_fp8_fused_util.h"  // CUDA_OK
 #include "cuda_test_util.h"
@@ -416,6 +417,7 @@ TEST(CudaFp8Gemv, RowInvariance) {
 TEST(CudaFp8Gemv, Speed) {
   REQUIRE_GPU();
   std::printf("\n[ gemv fp8 ] %-22s %4s %10s %10s\n", "shape N x K", "M", "us", "GB/s");
+  if (cuda::skinny_sm90_available()) cuda::skinny_sm90_init();
   const HostMat hx = randn(kRows, 16384, 899, 1.f);
   DevBuf x(hx.bits.size() * 2);
   CUDA_OK(cudaMemcpy(x.p, hx.bits.data(), hx.bits.size() * 2, cudaMemcpyHostToDevice));
@@ -459,6 +461,25 @@ TEST(CudaFp8Gemv, Speed) {
                     with_quantize ? "quantize+gemv" : "gemv alone   ", (long long)N,
                     (long long)K, M, us, double(bytes) / us / 1e3);
       }
+      // The Hopper wgmma skinny GEMM on the same codes (speculative steps of 17..64 rows).
+      if (!cuda::skinny_fp8_sm90_supported(xq.p, K, w.p, K, M)) continue;
+      DevBuf ws(cuda::skinny_sm90_workspace_bytes());
+      CUDA_OK(cudaMemset(ws.p, 0, cuda::skinny_sm90_workspace_bytes()));
+      auto skinny = [&](int i) {
+        cuda::launch_skinny_fp8_sm90(xq.as<uint8_t>(), K, sx.as<float>(),
+                                     w.as<uint8_t>() + (i % copies) * bytes, s.as<float>(), N,
+                                     int(K), M, o, ws.p, 0);
+      };
+      for (int i = 0; i < 3; ++i) skinny(i);
+      CUDA_OK(cudaDeviceSynchronize());
+      const int iters = 60;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) skinny(i);
+      CUDA_OK(cudaDeviceSynchronize());
+      const double us = std::chrono::duration<double, std::micro>(
+                            std::chrono::steady_clock::now() - t0).count() / iters;
+      std::printf("[ gemv fp8 skinny wgmma  ] %8lld x %-12lld %4d %10.2f %10.0f\n",
+                  (long long)N, (long long)K, M, us, double(bytes) / us / 1e3);
     }
   }
 }
