@@ -277,8 +277,15 @@ TEST(CudaOps, GemvSpeed) {
     int64_t N, K;
   };
   constexpr int64_t kRows = 64;
-  std::printf("\n[ gemv ] %-22s %4s %10s %10s %8s %14s\n", "shape N x K", "M", "us", "GB/s",
-              "x M=1", "runs<=16 us");
+  std::printf("\n[ gemv ] %-22s %4s %10s %10s %8s %14s %10s\n", "shape N x K", "M", "us", "GB/s",
+              "x M=1", "runs<=16 us", "skinny us");
+  void* skinny_ws = nullptr;  // the skinny GEMM's workspace (sm_90 only)
+  if (sala::cuda::skinny_sm90_available()) {
+    sala::cuda::skinny_sm90_init();
+    const size_t bytes = sala::cuda::skinny_sm90_workspace_bytes();
+    ASSERT_EQ(cudaMalloc(&skinny_ws, bytes), cudaSuccess);
+    ASSERT_EQ(cudaMemset(skinny_ws, 0, bytes), cudaSuccess);
+  }
   for (S s : {S{4096, 4096}, S{12288, 4096}, S{16384, 4096}, S{32768, 4096}, S{4096, 16384},
               S{73448, 4096}}) {
     const int copies = int(std::max<int64_t>(2, (400ll << 20) / (s.N * s.K * 2) + 1));
@@ -325,11 +332,31 @@ TEST(CudaOps, GemvSpeed) {
       const double us = time(M);
       if (M == 1) us1 = us;
       const double runs = M > 16 ? time(16) : us;
-      std::printf("[ gemv ] %8lld x %-12lld %4lld %10.2f %10.0f %8.2f %14.2f\n", (long long)s.N,
-                  (long long)s.K, (long long)M, us, double(s.N) * double(s.K) * 2 / us / 1e3,
-                  us / us1, runs);
+      // The Hopper wgmma skinny GEMM on the same rows (speculative steps of 17..64 rows).
+      double skinny_us = 0;
+      if (skinny_ws) {
+        sala::cuda::GemvOut o{};
+        o.y[0] = y.data, o.end[0] = s.N, o.cols[0] = s.N, o.nparts = 1;
+        auto call = [&](int i) {
+          sala::cuda::launch_skinny_sm90(static_cast<const __nv_bfloat16*>(x.data), s.K,
+                                         static_cast<const __nv_bfloat16*>(ws[size_t(i % copies)].data),
+                                         s.N, int(s.K), int(M), o, skinny_ws, 0);
+        };
+        for (int i = 0; i < 3; ++i) call(i);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const int iters = 60;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < iters; ++i) call(i);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        skinny_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                        .count() / iters;
+      }
+      std::printf("[ gemv ] %8lld x %-12lld %4lld %10.2f %10.0f %8.2f %14.2f %10.2f\n",
+                  (long long)s.N, (long long)s.K, (long long)M, us,
+                  double(s.N) * double(s.K) * 2 / us / 1e3, us / us1, runs, skinny_us);
     }
   }
+  if (skinny_ws) cudaFree(skinny_ws);
 }
 
 }  // namespace
