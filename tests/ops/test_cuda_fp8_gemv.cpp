@@ -418,6 +418,17 @@ TEST(CudaFp8Gemv, Speed) {
   REQUIRE_GPU();
   std::printf("\n[ gemv fp8 ] %-22s %4s %10s %10s\n", "shape N x K", "M", "us", "GB/s");
   if (cuda::skinny_sm90_available()) cuda::skinny_sm90_init();
+  // µs per call of launch(i) (i picks the weight copy), after 3 warm-up calls.
+  auto per_call_us = [](const auto& launch) {
+    for (int i = 0; i < 3; ++i) launch(i);
+    CUDA_OK(cudaDeviceSynchronize());
+    const int iters = 60;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) launch(i);
+    CUDA_OK(cudaDeviceSynchronize());
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+               .count() / iters;
+  };
   const HostMat hx = randn(kRows, 16384, 899, 1.f);
   DevBuf x(hx.bits.size() * 2);
   CUDA_OK(cudaMemcpy(x.p, hx.bits.data(), hx.bits.size() * 2, cudaMemcpyHostToDevice));
@@ -449,14 +460,7 @@ TEST(CudaFp8Gemv, Speed) {
         };
         cuda::launch_quantize_rows_fp8(x.as<const cuda::bf16>(), M, K, K, xq.as<uint8_t>(),
                                        sx.as<float>(), 0);
-        for (int i = 0; i < 3; ++i) launch(i);
-        CUDA_OK(cudaDeviceSynchronize());
-        const int iters = 60;
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < iters; ++i) launch(i);
-        CUDA_OK(cudaDeviceSynchronize());
-        const double us = std::chrono::duration<double, std::micro>(
-                              std::chrono::steady_clock::now() - t0).count() / iters;
+        const double us = per_call_us(launch);
         std::printf("[ gemv fp8 %s ] %8lld x %-12lld %4d %10.2f %10.0f\n",
                     with_quantize ? "quantize+gemv" : "gemv alone   ", (long long)N,
                     (long long)K, M, us, double(bytes) / us / 1e3);
@@ -470,14 +474,7 @@ TEST(CudaFp8Gemv, Speed) {
                                      w.as<uint8_t>() + (i % copies) * bytes, s.as<float>(), N,
                                      int(K), M, o, ws.p, 0);
       };
-      for (int i = 0; i < 3; ++i) skinny(i);
-      CUDA_OK(cudaDeviceSynchronize());
-      const int iters = 60;
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) skinny(i);
-      CUDA_OK(cudaDeviceSynchronize());
-      const double us = std::chrono::duration<double, std::micro>(
-                            std::chrono::steady_clock::now() - t0).count() / iters;
+      const double us = per_call_us(skinny);
       std::printf("[ gemv fp8 skinny wgmma  ] %8lld x %-12lld %4d %10.2f %10.0f\n",
                   (long long)N, (long long)K, M, us, double(bytes) / us / 1e3);
     }
