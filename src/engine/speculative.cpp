@@ -158,6 +158,7 @@ double NgramDrafter::request_accept_rate(const Sequence& s, NgramMatch m, bool o
   return (c.accepted + kRequestPrior * p) / (c.tested + kRequestPrior);
 }
 
+// Verified or not, drafts are scored by the tokens the request produces (score()).
 void NgramDrafter::settle(const Sequence&, int32_t, int32_t, bool) {}
 
 void NgramDrafter::planned(const SchedulePlan& plan, const DraftPolicyFn& policy) {
