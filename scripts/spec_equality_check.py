@@ -13,7 +13,9 @@ nothing should differ; at concurrency > 1 batching changes GEMM shapes, not test
 
 Also reports, per task kind, tokens per verify call (from the speculating server's counters
 around each request) and the wall time of the whole set at concurrency 1 and 8, with and
-without speculation.
+without speculation, and where each kind's decode phase goes, one streamed request at a time:
+the client's view, the server's (its request log: duration_s - ttft_s), and the engine's
+decode steps in it (count, time, forward time; /get_server_info's step_kinds).
 
 Usage: spec_equality_check.py SALA_BINARY QUESTIONS_JSONL OUT_JSON [sala serve flags...]
 Exit 1 if a completion differs where the plain run's margin is >= --tie (default 0.1 nats,
