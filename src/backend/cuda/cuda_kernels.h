@@ -361,6 +361,9 @@ struct SparseAttnParams {
   // applied to the output (and to split partials).
   int kv_fmt = kKvAct;
   float v_scale = 1.f;
+  // The sparse rows of unsplit calls (prompt chunks) are launch_sparse_attention_sm90's: the
+  // mma.sync kernel skips them.
+  bool sm90_prefill_rows = false;
 };
 size_t sparse_attn_smem_bytes(int d, const SparseAttnParams& p);
 // Stage 2 of every sparse row of the step: out[T, nh*d] (p.splits == 1) or partials as
@@ -369,6 +372,16 @@ void launch_sparse_attention(int d, const bf16* q, const StepRows& s, const int2
                              int n_tiles, const void* kc, const void* vc, const int32_t* sel,
                              const int32_t* sel_cnt, const SparseAttnParams& p, bf16* out,
                              float* part, float* ml, cudaStream_t st);
+// Hopper (cuda_infllm_attn_sm90.cu): stage 2 of the sparse rows of unsplit calls (prompt
+// chunks) on wgmma, 4 rows x 16 query heads per warpgroup; the other tiles' blocks return at
+// once. Needs an sm_90 device, head_dim 128, 16 query heads per KV head
+// (sparse_attn_sm90_supported) and a bf16 cache (p.kv_fmt == kKvAct).
+bool sparse_attn_sm90_supported(int d, int q_heads_per_kv_head);
+size_t sparse_attn_sm90_smem_bytes(const SparseAttnParams& p);
+void launch_sparse_attention_sm90(const bf16* q, const StepRows& s, const int2* tiles,
+                                  int n_tiles, const void* kc, const void* vc, const int32_t* sel,
+                                  const int32_t* sel_cnt, const SparseAttnParams& p, bf16* out,
+                                  cudaStream_t st);
 
 // Dense causal attention of one long call (cuda_flash.cu, head_dim 128, tensor cores):
 // rows token_begin .. token_begin + num_tokens of q/out, keys 0 .. past_len + row. kc, vc:

@@ -117,6 +117,9 @@ void SparseRunner::alloc_select_work(size_t pool_tokens) {
   SALA_CHECK(sparse_attn_smem_bytes(cfg_.head_dim, sa) + 4096 <= size_t(max_smem_optin_),
              "sequences of {} tokens need more shared memory for sparse attention than the GPU has",
              max_len);
+  // Hopper: prompt chunks' sparse rows on the wgmma kernel where it fits, else on the above.
+  sm90_prefill_ok_ = sparse_attn_sm90_supported(cfg_.head_dim, nh / kvh) &&
+                     sparse_attn_sm90_smem_bytes(sa) + 4096 <= size_t(max_smem_optin_);
 }
 
 void SparseRunner::start_rows() {

@@ -104,6 +104,7 @@ class SparseRunner {
   int select_nb_stride_ = 0, select_et_stride_ = 0;
   int64_t select_max_len_ = 0;  // longest sequence the workspaces hold
   int attn_nb_words_ = 0, attn_nkt_words_ = 0, attn_list_cap_ = 0;  // stage 2 shared memory
+  bool sm90_prefill_ok_ = false;  // launch_sparse_attention_sm90 takes prompt chunks' rows
 };
 
 }  // namespace sala::cuda_host
