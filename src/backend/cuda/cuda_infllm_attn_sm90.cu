@@ -18,6 +18,7 @@
 // registers) it measured slower than the mma.sync kernel, which keeps them.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/cuda_infllm_attn.cuh"
 #include "backend/cuda/cuda_launch.cuh"
@@ -93,6 +94,30 @@ __device__ __forceinline__ void produce(const int32_t* list, int n_list, unsigne
   for (int i = max(0, n_list - (kInFlight - 1)); i < n_list; ++i) mbar_arrive(&full[i % kSlots]);
 }
 
+// The same ring filled by TMA (one thread): 4 bulk loads of 64 rows x 128 bytes per tile (K and
+// V halves), completing on the slot's full barrier with the tile's bytes; the copies write the
+// 128-byte-swizzled layout themselves and are async-proxy writes (no fence). Rows past the
+// sequence in the tile's page hold zeros or an older sequence's keys: finite values the row
+// masks (probability 0).
+__device__ __forceinline__ void produce_tma(const int32_t* list, int n_list,
+                                            unsigned char* ring, uint64_t* full, uint64_t* empty,
+                                            const CUtensorMap* km, const CUtensorMap* vm,
+                                            const int32_t* pages, int page_size, int g) {
+  for (int i = 0; i < n_list; ++i) {
+    const int slot = i % kSlots;
+    if (i >= kSlots) mbar_wait(&empty[slot], uint32_t(i / kSlots - 1) & 1u);
+    const int p0 = list[i] * kKT;
+    const int row0 = pages[p0 / page_size] * page_size + p0 % page_size;
+    unsigned char* ks = ring + slot * kSlotBytes;
+    unsigned char* vs = ks + kTileBytes;
+    mbar_expect_tx(&full[slot], kSlotBytes);
+    tma_load_2d(ks, km, g * kD, row0, &full[slot]);
+    tma_load_2d(ks + kHalfBytes, km, g * kD + 64, row0, &full[slot]);
+    tma_load_2d(vs, vm, g * kD, row0, &full[slot]);
+    tma_load_2d(vs + kHalfBytes, vm, g * kD + 64, row0, &full[slot]);
+  }
+}
+
 // Ties wgmma accumulators to this point of the program: the compiler sees them written here,
 // so it reads them only after the wgmma.wait before it (it knows nothing of async wgmma).
 __device__ __forceinline__ void fence_operands(float (&r)[32]) {
@@ -161,9 +186,13 @@ __device__ __forceinline__ void softmax_step(float (&sv)[32], uint64_t keys, flo
 }
 #endif
 
+// kTma: the producer is produce_tma over km / vm; else produce's cp.async over kc / vc.
+template <bool kTma>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attn_sm90_kernel(const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles,
                             const bf16* __restrict__ kc, const bf16* __restrict__ vc,
+                            const __grid_constant__ CUtensorMap km,
+                            const __grid_constant__ CUtensorMap vm,
                             const int32_t* __restrict__ sel, const int32_t* __restrict__ sel_cnt,
                             SparseAttnParams P, bf16* __restrict__ out) {
 #ifdef SALA_SM90A_DEVICE
@@ -190,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t row = tile.x + (active ? slot_row : 0);
   const long long t = s.past_len + (row - s.token_begin), L = s.past_len + s.num_tokens;
   if (tid < kSlots) {
-    mbar_init(&full[tid], 128);   // one arrival per producer thread
+    mbar_init(&full[tid], kTma ? 1 : 128);  // one arrival per producer thread
     mbar_init(&empty[tid], kRows);  // one per consumer warp
   }
   const int n_list = tile_union<kThreads>(
@@ -203,6 +232,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   if (warp < 4) {
+    if constexpr (kTma) {
+      if (tid == 0)
+        produce_tma(list, n_list, ring, full, empty, &km, &vm, R.page_table + s.page_begin,
+                    G.page_size, g);
+      return;
+    }
     produce(list, n_list, ring, full, empty, kc, vc, G, R.page_table + s.page_begin, g, L);
     return;
   }
@@ -305,8 +340,26 @@ size_t sparse_attn_sm90_smem_bytes(const SparseAttnParams& p) {
          size_t(p.list_cap) * 5;
 }
 
+bool make_sparse_attn_sm90_maps(const void* kc, const void* vc, int64_t tokens, int kvh,
+                                int page_size, Sm90KvMaps* out) {
+  static_assert(sizeof(CUtensorMap) == sizeof(out->k));
+  if (!sparse_attn_sm90_supported(kD, 16) || !tma_encode_fn() || page_size % kKT != 0 ||
+      tokens > (int64_t(1) << 31) - 1 || reinterpret_cast<uintptr_t>(kc) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(vc) % 16 != 0)
+    return false;
+  const int64_t cols = int64_t(kvh) * kD;
+  const CUtensorMap k = make_tma_map_2d(kc, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, tokens, cols,
+                                        cols * 2, 64, kKT);
+  const CUtensorMap v = make_tma_map_2d(vc, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, tokens, cols,
+                                        cols * 2, 64, kKT);
+  std::memcpy(out->k, &k, sizeof(k));
+  std::memcpy(out->v, &v, sizeof(v));
+  return true;
+}
+
 void launch_sparse_attention_sm90(const bf16* q, const StepRows& s, const int2* tiles,
-                                  int n_tiles, const void* kc, const void* vc, const int32_t* sel,
+                                  int n_tiles, const void* kc, const void* vc,
+                                  const Sm90KvMaps* maps, const int32_t* sel,
                                   const int32_t* sel_cnt, const SparseAttnParams& p, bf16* out,
                                   cudaStream_t st) {
   if (n_tiles <= 0) return;
@@ -316,16 +369,27 @@ void launch_sparse_attention_sm90(const bf16* q, const StepRows& s, const int2* 
     std::abort();
   }
   const size_t smem = sparse_attn_sm90_smem_bytes(p);
-  static size_t smem_set = 48 * 1024;
-  if (smem > smem_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_sm90_kernel,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    smem_set = smem;
+  CUtensorMap km{}, vm{};
+  if (maps) {
+    std::memcpy(&km, maps->k, sizeof(km));
+    std::memcpy(&vm, maps->v, sizeof(vm));
   }
-  launch_pdl(sparse_attn_sm90_kernel, dim3(unsigned(n_tiles), unsigned(p.g.kvh)), kThreads, smem,
-             st, q, s, tiles, static_cast<const bf16*>(kc), static_cast<const bf16*>(vc), sel,
-             sel_cnt, p, out);
-  CUDA_CHECK_LAUNCH();
+  auto go = [&](auto kernel, size_t& smem_set) {
+    if (smem > smem_set) {
+      CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      smem_set = smem;
+    }
+    launch_pdl(kernel, dim3(unsigned(n_tiles), unsigned(p.g.kvh)), kThreads, smem, st, q, s,
+               tiles, static_cast<const bf16*>(kc), static_cast<const bf16*>(vc), km, vm, sel,
+               sel_cnt, p, out);
+    CUDA_CHECK_LAUNCH();
+  };
+  static size_t smem_tma = 48 * 1024, smem_cp = 48 * 1024;
+  if (maps)
+    go(sparse_attn_sm90_kernel<true>, smem_tma);
+  else
+    go(sparse_attn_sm90_kernel<false>, smem_cp);
 }
 
 }  // namespace sala::cuda

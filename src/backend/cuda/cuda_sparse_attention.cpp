@@ -210,7 +210,8 @@ void SparseRunner::attention_t(int si, const Tensor& q, const Tensor& k, const T
           sm90_prefill_ok_ && kv_fmt_ == kKvAct && !sd.prompt_free && sd.n_sparse_seqs > 0;
       if (SA.sm90_prefill_rows)
         launch_sparse_attention_sm90(ptr<const bf16>(q), rows, sd.tiles, sd.n_tiles, sc.k, sc.v,
-                                     sel_, sel_cnt_, SA, ptr<bf16>(out), stream_);
+                                     sc.has_maps ? &sc.maps : nullptr, sel_, sel_cnt_, SA,
+                                     ptr<bf16>(out), stream_);
       launch_sparse_attention(d, ptr<const bf16>(q), rows, sd.tiles, sd.n_tiles, sc.k, sc.v,
                               sel_, sel_cnt_, SA, ptr<bf16>(out), attn_part_, attn_ml_, stream_);
     } else {

@@ -75,6 +75,10 @@ void SparseRunner::init(const ModelConfig& cfg, const CacheShape& shape, int kv_
     CUDA_CHECK(cudaMemsetAsync(c.c2, 0, c2_bytes, stream_));
   }
   if (cfg.num_sparse_layers() > 0) alloc_select_work(tokens);
+  if (sm90_prefill_ok_ && bf16_ && kv_fmt_ == cuda::kKvAct)
+    for (auto& c : caches_)
+      c.has_maps = make_sparse_attn_sm90_maps(c.k, c.v, int64_t(tokens), cfg.num_key_value_heads,
+                                              shape.page_size, &c.maps);
 }
 
 // Selection workspaces for the longest sequence the pool holds (SPEC §9.5 sizes):

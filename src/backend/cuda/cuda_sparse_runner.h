@@ -85,6 +85,8 @@ class SparseRunner {
     void* v;
     void* c1;  // [num_pages, page_size / s1, kvh, d]
     void* c2;  // [num_pages, page_size / s2, kvh, d]
+    bool has_maps = false;  // maps: the wgmma stage-2 kernel's TMA descriptors of k and v
+    cuda::Sm90KvMaps maps{};
   };
   std::vector<LayerCache> caches_;
 
