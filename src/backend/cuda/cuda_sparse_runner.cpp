@@ -13,9 +13,10 @@ namespace sala::cuda_host {
 using namespace sala::cuda;
 
 SparseRunner::SparseRunner(bool bf16_mode, int max_smem_optin, int attn_min_blocks,
-                           cudaStream_t stream, DeviceArena& arena, const StepPlan& plan,
+                           bool attn_tma, cudaStream_t stream, DeviceArena& arena, const StepPlan& plan,
                            GraphCache& graphs, OpTimer& timer)
-    : bf16_(bf16_mode), max_smem_optin_(max_smem_optin), stream_(stream), arena_(arena),
+    : bf16_(bf16_mode), max_smem_optin_(max_smem_optin), attn_tma_(attn_tma), stream_(stream),
+      arena_(arena),
       plan_(plan), graphs_(graphs), timer_(timer) {
   int dev = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
@@ -75,7 +76,7 @@ void SparseRunner::init(const ModelConfig& cfg, const CacheShape& shape, int kv_
     CUDA_CHECK(cudaMemsetAsync(c.c2, 0, c2_bytes, stream_));
   }
   if (cfg.num_sparse_layers() > 0) alloc_select_work(tokens);
-  if (sm90_prefill_ok_ && bf16_ && kv_fmt_ == cuda::kKvAct)
+  if (sm90_prefill_ok_ && attn_tma_ && bf16_ && kv_fmt_ == cuda::kKvAct)
     for (auto& c : caches_)
       c.has_maps = make_sparse_attn_sm90_maps(c.k, c.v, int64_t(tokens), cfg.num_key_value_heads,
                                               shape.page_size, &c.maps);

@@ -25,9 +25,11 @@ namespace sala::cuda_host {
 
 class SparseRunner {
  public:
-  // attn_min_blocks: BackendOptions::attn_min_blocks (0: SMs / 2).
-  SparseRunner(bool bf16_mode, int max_smem_optin, int attn_min_blocks, cudaStream_t stream,
-               DeviceArena& arena, const StepPlan& plan, GraphCache& graphs, OpTimer& timer);
+  // attn_min_blocks: BackendOptions::attn_min_blocks (0: SMs / 2); attn_tma:
+  // BackendOptions::sparse_attn_tma.
+  SparseRunner(bool bf16_mode, int max_smem_optin, int attn_min_blocks, bool attn_tma,
+               cudaStream_t stream, DeviceArena& arena, const StepPlan& plan, GraphCache& graphs,
+               OpTimer& timer);
   SparseRunner(const SparseRunner&) = delete;
   SparseRunner& operator=(const SparseRunner&) = delete;
 
@@ -69,6 +71,7 @@ class SparseRunner {
   bool bf16_;
   int max_smem_optin_;
   int min_blocks_;  // stage-2 decode grid target (decode_parts_per_block)
+  bool attn_tma_;   // BackendOptions::sparse_attn_tma
   cudaStream_t stream_;
   DeviceArena& arena_;
   const StepPlan& plan_;
