@@ -247,10 +247,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             mx0 = fmaxf(mx0, sv[n][e]);
             mx1 = fmaxf(mx1, sv[n][e + 2]);
           }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        quad_max2(mx0, mx1);
         // The half holds a selected key ≤ t (hkeys != 0), so both maxima are finite.
         const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
         const float c0 = fast_exp2(m0 - mn0), c1 = fast_exp2(m1 - mn1);  // 0 on the first update
@@ -262,10 +259,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           sum0 += sv[n][0] + sv[n][1];
           sum1 += sv[n][2] + sv[n][3];
         }
-        sum0 += __shfl_xor_sync(0xffffffffu, sum0, 1);
-        sum0 += __shfl_xor_sync(0xffffffffu, sum0, 2);
-        sum1 += __shfl_xor_sync(0xffffffffu, sum1, 1);
-        sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
+        quad_sum2(sum0, sum1);
         l0 = l0 * c0 + sum0, l1 = l1 * c1 + sum1;
         m0 = mn0, m1 = mn1;
 #pragma unroll

@@ -21,6 +21,21 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// The maxima (sums) of a and b over the 4 lanes of a quad, in every lane of it: an mma C
+// fragment row's values are spread over a quad.
+__device__ __forceinline__ void quad_max2(float& a, float& b) {
+  a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1));
+  a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 2));
+  b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, 1));
+  b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, 2));
+}
+__device__ __forceinline__ void quad_sum2(float& a, float& b) {
+  a += __shfl_xor_sync(0xffffffffu, a, 1);
+  a += __shfl_xor_sync(0xffffffffu, a, 2);
+  b += __shfl_xor_sync(0xffffffffu, b, 1);
+  b += __shfl_xor_sync(0xffffffffu, b, 2);
+}
+
 // The keys of 64-key tile kt that a row attends: bit j set iff key kt·64 + j is in a block
 // of the row's selection (bits) and at or before the row's position t. 32-bit arithmetic
 // only, and a shift for power-of-two block sizes (bs_log2 >= 0; else -1): this runs per warp

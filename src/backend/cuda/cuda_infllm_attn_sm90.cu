@@ -146,10 +146,7 @@ __device__ __forceinline__ void softmax_step(float (&sv)[32], uint64_t keys, flo
       mx0 = fmaxf(mx0, sv[4 * j + e]);
       mx1 = fmaxf(mx1, sv[4 * j + 2 + e]);
     }
-  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+  quad_max2(mx0, mx1);
   // A row with no key so far and none here keeps m = −inf: its exponents are taken against 0
   // (p = 0, O and l stay 0). A row with none here: c = 1, p = 0, nothing changes.
   const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
@@ -163,10 +160,7 @@ __device__ __forceinline__ void softmax_step(float (&sv)[32], uint64_t keys, flo
     sum0 += sv[4 * j] + sv[4 * j + 1];
     sum1 += sv[4 * j + 2] + sv[4 * j + 3];
   }
-  sum0 += __shfl_xor_sync(0xffffffffu, sum0, 1);
-  sum0 += __shfl_xor_sync(0xffffffffu, sum0, 2);
-  sum1 += __shfl_xor_sync(0xffffffffu, sum1, 1);
-  sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
+  quad_sum2(sum0, sum1);
   l0 = l0 * c0 + sum0, l1 = l1 * c1 + sum1;
   m0 = mn0, m1 = mn1;
 #pragma unroll
