@@ -213,8 +213,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t row = tile.x + (active ? slot_row : 0);
   const long long t = s.past_len + (row - s.token_begin), L = s.past_len + s.num_tokens;
   if (tid < kSlots) {
-    mbar_init(&full[tid], kTma ? 1 : 128);  // one arrival per producer thread
-    mbar_init(&empty[tid], kRows);  // one per consumer warp
+    mbar_init(&full[tid], kTma ? 1 : 128);  // TMA: one arrival with the tile's bytes
+    mbar_init(&empty[tid], kRows);           // one per consumer warp
+    // The barriers' init visible to the async proxy (TMA's complete_tx) too.
+    if constexpr (kTma) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   const int n_list = tile_union<kThreads>(
       rbits, P.nb_words, kRows, ubits, gbits, 2, kGroups, P.nkt_words, list, L, G, g, sel, sel_cnt,
