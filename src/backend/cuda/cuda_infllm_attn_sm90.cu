@@ -4,12 +4,14 @@
 // it (≈ 9 % of the FLOP floor at 128K). Here a warpgroup computes 4 rows × 16 heads = wgmma's
 // m64 on every tile that any of its 4 rows selected, masking the keys a row did not select:
 // a tile a row skips costs that row nothing in its numbers (probabilities 0, rescale by 1)
-// but is computed, which pays while neighbouring rows share most of their blocks.
+// but is computed. That pays where neighbouring rows share their blocks; the random 9B's rows
+// share few top-k blocks (a warpgroup computes ≈ 2.3x the tiles its rows need at 32K).
 //
 // One block per (tile of ≤ 8 rows of one unsplit sparse call, KV head): warpgroup 0 copies
 // the union of the 8 rows' selected 64-key tiles (ascending) into a ring of kSlots K/V slots
-// (cp.async, 128-byte-swizzled halves of 64 columns: wgmma's canonical layout), fences them
-// for the async proxy and hands them over by mbarrier; warpgroups 1 and 2 (rows 0-3, 4-7)
+// in 128-byte-swizzled halves of 64 columns (wgmma's canonical layout) and hands them over by
+// mbarrier: by TMA where a page holds whole 64-key tiles (one thread, 4 bulk loads per tile),
+// else by cp.async with a proxy fence before the hand-over; warpgroups 1 and 2 (rows 0-3, 4-7)
 // each compute S = Q·Kᵀ (m64 n64, Q and K from shared memory), the masked online softmax in
 // registers (log2 units, fp32), and O += P·V with P from registers as hi + lo bf16 terms (the
 // probabilities are not rounded to bf16: golden README §4) and V as an MN-major operand.
