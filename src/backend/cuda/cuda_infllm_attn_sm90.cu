@@ -16,13 +16,15 @@
 // registers (log2 units, fp32), and O += P·V with P from registers as hi + lo bf16 terms (the
 // probabilities are not rounded to bf16: golden README §4) and V as an MN-major operand.
 // A row's numbers depend only on its own selection and the tile order (ascending), never on
-// the rows beside it. bf16 caches only: with FP8 caches (producers converting codes in
-// registers) it measured slower than the mma.sync kernel, which keeps them.
+// the rows beside it. FP8 caches: TMA lands the codes in a staging buffer and the producer
+// warpgroup converts them into the ring (its first version, converting codes the producers
+// had loaded themselves, measured slower than the mma.sync kernel: 2,129 vs 2,030 ms at 128K).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "backend/cuda/cuda_infllm_attn.cuh"
+#include "backend/cuda/cuda_kv_fp8.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_tma_sm90.cuh"
 
@@ -48,6 +50,11 @@ constexpr int kHalfBytes = kKT * 64 * 2;                // 64 rows x 64 bf16 col
 constexpr int kTileBytes = 2 * kHalfBytes;              // K (or V) of a tile, d = 128
 constexpr int kSlotBytes = 2 * kTileBytes;              // K, then V
 constexpr int kQBytes = 64 * kD * 2;                    // one warpgroup's 64 query rows
+// FP8 caches: TMA lands a tile's codes (64 rows x 128 bytes of K, then of V, 128-byte swizzle)
+// in one of kStages staging buffers; the producer warpgroup converts them into a ring slot.
+constexpr int kStages = 2;
+constexpr int kCodeBytes = kKT * kD;                    // one tile's K (or V) codes: 8 KB
+constexpr int kStageBytes = 2 * kCodeBytes;
 constexpr size_t kFixedSmem = size_t(kSlots) * kSlotBytes + size_t(kGroups) * kQBytes + 1024;
 
 // Byte offset of 16-byte chunk c (of 16) of row j (of 64) in a [2][64][64] bf16 tile: half
@@ -120,6 +127,56 @@ __device__ __forceinline__ void produce_tma(const int32_t* list, int n_list,
   }
 }
 
+// FP8 caches: TMA (thread 0) lands tile i's codes in staging buffer i mod kStages; the 128
+// producer threads convert them to their exact bf16 values (unscaled: the K scale is in
+// P.tau, the V scale applied to O) in the ring slot's layout, fence them for wgmma and hand
+// the slot over; once all have read the buffer, thread 0 refills it with tile i + kStages.
+template <int KF>
+__device__ __forceinline__ void produce_tma_fp8(const int32_t* list, int n_list,
+                                                unsigned char* ring, unsigned char* staging,
+                                                uint64_t* full, uint64_t* empty,
+                                                uint64_t* staged, const CUtensorMap* km,
+                                                const CUtensorMap* vm, const int32_t* pages,
+                                                int page_size, int g) {
+  const int tid = threadIdx.x;
+  auto issue = [&](int i) {
+    const int st = i % kStages;
+    const int p0 = list[i] * kKT;
+    const int row0 = pages[p0 / page_size] * page_size + p0 % page_size;
+    unsigned char* dst = staging + st * kStageBytes;
+    mbar_expect_tx(&staged[st], kStageBytes);
+    tma_load_2d(dst, km, g * kD, row0, &staged[st]);
+    tma_load_2d(dst + kCodeBytes, vm, g * kD, row0, &staged[st]);
+  };
+  if (tid == 0)
+    for (int i = 0; i < min(kStages, n_list); ++i) issue(i);
+  for (int i = 0; i < n_list; ++i) {
+    const int slot = i % kSlots, st = i % kStages;
+    mbar_wait(&staged[st], uint32_t(i / kStages) & 1u);
+    if (i >= kSlots) mbar_wait(&empty[slot], uint32_t(i / kSlots - 1) & 1u);
+    const unsigned char* src = staging + st * kStageBytes;
+    unsigned char* dst = ring + slot * kSlotBytes;
+    // 16-code chunk cc of row j (K: e < 512, V: e >= 512) -> bf16 chunks 2cc and 2cc + 1.
+#pragma unroll
+    for (int k = 0; k < 2 * kCodeBytes / 16 / 128; ++k) {
+      const int e = tid + 128 * k, kv = e >> 9, j = (e >> 3) & 63, cc = e & 7;
+      const uint4 c = *reinterpret_cast<const uint4*>(src + kv * kCodeBytes + j * 128 +
+                                                      ((cc ^ (j & 7)) << 4));
+      unsigned char* d = dst + kv * kTileBytes;
+      *reinterpret_cast<uint4*>(d + sw_off(j, 2 * cc)) = kv_codes8_bf16<KF>(make_uint2(c.x, c.y));
+      *reinterpret_cast<uint4*>(d + sw_off(j, 2 * cc + 1)) =
+          kv_codes8_bf16<KF>(make_uint2(c.z, c.w));
+    }
+    fence_proxy_async_smem();
+    mbar_arrive(&full[slot]);
+    asm volatile("bar.sync 3, 128;\n" ::: "memory");  // every producer is done with `st`
+    if (tid == 0 && i + kStages < n_list) {
+      fence_proxy_async_smem();  // the buffer's generic reads before TMA's writes
+      issue(i + kStages);
+    }
+  }
+}
+
 // Ties wgmma accumulators to this point of the program: the compiler sees them written here,
 // so it reads them only after the wgmma.wait before it (it knows nothing of async wgmma).
 __device__ __forceinline__ void fence_operands(float (&r)[32]) {
@@ -182,8 +239,9 @@ __device__ __forceinline__ void softmax_step(float (&sv)[32], uint64_t keys, flo
 }
 #endif
 
-// kTma: the producer is produce_tma over km / vm; else produce's cp.async over kc / vc.
-template <bool kTma>
+// kTma: the producers load by TMA over km / vm (bf16: produce_tma; FP8 caches, KF:
+// produce_tma_fp8); else produce's cp.async over kc / vc (bf16 only).
+template <int KF, bool kTma>
 __global__ void __launch_bounds__(kThreads, 1)
     sparse_attn_sm90_kernel(const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles,
                             const bf16* __restrict__ kc, const bf16* __restrict__ vc,
@@ -191,18 +249,21 @@ __global__ void __launch_bounds__(kThreads, 1)
                             const __grid_constant__ CUtensorMap vm,
                             const int32_t* __restrict__ sel, const int32_t* __restrict__ sel_cnt,
                             SparseAttnParams P, bf16* __restrict__ out) {
+  static_assert(KF == kKvAct || kTma, "FP8 caches are loaded by TMA only");
 #ifdef SALA_SM90A_DEVICE
   pdl_begin();  // launch_pdl: before any read or write
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // The swizzle is of address bits: the ring and Q start 1024-byte aligned.
   unsigned char* ring = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   unsigned char* qs = ring + kSlots * kSlotBytes;                         // [kGroups][64][128]
-  uint32_t* rbits = reinterpret_cast<uint32_t*>(qs + kGroups * kQBytes);  // [kRows][nb_words]
+  unsigned char* staging = qs + kGroups * kQBytes;  // FP8: [kStages][K codes | V codes]
+  constexpr int kStaging = KF == kKvAct ? 0 : kStages * kStageBytes;
+  uint32_t* rbits = reinterpret_cast<uint32_t*>(staging + kStaging);      // [kRows][nb_words]
   uint32_t* ubits = rbits + kRows * P.nb_words;                           // [nkt_words]
   uint32_t* gbits = ubits + P.nkt_words;                                  // [kGroups][nkt_words]
   int32_t* list = reinterpret_cast<int32_t*>(gbits + kGroups * P.nkt_words);  // [list_cap]
   uint8_t* need = reinterpret_cast<uint8_t*>(list + P.list_cap);  // [list_cap]: groups' bits
-  __shared__ uint64_t full[kSlots], empty[kSlots];
+  __shared__ uint64_t full[kSlots], empty[kSlots], staged[kStages];
 
   const int2 tile = tiles[blockIdx.x];
   const DevSeq s = R.seqs[R.row_seq[tile.x]];
@@ -215,8 +276,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t row = tile.x + (active ? slot_row : 0);
   const long long t = s.past_len + (row - s.token_begin), L = s.past_len + s.num_tokens;
   if (tid < kSlots) {
-    mbar_init(&full[tid], kTma ? 1 : 128);  // TMA: one arrival with the tile's bytes
-    mbar_init(&empty[tid], kRows);           // one per consumer warp
+    // bf16 TMA: one arrival with the tile's bytes; else one per producer thread.
+    mbar_init(&full[tid], kTma && KF == kKvAct ? 1 : 128);
+    mbar_init(&empty[tid], kRows);  // one per consumer warp
+    if (tid < kStages) mbar_init(&staged[tid], 1);
     // The barriers' init visible to the async proxy (TMA's complete_tx) too.
     if constexpr (kTma) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -230,7 +293,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   if (warp < 4) {
-    if constexpr (kTma) {
+    if constexpr (KF != kKvAct) {
+      produce_tma_fp8<KF>(list, n_list, ring, staging, full, empty, staged, &km, &vm,
+                          R.page_table + s.page_begin, G.page_size, g);
+      return;
+    } else if constexpr (kTma) {
       if (tid == 0)
         produce_tma(list, n_list, ring, full, empty, &km, &vm, R.page_table + s.page_begin,
                     G.page_size, g);
@@ -306,7 +373,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (!active) return;
 
   // Rows lane/4 and lane/4 + 8 of this warp: heads 16g + lane/4 (+ 8) of its row.
-  const float i0 = 1.f / l0, i1 = 1.f / l1;
+  const float vs = KF != kKvAct ? P.v_scale : 1.f;  // FP8: O was summed over V's code values
+  const float i0 = vs / l0, i1 = vs / l1;
   bf16* o_h0 = out + (row * P.nh + g * 16 + lane / 4) * kD + qc;
   bf16* o_h1 = o_h0 + 8 * kD;
 #pragma unroll
@@ -334,22 +402,24 @@ bool sparse_attn_sm90_supported(int d, int q_heads_per_kv_head) {
 }
 
 size_t sparse_attn_sm90_smem_bytes(const SparseAttnParams& p) {
-  return kFixedSmem + (size_t(kRows) * p.nb_words + size_t(1 + kGroups) * p.nkt_words) * 4 +
+  return kFixedSmem + (p.kv_fmt != kKvAct ? size_t(kStages) * kStageBytes : 0) + (size_t(kRows) * p.nb_words + size_t(1 + kGroups) * p.nkt_words) * 4 +
          size_t(p.list_cap) * 5;
 }
 
 bool make_sparse_attn_sm90_maps(const void* kc, const void* vc, int64_t tokens, int kvh,
-                                int page_size, Sm90KvMaps* out) {
+                                int page_size, int kv_fmt, Sm90KvMaps* out) {
   static_assert(sizeof(CUtensorMap) == sizeof(out->k));
   if (!sparse_attn_sm90_supported(kD, 16) || !tma_encode_fn() || page_size % kKT != 0 ||
       tokens > (int64_t(1) << 31) - 1 || reinterpret_cast<uintptr_t>(kc) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(vc) % 16 != 0)
     return false;
+  // Boxes of 64 tokens x 128 bytes: 64 bf16 columns (half a head), or a head's 128 codes.
   const int64_t cols = int64_t(kvh) * kD;
-  const CUtensorMap k = make_tma_map_2d(kc, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, tokens, cols,
-                                        cols * 2, 64, kKT);
-  const CUtensorMap v = make_tma_map_2d(vc, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, tokens, cols,
-                                        cols * 2, 64, kKT);
+  const bool fp8 = kv_fmt != kKvAct;
+  const auto dt = fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const int esize = fp8 ? 1 : 2, box = 128 / esize;
+  const CUtensorMap k = make_tma_map_2d(kc, dt, tokens, cols, cols * esize, box, kKT);
+  const CUtensorMap v = make_tma_map_2d(vc, dt, tokens, cols, cols * esize, box, kKT);
   std::memcpy(out->k, &k, sizeof(k));
   std::memcpy(out->v, &v, sizeof(v));
   return true;
@@ -361,9 +431,9 @@ void launch_sparse_attention_sm90(const bf16* q, const StepRows& s, const int2* 
                                   const int32_t* sel_cnt, const SparseAttnParams& p, bf16* out,
                                   cudaStream_t st) {
   if (n_tiles <= 0) return;
-  if (p.kv_fmt != kKvAct) {
-    std::fprintf(stderr, "%s:%d: the wgmma stage-2 kernel reads bf16 caches only\n", __FILE__,
-                 __LINE__);
+  if (p.kv_fmt != kKvAct && !maps) {
+    std::fprintf(stderr, "%s:%d: the wgmma stage-2 kernel reads FP8 caches by TMA only\n",
+                 __FILE__, __LINE__);
     std::abort();
   }
   const size_t smem = sparse_attn_sm90_smem_bytes(p);
@@ -383,11 +453,16 @@ void launch_sparse_attention_sm90(const bf16* q, const StepRows& s, const int2* 
                sel_cnt, p, out);
     CUDA_CHECK_LAUNCH();
   };
-  static size_t smem_tma = 48 * 1024, smem_cp = 48 * 1024;
-  if (maps)
-    go(sparse_attn_sm90_kernel<true>, smem_tma);
+  static size_t smem_tma = 48 * 1024, smem_cp = 48 * 1024, smem_e4m3 = 48 * 1024,
+                smem_e5m2 = 48 * 1024;
+  if (p.kv_fmt == kKvE4m3)
+    go(sparse_attn_sm90_kernel<kKvE4m3, true>, smem_e4m3);
+  else if (p.kv_fmt == kKvE5m2)
+    go(sparse_attn_sm90_kernel<kKvE5m2, true>, smem_e5m2);
+  else if (maps)
+    go(sparse_attn_sm90_kernel<kKvAct, true>, smem_tma);
   else
-    go(sparse_attn_sm90_kernel<false>, smem_cp);
+    go(sparse_attn_sm90_kernel<kKvAct, false>, smem_cp);
 }
 
 }  // namespace sala::cuda

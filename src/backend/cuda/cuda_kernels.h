@@ -375,21 +375,23 @@ void launch_sparse_attention(int d, const bf16* q, const StepRows& s, const int2
 // Hopper (cuda_infllm_attn_sm90.cu): stage 2 of the sparse rows of unsplit calls (prompt
 // chunks) on wgmma, 4 rows x 16 query heads per warpgroup; the other tiles' blocks return at
 // once. Needs an sm_90 device, head_dim 128, 16 query heads per KV head
-// (sparse_attn_sm90_supported) and a bf16 cache (p.kv_fmt == kKvAct).
+// (sparse_attn_sm90_supported), and for an FP8 cache its TMA maps.
 bool sparse_attn_sm90_supported(int d, int q_heads_per_kv_head);
 size_t sparse_attn_sm90_smem_bytes(const SparseAttnParams& p);
-// TMA descriptors (CUtensorMap, 128 bytes each) of one layer's bf16 K and V caches
-// [tokens, kvh * 128], boxes of 64 tokens x 64 columns: the kernel's producer then copies a
-// tile with 4 bulk loads from one thread instead of 128 threads' cp.async. Made only for pages
-// of a multiple of 64 tokens (a 64-key tile is one page's consecutive rows);
-// make_sparse_attn_sm90_maps returns false where TMA or the layout is not available.
+// TMA descriptors (CUtensorMap, 128 bytes each) of one layer's K and V caches [tokens,
+// kvh * 128], boxes of 64 tokens x 128 bytes (bf16: 64 columns; FP8 codes, kv_fmt kKvE4m3 /
+// kKvE5m2: 128): the kernel's producers then load a tile by bulk copies instead of 128
+// threads' cp.async. Made only for pages of a multiple of 64 tokens (a 64-key tile is one
+// page's consecutive rows); make_sparse_attn_sm90_maps returns false where TMA or the layout
+// is not available.
 struct Sm90KvMaps {
   alignas(64) unsigned char k[128];
   alignas(64) unsigned char v[128];
 };
 bool make_sparse_attn_sm90_maps(const void* kc, const void* vc, int64_t tokens, int kvh,
-                                int page_size, Sm90KvMaps* out);
-// maps: the layer's (make_sparse_attn_sm90_maps), or null for cp.async producers.
+                                int page_size, int kv_fmt, Sm90KvMaps* out);
+// maps: the layer's (make_sparse_attn_sm90_maps), or null for cp.async producers (bf16
+// caches only).
 void launch_sparse_attention_sm90(const bf16* q, const StepRows& s, const int2* tiles,
                                   int n_tiles, const void* kc, const void* vc,
                                   const Sm90KvMaps* maps, const int32_t* sel,

@@ -76,10 +76,10 @@ void SparseRunner::init(const ModelConfig& cfg, const CacheShape& shape, int kv_
     CUDA_CHECK(cudaMemsetAsync(c.c2, 0, c2_bytes, stream_));
   }
   if (cfg.num_sparse_layers() > 0) alloc_select_work(tokens);
-  if (sm90_prefill_ok_ && attn_tma_ && bf16_ && kv_fmt_ == cuda::kKvAct)
+  if (sm90_prefill_ok_ && attn_tma_ && bf16_)
     for (auto& c : caches_)
       c.has_maps = make_sparse_attn_sm90_maps(c.k, c.v, int64_t(tokens), cfg.num_key_value_heads,
-                                              shape.page_size, &c.maps);
+                                              shape.page_size, kv_fmt_, &c.maps);
 }
 
 // Selection workspaces for the longest sequence the pool holds (SPEC §9.5 sizes):
@@ -123,6 +123,7 @@ void SparseRunner::alloc_select_work(size_t pool_tokens) {
              "sequences of {} tokens need more shared memory for sparse attention than the GPU has",
              max_len);
   // Hopper: prompt chunks' sparse rows on the wgmma kernel where it fits, else on the above.
+  sa.kv_fmt = kv_fmt_;  // FP8: the wgmma kernel's staging buffers too
   sm90_prefill_ok_ = sparse_attn_sm90_supported(cfg_.head_dim, nh / kvh) &&
                      sparse_attn_sm90_smem_bytes(sa) + 4096 <= size_t(max_smem_optin_);
 }
