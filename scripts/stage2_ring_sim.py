@@ -29,7 +29,7 @@ def run(slots, lag, reach, need):
     released = [[False] * n for _ in range(groups)]
     handed = 0  # tiles 0 .. handed - 1 are full
     issued = 0
-    # consumer state: (phase, cur, i) walked by step(); phase 'walk' or 'done'
+    # per group: the tile it holds (None: none), the next list entry it looks at, done
     state = [{"cur": None, "i": 0, "done": False} for _ in range(groups)]
 
     def full(i):
@@ -37,7 +37,7 @@ def run(slots, lag, reach, need):
 
     def step_group(g):
         """Advances group g by one action if it can; returns True if it did."""
-        st, need_g = state[g], [need[i][g] for i in range(n)]
+        st = state[g]
         if st["done"]:
             return False
         cur, i = st["cur"], st["i"]
@@ -47,7 +47,7 @@ def run(slots, lag, reach, need):
                 return True
             if not full(i):
                 return False
-            if need_g[i]:
+            if need[i][g]:
                 st["cur"], st["i"] = i, i + 1
             else:
                 released[g][i] = True
@@ -57,7 +57,7 @@ def run(slots, lag, reach, need):
         if reach > 1 and i < min(n, cur + reach):
             if not full(i):
                 return False
-            if need_g[i]:  # S of tile i issued ahead; cur is done after it
+            if need[i][g]:  # S of tile i issued ahead; cur is done after it
                 released[g][cur] = True
                 st["cur"], st["i"] = i, i + 1
             else:
