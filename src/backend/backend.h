@@ -328,6 +328,10 @@ struct BackendOptions {
   // step still launches at least this many blocks; 0: half the SMs. The parts, and so the
   // results, are the same for any value; tests set 1 to force 8 parts per block.
   int attn_min_blocks = 0;
+  // CUDA, Hopper: the wgmma stage-2 kernel of prompt chunks loads K/V tiles by TMA where pages
+  // hold whole 64-key tiles (else cp.async). Both fill the same tiles, so the results are the
+  // same bits; tests set false to compare the two.
+  bool sparse_attn_tma = true;
   // W8A8 FP8 (`sala serve --quantization fp8`): the projections are quantized at load to
   // e4m3 with one scale per output channel (amax / 448), and each GEMM quantizes its input
   // rows the same way per token; lm_head, the embedding and the norms stay dense. The CPU

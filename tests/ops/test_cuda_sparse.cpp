@@ -44,6 +44,7 @@ struct SparseCase {
   bool gated = false;  // sparse_attention_mul_sigmoid with a random gate (the model's call)
   bool gpu_two_op = false;  // gated: the GPU runs Backend's default (attention, then the gate)
   int attn_min_blocks = 0;  // the GPU backend's BackendOptions::attn_min_blocks
+  bool attn_tma = true;     // the GPU backend's BackendOptions::sparse_attn_tma
   // Both backends' KV cache dtype and (FP8) every sparse layer's K / V scales.
   KvCacheDtype kv = KvCacheDtype::Auto;
   KvScales kv_scale{};
@@ -84,6 +85,7 @@ SparseTally run_sparse(const SparseCase& c, std::vector<std::vector<float>>* gpu
   const bool f32 = c.mode == NumericMode::F32;
   BackendOptions gpu_opts;
   gpu_opts.attn_min_blocks = c.attn_min_blocks;
+  gpu_opts.sparse_attn_tma = c.attn_tma;
   gpu_opts.kv_cache_dtype = c.kv;
   const ModelConfig lc = layer_config(nh, kvh, d, 4, 16, c.sp);
   LayerHarness H(lc, c.page_size, max_len, final_len.rbegin()->first + 1, c.mode, gpu_opts,
@@ -333,6 +335,18 @@ const std::vector<Calls>& scaled_steps() {
       {{6, 100}, {7, 37}},                                 // two sparse continuations, one step
   };
   return steps;
+}
+
+// Prompt chunks' stage 2 on Hopper (the wgmma kernel): TMA and cp.async producers fill the same
+// tiles (rows past a sequence: zeros, or an older sequence's finite keys, which its rows mask
+// with probability 0), so every output must be the same bits. Pages of 128 tokens: TMA where
+// the device has it. Elsewhere both runs take the same kernel.
+TEST(CudaOps, SparseStage2ProducersBitEqual) {
+  REQUIRE_GPU();
+  const SparseCase c{"scaled", 16, 1, 128, scaled_sparse(), 128, scaled_steps(), 1};
+  SparseCase cp = c;
+  cp.attn_tma = false;
+  expect_same_outputs(gpu_outputs(c), gpu_outputs(cp), "scaled d128, TMA vs cp.async producers");
 }
 
 const std::vector<Calls>& released_steps();

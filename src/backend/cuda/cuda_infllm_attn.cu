@@ -30,8 +30,7 @@
 // FP8 KV caches (KF): the producers load 8 codes per 8-byte chunk and store their exact bf16
 // values, so the consumers' code is the bf16 one; the K scale is part of P.tau, the V scale
 // multiplies O once at the end (SparseAttnParams::kv_fmt, v_scale).
-#include <cub/block/block_scan.cuh>
-
+#include "backend/cuda/cuda_infllm_attn.cuh"
 #include "backend/cuda/cuda_kv_fp8.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma.cuh"
@@ -39,10 +38,11 @@
 namespace sala::cuda {
 namespace {
 
+using namespace stage2;
+
 constexpr int kW = kSparseTileRows;  // consumer warps, one per row
 constexpr int kProducers = 4;        // warps kW .. kW + 3 load the K and V tiles
 constexpr int kThreads = (kW + kProducers) * 32;
-constexpr int kKT = 64;    // keys per tile
 constexpr int kSlots = 4;  // ring of K/V tiles in shared memory (32 KB each at d = 128)
 
 // Element offset of (row j, column x) in a smem tile of rows of D bf16: 16-byte chunk c of
@@ -51,36 +51,6 @@ template <int D>
 __device__ __forceinline__ int swz(int j, int x) {
   constexpr int CH = D / 8, M = (CH < 8 ? CH : 8) - 1;
   return j * D + (((x >> 3) ^ (j & M)) << 3) + (x & 7);
-}
-constexpr float kLog2e = 1.4426950408889634f;
-// 2^x by the SFU (ex2.approx.ftz: rel. error ≈ 2^-22, −inf → 0), as flash attention does;
-// exp2f adds range handling around it.
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-constexpr float kLn2 = 0.6931471805599453f;
-
-// The keys of 64-key tile kt that a row attends: bit j set iff key kt·64 + j is in a block
-// of the row's selection (bits) and at or before the row's position t. 32-bit arithmetic
-// only, and a shift for power-of-two block sizes (bs_log2 >= 0; else -1): this runs per warp
-// per tile of the union, and a division by bs was a tenth of the consumers' instructions.
-__device__ __forceinline__ uint64_t tile_keys(const uint32_t* bits, int kt, int bs, int bs_log2,
-                                              int t) {
-  const int k0 = kt * kKT;
-  uint64_t m = 0;
-  if (bs >= kKT) {
-    const int b = bs_log2 >= 0 ? k0 >> bs_log2 : k0 / bs;
-    m = ((bits[b >> 5] >> (b & 31)) & 1u) ? ~0ull : 0ull;
-  } else {
-    const uint64_t block_mask = bs == 64 ? ~0ull : ((1ull << bs) - 1);
-    for (int i = 0, b = k0 / bs; i < kKT / bs; ++i, ++b)
-      if ((bits[b >> 5] >> (b & 31)) & 1u) m |= block_mask << (i * bs);
-  }
-  const int last = t - k0;  // keys j <= last
-  if (last < kKT - 1) m &= last < 0 ? 0ull : ((2ull << last) - 1);
-  return m;
 }
 
 template <int D, int KF>
@@ -99,9 +69,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t* wbits = reinterpret_cast<uint32_t*>(Qs + kW * 16 * D);  // [kW][nb_words]
   uint32_t* ubits = wbits + kW * P.nb_words;                        // [nkt_words]
   int32_t* list = reinterpret_cast<int32_t*>(ubits + P.nkt_words);  // [list_cap]
-  using Scan = cub::BlockScan<int, kThreads>;
-  __shared__ typename Scan::TempStorage scan_tmp;
-  __shared__ int n_list;
   __shared__ uint64_t full[kSlots], empty[kSlots];
 
   const int2 tile = tiles[blockIdx.x];
@@ -114,6 +81,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // of several (StepDev::shared_tiles, P.spb == 1): part blockIdx.z for each of its rows,
   // consumer warp = row. Other calls: one part, consumer warp = row.
   const bool split_call = s.split_row >= 0;
+  if (P.sm90_prefill_rows && !dense && !split_call) return;  // sparse_attn_sm90_kernel's
   const bool decode = split_call && tile.y == 1;  // parts per consumer warp
   const int g = blockIdx.y, nsplit = split_call ? P.splits : 1;
   const int split0 = decode ? int(blockIdx.z) * P.spb : int(blockIdx.z);
@@ -127,46 +95,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t row = tile.x + (active && !decode ? warp : 0);
   const long long t = s.past_len + (row - s.token_begin), L = s.past_len + s.num_tokens;
   const int32_t* pages = R.page_table + s.page_begin;
-  uint32_t* mybits = wbits + (warp < kW ? warp : 0) * P.nb_words;
+  const uint32_t* mybits = wbits + (warp < kW ? warp : 0) * P.nb_words;
 
   // 1. The rows' selections as bitmaps, and the union of their key tiles.
-  const int nkt = int((L + kKT - 1) / kKT), words = (nkt + 31) / 32;
-  const int nbw = int(((L + G.bs - 1) / G.bs + 31) / 32);
-  for (int i = tid; i < kW * P.nb_words; i += kThreads)
-    if (i % P.nb_words < nbw) wbits[i] = 0;
-  for (int i = tid; i < words; i += kThreads) ubits[i] = 0;
   if (tid < kSlots) {
     mbar_init(&full[tid], kProducers * 32);  // one cp.async arrival per producer thread
     mbar_init(&empty[tid], ncons);           // one arrival per consumer warp
   }
-  __syncthreads();
-  if (active && dense) {
-    for (long long b = lane; b <= t / G.bs; b += 32) atomicOr(&mybits[b >> 5], 1u << (b & 31));
-    for (long long kt = lane; kt <= t / kKT; kt += 32) atomicOr(&ubits[kt >> 5], 1u << (kt & 31));
-  } else if (active) {
-    const int cnt = sel_cnt[row * G.kvh + g];
-    const int32_t* lst = sel + (row * G.kvh + g) * P.total_topk;
-    for (int i = lane; i < cnt; i += 32) {
-      const long long b = lst[i];
-      atomicOr(&mybits[b >> 5], 1u << (b & 31));
-      const long long kt1 = min((b * G.bs + G.bs - 1) / kKT, t / kKT);
-      for (long long kt = b * G.bs / kKT; kt <= kt1; ++kt)
-        atomicOr(&ubits[kt >> 5], 1u << (kt & 31));
-    }
-  }
-  __syncthreads();
-  {
-    const int per = (words + kThreads - 1) / kThreads;
-    const int w0 = min(words, tid * per), w1 = min(words, w0 + per);
-    int c = 0;
-    for (int w = w0; w < w1; ++w) c += __popc(ubits[w]);
-    int pos, total;
-    Scan(scan_tmp).ExclusiveSum(c, pos, total);
-    for (int w = w0; w < w1; ++w)
-      for (uint32_t m = ubits[w]; m; m &= m - 1) list[pos++] = w * 32 + __ffs(m) - 1;
-    if (tid == 0) n_list = total;
-  }
-  __syncthreads();
+  const int n_list = tile_union<kThreads>(wbits, P.nb_words, kW, ubits, nullptr, 0, 0, 0, list,
+                                          L, G, g, sel, sel_cnt, P.total_topk,
+                                          UnionRow{active ? warp : -1, dense, row, t});
   // Ring entries (j, w) in the order j = 0, 1, ..., w = 0 .. nw − 1 within each j: tile j of
   // part split0 + w, list index first + w·per + j (split calls: parts of per consecutive
   // tiles; other calls: one part, the whole list). Entries past the list take no slot; q
@@ -309,10 +247,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             mx0 = fmaxf(mx0, sv[n][e]);
             mx1 = fmaxf(mx1, sv[n][e + 2]);
           }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        quad_max2(mx0, mx1);
         // The half holds a selected key ≤ t (hkeys != 0), so both maxima are finite.
         const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
         const float c0 = fast_exp2(m0 - mn0), c1 = fast_exp2(m1 - mn1);  // 0 on the first update
@@ -324,10 +259,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           sum0 += sv[n][0] + sv[n][1];
           sum1 += sv[n][2] + sv[n][3];
         }
-        sum0 += __shfl_xor_sync(0xffffffffu, sum0, 1);
-        sum0 += __shfl_xor_sync(0xffffffffu, sum0, 2);
-        sum1 += __shfl_xor_sync(0xffffffffu, sum1, 1);
-        sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
+        quad_sum2(sum0, sum1);
         l0 = l0 * c0 + sum0, l1 = l1 * c1 + sum1;
         m0 = mn0, m1 = mn1;
 #pragma unroll

@@ -361,6 +361,9 @@ struct SparseAttnParams {
   // applied to the output (and to split partials).
   int kv_fmt = kKvAct;
   float v_scale = 1.f;
+  // The sparse rows of unsplit calls (prompt chunks) are launch_sparse_attention_sm90's: the
+  // mma.sync kernel skips them.
+  bool sm90_prefill_rows = false;
 };
 size_t sparse_attn_smem_bytes(int d, const SparseAttnParams& p);
 // Stage 2 of every sparse row of the step: out[T, nh*d] (p.splits == 1) or partials as
@@ -369,6 +372,31 @@ void launch_sparse_attention(int d, const bf16* q, const StepRows& s, const int2
                              int n_tiles, const void* kc, const void* vc, const int32_t* sel,
                              const int32_t* sel_cnt, const SparseAttnParams& p, bf16* out,
                              float* part, float* ml, cudaStream_t st);
+// Hopper (cuda_infllm_attn_sm90.cu): stage 2 of the sparse rows of unsplit calls (prompt
+// chunks) on wgmma, 4 rows x 16 query heads per warpgroup; the other tiles' blocks return at
+// once. Needs an sm_90 device, head_dim 128, 16 query heads per KV head
+// (sparse_attn_sm90_supported), and for an FP8 cache its TMA maps.
+bool sparse_attn_sm90_supported(int d, int q_heads_per_kv_head);
+size_t sparse_attn_sm90_smem_bytes(const SparseAttnParams& p);
+// TMA descriptors (CUtensorMap, 128 bytes each) of one layer's K and V caches [tokens,
+// kvh * 128], boxes of 64 tokens x 128 bytes (bf16: 64 columns; FP8 codes, kv_fmt kKvE4m3 /
+// kKvE5m2: 128): the kernel's producers then load a tile by bulk copies instead of 128
+// threads' cp.async. Made only for pages of a multiple of 64 tokens (a 64-key tile is one
+// page's consecutive rows); make_sparse_attn_sm90_maps returns false where TMA or the layout
+// is not available.
+struct Sm90KvMaps {
+  alignas(64) unsigned char k[128];
+  alignas(64) unsigned char v[128];
+};
+bool make_sparse_attn_sm90_maps(const void* kc, const void* vc, int64_t tokens, int kvh,
+                                int page_size, int kv_fmt, Sm90KvMaps* out);
+// maps: the layer's (make_sparse_attn_sm90_maps), or null for cp.async producers (bf16
+// caches only).
+void launch_sparse_attention_sm90(const bf16* q, const StepRows& s, const int2* tiles,
+                                  int n_tiles, const void* kc, const void* vc,
+                                  const Sm90KvMaps* maps, const int32_t* sel,
+                                  const int32_t* sel_cnt, const SparseAttnParams& p, bf16* out,
+                                  cudaStream_t st);
 
 // Dense causal attention of one long call (cuda_flash.cu, head_dim 128, tensor cores):
 // rows token_begin .. token_begin + num_tokens of q/out, keys 0 .. past_len + row. kc, vc:

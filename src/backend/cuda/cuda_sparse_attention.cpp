@@ -203,6 +203,15 @@ void SparseRunner::attention_t(int si, const Tensor& q, const Tensor& k, const T
       const size_t smem = sparse_attn_smem_bytes(d, SA);
       SALA_CHECK(smem + 4096 <= size_t(max_smem_optin_),
                  "sparse attention needs {} bytes of shared memory", smem);
+      // Prompt chunks' sparse rows on Hopper's wgmma kernel (sm90_prefill_ok_: the device,
+      // the head shape and its shared memory; an FP8 cache with its TMA maps); the mma.sync
+      // kernel takes the rest.
+      SA.sm90_prefill_rows = sm90_prefill_ok_ && (kv_fmt_ == kKvAct || sc.has_maps) &&
+                             !sd.prompt_free && sd.n_sparse_seqs > 0;
+      if (SA.sm90_prefill_rows)
+        launch_sparse_attention_sm90(ptr<const bf16>(q), rows, sd.tiles, sd.n_tiles, sc.k, sc.v,
+                                     sc.has_maps ? &sc.maps : nullptr, sel_, sel_cnt_, SA,
+                                     ptr<bf16>(out), stream_);
       launch_sparse_attention(d, ptr<const bf16>(q), rows, sd.tiles, sd.n_tiles, sc.k, sc.v,
                               sel_, sel_cnt_, SA, ptr<bf16>(out), attn_part_, attn_ml_, stream_);
     } else {

@@ -13,9 +13,10 @@ namespace sala::cuda_host {
 using namespace sala::cuda;
 
 SparseRunner::SparseRunner(bool bf16_mode, int max_smem_optin, int attn_min_blocks,
-                           cudaStream_t stream, DeviceArena& arena, const StepPlan& plan,
+                           bool attn_tma, cudaStream_t stream, DeviceArena& arena, const StepPlan& plan,
                            GraphCache& graphs, OpTimer& timer)
-    : bf16_(bf16_mode), max_smem_optin_(max_smem_optin), stream_(stream), arena_(arena),
+    : bf16_(bf16_mode), max_smem_optin_(max_smem_optin), attn_tma_(attn_tma), stream_(stream),
+      arena_(arena),
       plan_(plan), graphs_(graphs), timer_(timer) {
   int dev = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
@@ -75,6 +76,10 @@ void SparseRunner::init(const ModelConfig& cfg, const CacheShape& shape, int kv_
     CUDA_CHECK(cudaMemsetAsync(c.c2, 0, c2_bytes, stream_));
   }
   if (cfg.num_sparse_layers() > 0) alloc_select_work(tokens);
+  if (sm90_prefill_ok_ && attn_tma_ && bf16_)
+    for (auto& c : caches_)
+      c.has_maps = make_sparse_attn_sm90_maps(c.k, c.v, int64_t(tokens), cfg.num_key_value_heads,
+                                              shape.page_size, kv_fmt_, &c.maps);
 }
 
 // Selection workspaces for the longest sequence the pool holds (SPEC §9.5 sizes):
@@ -117,6 +122,10 @@ void SparseRunner::alloc_select_work(size_t pool_tokens) {
   SALA_CHECK(sparse_attn_smem_bytes(cfg_.head_dim, sa) + 4096 <= size_t(max_smem_optin_),
              "sequences of {} tokens need more shared memory for sparse attention than the GPU has",
              max_len);
+  // Hopper: prompt chunks' sparse rows on the wgmma kernel where it fits, else on the above.
+  sa.kv_fmt = kv_fmt_;  // FP8: the wgmma kernel's staging buffers too
+  sm90_prefill_ok_ = sparse_attn_sm90_supported(cfg_.head_dim, nh / kvh) &&
+                     sparse_attn_sm90_smem_bytes(sa) + 4096 <= size_t(max_smem_optin_);
 }
 
 void SparseRunner::start_rows() {

@@ -25,9 +25,11 @@ namespace sala::cuda_host {
 
 class SparseRunner {
  public:
-  // attn_min_blocks: BackendOptions::attn_min_blocks (0: SMs / 2).
-  SparseRunner(bool bf16_mode, int max_smem_optin, int attn_min_blocks, cudaStream_t stream,
-               DeviceArena& arena, const StepPlan& plan, GraphCache& graphs, OpTimer& timer);
+  // attn_min_blocks: BackendOptions::attn_min_blocks (0: SMs / 2); attn_tma:
+  // BackendOptions::sparse_attn_tma.
+  SparseRunner(bool bf16_mode, int max_smem_optin, int attn_min_blocks, bool attn_tma,
+               cudaStream_t stream, DeviceArena& arena, const StepPlan& plan, GraphCache& graphs,
+               OpTimer& timer);
   SparseRunner(const SparseRunner&) = delete;
   SparseRunner& operator=(const SparseRunner&) = delete;
 
@@ -69,6 +71,7 @@ class SparseRunner {
   bool bf16_;
   int max_smem_optin_;
   int min_blocks_;  // stage-2 decode grid target (decode_parts_per_block)
+  bool attn_tma_;   // BackendOptions::sparse_attn_tma
   cudaStream_t stream_;
   DeviceArena& arena_;
   const StepPlan& plan_;
@@ -85,6 +88,8 @@ class SparseRunner {
     void* v;
     void* c1;  // [num_pages, page_size / s1, kvh, d]
     void* c2;  // [num_pages, page_size / s2, kvh, d]
+    bool has_maps = false;  // maps: the wgmma stage-2 kernel's TMA descriptors of k and v
+    cuda::Sm90KvMaps maps{};
   };
   std::vector<LayerCache> caches_;
 
@@ -104,6 +109,7 @@ class SparseRunner {
   int select_nb_stride_ = 0, select_et_stride_ = 0;
   int64_t select_max_len_ = 0;  // longest sequence the workspaces hold
   int attn_nb_words_ = 0, attn_nkt_words_ = 0, attn_list_cap_ = 0;  // stage 2 shared memory
+  bool sm90_prefill_ok_ = false;  // launch_sparse_attention_sm90 takes prompt chunks' rows
 };
 
 }  // namespace sala::cuda_host

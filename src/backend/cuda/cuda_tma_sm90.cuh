@@ -1,6 +1,7 @@
 // Hopper TMA and wgmma plumbing shared by the wgmma kernels (cuda_skinny_sm90.cu,
-// scripts/kernel_ab/skinny_fp8_ab.cu): 2-D tensor maps with 128-byte swizzle, the bulk tensor
-// load that completes on an mbarrier, and the shared-memory descriptor of such a tile.
+// cuda_infllm_attn_sm90.cu): 2-D tensor maps with 128-byte
+// swizzle, the bulk tensor load that completes on an mbarrier, shared-memory descriptors of
+// such tiles, and the wgmma instructions the kernels issue.
 #pragma once
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -39,6 +40,63 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* tm, in
 __device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) |
          (uint64_t(1) << 62);
+}
+// wgmma descriptor of an MN-major B operand whose n extent is one 128-byte swizzled row
+// (64 bf16: wgmma n = 64) and whose k rows are 128 bytes apart in 1024-byte groups of 8:
+// both byte offsets are the 8-row group stride (with one 64-wide n group only the k-group
+// stride is read, whichever field holds it).
+__device__ __forceinline__ uint64_t smem_desc_sw128_mn64(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1024 >> 4) << 16) |
+         (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+#define SALA_WGMMA_D32                                                                        \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),        \
+      "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+      "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),           \
+      "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),           \
+      "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define SALA_WGMMA_D32_REGS                                                                \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+
+// d (+)= A·B over k = 16, both operands K-major in shared memory (descriptors), m64 n64, bf16
+// in, fp32 accumulators in wgmma's layout: d[4j + 2h + e] is row 16·warp + lane/4 + 8h,
+// column 8j + 2·(lane%4) + e. accumulate = 0: d = A·B (d's old values are not read).
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t da, uint64_t db,
+                                                int accumulate = 1) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SALA_WGMMA_D32_REGS
+               ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+               : SALA_WGMMA_D32
+               : "l"(da), "l"(db), "r"(accumulate));
+}
+// d += A·B over k = 16, A from registers (mma.sync's m16n8k16 A fragment per warp: rows
+// 16·warp .. + 15 of the 64), B MN-major in shared memory (smem_desc_sw128_mn64).
+__device__ __forceinline__ void wgmma_m64n64k16_rs_mn(float (&d)[32], const uint32_t (&a)[4],
+                                                      uint64_t db) {
+  asm volatile("{\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SALA_WGMMA_D32_REGS
+               ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n}\n"
+               : SALA_WGMMA_D32
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+#undef SALA_WGMMA_D32
+#undef SALA_WGMMA_D32_REGS
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait_all() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// Orders this thread's generic-proxy shared-memory writes (st.shared, landed cp.async) before
+// later async-proxy reads (wgmma operands).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 #endif
 

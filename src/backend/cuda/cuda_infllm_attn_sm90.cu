@@ -1,0 +1,468 @@
+// InfLLM-v2 stage 2 (SPEC §9.6) of prompt chunks on Hopper's wgmma. The mma.sync kernel
+// (cuda_infllm_attn.cu) gives each row one warp of 16 query heads (mma's m16), so a K/V tile
+// in shared memory serves one row per MMA and its instruction count per computed tile bounds
+// it (≈ 9 % of the FLOP floor at 128K). Here a warpgroup computes 4 rows × 16 heads = wgmma's
+// m64 on every tile that any of its 4 rows selected, masking the keys a row did not select:
+// a tile a row skips costs that row nothing in its numbers (probabilities 0, rescale by 1)
+// but is computed. That pays where neighbouring rows share their blocks; the random 9B's rows
+// share few top-k blocks (a warpgroup computes ≈ 2.3x the tiles its rows need at 32K).
+//
+// One block per (tile of ≤ 8 rows of one unsplit sparse call, KV head): warpgroup 0 copies
+// the union of the 8 rows' selected 64-key tiles (ascending) into a ring of kSlots K/V slots
+// in 128-byte-swizzled halves of 64 columns (wgmma's canonical layout) and hands them over by
+// mbarrier: by TMA where a page holds whole 64-key tiles (one thread, 4 bulk loads per tile),
+// else by cp.async with a proxy fence before the hand-over; warpgroups 1 and 2 (rows 0-3, 4-7)
+// each compute S = Q·Kᵀ (m64 n64, Q and K from shared memory), the masked online softmax in
+// registers (log2 units, fp32), and O += P·V with P from registers as hi + lo bf16 terms (the
+// probabilities are not rounded to bf16: golden README §4) and V as an MN-major operand.
+// A row's numbers depend only on its own selection and the tile order (ascending), never on
+// the rows beside it. FP8 caches: TMA lands the codes in a staging buffer and the producer
+// warpgroup converts them into the ring (its first version, converting codes the producers
+// had loaded themselves, measured slower than the mma.sync kernel: 2,129 vs 2,030 ms at 128K).
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/cuda_infllm_attn.cuh"
+#include "backend/cuda/cuda_kv_fp8.cuh"
+#include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_tma_sm90.cuh"
+
+namespace sala::cuda {
+namespace {
+
+using namespace stage2;
+
+constexpr int kD = 128;                                 // head_dim
+constexpr int kRows = kSparseTileRows;                  // rows per block
+constexpr int kGroupRows = 4;                           // rows per consumer warpgroup (m64)
+constexpr int kGroups = kRows / kGroupRows;             // consumer warpgroups
+constexpr int kThreads = (kGroups + 1) * 128;           // + the producer warpgroup
+constexpr int kSlots = 4;                               // K/V ring slots
+// Tiles a producer thread has in flight (cp.async groups): it hands tile i - 2 over once it
+// has issued tile i (it must see its own copies land before the proxy fence that makes them
+// visible to wgmma). A consumer waits for a tile only when it holds none, so any depth up to
+// kSlots is deadlock-free. Measured on the H200 (session 24): the stage is bound by these
+// loads; depth 2 with 5 slots and the next tile's S issued ahead was 16 % slower.
+constexpr int kInFlight = 3;
+static_assert(kInFlight >= 1 && kInFlight <= kSlots);
+constexpr int kHalfBytes = kKT * 64 * 2;                // 64 rows x 64 bf16 columns: 8 KB
+constexpr int kTileBytes = 2 * kHalfBytes;              // K (or V) of a tile, d = 128
+constexpr int kSlotBytes = 2 * kTileBytes;              // K, then V
+constexpr int kQBytes = 64 * kD * 2;                    // one warpgroup's 64 query rows
+// FP8 caches: TMA lands a tile's codes (64 rows x 128 bytes of K, then of V, 128-byte swizzle)
+// in one of kStages staging buffers; the producer warpgroup converts them into a ring slot.
+constexpr int kStages = 2;
+constexpr int kCodeBytes = kKT * kD;                    // one tile's K (or V) codes: 8 KB
+constexpr int kStageBytes = 2 * kCodeBytes;
+constexpr size_t kFixedSmem = size_t(kSlots) * kSlotBytes + size_t(kGroups) * kQBytes + 1024;
+
+// Byte offset of 16-byte chunk c (of 16) of row j (of 64) in a [2][64][64] bf16 tile: half
+// c / 8, 128-byte rows, the chunk XOR-swizzled by j mod 8 (the 128-byte swizzle on a
+// 1024-byte-aligned tile).
+__device__ __forceinline__ int sw_off(int j, int c) {
+  return (c >> 3) * kHalfBytes + j * 128 + (((c & 7) ^ (j & 7)) << 4);
+}
+
+#ifdef SALA_SM90A_DEVICE
+__device__ __forceinline__ void produce(const int32_t* list, int n_list, unsigned char* ring,
+                                        uint64_t* full, uint64_t* empty, const bf16* kc,
+                                        const bf16* vc, const CacheGeom& G,
+                                        const int32_t* pages, int g, long long L) {
+  // Thread p copies chunk p mod 16 of rows p / 16 + 8i (i < 8) of K and of V. A slot is
+  // refilled once every consumer warp has released it.
+  const int tid = threadIdx.x, c = tid % 16, j0 = tid / 16;
+  const bool one_page = G.page_size % kKT == 0;  // a tile's keys: consecutive rows of one page
+  const int64_t hoff = int64_t(g) * kD + c * 8;
+  for (int i = 0; i < n_list; ++i) {
+    const int slot = i % kSlots;
+    if (i >= kSlots) mbar_wait(&empty[slot], uint32_t(i / kSlots - 1) & 1u);
+    unsigned char* ks = ring + slot * kSlotBytes;
+    unsigned char* vs = ks + kTileBytes;
+    const long long p0 = 1LL * list[i] * kKT;  // < L
+    const int64_t base = token_off(G, pages, p0);
+#pragma unroll
+    for (int k = 0; k < kKT / 8; ++k) {
+      const int j = j0 + 8 * k;
+      const bool ok = p0 + j < L;
+      const int64_t off = !ok       ? 0
+                          : one_page ? base + j * G.row + hoff
+                                     : token_off(G, pages, p0 + j) + hoff;
+      cp_async16(ks + sw_off(j, c), kc + off, ok ? 16 : 0);
+      cp_async16(vs + sw_off(j, c), vc + off, ok ? 16 : 0);
+    }
+    cp_async_commit();
+    if (i >= kInFlight - 1) {  // tile i - 2 landed: fence it for wgmma, then hand it over
+      cp_async_wait<kInFlight - 1>();
+      fence_proxy_async_smem();
+      mbar_arrive(&full[(i - (kInFlight - 1)) % kSlots]);
+    }
+  }
+  cp_async_wait<0>();  // the last tiles
+  fence_proxy_async_smem();
+  for (int i = max(0, n_list - (kInFlight - 1)); i < n_list; ++i) mbar_arrive(&full[i % kSlots]);
+}
+
+// The same ring filled by TMA (one thread): 4 bulk loads of 64 rows x 128 bytes per tile (K and
+// V halves), completing on the slot's full barrier with the tile's bytes; the copies write the
+// 128-byte-swizzled layout themselves and are async-proxy writes (no fence). Rows past the
+// sequence in the tile's page hold zeros or an older sequence's keys: finite values the row
+// masks (probability 0).
+__device__ __forceinline__ void produce_tma(const int32_t* list, int n_list,
+                                            unsigned char* ring, uint64_t* full, uint64_t* empty,
+                                            const CUtensorMap* km, const CUtensorMap* vm,
+                                            const int32_t* pages, int page_size, int g) {
+  for (int i = 0; i < n_list; ++i) {
+    const int slot = i % kSlots;
+    if (i >= kSlots) mbar_wait(&empty[slot], uint32_t(i / kSlots - 1) & 1u);
+    const int p0 = list[i] * kKT;
+    const int row0 = pages[p0 / page_size] * page_size + p0 % page_size;
+    unsigned char* ks = ring + slot * kSlotBytes;
+    unsigned char* vs = ks + kTileBytes;
+    mbar_expect_tx(&full[slot], kSlotBytes);
+    tma_load_2d(ks, km, g * kD, row0, &full[slot]);
+    tma_load_2d(ks + kHalfBytes, km, g * kD + 64, row0, &full[slot]);
+    tma_load_2d(vs, vm, g * kD, row0, &full[slot]);
+    tma_load_2d(vs + kHalfBytes, vm, g * kD + 64, row0, &full[slot]);
+  }
+}
+
+// FP8 caches: TMA (thread 0) lands tile i's codes in staging buffer i mod kStages; the 128
+// producer threads convert them to their exact bf16 values (unscaled: the K scale is in
+// P.tau, the V scale applied to O) in the ring slot's layout, fence them for wgmma and hand
+// the slot over; once all have read the buffer, thread 0 refills it with tile i + kStages.
+template <int KF>
+__device__ __forceinline__ void produce_tma_fp8(const int32_t* list, int n_list,
+                                                unsigned char* ring, unsigned char* staging,
+                                                uint64_t* full, uint64_t* empty,
+                                                uint64_t* staged, const CUtensorMap* km,
+                                                const CUtensorMap* vm, const int32_t* pages,
+                                                int page_size, int g) {
+  const int tid = threadIdx.x;
+  auto issue = [&](int i) {
+    const int st = i % kStages;
+    const int p0 = list[i] * kKT;
+    const int row0 = pages[p0 / page_size] * page_size + p0 % page_size;
+    unsigned char* dst = staging + st * kStageBytes;
+    mbar_expect_tx(&staged[st], kStageBytes);
+    tma_load_2d(dst, km, g * kD, row0, &staged[st]);
+    tma_load_2d(dst + kCodeBytes, vm, g * kD, row0, &staged[st]);
+  };
+  if (tid == 0)
+    for (int i = 0; i < min(kStages, n_list); ++i) issue(i);
+  for (int i = 0; i < n_list; ++i) {
+    const int slot = i % kSlots, st = i % kStages;
+    mbar_wait(&staged[st], uint32_t(i / kStages) & 1u);
+    if (i >= kSlots) mbar_wait(&empty[slot], uint32_t(i / kSlots - 1) & 1u);
+    const unsigned char* src = staging + st * kStageBytes;
+    unsigned char* dst = ring + slot * kSlotBytes;
+    // 16-code chunk cc of row j (K: e < 512, V: e >= 512) -> bf16 chunks 2cc and 2cc + 1.
+#pragma unroll
+    for (int k = 0; k < 2 * kCodeBytes / 16 / 128; ++k) {
+      const int e = tid + 128 * k, kv = e >> 9, j = (e >> 3) & 63, cc = e & 7;
+      const uint4 c = *reinterpret_cast<const uint4*>(src + kv * kCodeBytes + j * 128 +
+                                                      ((cc ^ (j & 7)) << 4));
+      unsigned char* d = dst + kv * kTileBytes;
+      *reinterpret_cast<uint4*>(d + sw_off(j, 2 * cc)) = kv_codes8_bf16<KF>(make_uint2(c.x, c.y));
+      *reinterpret_cast<uint4*>(d + sw_off(j, 2 * cc + 1)) =
+          kv_codes8_bf16<KF>(make_uint2(c.z, c.w));
+    }
+    fence_proxy_async_smem();
+    mbar_arrive(&full[slot]);
+    asm volatile("bar.sync 3, 128;\n" ::: "memory");  // every producer is done with `st`
+    if (tid == 0 && i + kStages < n_list) {
+      fence_proxy_async_smem();  // the buffer's generic reads before TMA's writes
+      issue(i + kStages);
+    }
+  }
+}
+
+// Ties wgmma accumulators to this point of the program: the compiler sees them written here,
+// so it reads them only after the wgmma.wait before it (it knows nothing of async wgmma).
+__device__ __forceinline__ void fence_operands(float (&r)[32]) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// The masked online-softmax update of one tile for this thread's rows lane/4 (h = 0) and
+// lane/4 + 8 (h = 1) of its warp: sv[4j + 2h + e] = S of key 8j + qc + e; keys: the row's
+// attended keys of the tile (bit k). Rescales O, updates (m, l) in log2 units and returns P
+// as the A fragments of P·V's 4 k-steps (keys 16kk ..): registers r = 0..3 hold (row +
+// 8·(r & 1), keys 16kk + 8·(r >> 1) + qc, + 1) = sv[4(2kk + (r >> 1)) + 2(r & 1)], as
+// hi + lo bf16 terms.
+__device__ __forceinline__ void softmax_step(float (&sv)[32], uint64_t keys, float sc, int qc,
+                                             float& m0, float& m1, float& l0, float& l1,
+                                             float (&o0)[32], float (&o1)[32],
+                                             uint32_t (&ph)[4][4], uint32_t (&pl)[4][4]) {
+  float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const bool ok = (keys >> (8 * j + qc + e)) & 1u;
+      sv[4 * j + e] = ok ? sv[4 * j + e] * sc : -INFINITY;
+      sv[4 * j + 2 + e] = ok ? sv[4 * j + 2 + e] * sc : -INFINITY;
+      mx0 = fmaxf(mx0, sv[4 * j + e]);
+      mx1 = fmaxf(mx1, sv[4 * j + 2 + e]);
+    }
+  quad_max2(mx0, mx1);
+  // A row with no key so far and none here keeps m = −inf: its exponents are taken against 0
+  // (p = 0, O and l stay 0). A row with none here: c = 1, p = 0, nothing changes.
+  const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+  const float b0 = mn0 == -INFINITY ? 0.f : mn0, b1 = mn1 == -INFINITY ? 0.f : mn1;
+  const float c0 = fast_exp2(m0 - b0), c1 = fast_exp2(m1 - b1);
+  float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    sv[4 * j] = fast_exp2(sv[4 * j] - b0), sv[4 * j + 1] = fast_exp2(sv[4 * j + 1] - b0);
+    sv[4 * j + 2] = fast_exp2(sv[4 * j + 2] - b1), sv[4 * j + 3] = fast_exp2(sv[4 * j + 3] - b1);
+    sum0 += sv[4 * j] + sv[4 * j + 1];
+    sum1 += sv[4 * j + 2] + sv[4 * j + 3];
+  }
+  quad_sum2(sum0, sum1);
+  l0 = l0 * c0 + sum0, l1 = l1 * c1 + sum1;
+  m0 = mn0, m1 = mn1;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {  // o[2j], o[2j + 1]: row h = j & 1
+    o0[2 * j] *= (j & 1) ? c1 : c0, o0[2 * j + 1] *= (j & 1) ? c1 : c0;
+    o1[2 * j] *= (j & 1) ? c1 : c0, o1[2 * j + 1] *= (j & 1) ? c1 : c0;
+  }
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const float a = sv[4 * (2 * kk + (r >> 1)) + 2 * (r & 1)];
+      const float b = sv[4 * (2 * kk + (r >> 1)) + 2 * (r & 1) + 1];
+      ph[kk][r] = pack_bf16(a, b);
+      pl[kk][r] = pack_bf16(a - rb(a), b - rb(b));
+    }
+}
+#endif
+
+// kTma: the producers load by TMA over km / vm (bf16: produce_tma; FP8 caches, KF:
+// produce_tma_fp8); else produce's cp.async over kc / vc (bf16 only).
+template <int KF, bool kTma>
+__global__ void __launch_bounds__(kThreads, 1)
+    sparse_attn_sm90_kernel(const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles,
+                            const bf16* __restrict__ kc, const bf16* __restrict__ vc,
+                            const __grid_constant__ CUtensorMap km,
+                            const __grid_constant__ CUtensorMap vm,
+                            const int32_t* __restrict__ sel, const int32_t* __restrict__ sel_cnt,
+                            SparseAttnParams P, bf16* __restrict__ out) {
+  static_assert(KF == kKvAct || kTma, "FP8 caches are loaded by TMA only");
+#ifdef SALA_SM90A_DEVICE
+  pdl_begin();  // launch_pdl: before any read or write
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // The swizzle is of address bits: the ring and Q start 1024-byte aligned.
+  unsigned char* ring = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  unsigned char* qs = ring + kSlots * kSlotBytes;                         // [kGroups][64][128]
+  unsigned char* staging = qs + kGroups * kQBytes;  // FP8: [kStages][K codes | V codes]
+  constexpr int kStaging = KF == kKvAct ? 0 : kStages * kStageBytes;
+  uint32_t* rbits = reinterpret_cast<uint32_t*>(staging + kStaging);      // [kRows][nb_words]
+  uint32_t* ubits = rbits + kRows * P.nb_words;                           // [nkt_words]
+  uint32_t* gbits = ubits + P.nkt_words;                                  // [kGroups][nkt_words]
+  int32_t* list = reinterpret_cast<int32_t*>(gbits + kGroups * P.nkt_words);  // [list_cap]
+  uint8_t* need = reinterpret_cast<uint8_t*>(list + P.list_cap);  // [list_cap]: groups' bits
+  __shared__ uint64_t full[kSlots], empty[kSlots], staged[kStages];
+
+  const int2 tile = tiles[blockIdx.x];
+  const DevSeq s = R.seqs[R.row_seq[tile.x]];
+  if (!s.sparse || s.split_row >= 0) return;  // the mma.sync kernel's rows
+  const CacheGeom& G = P.g;
+  const int g = blockIdx.y;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int slot_row = warp - 4;  // consumer warps 4 .. 11: rows 0 .. 7 of the tile
+  const bool active = slot_row >= 0 && slot_row < tile.y;
+  const int64_t row = tile.x + (active ? slot_row : 0);
+  const long long t = s.past_len + (row - s.token_begin), L = s.past_len + s.num_tokens;
+  if (tid < kSlots) {
+    // bf16 TMA: one arrival with the tile's bytes; else one per producer thread.
+    mbar_init(&full[tid], kTma && KF == kKvAct ? 1 : 128);
+    mbar_init(&empty[tid], kRows);  // one per consumer warp
+    if (tid < kStages) mbar_init(&staged[tid], 1);
+    // The barriers' init visible to the async proxy (TMA's complete_tx) too.
+    if constexpr (kTma) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  const int n_list = tile_union<kThreads>(
+      rbits, P.nb_words, kRows, ubits, gbits, 2, kGroups, P.nkt_words, list, L, G, g, sel, sel_cnt,
+      P.total_topk, UnionRow{active ? slot_row : -1, false, row, t});
+  for (int i = tid; i < n_list; i += kThreads) {
+    const int kt = list[i], w = kt >> 5, b = kt & 31;
+    need[i] = uint8_t(((gbits[w] >> b) & 1u) | (((gbits[P.nkt_words + w] >> b) & 1u) << 1));
+  }
+  __syncthreads();
+
+  if (warp < 4) {
+    if constexpr (KF != kKvAct) {
+      produce_tma_fp8<KF>(list, n_list, ring, staging, full, empty, staged, &km, &vm,
+                          R.page_table + s.page_begin, G.page_size, g);
+      return;
+    } else if constexpr (kTma) {
+      if (tid == 0)
+        produce_tma(list, n_list, ring, full, empty, &km, &vm, R.page_table + s.page_begin,
+                    G.page_size, g);
+      return;
+    }
+    produce(list, n_list, ring, full, empty, kc, vc, G, R.page_table + s.page_begin, g, L);
+    return;
+  }
+
+  // Consumers: warpgroup cg = rows 4cg .. 4cg + 3; its warp w = row 4cg + w, whose 16 heads
+  // are the warpgroup's m rows 16w .. 16w + 15.
+  const int cg = slot_row / kGroupRows;
+  unsigned char* Qg = qs + cg * kQBytes;
+  for (int e = tid - 128 * (cg + 1); e < 64 * 16; e += 128) {
+    const int m = e >> 4, c = e & 15, r = cg * kGroupRows + (m >> 4);
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (r < tile.y)
+      v = *reinterpret_cast<const uint4*>(
+          q + ((int64_t(tile.x) + r) * P.nh + g * 16 + (m & 15)) * kD + c * 8);
+    *reinterpret_cast<uint4*>(Qg + sw_off(m, c)) = v;
+  }
+  fence_proxy_async_smem();
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cg) : "memory");  // this warpgroup's Q stored
+
+  float o0[32], o1[32];  // O, columns 0-63 and 64-127
+#pragma unroll
+  for (int i = 0; i < 32; ++i) o0[i] = o1[i] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // rows lane/4 and lane/4 + 8
+  const float sc = P.tau * kLog2e;
+  const int qc = (lane % 4) * 2;
+  const int bs_log2 = (G.bs & (G.bs - 1)) == 0 ? __ffs(G.bs) - 1 : -1;
+  const uint32_t* mybits = rbits + slot_row * P.nb_words;
+  const uint32_t ring_a = smem_addr(ring), q_a = smem_addr(Qg);
+  const uint8_t my_group = uint8_t(1u << cg);
+
+  // Every entry of the list, in order: waited for, computed if any row of this warpgroup
+  // selected a key of it, released.
+  for (int i = 0; i < n_list; ++i) {
+    const int slot = i % kSlots;
+    mbar_wait(&full[slot], uint32_t(i / kSlots) & 1u);
+    if (need[i] & my_group) {  // uniform over the warpgroup
+      const uint32_t k_a = ring_a + slot * kSlotBytes, v_a = k_a + kTileBytes;
+      float sv[32];
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        const uint32_t off = (ks >> 2) * kHalfBytes + (ks & 3) * 32;
+        wgmma_m64n64k16(sv, smem_desc_sw128(q_a + off), smem_desc_sw128(k_a + off), ks > 0);
+      }
+      wgmma_commit();
+      wgmma_wait_all();
+      fence_operands(sv);
+      const uint64_t keys = active ? tile_keys(mybits, list[i], G.bs, bs_log2, int(t)) : 0ull;
+      uint32_t ph[4][4], pl[4][4];
+      softmax_step(sv, keys, sc, qc, m0, m1, l0, l1, o0, o1, ph, pl);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint32_t vk = v_a + kk * 2048;  // keys 16kk ..: two 8-row groups of 1 KB
+        wgmma_m64n64k16_rs_mn(o0, ph[kk], smem_desc_sw128_mn64(vk));
+        wgmma_m64n64k16_rs_mn(o0, pl[kk], smem_desc_sw128_mn64(vk));
+        wgmma_m64n64k16_rs_mn(o1, ph[kk], smem_desc_sw128_mn64(vk + kHalfBytes));
+        wgmma_m64n64k16_rs_mn(o1, pl[kk], smem_desc_sw128_mn64(vk + kHalfBytes));
+      }
+      wgmma_commit();
+      wgmma_wait_all();
+      fence_operands(o0);
+      fence_operands(o1);
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[slot]);
+  }
+  if (!active) return;
+
+  // Rows lane/4 and lane/4 + 8 of this warp: heads 16g + lane/4 (+ 8) of its row.
+  const float vs = KF != kKvAct ? P.v_scale : 1.f;  // FP8: O was summed over V's code values
+  const float i0 = vs / l0, i1 = vs / l1;
+  bf16* o_h0 = out + (row * P.nh + g * 16 + lane / 4) * kD + qc;
+  bf16* o_h1 = o_h0 + 8 * kD;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    *reinterpret_cast<uint32_t*>(o_h0 + 8 * j) = pack_bf16(o0[4 * j] * i0, o0[4 * j + 1] * i0);
+    *reinterpret_cast<uint32_t*>(o_h1 + 8 * j) = pack_bf16(o0[4 * j + 2] * i1, o0[4 * j + 3] * i1);
+    *reinterpret_cast<uint32_t*>(o_h0 + 64 + 8 * j) =
+        pack_bf16(o1[4 * j] * i0, o1[4 * j + 1] * i0);
+    *reinterpret_cast<uint32_t*>(o_h1 + 64 + 8 * j) =
+        pack_bf16(o1[4 * j + 2] * i1, o1[4 * j + 3] * i1);
+  }
+#endif
+}
+
+}  // namespace
+
+bool sparse_attn_sm90_supported(int d, int q_heads_per_kv_head) {
+  static const bool sm90 = [] {
+    int dev = 0, major = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    return major == 9;
+  }();
+  return sm90 && d == kD && q_heads_per_kv_head == 16;
+}
+
+size_t sparse_attn_sm90_smem_bytes(const SparseAttnParams& p) {
+  return kFixedSmem + (p.kv_fmt != kKvAct ? size_t(kStages) * kStageBytes : 0) + (size_t(kRows) * p.nb_words + size_t(1 + kGroups) * p.nkt_words) * 4 +
+         size_t(p.list_cap) * 5;
+}
+
+bool make_sparse_attn_sm90_maps(const void* kc, const void* vc, int64_t tokens, int kvh,
+                                int page_size, int kv_fmt, Sm90KvMaps* out) {
+  static_assert(sizeof(CUtensorMap) == sizeof(out->k));
+  if (!sparse_attn_sm90_supported(kD, 16) || !tma_encode_fn() || page_size % kKT != 0 ||
+      tokens > (int64_t(1) << 31) - 1 || reinterpret_cast<uintptr_t>(kc) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(vc) % 16 != 0)
+    return false;
+  // Boxes of 64 tokens x 128 bytes: 64 bf16 columns (half a head), or a head's 128 codes.
+  const int64_t cols = int64_t(kvh) * kD;
+  const bool fp8 = kv_fmt != kKvAct;
+  const auto dt = fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const int esize = fp8 ? 1 : 2, box = 128 / esize;
+  const CUtensorMap k = make_tma_map_2d(kc, dt, tokens, cols, cols * esize, box, kKT);
+  const CUtensorMap v = make_tma_map_2d(vc, dt, tokens, cols, cols * esize, box, kKT);
+  std::memcpy(out->k, &k, sizeof(k));
+  std::memcpy(out->v, &v, sizeof(v));
+  return true;
+}
+
+void launch_sparse_attention_sm90(const bf16* q, const StepRows& s, const int2* tiles,
+                                  int n_tiles, const void* kc, const void* vc,
+                                  const Sm90KvMaps* maps, const int32_t* sel,
+                                  const int32_t* sel_cnt, const SparseAttnParams& p, bf16* out,
+                                  cudaStream_t st) {
+  if (n_tiles <= 0) return;
+  if (p.kv_fmt != kKvAct && !maps) {
+    std::fprintf(stderr, "%s:%d: the wgmma stage-2 kernel reads FP8 caches by TMA only\n",
+                 __FILE__, __LINE__);
+    std::abort();
+  }
+  const size_t smem = sparse_attn_sm90_smem_bytes(p);
+  CUtensorMap km{}, vm{};
+  if (maps) {
+    std::memcpy(&km, maps->k, sizeof(km));
+    std::memcpy(&vm, maps->v, sizeof(vm));
+  }
+  auto go = [&](auto kernel, size_t& smem_set) {
+    if (smem > smem_set) {
+      CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      smem_set = smem;
+    }
+    launch_pdl(kernel, dim3(unsigned(n_tiles), unsigned(p.g.kvh)), kThreads, smem, st, q, s,
+               tiles, static_cast<const bf16*>(kc), static_cast<const bf16*>(vc), km, vm, sel,
+               sel_cnt, p, out);
+    CUDA_CHECK_LAUNCH();
+  };
+  static size_t smem_tma = 48 * 1024, smem_cp = 48 * 1024, smem_e4m3 = 48 * 1024,
+                smem_e5m2 = 48 * 1024;
+  if (p.kv_fmt == kKvE4m3)
+    go(sparse_attn_sm90_kernel<kKvE4m3, true>, smem_e4m3);
+  else if (p.kv_fmt == kKvE5m2)
+    go(sparse_attn_sm90_kernel<kKvE5m2, true>, smem_e5m2);
+  else if (maps)
+    go(sparse_attn_sm90_kernel<kKvAct, true>, smem_tma);
+  else
+    go(sparse_attn_sm90_kernel<kKvAct, false>, smem_cp);
+}
+
+}  // namespace sala::cuda
