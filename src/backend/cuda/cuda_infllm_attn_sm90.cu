@@ -41,9 +41,9 @@ constexpr int kThreads = (kGroups + 1) * 128;           // + the producer warpgr
 constexpr int kSlots = 4;                               // K/V ring slots
 // Tiles a producer thread has in flight (cp.async groups): it hands tile i - 2 over once it
 // has issued tile i (it must see its own copies land before the proxy fence that makes them
-// visible to wgmma). A consumer waits for a tile only when it holds none, so any depth up to
-// kSlots is deadlock-free. Measured on the H200 (session 24): the stage is bound by these
-// loads; depth 2 with 5 slots and the next tile's S issued ahead was 16 % slower.
+// visible to wgmma), so a consumer holding a tile may look only kSlots - (kInFlight - 1) tiles
+// ahead (kReach below). Measured on the H200 (session 24): these loads bound the cp.async
+// version; depth 2 with 5 slots and the next tile's S issued ahead was 16 % slower.
 constexpr int kInFlight = 3;
 static_assert(kInFlight >= 1 && kInFlight <= kSlots);
 constexpr int kHalfBytes = kKT * 64 * 2;                // 64 rows x 64 bf16 columns: 8 KB
@@ -184,16 +184,22 @@ __device__ __forceinline__ void fence_operands(float (&r)[32]) {
   for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
+// Ties wgmma operand registers to this point too: a P·V still reading P's registers keeps
+// them from being reused until the wait after it.
+__device__ __forceinline__ void fence_operands(uint32_t (&r)[4][4]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) asm volatile("" : "+r"(r[i / 4][i % 4])::"memory");
+}
+
 // The masked online-softmax update of one tile for this thread's rows lane/4 (h = 0) and
 // lane/4 + 8 (h = 1) of its warp: sv[4j + 2h + e] = S of key 8j + qc + e; keys: the row's
-// attended keys of the tile (bit k). Rescales O, updates (m, l) in log2 units and returns P
-// as the A fragments of P·V's 4 k-steps (keys 16kk ..): registers r = 0..3 hold (row +
-// 8·(r & 1), keys 16kk + 8·(r >> 1) + qc, + 1) = sv[4(2kk + (r >> 1)) + 2(r & 1)], as
-// hi + lo bf16 terms.
+// attended keys of the tile (bit k). Turns sv into the tile's probabilities, updates (m, l)
+// in log2 units and returns the factors c0, c1 that O must be rescaled by before the tile's
+// P·V (rescale_o; the caller may first finish the previous tile's P·V: the same operations
+// on O in the same order).
 __device__ __forceinline__ void softmax_step(float (&sv)[32], uint64_t keys, float sc, int qc,
                                              float& m0, float& m1, float& l0, float& l1,
-                                             float (&o0)[32], float (&o1)[32],
-                                             uint32_t (&ph)[4][4], uint32_t (&pl)[4][4]) {
+                                             float& c0, float& c1) {
   float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
   for (int j = 0; j < 8; ++j)
@@ -210,7 +216,7 @@ __device__ __forceinline__ void softmax_step(float (&sv)[32], uint64_t keys, flo
   // (p = 0, O and l stay 0). A row with none here: c = 1, p = 0, nothing changes.
   const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
   const float b0 = mn0 == -INFINITY ? 0.f : mn0, b1 = mn1 == -INFINITY ? 0.f : mn1;
-  const float c0 = fast_exp2(m0 - b0), c1 = fast_exp2(m1 - b1);
+  c0 = fast_exp2(m0 - b0), c1 = fast_exp2(m1 - b1);
   float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
@@ -222,11 +228,21 @@ __device__ __forceinline__ void softmax_step(float (&sv)[32], uint64_t keys, flo
   quad_sum2(sum0, sum1);
   l0 = l0 * c0 + sum0, l1 = l1 * c1 + sum1;
   m0 = mn0, m1 = mn1;
+}
+
+__device__ __forceinline__ void rescale_o(float (&o0)[32], float (&o1)[32], float c0, float c1) {
 #pragma unroll
   for (int j = 0; j < 16; ++j) {  // o[2j], o[2j + 1]: row h = j & 1
     o0[2 * j] *= (j & 1) ? c1 : c0, o0[2 * j + 1] *= (j & 1) ? c1 : c0;
     o1[2 * j] *= (j & 1) ? c1 : c0, o1[2 * j + 1] *= (j & 1) ? c1 : c0;
   }
+}
+
+// P as the A fragments of P·V's 4 k-steps (keys 16kk ..): registers r = 0..3 hold (row +
+// 8·(r & 1), keys 16kk + 8·(r >> 1) + qc, + 1) = sv[4(2kk + (r >> 1)) + 2(r & 1)], as hi + lo
+// bf16 terms (the probabilities are not rounded: golden README §4).
+__device__ __forceinline__ void pack_p(const float (&sv)[32], uint32_t (&ph)[4][4],
+                                       uint32_t (&pl)[4][4]) {
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
@@ -333,42 +349,91 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t ring_a = smem_addr(ring), q_a = smem_addr(Qg);
   const uint8_t my_group = uint8_t(1u << cg);
 
-  // Every entry of the list, in order: waited for, computed if any row of this warpgroup
-  // selected a key of it, released.
-  for (int i = 0; i < n_list; ++i) {
-    const int slot = i % kSlots;
-    mbar_wait(&full[slot], uint32_t(i / kSlots) & 1u);
-    if (need[i] & my_group) {  // uniform over the warpgroup
-      const uint32_t k_a = ring_a + slot * kSlotBytes, v_a = k_a + kTileBytes;
-      float sv[32];
-      wgmma_fence();
+  // The list in order; a tile none of this warpgroup's rows selected is waited for and
+  // released at once. The tiles it needs are pipelined: S of the next one is issued before
+  // P·V of the current one, and its softmax runs while that P·V is on the tensor cores; O is
+  // rescaled once that P·V has landed, so O sees the same operations in the same order as
+  // one tile at a time. Holding `cur` (its slot not yet released), a warpgroup waits only for
+  // tiles before cur + kReach: the producer refills cur's slot with tile cur + kSlots after
+  // it has handed over tile cur + kSlots - kLag - 1 (scripts/stage2_ring_sim.py: no deadlock
+  // with reach <= slots - lag); a tile further on first finishes cur.
+  constexpr int kLag = kTma ? 0 : kInFlight - 1;  // tiles a producer issues before a hand-over
+  constexpr int kReach = kSlots - kLag;
+  static_assert(kReach >= 1);
+  auto release = [&](int k) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[k % kSlots]);
+  };
+  uint32_t ph[4][4], pl[4][4];  // P of tile cur, for its P·V
+  auto issue_pv = [&](int k) {
+    const uint32_t vk0 = ring_a + (k % kSlots) * kSlotBytes + kTileBytes;
+    wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) {
-        const uint32_t off = (ks >> 2) * kHalfBytes + (ks & 3) * 32;
-        wgmma_m64n64k16(sv, smem_desc_sw128(q_a + off), smem_desc_sw128(k_a + off), ks > 0);
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t vk = vk0 + kk * 2048;  // keys 16kk ..: two 8-row groups of 1 KB
+      wgmma_m64n64k16_rs_mn(o0, ph[kk], smem_desc_sw128_mn64(vk));
+      wgmma_m64n64k16_rs_mn(o0, pl[kk], smem_desc_sw128_mn64(vk));
+      wgmma_m64n64k16_rs_mn(o1, ph[kk], smem_desc_sw128_mn64(vk + kHalfBytes));
+      wgmma_m64n64k16_rs_mn(o1, pl[kk], smem_desc_sw128_mn64(vk + kHalfBytes));
+    }
+    wgmma_commit();
+    fence_operands(o0);
+    fence_operands(o1);
+  };
+  int cur = -1, i = 0;
+  for (;;) {
+    int nxt = -1;
+    while (i < n_list && (cur < 0 || i < cur + kReach)) {
+      mbar_wait(&full[i % kSlots], uint32_t(i / kSlots) & 1u);
+      if (need[i] & my_group) {  // uniform over the warpgroup
+        nxt = i++;
+        break;
       }
-      wgmma_commit();
-      wgmma_wait_all();
-      fence_operands(sv);
-      const uint64_t keys = active ? tile_keys(mybits, list[i], G.bs, bs_log2, int(t)) : 0ull;
-      uint32_t ph[4][4], pl[4][4];
-      softmax_step(sv, keys, sc, qc, m0, m1, l0, l1, o0, o1, ph, pl);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const uint32_t vk = v_a + kk * 2048;  // keys 16kk ..: two 8-row groups of 1 KB
-        wgmma_m64n64k16_rs_mn(o0, ph[kk], smem_desc_sw128_mn64(vk));
-        wgmma_m64n64k16_rs_mn(o0, pl[kk], smem_desc_sw128_mn64(vk));
-        wgmma_m64n64k16_rs_mn(o1, ph[kk], smem_desc_sw128_mn64(vk + kHalfBytes));
-        wgmma_m64n64k16_rs_mn(o1, pl[kk], smem_desc_sw128_mn64(vk + kHalfBytes));
-      }
-      wgmma_commit();
+      release(i++);
+    }
+    if (nxt < 0) {
+      if (cur < 0) break;  // the list is done
+      issue_pv(cur);       // the next tile is out of reach, or there is none: finish cur
       wgmma_wait_all();
       fence_operands(o0);
       fence_operands(o1);
+      fence_operands(ph);
+      fence_operands(pl);
+      release(cur);
+      cur = -1;
+      continue;
     }
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&empty[slot]);
+    float sv[32];
+    const uint32_t k_a = ring_a + (nxt % kSlots) * kSlotBytes;
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      const uint32_t off = (ks >> 2) * kHalfBytes + (ks & 3) * 32;
+      wgmma_m64n64k16(sv, smem_desc_sw128(q_a + off), smem_desc_sw128(k_a + off), ks > 0);
+    }
+    wgmma_commit();
+    fence_operands(sv);
+    const uint64_t keys = active ? tile_keys(mybits, list[nxt], G.bs, bs_log2, int(t)) : 0ull;
+    float c0, c1;
+    if (cur >= 0) {
+      issue_pv(cur);
+      wgmma_wait<1>();  // S of nxt
+      fence_operands(sv);
+      softmax_step(sv, keys, sc, qc, m0, m1, l0, l1, c0, c1);
+      wgmma_wait_all();  // P·V of cur
+      fence_operands(o0);
+      fence_operands(o1);
+      fence_operands(ph);
+      fence_operands(pl);
+      release(cur);
+    } else {
+      wgmma_wait_all();
+      fence_operands(sv);
+      softmax_step(sv, keys, sc, qc, m0, m1, l0, l1, c0, c1);
+    }
+    rescale_o(o0, o1, c0, c1);
+    pack_p(sv, ph, pl);
+    cur = nxt;
   }
   if (!active) return;
 

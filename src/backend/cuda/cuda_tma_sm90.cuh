@@ -93,6 +93,12 @@ __device__ __forceinline__ void wgmma_commit() {
 __device__ __forceinline__ void wgmma_wait_all() {
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
+// Waits until at most N of this warpgroup's committed wgmma groups are pending (the oldest
+// complete first).
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
 // Orders this thread's generic-proxy shared-memory writes (st.shared, landed cp.async) before
 // later async-proxy reads (wgmma operands).
 __device__ __forceinline__ void fence_proxy_async_smem() {
