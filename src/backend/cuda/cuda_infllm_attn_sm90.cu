@@ -280,6 +280,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   int32_t* list = reinterpret_cast<int32_t*>(gbits + kGroups * P.nkt_words);  // [list_cap]
   uint8_t* need = reinterpret_cast<uint8_t*>(list + P.list_cap);  // [list_cap]: groups' bits
   __shared__ uint64_t full[kSlots], empty[kSlots], staged[kStages];
+  __shared__ int ready_vote[kGroups][2];  // a warpgroup's vote: the next entry is full
 
   const int2 tile = tiles[blockIdx.x];
   const DevSeq s = R.seqs[R.row_seq[tile.x]];
@@ -380,10 +381,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_operands(o0);
     fence_operands(o1);
   };
-  int cur = -1, i = 0;
+  int cur = -1, i = 0, votes = 0;
   for (;;) {
     int nxt = -1;
-    while (i < n_list && (cur < 0 || i < cur + kReach)) {
+    // Holding cur with the next entry not yet full: finish cur's P·V rather than leave the
+    // tensor cores idle while waiting. One vote per warpgroup (wgmma is warpgroup-collective,
+    // and warps testing the barrier at different moments could see different answers);
+    // alternating vote slots, so a writer never overwrites a slot still being read.
+    bool ahead = cur >= 0;
+    if (ahead && i < n_list) {
+      int* vote = &ready_vote[cg][votes++ & 1];
+      if (tid % 128 == 0) *vote = mbar_ready(&full[i % kSlots], uint32_t(i / kSlots) & 1u);
+      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cg) : "memory");
+      ahead = *vote != 0;
+    }
+    while (i < n_list && (cur < 0 || (ahead && i < cur + kReach))) {
       mbar_wait(&full[i % kSlots], uint32_t(i / kSlots) & 1u);
       if (need[i] & my_group) {  // uniform over the warpgroup
         nxt = i++;

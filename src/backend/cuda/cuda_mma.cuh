@@ -98,6 +98,14 @@ __device__ __forceinline__ void mbar_wait_at(uint32_t bar, uint32_t parity) {
 #endif
   } while (!done);
 }
+// Whether the phase of `parity` has completed, without waiting.
+__device__ __forceinline__ bool mbar_ready(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared.b64 p, [%1], %2;\n"
+               " selp.b32 %0, 1, 0, p;\n}\n"
+               : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+  return done != 0;
+}
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   mbar_wait_at(smem_addr(bar), parity);
 }
