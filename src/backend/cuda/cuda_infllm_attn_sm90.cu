@@ -19,6 +19,9 @@
 // the rows beside it. FP8 caches: TMA lands the codes in a staging buffer and the producer
 // warpgroup converts them into the ring (its first version, converting codes the producers
 // had loaded themselves, measured slower than the mma.sync kernel: 2,129 vs 2,030 ms at 128K).
+// H200 (session 25, 128K prefill): 1,143 vs the mma.sync kernel's 1,514 ms (FP8 KV 1,937 vs
+// 2,064). Measured slower or no better: S of the next tile issued before P·V of the current
+// one (1,249 vs 1,166 ms, branch s2pipe) and a ring of 5 slots (1,120 vs 1,123 ms).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -402,8 +405,9 @@ bool sparse_attn_sm90_supported(int d, int q_heads_per_kv_head) {
 }
 
 size_t sparse_attn_sm90_smem_bytes(const SparseAttnParams& p) {
-  return kFixedSmem + (p.kv_fmt != kKvAct ? size_t(kStages) * kStageBytes : 0) + (size_t(kRows) * p.nb_words + size_t(1 + kGroups) * p.nkt_words) * 4 +
-         size_t(p.list_cap) * 5;
+  const size_t staging = p.kv_fmt != kKvAct ? size_t(kStages) * kStageBytes : 0;
+  const size_t bits = (size_t(kRows) * p.nb_words + size_t(1 + kGroups) * p.nkt_words) * 4;
+  return kFixedSmem + staging + bits + size_t(p.list_cap) * 5;  // list + need bytes
 }
 
 bool make_sparse_attn_sm90_maps(const void* kc, const void* vc, int64_t tokens, int kvh,
