@@ -182,9 +182,10 @@ __device__ __forceinline__ void produce_tma_fp8(const int32_t* list, int n_list,
 
 // Ties wgmma accumulators to this point of the program: the compiler sees them written here,
 // so it reads them only after the wgmma.wait before it (it knows nothing of async wgmma).
-__device__ __forceinline__ void fence_operands(float (&r)[32]) {
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&r)[N]) {
 #pragma unroll
-  for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(r[i])::"memory");
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
 // The masked online-softmax update of one tile for this thread's rows lane/4 (h = 0) and
@@ -195,7 +196,7 @@ __device__ __forceinline__ void fence_operands(float (&r)[32]) {
 // hi + lo bf16 terms.
 __device__ __forceinline__ void softmax_step(float (&sv)[32], uint64_t keys, float sc, int qc,
                                              float& m0, float& m1, float& l0, float& l1,
-                                             float (&o0)[32], float (&o1)[32],
+                                             float (&o)[64],
                                              uint32_t (&ph)[4][4], uint32_t (&pl)[4][4]) {
   float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
@@ -226,10 +227,8 @@ __device__ __forceinline__ void softmax_step(float (&sv)[32], uint64_t keys, flo
   l0 = l0 * c0 + sum0, l1 = l1 * c1 + sum1;
   m0 = mn0, m1 = mn1;
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {  // o[2j], o[2j + 1]: row h = j & 1
-    o0[2 * j] *= (j & 1) ? c1 : c0, o0[2 * j + 1] *= (j & 1) ? c1 : c0;
-    o1[2 * j] *= (j & 1) ? c1 : c0, o1[2 * j + 1] *= (j & 1) ? c1 : c0;
-  }
+  for (int j = 0; j < 32; ++j)  // o[2j], o[2j + 1]: row h = j & 1
+    o[2 * j] *= (j & 1) ? c1 : c0, o[2 * j + 1] *= (j & 1) ? c1 : c0;
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
@@ -325,9 +324,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   fence_proxy_async_smem();
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cg) : "memory");  // this warpgroup's Q stored
 
-  float o0[32], o1[32];  // O, columns 0-63 and 64-127
+  float o[64];  // O: o[0..31] columns 0-63, o[32..63] columns 64-127 (wgmma n128's halves)
 #pragma unroll
-  for (int i = 0; i < 32; ++i) o0[i] = o1[i] = 0.f;
+  for (int i = 0; i < 64; ++i) o[i] = 0.f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // rows lane/4 and lane/4 + 8
   const float sc = P.tau * kLog2e;
   const int qc = (lane % 4) * 2;
@@ -355,20 +354,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_operands(sv);
       const uint64_t keys = active ? tile_keys(mybits, list[i], G.bs, bs_log2, int(t)) : 0ull;
       uint32_t ph[4][4], pl[4][4];
-      softmax_step(sv, keys, sc, qc, m0, m1, l0, l1, o0, o1, ph, pl);
+      softmax_step(sv, keys, sc, qc, m0, m1, l0, l1, o, ph, pl);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         const uint32_t vk = v_a + kk * 2048;  // keys 16kk ..: two 8-row groups of 1 KB
-        wgmma_m64n64k16_rs_mn(o0, ph[kk], smem_desc_sw128_mn64(vk));
-        wgmma_m64n64k16_rs_mn(o0, pl[kk], smem_desc_sw128_mn64(vk));
-        wgmma_m64n64k16_rs_mn(o1, ph[kk], smem_desc_sw128_mn64(vk + kHalfBytes));
-        wgmma_m64n64k16_rs_mn(o1, pl[kk], smem_desc_sw128_mn64(vk + kHalfBytes));
+        // n = 128 over V's two 64-column halves (kHalfBytes apart): per element the same
+        // hi, then lo, k-steps as two n = 64 products would add.
+        wgmma_m64n128k16_rs_mn(o, ph[kk], smem_desc_sw128_mn(vk, kHalfBytes));
+        wgmma_m64n128k16_rs_mn(o, pl[kk], smem_desc_sw128_mn(vk, kHalfBytes));
       }
       wgmma_commit();
       wgmma_wait_all();
-      fence_operands(o0);
-      fence_operands(o1);
+      fence_operands(o);
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(&empty[slot]);
@@ -382,12 +380,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   bf16* o_h1 = o_h0 + 8 * kD;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    *reinterpret_cast<uint32_t*>(o_h0 + 8 * j) = pack_bf16(o0[4 * j] * i0, o0[4 * j + 1] * i0);
-    *reinterpret_cast<uint32_t*>(o_h1 + 8 * j) = pack_bf16(o0[4 * j + 2] * i1, o0[4 * j + 3] * i1);
+    *reinterpret_cast<uint32_t*>(o_h0 + 8 * j) = pack_bf16(o[4 * j] * i0, o[4 * j + 1] * i0);
+    *reinterpret_cast<uint32_t*>(o_h1 + 8 * j) = pack_bf16(o[4 * j + 2] * i1, o[4 * j + 3] * i1);
     *reinterpret_cast<uint32_t*>(o_h0 + 64 + 8 * j) =
-        pack_bf16(o1[4 * j] * i0, o1[4 * j + 1] * i0);
+        pack_bf16(o[32 + 4 * j] * i0, o[32 + 4 * j + 1] * i0);
     *reinterpret_cast<uint32_t*>(o_h1 + 64 + 8 * j) =
-        pack_bf16(o1[4 * j + 2] * i1, o1[4 * j + 3] * i1);
+        pack_bf16(o[32 + 4 * j + 2] * i1, o[32 + 4 * j + 3] * i1);
   }
 #endif
 }
