@@ -381,27 +381,13 @@ void launch_select_d(const bf16* q, const StepRows& s, const int2* tiles, int ti
                      const SelectWork& w, cudaStream_t st) {
   const size_t smem_lse = size_t(2) * kET * (D + 8) * 2;
   const size_t smem_score = smem_lse + size_t(kW) * kET * 4;
-  // Entry-tile parts of unsplit rows' score blocks: a chunk of 256 tiles × 2 KV heads is 512
-  // equal blocks, 1.3 rounds of the H200's 132 SMs × 3, so the second round would run a
-  // third full; the part count minimising rounds / parts (rounds = ceil(blocks · parts /
-  // resident blocks)), up to 8, a smaller count unless 3 % better.
-  static int slots = 0;  // resident score blocks: kMinBlocks per SM (80 registers, <= 37 KB smem)
-  if (slots == 0) {
-    int dev = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    slots = std::max(1, sms * kMinBlocks);
-  }
   // SelectParams::sm90_scores (Hopper, d = 128): unsplit rows' level-1 scores on wgmma, this
   // kernel the split rows only.
   const bool sm90 = D == 128 && p.sm90_scores;
-  const long long blocks = 1LL * n_tiles * p.g.kvh;
-  int pparts = 1;
-  double best = double(ceil_div(blocks, slots));
-  for (int z = 2; z <= 8; ++z) {
-    const double r = double(ceil_div(blocks * z, slots)) / z;
-    if (r < 0.97 * best) best = r, pparts = z;
-  }
+  // Entry-tile parts of unsplit rows' score blocks: a chunk of 256 tiles × 2 KV heads is 512
+  // equal blocks, 1.3 rounds of the H200's 132 SMs × 3, so the second round would run a
+  // third full (resident blocks: kMinBlocks per SM, 80 registers, <= 37 KB smem).
+  const int pparts = score_entry_parts(1LL * n_tiles * p.g.kvh, kMinBlocks);
   launch_pdl(select_lse_kernel<D, KF>,
              dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(p.lse_splits)), kThreads, smem_lse,
              st, q, s, tiles, tile_begin, static_cast<const KvElem<KF>*>(c2), p, w.ml);

@@ -2,6 +2,9 @@
 // cuda_infllm_select_sm90.cu: wgmma, Hopper's prompt rows): a tile row's position and counts,
 // and where a compressed entry lives in its paged cache.
 #pragma once
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_mma.cuh"
 
@@ -45,5 +48,25 @@ struct EntryPages {
     return (int64_t(pages[pg]) * epp + (j - pg * epp)) * row;
   }
 };
+
+// Parts of the entry tiles of a score launch of `blocks` blocks (tiles × KV heads) with
+// `per_sm` resident per SM: the count minimising rounds / parts (rounds = ceil(blocks · parts
+// / resident blocks)), up to 8, a larger count only if 3 % better. The parts change no number.
+inline int score_entry_parts(long long blocks, int per_sm) {
+  static int sms = 0;
+  if (sms == 0) {
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  }
+  const int slots = std::max(1, sms * per_sm);
+  int parts = 1;
+  double best = double(ceil_div(blocks, slots));
+  for (int z = 2; z <= 8; ++z) {
+    const double r = double(ceil_div(blocks * z, slots)) / z;
+    if (r < 0.97 * best) best = r, parts = z;
+  }
+  return parts;
+}
 
 }  // namespace sala::cuda::stage1

@@ -256,22 +256,7 @@ void launch_select_score_sm90(const bf16* q, const StepRows& s, const int2* tile
                  __LINE__, kD);
     std::abort();
   }
-  // Entry-tile parts: as the mma.sync launcher, the count minimising rounds / parts over the
-  // resident blocks (kMinBlocks per SM), up to 8, a larger count only if 3 % better.
-  static int slots = 0;
-  if (slots == 0) {
-    int dev = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    slots = std::max(1, sms * kMinBlocks);
-  }
-  const long long blocks = 1LL * n_tiles * p.g.kvh;
-  int pparts = 1;
-  double best = double(ceil_div(blocks, slots));
-  for (int z = 2; z <= 8; ++z) {
-    const double r = double(ceil_div(blocks * z, slots)) / z;
-    if (r < 0.97 * best) best = r, pparts = z;
-  }
+  const int pparts = score_entry_parts(1LL * n_tiles * p.g.kvh, kMinBlocks);
   auto go = [&](auto kernel, auto cache, bool& smem_set) {
     if (!smem_set) {
       CUDA_CHECK(
