@@ -64,10 +64,12 @@
 #                                     pipes and warp stall reasons per kernel (issue 18)
 #   scripts/gpu_check.sh exec CMD...  CMD with the binaries' directory in $SALA_GPU_DIR and
 #                                     their libraries on LD_LIBRARY_PATH (profiler runs)
+#   scripts/gpu_check.sh libs DEST BIN...  copy the non-system shared libraries of BIN... into
+#                                     DEST (what `pack` ships; scripts/gpu_ab.sh packs with it)
 #   scripts/gpu_check.sh table [FILE] print the table of a summary written before
 #   scripts/gpu_check.sh markdown [FILE]  its bench rows as docs/PERF.md table rows
 #
-# Every mode but build/pack/exec/table/markdown writes $OUT/summary.json (OUT defaults to
+# Every mode but build/pack/exec/libs/table/markdown writes $OUT/summary.json (OUT defaults to
 # /tmp/gpu_check_out; SUMMARY overrides the path): {mode, commit, date, machine, passed,
 # checks: [{name, kind, passed, rc, seconds, details}]} (scripts/gpu_summary.py), logs beside it.
 # Binaries: the unpacked .gpu/pack.tar.xz when present, else $BUILD's. DEVICE=cpu runs the
@@ -103,6 +105,21 @@ build() {
   set +e
 }
 
+# copy_libs DEST BIN...: every shared library the binaries need except glibc's own and the
+# CUDA driver/toolkit ones (the GPU machine has CUDA 13 and its driver), into DEST.
+copy_libs() {
+  local dest=$1 b lib
+  shift
+  for b in "$@"; do
+    ldd "$b" | awk '/=> \// {print $3}'
+  done | sort -u | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libstdc++*|libgcc_s*|libcuda.so*|libcudart.so*|libcublas*) ;;
+      *) cp -L "$lib" "$dest/" ;;
+    esac
+  done
+}
+
 pack() {
   build
   set -e
@@ -110,16 +127,7 @@ pack() {
   rm -rf "$g" && mkdir -p "$g/bin" "$g/lib"
   cp "$BUILD/src/cli/sala" "$g/bin/"
   for t in $OP_TESTS; do cp "$BUILD/tests/ops/$t" "$g/bin/"; done
-  # Every shared library the binaries need except glibc's own and the CUDA driver/toolkit
-  # ones (the GPU machine has CUDA 13 and its driver).
-  for b in "$g"/bin/*; do
-    ldd "$b" | awk '/=> \// {print $3}'
-  done | sort -u | while read -r lib; do
-    case "$(basename "$lib")" in
-      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libstdc++*|libgcc_s*|libcuda.so*|libcudart.so*|libcublas*) ;;
-      *) cp -L "$lib" "$g/lib/" ;;
-    esac
-  done
+  copy_libs "$g/lib" "$g"/bin/*
   strip "$g"/bin/*
   commit_stamp >"$g/commit"
   tar -C "$g" -cJf "$ROOT/.gpu.pack.tar.xz" bin lib commit
@@ -438,11 +446,13 @@ case "${1:-}" in
   spec) spec ;;
   fp8) quant_fidelity fp8 ;;
   w4) quant_fidelity w4 ;;
-  # shellcheck disable=SC2086  # KV8_TINY_PAIRS is a list
-  kv8) quant_fidelity kv8 $KV8_TINY_PAIRS ;;
+  kv8)
+    # shellcheck disable=SC2086  # KV8_TINY_PAIRS is a list
+    quant_fidelity kv8 $KV8_TINY_PAIRS ;;
   kv8-bench) kv8_bench ;;
   exec) shift; setup >&2; export SALA_GPU_DIR=$BIN; "$@" ;;
+  libs) shift; mkdir -p "$1" && copy_libs "$@" ;;
   table|markdown) $SUM "$1" "${2:-$SUMMARY}" ;;
-  *) echo "usage: $0 build|pack|correctness|bench|long|decode4k|grammar|fp8|w4|kv8|kv8-bench|spec|ncu-decode|ncu-prefill|exec CMD...|table|markdown [FILE]" >&2
+  *) echo "usage: $0 build|pack|correctness|bench|long|decode4k|grammar|fp8|w4|kv8|kv8-bench|spec|ncu-decode|ncu-prefill|exec CMD...|libs DEST BIN...|table|markdown [FILE]" >&2
      exit 2 ;;
 esac

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# A/B of whole builds of several commits in ONE GPU command (kernel variants of issue 18: the
+# same machine, the same checkpoint, one table). Two halves:
+#
+#   scripts/gpu_ab.sh pack NAME=REV [NAME=REV ...]   (here, where the C++ packages are)
+#       builds `sala` and the op-test binary AB_TEST_BIN of each REV in a worktree
+#       /tmp/sala_ab/NAME (CUDA on, Ninja, ccache keyed on paths relative to the tree, so a
+#       worktree reuses main's objects), and packs them in .gpu/ab.tar.xz: NAME/bin/ per build,
+#       one shared lib/ (scripts/gpu_check.sh libs), solid xz so that the near-identical
+#       binaries cost little (the device tool carries ≤ 64 MiB with the tree: ≈ 4 builds).
+#   scripts/gpu_ab.sh run                             (GPU machine; carry [".gpu"])
+#       unpacks .gpu/ab.tar.xz; makes the full-size random checkpoint once ($MODEL_DIR); then
+#       per build, in the order packed: AB_TEST_BIN --gtest_filter=AB_TESTS under `timeout
+#       AB_TEST_TIMEOUT` (a build that fails or hangs, e.g. a ring-protocol deadlock, gets no
+#       bench), and `sala bench offline --long-prefill AB_LENGTHS --profile-ops 1024` for each
+#       KV format of AB_KV; last, one table: build × KV × length → stage 1 ("sparse select"),
+#       stage 2 ("sparse attention") GPU ms and the prefill's seconds. Logs under $OUT.
+#
+# Settings (environment): AB_TESTS (default: the sparse and selection tests), AB_TEST_BIN
+# (test_cuda_sparse), AB_TEST_TIMEOUT (150 s), AB_LENGTHS (32768,131072), AB_KV ("bf16";
+# e.g. "bf16 fp8_e4m3"), AB_BENCH_TIMEOUT (150 s per bench), MODEL_DIR
+# (/tmp/sala_random_9b), OUT (/tmp/gpu_ab_out), AB_DEVICE (cuda; cpu with
+# MODEL_DIR=models/sala-tiny-chat and short AB_LENGTHS is a dry run of the script).
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+AB_TESTS=${AB_TESTS:-"CudaOps.Sparse*:CudaKvFp8.Sparse*:CudaFused.Sparse*:CudaInfllmSelect.*"}
+AB_TEST_BIN=${AB_TEST_BIN:-test_cuda_sparse}
+AB_TEST_TIMEOUT=${AB_TEST_TIMEOUT:-150}
+AB_LENGTHS=${AB_LENGTHS:-32768,131072}
+AB_KV=${AB_KV:-bf16}
+AB_BENCH_TIMEOUT=${AB_BENCH_TIMEOUT:-150}
+AB_DEVICE=${AB_DEVICE:-cuda}
+MODEL_DIR=${MODEL_DIR:-/tmp/sala_random_9b}
+OUT=${OUT:-/tmp/gpu_ab_out}
+PACK=$ROOT/.gpu/ab.tar.xz
+
+pack() {
+  [ $# -gt 0 ] || { echo "usage: $0 pack NAME=REV [NAME=REV ...]" >&2; exit 2; }
+  local stage=/tmp/sala_ab/pack spec name rev tree names=()
+  rm -rf "$stage" && mkdir -p "$stage/lib"
+  export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/sala-ccache}" CCACHE_NOHASHDIR=1
+  export PATH="/usr/local/cuda/bin:$PATH"
+  for spec in "$@"; do
+    name=${spec%%=*} rev=${spec#*=}
+    case "$name" in ""|*[!A-Za-z0-9_-]*|"$spec") echo "bad NAME=REV: $spec" >&2; exit 2 ;; esac
+    tree=/tmp/sala_ab/$name
+    git -C "$ROOT" worktree remove --force "$tree" 2>/dev/null
+    rm -rf "$tree"
+    git -C "$ROOT" worktree add --detach "$tree" "$rev" >/dev/null || exit 1
+    echo "== $name: $(git -C "$tree" log --oneline -1 | cut -c1-90)"
+    (cd "$tree" && CCACHE_BASEDIR=$tree cmake -S . -B build-cuda -G Ninja -DSALA_CUDA=ON \
+      -DCMAKE_BUILD_TYPE=Release >"$tree/cmake.log" 2>&1 &&
+      CCACHE_BASEDIR=$tree ninja -C build-cuda sala "$AB_TEST_BIN" >"$tree/build.log" 2>&1) ||
+      { echo "$name: build failed (see $tree/build.log)" >&2; exit 1; }
+    mkdir -p "$stage/$name/bin"
+    cp "$tree/build-cuda/src/cli/sala" "$tree/build-cuda/tests/ops/$AB_TEST_BIN" "$stage/$name/bin/"
+    git -C "$tree" log --oneline -1 >"$stage/$name/commit"
+    names+=("$name")
+  done
+  bash "$ROOT/scripts/gpu_check.sh" libs "$stage/lib" "$stage"/*/bin/*
+  strip "$stage"/*/bin/*
+  printf '%s\n' "${names[@]}" >"$stage/order"
+  mkdir -p "$ROOT/.gpu"
+  tar -C "$stage" -cf - order lib "${names[@]}" | xz -9e -T2 >"$PACK"
+  ls -la "$PACK"
+}
+
+# table FILE...: "build kv length stage1_ms stage2_ms prefill_s" rows from bench logs named
+# bench_BUILD_KV.txt (the op table of each "prefill N" section, then its "prefill B=1 L=N" row).
+table() {
+  local f b kv
+  printf '%-12s %-10s %9s %12s %12s %10s\n' build kv length "stage 1 ms" "stage 2 ms" prefill
+  for f in "$@"; do
+    b=$(basename "$f" .txt) && b=${b#bench_} && kv=${b##*_} && b=${b%_*}
+    awk -v b="$b" -v kv="$kv" '
+      /\[optime\] prefill [0-9]+:/ { n = $3; sub(":", "", n); cur = n }
+      /\[optime\] sparse select/ && cur != "" { s1[cur] = $4 }
+      /\[optime\] sparse attention/ && cur != "" { s2[cur] = $4 }
+      /^prefill B=1 +L=/ { l = $3; sub("L=", "", l);
+        printf "%-12s %-10s %9s %12s %12s %9s s\n", b, kv, l, (l in s1 ? s1[l] : "-"),
+               (l in s2 ? s2[l] : "-"), $4 }' "$f"
+  done
+}
+
+run() {
+  mkdir -p "$OUT"
+  [ -e "$PACK" ] || { echo "no $PACK: run '$0 pack' where the build is" >&2; exit 1; }
+  local dir=/tmp/sala_ab_run b rc kv x logs=() cl="" d f
+  rm -rf "$dir" && mkdir -p "$dir" && tar -C "$dir" -xJf "$PACK" || exit 1
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -e "$d/libcublasLt.so.13" ] && cl="$cl:$d"
+  done
+  if [ -z "$cl" ] && [ "$AB_DEVICE" = cuda ]; then
+    f=$(find / -xdev -name 'libcublasLt.so.13*' 2>/dev/null | head -1) && cl=":$(dirname "$f")"
+    f=$(find / -xdev -name 'libcudart.so.13*' 2>/dev/null | head -1) && cl="$cl:$(dirname "$f")"
+  fi
+  export LD_LIBRARY_PATH="$dir/lib$cl:${LD_LIBRARY_PATH:-}"
+  local first
+  first=$(head -1 "$dir/order")
+  [ -e "$MODEL_DIR/config.json" ] ||
+    "$dir/$first/bin/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" \
+      --out "$MODEL_DIR" 2>&1 | tail -1
+  while read -r b; do
+    echo "== $b: $(cut -c1-100 "$dir/$b/commit")"
+    timeout "$AB_TEST_TIMEOUT" "$dir/$b/bin/$AB_TEST_BIN" --gtest_filter="$AB_TESTS" \
+      >"$OUT/tests_$b.txt" 2>&1
+    rc=$?
+    echo "tests rc=$rc: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests_$b.txt" | tr '\n' ' ')"
+    grep -E '^\[  FAILED  \] [A-Za-z]' "$OUT/tests_$b.txt" | head -5
+    grep -E '^\[ select \]' "$OUT/tests_$b.txt" | head -12
+    [ "$rc" = 0 ] || { echo "$b: no bench (tests rc=$rc; 124 = timed out)"; continue; }
+    for kv in $AB_KV; do
+      x=""
+      [ "$kv" = bf16 ] || x="--kv-cache-dtype $kv"
+      # shellcheck disable=SC2086  # x: the optional flag pair
+      timeout "$AB_BENCH_TIMEOUT" "$dir/$b/bin/sala" bench offline --model-path "$MODEL_DIR" \
+        --device "$AB_DEVICE" --decode-batches 1 --decode-input 128 --decode-output 4 \
+        --prefill-batches 1 --prefill-input 256 --profile-ops 1024 --long-prefill "$AB_LENGTHS" \
+        $x >"$OUT/bench_${b}_$kv.txt" 2>&1
+      echo "bench $kv rc=$?"
+      logs+=("$OUT/bench_${b}_$kv.txt")
+    done
+  done <"$dir/order"
+  echo
+  [ ${#logs[@]} -gt 0 ] && table "${logs[@]}"
+}
+
+case "${1:-}" in
+  pack) shift; pack "$@" ;;
+  run) run ;;
+  table) shift; table "$@" ;;
+  *) echo "usage: $0 pack NAME=REV...|run|table BENCH_LOG..." >&2; exit 2 ;;
+esac
