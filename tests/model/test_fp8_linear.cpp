@@ -48,9 +48,17 @@ struct Case {
   }
 };
 
+// CPU fp32 with W8A8 FP8 projections (BackendOptions::fp8_weights).
+BackendOptions fp8_options(int threads) {
+  BackendOptions o;
+  o.threads = threads;
+  o.fp8_weights = true;
+  return o;
+}
+
 TEST(Fp8Linear, WeightCodesAndScalesFollowTheRecipe) {
   Case c;
-  auto be = make_backend("cpu", BackendOptions{NumericMode::F32, 1, true, 0, 0, true});
+  auto be = make_backend("cpu", fp8_options(1));
   ASSERT_EQ(be->linear_format(), WeightFormat::FP8_E4M3);
   const Weight w = be->upload_linear(view_of(c.w, c.N, c.K), WeightFormat::FP8_E4M3);
   ASSERT_EQ(w.format, WeightFormat::FP8_E4M3);
@@ -67,7 +75,7 @@ TEST(Fp8Linear, WeightCodesAndScalesFollowTheRecipe) {
 
 TEST(Fp8Linear, LinearIsTheRecipeAndCloseToFp32) {
   Case c;
-  auto q = make_backend("cpu", BackendOptions{NumericMode::F32, 2, true, 0, 0, true});
+  auto q = make_backend("cpu", fp8_options(2));
   auto f = make_backend("cpu", BackendOptions{NumericMode::F32, 2});
   const Weight wq = q->upload_linear(view_of(c.w, c.N, c.K), WeightFormat::FP8_E4M3);
   const Weight wf = f->upload_linear(view_of(c.w, c.N, c.K), WeightFormat::F32);
@@ -102,7 +110,7 @@ TEST(Fp8Linear, LinearIsTheRecipeAndCloseToFp32) {
 TEST(Fp8Linear, QuantizedModelBytesMatchThePlan) {
   const ModelConfig cfg = load_model_config(kTinyChat);
   Checkpoint ckpt(kTinyChat);
-  auto be = make_backend("cpu", BackendOptions{NumericMode::F32, 0, true, 0, 0, true});
+  auto be = make_backend("cpu", fp8_options(0));
   const ModelWeights w = load_weights(cfg, ckpt, *be, nullptr);
   size_t proj_params = 0, proj_rows = 0, other_params = 0;
   for (auto& [name, shape] : expected_tensors(cfg)) {
