@@ -46,8 +46,8 @@ CudaBackend::CudaBackend(const BackendOptions& opts)
       plan_(stream_.get(), arena_, graphs_),
       gemm_(bf16_mode_, stream_.get(), arena_, plan_, graphs_, timer_),
       rope_(stream_.get(), arena_, graphs_),
-      sparse_(bf16_mode_, max_smem_optin_, opts.attn_min_blocks, opts.sparse_attn_tma, stream_.get(),
-              arena_, plan_, graphs_, timer_),
+      sparse_(bf16_mode_, max_smem_optin_, opts.attn_min_blocks, opts.sparse_attn_tma,
+              stream_.get(), arena_, plan_, graphs_, timer_),
       lightning_(bf16_mode_, opts.gla_workspace_floats, stream_.get(),
                  arena_, plan_, graphs_, timer_, rope_) {}
 

@@ -13,11 +13,10 @@ namespace sala::cuda_host {
 using namespace sala::cuda;
 
 SparseRunner::SparseRunner(bool bf16_mode, int max_smem_optin, int attn_min_blocks,
-                           bool attn_tma, cudaStream_t stream, DeviceArena& arena, const StepPlan& plan,
-                           GraphCache& graphs, OpTimer& timer)
+                           bool attn_tma, cudaStream_t stream, DeviceArena& arena,
+                           const StepPlan& plan, GraphCache& graphs, OpTimer& timer)
     : bf16_(bf16_mode), max_smem_optin_(max_smem_optin), attn_tma_(attn_tma), stream_(stream),
-      arena_(arena),
-      plan_(plan), graphs_(graphs), timer_(timer) {
+      arena_(arena), plan_(plan), graphs_(graphs), timer_(timer) {
   int dev = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
