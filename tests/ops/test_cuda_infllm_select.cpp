@@ -82,8 +82,17 @@ Step make_step(int d, int kf, int s1, int bs, int page_size, const std::vector<S
     const int64_t L = sp.past + sp.n;
     max_len = std::max(max_len, L);
     const int np = int(cache_layout::pages_for(L, page_size));
-    s.seqs.push_back(
-        DevSeq{s.T, sp.n, 0, int32_t(s.pages.size()), np, 1, sp.split ? nsplit : -1, sp.past});
+    // By name: a field added to DevSeq must not shift the others (a positional list once put
+    // the past into state_dst_slot, so every case ran with no past).
+    s.seqs.push_back(DevSeq{.token_begin = s.T,
+                            .num_tokens = sp.n,
+                            .state_slot = 0,
+                            .page_begin = int32_t(s.pages.size()),
+                            .num_pages = np,
+                            .sparse = 1,
+                            .split_row = sp.split ? nsplit : -1,
+                            .state_dst_slot = 0,
+                            .past_len = sp.past});
     if (sp.split) nsplit += sp.n;
     for (int p = 0; p < np; ++p) s.pages.push_back(npages++);
     for (int i = 0; i < sp.n; ++i) s.row_seq.push_back(int32_t(s.seqs.size() - 1));
