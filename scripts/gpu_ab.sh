@@ -20,7 +20,10 @@
 # (test_cuda_sparse), AB_TEST_TIMEOUT (150 s), AB_LENGTHS (32768,131072), AB_KV ("bf16";
 # e.g. "bf16 fp8_e4m3"), AB_BENCH_TIMEOUT (150 s per bench), MODEL_DIR
 # (/tmp/sala_random_9b), OUT (/tmp/gpu_ab_out), AB_DEVICE (cuda; cpu with
-# MODEL_DIR=models/sala-tiny-chat and short AB_LENGTHS is a dry run of the script).
+# MODEL_DIR=models/sala-tiny-chat and short AB_LENGTHS is a dry run of the script),
+# AB_NCU_TESTS (a gtest filter: also run those tests of each build under ncu's SpeedOfLight and
+# ComputeWorkloadAnalysis sections, clocks left alone, kernels matching AB_NCU_KERNELS (a
+# regex; default "select_|sparse_attn|gla_"), CSV to $OUT/ncu_BUILD.csv; empty: no ncu).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 AB_TESTS=${AB_TESTS:-"CudaOps.Sparse*:CudaKvFp8.Sparse*:CudaFused.Sparse*:CudaInfllmSelect.*"}
@@ -30,6 +33,8 @@ AB_LENGTHS=${AB_LENGTHS:-32768,131072}
 AB_KV=${AB_KV:-bf16}
 AB_BENCH_TIMEOUT=${AB_BENCH_TIMEOUT:-150}
 AB_DEVICE=${AB_DEVICE:-cuda}
+AB_NCU_TESTS=${AB_NCU_TESTS:-}
+AB_NCU_KERNELS=${AB_NCU_KERNELS:-"select_|sparse_attn|gla_"}
 MODEL_DIR=${MODEL_DIR:-/tmp/sala_random_9b}
 OUT=${OUT:-/tmp/gpu_ab_out}
 PACK=$ROOT/.gpu/ab.tar.xz
@@ -109,6 +114,12 @@ run() {
     grep -E '^\[  FAILED  \] [A-Za-z]' "$OUT/tests_$b.txt" | head -5
     grep -E '^\[ select \]' "$OUT/tests_$b.txt" | head -12
     [ "$rc" = 0 ] || { echo "$b: no bench (tests rc=$rc; 124 = timed out)"; continue; }
+    if [ -n "$AB_NCU_TESTS" ]; then
+      timeout "$AB_TEST_TIMEOUT" ncu --clock-control none --csv --section SpeedOfLight \
+        --section ComputeWorkloadAnalysis --kernel-name "regex:$AB_NCU_KERNELS" \
+        "$dir/$b/bin/$AB_TEST_BIN" --gtest_filter="$AB_NCU_TESTS" >"$OUT/ncu_$b.csv" 2>&1
+      echo "ncu rc=$?: $(grep -c '"Duration"' "$OUT/ncu_$b.csv") kernels profiled"
+    fi
     for kv in $AB_KV; do
       x=""
       [ "$kv" = bf16 ] || x="--kv-cache-dtype $kv"
