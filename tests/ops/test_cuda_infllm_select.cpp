@@ -4,6 +4,9 @@
 //   Deterministic  head dims 16/64/128, bf16 / e4m3 / e5m2 caches, first chunks, later
 //                  chunks, partial tiles, split decode rows: every output written, and the
 //                  same bits when launched again (batched == alone rests on it)
+//   Sm90MatchesMmaSync  the wgmma score kernel (Hopper) against the mma.sync one: level-2
+//                  sums equal, block scores within one bf16 ulp on ≤ 0.5 % of them,
+//                  ≥ 99 % of selections equal, deterministic
 //   Speed          µs per launch (lse + score + top-k), the released geometry (d 128, 2 KV
 //                  heads × 16 query heads, stride 16 / 64, block 64), the last 2048-row chunk
 //                  of 32K and 128K prompts (H200, session 14: 273 / 948 µs bf16, 336 / 1,218
@@ -209,18 +212,76 @@ TEST(CudaInfllmSelect, Deterministic) {
                                  {{6000, 300}, {1500, 1, true}, {9100, 2, true}}, 4));
 }
 
+// The wgmma score kernel (Hopper, d = 128) against the mma.sync one on the same steps: the
+// level-2 sums are the same kernel's (bit-equal); a level-1 score may differ by one bf16 ulp
+// (S's fp32 order inside a k-step), on few entries; selections nearly all equal.
+void expect_sm90_close(const char* what, Step s) {
+  s.P.sm90_scores = false;
+  const Outputs a = run_select(s);
+  s.P.sm90_scores = true;
+  const Outputs b = run_select(s);
+  expect_deterministic(what, s);
+  EXPECT_EQ(std::memcmp(a.ml.data(), b.ml.data(), a.ml.size() * sizeof(float2)), 0) << what;
+  auto ulps = [](uint16_t x, uint16_t y) {  // distance in bf16 order (finite, same sign)
+    auto key = [](uint16_t v) { return (v & 0x8000u) ? -int(v & 0x7fffu) : int(v); };
+    return std::abs(key(x) - key(y));
+  };
+  int64_t diff = 0, far = 0;
+  for (size_t i = 0; i < a.bscore.size(); ++i)
+    if (a.bscore[i] != b.bscore[i]) ++diff, far += ulps(a.bscore[i], b.bscore[i]) > 1;
+  EXPECT_EQ(far, 0) << what;
+  EXPECT_LE(diff, int64_t(a.bscore.size()) / 200) << what;
+  int64_t edge_diff = 0;
+  for (size_t i = 0; i < a.edge.size(); ++i) edge_diff += a.edge[i] != b.edge[i];
+  EXPECT_LE(edge_diff, int64_t(a.edge.size()) / 200 + 1) << what;
+  const int K = s.P.total_topk;
+  int64_t rows = 0, same = 0;
+  for (size_t r = 0; r < a.cnt.size(); ++r) {
+    ++rows;
+    same += a.cnt[r] == b.cnt[r] && std::equal(a.sel.begin() + int64_t(r) * K,
+                                                a.sel.begin() + int64_t(r) * K + a.cnt[r],
+                                                b.sel.begin() + int64_t(r) * K);
+  }
+  EXPECT_GE(same, rows - std::max<int64_t>(1, rows / 100)) << what;
+  std::printf("[ select ] %s: %lld of %zu block scores and %lld of %zu edges differ (1 ulp), "
+              "%lld of %lld selections equal\n",
+              what, static_cast<long long>(diff), a.bscore.size(),
+              static_cast<long long>(edge_diff), a.edge.size(), static_cast<long long>(same),
+              static_cast<long long>(rows));
+}
+
+TEST(CudaInfllmSelect, Sm90MatchesMmaSync) {
+  REQUIRE_GPU();
+  if (!cuda::select_score_sm90_supported(128)) GTEST_SKIP() << "needs sm_90";
+  expect_sm90_close("d128 bf16 tiny geometry",
+                    make_step(128, cuda::kKvAct, 4, 16, 64, {{0, 270}, {611, 10}, {90, 37}}, 6));
+  expect_sm90_close("d128 e4m3 tiny geometry",
+                    make_step(128, cuda::kKvE4m3, 4, 16, 64, {{0, 270}, {611, 10}}, 7));
+  expect_sm90_close("d128 bf16 released, beside split decode rows",
+                    make_step(128, cuda::kKvAct, 16, 64, 256,
+                              {{6000, 300}, {1500, 1, true}, {9100, 2, true}, {0, 517}}, 8));
+  expect_sm90_close("d128 e5m2 released, page 128",
+                    make_step(128, cuda::kKvE5m2, 16, 64, 128, {{12000, 203}, {0, 64}}, 9));
+  expect_sm90_close("d128 bf16 released, last chunk of 32K",
+                    make_step(128, cuda::kKvAct, 16, 64, 256, {{32768 - 2048, 2048}}, 10));
+}
+
 TEST(CudaInfllmSelect, Speed) {
   REQUIRE_GPU();
+  const bool sm90 = cuda::select_score_sm90_supported(128);
   for (int kf : {cuda::kKvAct, cuda::kKvE4m3})
-    for (int len : {32768, 131072}) {
-      const Step s = make_step(128, kf, 16, 64, 256, {{len - 2048, 2048}}, 5);
-      double us = 0;
-      const Outputs timed = run_select(s, 10, &us);
-      std::printf("[ select ] %s, last 2048-row chunk of %d tokens: %.1f us per launch "
-                  "(lse + score + top-k)\n",
-                  kf == cuda::kKvAct ? "bf16" : "e4m3", len, us);
-      expect_same("speed", timed, run_select(s));
-    }
+    for (int len : {32768, 131072})
+      for (bool wg : {false, true}) {
+        if (wg && !sm90) continue;
+        Step s = make_step(128, kf, 16, 64, 256, {{len - 2048, 2048}}, 5);
+        s.P.sm90_scores = wg;
+        double us = 0;
+        const Outputs timed = run_select(s, 10, &us);
+        std::printf("[ select ] %s, last 2048-row chunk of %d tokens, %s scores: %.1f us per "
+                    "launch (lse + score + top-k)\n",
+                    kf == cuda::kKvAct ? "bf16" : "e4m3", len, wg ? "wgmma" : "mma.sync", us);
+        expect_same("speed", timed, run_select(s));
+      }
 }
 
 }  // namespace

@@ -36,10 +36,13 @@
 
 #include "backend/cuda/cuda_kv_fp8.cuh"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_infllm_select.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 
 namespace sala::cuda {
 namespace {
+
+using namespace stage1;
 
 constexpr int kW = kSparseTileRows;  // rows (warps) per tile
 constexpr int kThreads = kW * 32;
@@ -52,45 +55,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 // row's entries without changing its sums, so it keeps 2 (100 registers at d 128, no
 // spills): a 2048-row chunk's 512 blocks are then 1.94 rounds of 132 SMs, at 3 they are 1.3.
 constexpr int kMinBlocks = 3, kLseMinBlocks = 2;
-
-// Per block: the tile's sequence and the position / counts of this warp's row.
-struct TileRow {
-  DevSeq s;
-  const int32_t* pages;
-  int64_t row;     // this warp's row (the tile's first row for idle warps)
-  long long t, L;  // row position, sequence length after the step
-  bool active, first;
-};
-
-__device__ __forceinline__ bool tile_row(const StepRows& R, int2 tile, int warp, TileRow& tr) {
-  tr.s = R.seqs[R.row_seq[tile.x]];
-  if (!tr.s.sparse) return false;
-  tr.pages = R.page_table + tr.s.page_begin;
-  tr.active = warp < tile.y;
-  tr.row = tile.x + (tr.active ? warp : 0);
-  tr.t = tr.s.past_len + (tr.row - tr.s.token_begin);
-  tr.L = tr.s.past_len + tr.s.num_tokens;
-  tr.first = tr.s.past_len == 0;
-  return true;
-}
-
-// Where one level's compressed entries live (cache_layout::entry_offset without its 64-bit
-// divisions): a page holds epp = page_size / s whole entries (SparseRunner checks
-// page_size % s == 0), so entry j is slot j % epp of page j / epp. Entry counts fit 32 bits.
-struct EntryPages {
-  const int32_t* pages;
-  int epp, sh;  // sh = log2 epp when epp is a power of two, else -1
-  int64_t row;  // elements per entry (kvh · d)
-  __device__ __forceinline__ EntryPages(const int32_t* p, const CacheGeom& G, int s)
-      : pages(p), epp(G.page_size / s), sh(-1), row(G.row) {
-    if ((epp & (epp - 1)) == 0)
-      for (sh = 0; (1 << sh) < epp;) ++sh;
-  }
-  __device__ __forceinline__ int64_t off(int j) const {
-    const int pg = sh >= 0 ? j >> sh : j / epp;
-    return (int64_t(pages[pg]) * epp + (j - pg * epp)) * row;
-  }
-};
 
 // Entries [j0, j0 + kET) of a compressed cache (KV head g) into smem rows of D + 8 halves
 // (conflict-free for ldmatrix at every D); entries at or past jend are zeros. bf16 caches by
@@ -300,12 +264,13 @@ __device__ __forceinline__ void row_lnorm(float (&lnorm)[2], const float2* __res
 // grid: (tiles, kvh, max(score_splits, pparts)), block: kThreads. pparts: parts of the entry
 // tiles of rows of unsplit calls (rows of split calls: P.score_splits); the tiles are
 // independent (own pool, own edge), so every part count gives the same numbers.
+// skip_unsplit: those rows are the wgmma kernel's (cuda_infllm_select_sm90.cu).
 template <int D, int KF>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     select_score_kernel(const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles,
                         int tile_begin, const KvElem<KF>* __restrict__ c1, SelectParams P,
-                        int pparts, const float2* __restrict__ ml, bf16* __restrict__ bscore,
-                        float* __restrict__ edge) {
+                        int pparts, bool skip_unsplit, const float2* __restrict__ ml,
+                        bf16* __restrict__ bscore, float* __restrict__ edge) {
   pdl_begin();  // launch_pdl: before any read or write
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int kBuf = kET * (D + 8);
@@ -317,6 +282,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   TileRow tr;
   if (!tile_row(R, tile, warp, tr)) return;
   const bool one = tr.s.split_row >= 0;         // a row of a split call: one row per tile
+  if (!one && skip_unsplit) return;             // launch_select_score_sm90's rows
   const int S = one ? P.score_splits : pparts;  // parts of the entries
   if (z >= S) return;
   const CacheGeom& G = P.g;
@@ -415,32 +381,22 @@ void launch_select_d(const bf16* q, const StepRows& s, const int2* tiles, int ti
                      const SelectWork& w, cudaStream_t st) {
   const size_t smem_lse = size_t(2) * kET * (D + 8) * 2;
   const size_t smem_score = smem_lse + size_t(kW) * kET * 4;
+  // SelectParams::sm90_scores (Hopper, d = 128): unsplit rows' level-1 scores on wgmma, this
+  // kernel the split rows only.
+  const bool sm90 = D == 128 && p.sm90_scores;
   // Entry-tile parts of unsplit rows' score blocks: a chunk of 256 tiles × 2 KV heads is 512
   // equal blocks, 1.3 rounds of the H200's 132 SMs × 3, so the second round would run a
-  // third full; the part count minimising rounds / parts (rounds = ceil(blocks · parts /
-  // resident blocks)), up to 8, a smaller count unless 3 % better.
-  static int slots = 0;  // resident score blocks: kMinBlocks per SM (80 registers, <= 37 KB smem)
-  if (slots == 0) {
-    int dev = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    slots = std::max(1, sms * kMinBlocks);
-  }
-  const long long blocks = 1LL * n_tiles * p.g.kvh;
-  int pparts = 1;
-  double best = double(ceil_div(blocks, slots));
-  for (int z = 2; z <= 8; ++z) {
-    const double r = double(ceil_div(blocks * z, slots)) / z;
-    if (r < 0.97 * best) best = r, pparts = z;
-  }
+  // third full (resident blocks: kMinBlocks per SM, 80 registers, <= 37 KB smem).
+  const int pparts = score_entry_parts(1LL * n_tiles * p.g.kvh, kMinBlocks);
   launch_pdl(select_lse_kernel<D, KF>,
              dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(p.lse_splits)), kThreads, smem_lse,
              st, q, s, tiles, tile_begin, static_cast<const KvElem<KF>*>(c2), p, w.ml);
   CUDA_CHECK_LAUNCH();
-  launch_pdl(select_score_kernel<D, KF>,
-             dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(std::max(p.score_splits, pparts))),
+  if (sm90) launch_select_score_sm90(q, s, tiles, tile_begin, n_tiles, c1, p, w, KF, st);
+  const int zs = sm90 ? p.score_splits : std::max(p.score_splits, pparts);
+  launch_pdl(select_score_kernel<D, KF>, dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(zs)),
              kThreads, smem_score, st, q, s, tiles, tile_begin, static_cast<const KvElem<KF>*>(c1),
-             p, pparts, w.ml, w.bscore, w.edge);
+             p, pparts, sm90, w.ml, w.bscore, w.edge);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -322,6 +322,9 @@ struct SelectParams {
   // Other rows' level-2 sums are never split; their level-1 entry tiles may be (the score
   // launcher's part count, which changes no number).
   int lse_splits, score_splits;
+  // The rows of unsplit calls scored by launch_select_score_sm90 (the runner sets it where
+  // select_score_sm90_supported; tests compare both kernels).
+  bool sm90_scores = false;
 };
 struct SelectWork {  // rows = launched tiles * kSparseTileRows
   float2* ml;        // [rows, nh, lse_splits] level-2 (max, sum) of each part, log2 units
@@ -336,6 +339,13 @@ void launch_infllm_select(int d, const bf16* q, const StepRows& s, const int2* t
                           int tile_begin, int n_tiles, const void* c1, const void* c2,
                           const SelectParams& p, const SelectWork& w, int32_t* sel,
                           int32_t* sel_cnt, cudaStream_t st, int kf = kKvAct);
+// Hopper (sm_90) with d = 128: the level-1 scores of the rows of unsplit calls (prompt
+// chunks) on wgmma (cuda_infllm_select_sm90.cu); launch_infllm_select_scores then leaves
+// those rows to it.
+bool select_score_sm90_supported(int d);
+void launch_select_score_sm90(const bf16* q, const StepRows& s, const int2* tiles,
+                              int tile_begin, int n_tiles, const void* c1, const SelectParams& p,
+                              const SelectWork& w, int kf, cudaStream_t st);
 // Its level-2 (SelectWork::ml) and level-1 (bscore, edge) kernels (cuda_infllm_select.cu);
 // launch_infllm_select then runs the top-k kernel (cuda_infllm_topk.cu).
 void launch_infllm_select_scores(int d, const bf16* q, const StepRows& s, const int2* tiles,

@@ -132,6 +132,8 @@ void SparseRunner::attention_t(int si, const Tensor& q, const Tensor& k, const T
     P.et_stride = select_et_stride_;
     P.lse_splits = split_calls ? kSelectSplits : 1;
     P.score_splits = split_calls ? kScoreSplits : 1;
+    // Prompt chunks' rows on the wgmma score kernel (a step without one launches none).
+    P.sm90_scores = select_score_sm90_supported(d) && !sd.prompt_free;
     if constexpr (kBf16) {
       for (int t0 = 0; t0 < sd.n_tiles; t0 += kSelectChunkTiles)
         launch_infllm_select(d, ptr<const bf16>(q), rows, sd.tiles, t0,

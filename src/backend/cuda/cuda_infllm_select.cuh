@@ -1,0 +1,72 @@
+// What the InfLLM-v2 stage-1 scoring kernels share (cuda_infllm_select.cu: mma.sync, sm_80+;
+// cuda_infllm_select_sm90.cu: wgmma, Hopper's prompt rows): a tile row's position and counts,
+// and where a compressed entry lives in its paged cache.
+#pragma once
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_mma.cuh"
+
+namespace sala::cuda::stage1 {
+
+// Per block: the tile's sequence and the position / counts of this warp's row.
+struct TileRow {
+  DevSeq s;
+  const int32_t* pages;
+  int64_t row;     // this warp's row (the tile's first row for idle warps)
+  long long t, L;  // row position, sequence length after the step
+  bool active, first;
+};
+
+__device__ __forceinline__ bool tile_row(const StepRows& R, int2 tile, int warp, TileRow& tr) {
+  tr.s = R.seqs[R.row_seq[tile.x]];
+  if (!tr.s.sparse) return false;
+  tr.pages = R.page_table + tr.s.page_begin;
+  tr.active = warp < tile.y;
+  tr.row = tile.x + (tr.active ? warp : 0);
+  tr.t = tr.s.past_len + (tr.row - tr.s.token_begin);
+  tr.L = tr.s.past_len + tr.s.num_tokens;
+  tr.first = tr.s.past_len == 0;
+  return true;
+}
+
+// Where one level's compressed entries live (cache_layout::entry_offset without its 64-bit
+// divisions): a page holds epp = page_size / s whole entries (SparseRunner checks
+// page_size % s == 0), so entry j is slot j % epp of page j / epp. Entry counts fit 32 bits.
+struct EntryPages {
+  const int32_t* pages;
+  int epp, sh;  // sh = log2 epp when epp is a power of two, else -1
+  int64_t row;  // elements per entry (kvh · d)
+  __device__ __forceinline__ EntryPages(const int32_t* p, const CacheGeom& G, int s)
+      : pages(p), epp(G.page_size / s), sh(-1), row(G.row) {
+    if ((epp & (epp - 1)) == 0)
+      for (sh = 0; (1 << sh) < epp;) ++sh;
+  }
+  __device__ __forceinline__ int64_t off(int j) const {
+    const int pg = sh >= 0 ? j >> sh : j / epp;
+    return (int64_t(pages[pg]) * epp + (j - pg * epp)) * row;
+  }
+};
+
+// Parts of the entry tiles of a score launch of `blocks` blocks (tiles × KV heads) with
+// `per_sm` resident per SM: the count minimising rounds / parts (rounds = ceil(blocks · parts
+// / resident blocks)), up to 8, a larger count only if 3 % better. The parts change no number.
+inline int score_entry_parts(long long blocks, int per_sm) {
+  static int sms = 0;
+  if (sms == 0) {
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  }
+  const int slots = std::max(1, sms * per_sm);
+  int parts = 1;
+  double best = double(ceil_div(blocks, slots));
+  for (int z = 2; z <= 8; ++z) {
+    const double r = double(ceil_div(blocks * z, slots)) / z;
+    if (r < 0.97 * best) best = r, parts = z;
+  }
+  return parts;
+}
+
+}  // namespace sala::cuda::stage1
