@@ -66,8 +66,16 @@ int run(const Case& c) {
     const long long L = sp.past + sp.n;
     maxL = std::max(maxL, L);
     const int np = int((L + ps - 1) / ps);
-    DevSeq d{T,      sp.n, 0, int(page_table.size()), np, sp.sparse ? 1 : 0, sp.split ? nsplit : -1,
-             sp.past};
+    // By name (a positional list put the past into state_dst_slot once that field was added).
+    const DevSeq d{.token_begin = T,
+                   .num_tokens = sp.n,
+                   .state_slot = 0,
+                   .page_begin = int(page_table.size()),
+                   .num_pages = np,
+                   .sparse = sp.sparse ? 1 : 0,
+                   .split_row = sp.split ? nsplit : -1,
+                   .state_dst_slot = 0,
+                   .past_len = sp.past};
     if (sp.split) nsplit += sp.n, any_split = true;
     seqs.push_back(d);
     for (int p = 0; p < np; ++p) page_table.push_back(npages++);
@@ -162,14 +170,14 @@ int run(const Case& c) {
     newk::select_lse_kernel<D, KF>(q.data(), R, tiles.data(), 0, C2, P, B.ml.data());
   });
   sim::launch(g_sc, 256, [&] {
-    newk::select_score_kernel<D, KF>(q.data(), R, tiles.data(), 0, C1, P, 1, B.ml.data(),
+    newk::select_score_kernel<D, KF>(q.data(), R, tiles.data(), 0, C1, P, 1, false, B.ml.data(),
                                      B.bs.data(), B.edge.data());
   });
   topk(newk::select_topk_kernel<512>, newk::select_topk_kernel<128>, B);
   const long mma_new = sim::g_warp[0].mma;
   X.ml = A.ml;
   sim::launch(g_sc, 256, [&] {
-    newk::select_score_kernel<D, KF>(q.data(), R, tiles.data(), 0, C1, P, 1, X.ml.data(),
+    newk::select_score_kernel<D, KF>(q.data(), R, tiles.data(), 0, C1, P, 1, false, X.ml.data(),
                                      X.bs.data(), X.edge.data());
   });
   // Y: this tree's score kernel with the entry tiles of unsplit rows in 3 parts (same numbers).
@@ -177,7 +185,9 @@ int run(const Case& c) {
   Y.ml = B.ml;
   const dim3 g_y{unsigned(nt), unsigned(kvh), unsigned(std::max(P.score_splits, 3))};
   sim::launch(g_y, 256, [&] {
-    newk::select_score_kernel<D, KF>(q.data(), R, tiles.data(), 0, C1, P, 3, Y.ml.data(),
+    // skip_unsplit false: every row on this kernel (the wgmma kernel, sm_90 only, is not
+    // simulated).
+    newk::select_score_kernel<D, KF>(q.data(), R, tiles.data(), 0, C1, P, 3, false, Y.ml.data(),
                                      Y.bs.data(), Y.edge.data());
   });
   long y_diff = 0;

@@ -52,7 +52,13 @@ PY
 }
 new=("$root/$src")
 [ -f "$root/src/backend/cuda/cuda_infllm_topk.cu" ] && new+=("$root/src/backend/cuda/cuda_infllm_topk.cu")
-extract newk "${new[@]}" >"$tmp/kern_new.inc"
+# The helpers the kernels share with the wgmma score kernel (TileRow, EntryPages, EntryRun),
+# included as the file includes them (its #include lines are not extracted).
+{
+  [ -f "$root/src/backend/cuda/cuda_infllm_select.cuh" ] &&
+    echo '#include "backend/cuda/cuda_infllm_select.cuh"'
+  extract newk "${new[@]}"
+} >"$tmp/kern_new.inc"
 git -C "$root" show "$ref:$src" >"$tmp/ref.cu"
 extract refk "$tmp/ref.cu" >"$tmp/kern_ref.inc"
 # -fno-strict-aliasing: the kernels pun shared memory through uint4 / uint2 stores, as CUDA allows.
