@@ -66,7 +66,34 @@ __device__ __forceinline__ void load_entries(bf16* buf, const KvElem<KF>* cache,
                                              const EntryPages& P, int j0, int jend, int g) {
   constexpr int LD = D + 8, CH = D / 8;
   const KvElem<KF>* base = cache + g * D;
-  if constexpr (KF == kKvAct) {
+  // d >= 32: thread t copies chunk t % CH of kPer consecutive entries (one EntryRun: a page-
+  // table read per page, not per entry); d 16 (fewer chunks than threads): one chunk each.
+  constexpr int kPer = kET * CH / kThreads;
+  if constexpr (kPer >= 1 && kET * CH % kThreads == 0) {
+    const int c = threadIdx.x % CH, jj = threadIdx.x / CH * kPer;
+    EntryRun run(P, j0 + jj, j0 + jj < jend);
+    if constexpr (KF == kKvAct) {
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int j = jj + i;
+        const bool ok = j0 + j < jend;
+        cp_async16(buf + j * LD + c * 8, ok ? base + run.off + c * 8 : cache, ok ? 16 : 0);
+        run.next(P, j0 + j + 1 < jend);
+      }
+    } else {
+      uint2 cw[kPer];
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int j = jj + i;
+        cw[i] = j0 + j < jend ? *reinterpret_cast<const uint2*>(base + run.off + c * 8)
+                              : make_uint2(0u, 0u);
+        run.next(P, j0 + j + 1 < jend);
+      }
+#pragma unroll
+      for (int i = 0; i < kPer; ++i)
+        *reinterpret_cast<uint4*>(buf + (jj + i) * LD + c * 8) = kv_codes8_bf16<KF>(cw[i]);
+    }
+  } else if constexpr (KF == kKvAct) {
     for (int e = threadIdx.x; e < kET * CH; e += kThreads) {
       const int j = e / CH, c = e % CH;
       const bool ok = j0 + j < jend;
