@@ -70,29 +70,9 @@ __device__ __forceinline__ void load_entries(bf16* buf, const KvElem<KF>* cache,
   // table read per page, not per entry); d 16 (fewer chunks than threads): one chunk each.
   constexpr int kPer = kET * CH / kThreads;
   if constexpr (kPer >= 1 && kET * CH % kThreads == 0) {
-    const int c = threadIdx.x % CH, jj = threadIdx.x / CH * kPer;
-    EntryRun run(P, j0 + jj, j0 + jj < jend);
-    if constexpr (KF == kKvAct) {
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) {
-        const int j = jj + i;
-        const bool ok = j0 + j < jend;
-        cp_async16(buf + j * LD + c * 8, ok ? base + run.off + c * 8 : cache, ok ? 16 : 0);
-        run.next(P, j0 + j + 1 < jend);
-      }
-    } else {
-      uint2 cw[kPer];
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) {
-        const int j = jj + i;
-        cw[i] = j0 + j < jend ? *reinterpret_cast<const uint2*>(base + run.off + c * 8)
-                              : make_uint2(0u, 0u);
-        run.next(P, j0 + j + 1 < jend);
-      }
-#pragma unroll
-      for (int i = 0; i < kPer; ++i)
-        *reinterpret_cast<uint4*>(buf + (jj + i) * LD + c * 8) = kv_codes8_bf16<KF>(cw[i]);
-    }
+    const int c = threadIdx.x % CH;
+    copy_entry_run<KF, kPer>([&](int j) { return buf + j * LD + c * 8; }, base, P, j0,
+                             threadIdx.x / CH * kPer, c, jend);
   } else if constexpr (KF == kKvAct) {
     for (int e = threadIdx.x; e < kET * CH; e += kThreads) {
       const int j = e / CH, c = e % CH;

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_kv_fp8.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 
 namespace sala::cuda::stage1 {
@@ -72,6 +73,38 @@ struct EntryRun {
     }
   }
 };
+
+// Chunk c (8 elements) of the kN consecutive entries jj .. jj + kN - 1 of the entry tile that
+// starts at entry j0, from one KV head's compressed cache `base`, to dst(j) (j: the entry's
+// index in the tile; the caller's shared-memory layout): bf16 by cp.async (the caller
+// commits, waits and fences), FP8 codes by plain loads, every load before the first
+// conversion, converted to their exact bf16 values (unscaled: the K scale is in
+// SelectParams::tau). Entries at or past jend are zeros.
+template <int KF, int kN, class Dst>
+__device__ __forceinline__ void copy_entry_run(const Dst& dst, const KvElem<KF>* base,
+                                               const EntryPages& P, int j0, int jj, int c,
+                                               int jend) {
+  EntryRun run(P, j0 + jj, j0 + jj < jend);
+  if constexpr (KF == kKvAct) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      const bool ok = j0 + jj + i < jend;
+      cp_async16(dst(jj + i), ok ? base + run.off + c * 8 : base, ok ? 16 : 0);
+      run.next(P, j0 + jj + i + 1 < jend);
+    }
+  } else {
+    uint2 cw[kN];
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      cw[i] = j0 + jj + i < jend ? *reinterpret_cast<const uint2*>(base + run.off + c * 8)
+                                 : make_uint2(0u, 0u);
+      run.next(P, j0 + jj + i + 1 < jend);
+    }
+#pragma unroll
+    for (int i = 0; i < kN; ++i)
+      *reinterpret_cast<uint4*>(dst(jj + i)) = kv_codes8_bf16<KF>(cw[i]);
+  }
+}
 
 // Parts of the entry tiles of a score launch of `blocks` blocks (tiles × KV heads) with
 // `per_sm` resident per SM: the count minimising rounds / parts (rounds = ceil(blocks · parts

@@ -64,33 +64,13 @@ __device__ __forceinline__ int sw_off(int j, int c, int half) {
 template <int KF>
 __device__ __forceinline__ void load_entries(unsigned char* dst, const KvElem<KF>* cache,
                                              const EntryPages& P, int j0, int jend, int g) {
-  const KvElem<KF>* base = cache + g * kD;
   constexpr int kIt = kET * 16 / kThreads;  // 16-byte chunks per thread: 8 entries
-  // Thread t: chunk t % 16 of the 8 consecutive entries jj .. jj + 7 (one EntryRun); a warp
-  // copies two 256-byte entries per instruction.
-  const int c = threadIdx.x % 16, jj = threadIdx.x / 16 * kIt;
-  EntryRun run(P, j0 + jj, j0 + jj < jend);
-  if constexpr (KF == kKvAct) {
-#pragma unroll
-    for (int i = 0; i < kIt; ++i) {
-      const int j = jj + i;
-      const bool ok = j0 + j < jend;
-      cp_async16(dst + sw_off(j, c, kCHalf), ok ? base + run.off + c * 8 : cache, ok ? 16 : 0);
-      run.next(P, j0 + j + 1 < jend);
-    }
-  } else {
-    uint2 cw[kIt];
-#pragma unroll
-    for (int i = 0; i < kIt; ++i) {
-      const int j = jj + i;
-      cw[i] = j0 + j < jend ? *reinterpret_cast<const uint2*>(base + run.off + c * 8)
-                            : make_uint2(0u, 0u);
-      run.next(P, j0 + j + 1 < jend);
-    }
-#pragma unroll
-    for (int i = 0; i < kIt; ++i)
-      *reinterpret_cast<uint4*>(dst + sw_off(jj + i, c, kCHalf)) = kv_codes8_bf16<KF>(cw[i]);
-  }
+  static_assert(kThreads / 16 * kIt == kET);
+  // Thread t: chunk t % 16 of the 8 consecutive entries from 8 (t / 16); a warp copies two
+  // 256-byte entries per instruction.
+  const int c = threadIdx.x % 16;
+  copy_entry_run<KF, kIt>([&](int j) { return dst + sw_off(j, c, kCHalf); }, cache + g * kD, P,
+                          j0, threadIdx.x / 16 * kIt, c, jend);
 }
 
 template <int N>
