@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Host simulation of the lightning layers' tensor-core chunk kernels
-# (src/backend/cuda/cuda_lightning_chunk3_tc.cu) for machines without a GPU: the kernels' own
-# source, compiled by g++ with shim headers (sim.h: 256 std::threads per block, std::barrier as
-# __syncthreads, mma.sync m16n8k16 and ldmatrix.x4.trans emulated from the PTX fragment
-# layouts), run on small shapes (d 16/32/64/128, several sequences, partial chunks, incoming
-# states) against a double reference of the chunk form (driver.cpp). Not a substitute for the
-# GPU tests (CudaLightningTc.*): it checks the kernels' indexing and fragment logic only.
+# Host simulation of the lightning layers' tensor-core chunk kernel
+# (src/backend/cuda/cuda_lightning_seq_tc.cu) for machines without a GPU: the kernel's own
+# source, compiled by g++ with shim headers (sim.h: a std::thread per CUDA thread, std::barrier
+# as __syncthreads, mma.sync m16n8k16 and ldmatrix.x4 (.trans) emulated from the PTX fragment
+# layouts, cp.async as copies), run on small shapes (d 16/32/64/128, several sequences, partial
+# chunks, incoming states, a state written to another slot) against a double reference of the
+# chunk form (driver.cpp). Not a substitute for the GPU tests (CudaLightningTc.*): it checks
+# the kernel's indexing and fragment logic only.
 # Usage: scripts/gla_tc_sim/run.sh   (g++ >= 12 and the CUDA headers; no GPU; ~1 min)
 # Exit 0 and "ALL OK": every output within 1 bf16 ulp of the reference, every output written,
 # final states within 1e-6 relative.
@@ -22,10 +23,10 @@ done
 # launchers stay out); the dynamic shared memory becomes one static array (blocks run one at
 # a time).
 awk '/^namespace sala::cuda \{/{p=1} p{print} /^}  \/\/ namespace$/{if(p){exit}}' \
-  "$root/src/backend/cuda/cuda_lightning_chunk3_tc.cu" |
-  sed 's/extern __shared__ __align__(16) unsigned char tc_smem\[\];/alignas(16) unsigned char tc_smem[232448];/' \
+  "$root/src/backend/cuda/cuda_lightning_seq_tc.cu" |
+  sed 's/extern __shared__ __align__(16) unsigned char seq_smem\[\];/alignas(16) unsigned char seq_smem[232448];/' \
     >"$tmp/kern.inc"
-grep -q 'unsigned char tc_smem\[232448\]' "$tmp/kern.inc" || { echo "gla_tc_sim: kernel source not recognised" >&2; exit 2; }
+grep -q 'unsigned char seq_smem\[232448\]' "$tmp/kern.inc" || { echo "gla_tc_sim: kernel source not recognised" >&2; exit 2; }
 echo "}  // namespace sala::cuda" >>"$tmp/kern.inc"
 # -fno-strict-aliasing: the kernels pun shared memory through uint4 / uint2 stores, as CUDA allows.
 g++ -std=c++20 -O2 -fno-strict-aliasing -I"$tmp" -I"$here" -I"$tmp/shim" -I"$root/src" \

@@ -1,6 +1,7 @@
 // Shim of the CUDA device environment for scripts/gla_tc_sim (see run.sh).
-// Host simulation of the tc kernels: 256 std::threads per block, std::barrier for
-// __syncthreads, mma.sync m16n8k16 emulated per warp from the PTX fragment layout.
+// Host simulation of the tc kernel: one std::thread per CUDA thread of a block, std::barrier
+// for __syncthreads, mma.sync m16n8k16 and ldmatrix emulated per warp from the PTX fragment
+// layouts, cp.async as plain copies.
 #pragma once
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -23,13 +24,21 @@
 namespace sala::cuda {
 using bf16 = __nv_bfloat16;
 inline constexpr int kGlaDecayStride = 65;
-struct DevSeq { int32_t token_begin, num_tokens, state_slot, page_begin, num_pages, sparse, split_row; long long past_len; };
+struct DevSeq { int32_t token_begin, num_tokens, state_slot, page_begin, num_pages, sparse, split_row, state_dst_slot; long long past_len; };
 inline thread_local dim3 threadIdx, blockIdx;
 inline dim3 gridDim;
 inline std::barrier<>* g_block_bar;
 inline void __syncthreads() { g_block_bar->arrive_and_wait(); }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline bf16 f2b(float x) { return __float2bfloat16_rn(x); }
+inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+// cp.async runs synchronously here: a copy (or zeros) at once, commit / wait do nothing.
+inline void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  if (src_bytes == 16) std::memcpy(smem, gmem, 16); else std::memset(smem, 0, 16);
+}
+inline void cp_async_commit() {}
+template <int N>
+inline void cp_async_wait() {}
 inline uint32_t pack_raw(bf16 lo, bf16 hi) {
   uint16_t a, b; std::memcpy(&a, &lo, 2); std::memcpy(&b, &hi, 2);
   return uint32_t(a) | (uint32_t(b) << 16);
@@ -63,6 +72,19 @@ inline void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
     c[e] = float(double(c[e]) + s);
   }
   if (lane == 0) ++S.calls;
+  S.bar->arrive_and_wait();
+}
+// ldmatrix.sync.aligned.m8n8.x4.shared.b16: lane l gives the address of row l % 8 of matrix
+// l / 8; lane l receives in r[i] the elements (row l/4, cols 2(l%4), 2(l%4)+1) of matrix i.
+inline void ldmatrix_x4(uint32_t* r, const bf16* row_addr) {
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  WarpStage& S = g_warp[w];
+  if ((reinterpret_cast<uintptr_t>(row_addr) & 15) != 0) { std::fprintf(stderr, "ldmatrix: unaligned\n"); std::abort(); }
+  S.addr[lane] = row_addr;
+  S.bar->arrive_and_wait();
+  const int g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; ++i) r[i] = pack_raw(S.addr[8 * i + g][2 * t], S.addr[8 * i + g][2 * t + 1]);
+  if (lane == 0) ++S.ldsm;
   S.bar->arrive_and_wait();
 }
 // ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: lane l gives the address of row l % 8 of

@@ -359,9 +359,10 @@ struct BackendOptions {
   // written by append / compress, read by selection, flash, stage 2 and dense attention,
   // cuda_kv_fp8.cuh) and refuses it in fp32 mode (sala::Error).
   KvCacheDtype kv_cache_dtype = KvCacheDtype::Auto;
-  // CUDA: the most fp32 entries of the lightning chunk kernels' per-chunk state workspace;
-  // longer calls walk their chunks in windows that fit (cuda_lightning_chunk3.cu). 0: 32 Mi
-  // (128 MB). The results do not depend on it; tests set small values to force windows.
+  // CUDA, fp32 mode: the most fp32 entries of the lightning chunk kernels' per-chunk state
+  // workspace; longer calls walk their chunks in windows that fit (cuda_lightning_chunk3.cu).
+  // 0: 32 Mi (128 MB). The results do not depend on it; tests set small values to force
+  // windows. bf16 mode allocates none (cuda_lightning_seq_tc.cu keeps the state in registers).
   int64_t gla_workspace_floats = 0;
 };
 

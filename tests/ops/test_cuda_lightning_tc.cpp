@@ -1,15 +1,16 @@
-// The lightning layers' chunk kernels on the tensor cores (bf16 mode,
-// cuda_lightning_chunk3_tc.cu):
+// The lightning layers' chunk kernels for calls of >= 64 tokens: bf16 mode's tensor-core
+// kernel (cuda_lightning_seq_tc.cu) and fp32 mode's chunk-parallel kernels
+// (cuda_lightning_chunk3.cu):
 //   SplitEmulation  host only (runs without a GPU): x = hi + lo + lo2 in bf16 is exact for
 //                   fp32 x, and an emulation of one chunk's ΔS and outputs (mma: 16 exact
 //                   products added to the fp32 accumulator, truncated) against a double
-//                   reference, next to today's serial fmaf order: errors printed and bounded
-//   MatchesCpu      the CPU oracle, head dims 16/32/64/128, calls of 1..3000 tokens, several
-//                   sequences per step, carried states, decode after; default workspace and
-//                   one that forces windows of chunks and groups of sequences
-//   Speed           us per call, nh 32, d 128, T 2048 and 8192 (the fp32 CUDA-core kernels
-//                   they replaced in bf16 mode: 1.4x slower on the H200, session 14); the
-//                   timed calls repeat the first one's bits
+//                   reference, next to the serial fmaf order: errors printed and bounded
+//   MatchesCpu      bf16 mode against the CPU oracle, head dims 16/32/64/128, calls of 1..3000
+//                   tokens, several sequences per step, carried states, decode after
+//   Fp32Windows     fp32 mode the same way, with the default workspace and with one that
+//                   forces windows of chunks and groups of sequences
+//   Speed           us per call, nh 32, d 128, T 2048 and 8192; the timed calls repeat the
+//                   first one's bits
 // Without a GPU the GPU tests GTEST_SKIP (cuda_test_util.h).
 #include <gtest/gtest.h>
 
@@ -30,7 +31,7 @@ namespace {
 
 // ---- host emulation ------------------------------------------------------------------------
 
-// The kernels' split of an fp32 value into n bf16 terms (cuda_lightning_chunk3_tc.cu split3).
+// The kernel's split of an fp32 value into n bf16 terms (cuda_lightning_seq_tc.cu split3).
 std::vector<float> split(float x, int n) {
   std::vector<float> t;
   float r = x;
@@ -102,7 +103,7 @@ TEST(CudaLightningTc, SplitEmulation) {
   std::printf("[ gla tc ] split of 1e7 fp32 values: 3 terms inexact %lld, 2 terms worst rel %.3g\n",
               (long long)inexact3, worst2);
   EXPECT_EQ(inexact3, 0);
-  // 2. One chunk of 64 tokens, d = 128: ΔS = Σ_j (k_j λ^(63-j))ᵀ v_j and the outputs, errors
+  // 2. One chunk of 64 tokens, d = 128: ΔS = Σ_j k_jᵀ (λ^(63-j) v_j) and the outputs, errors
   //    against double with the same fp32 decay table and scores.
   constexpr int D = 128, C = 64;
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -123,7 +124,7 @@ TEST(CudaLightningTc, SplitEmulation) {
       for (int c = 0; c < D; ++c) {
         std::vector<float> a(C), b(C);
         for (int j = 0; j < C; ++j)
-          a[size_t(j)] = k[size_t(j)][size_t(x)] * decay[size_t(C - 1 - j)], b[size_t(j)] = v[size_t(j)][size_t(c)];
+          a[size_t(j)] = v[size_t(j)][size_t(c)] * decay[size_t(C - 1 - j)], b[size_t(j)] = k[size_t(j)][size_t(x)];
         const double r = dot_ref(a, b);
         dS[0].add(dot_fma(a, b), r), dS[1].add(dot_mma(a, b, 3), r), dS[2].add(dot_mma(a, b, 2), r);
       }
@@ -209,17 +210,17 @@ const std::vector<Calls>& tc_steps() {
 }
 constexpr int64_t kTcMaxLen = 4096;
 
-BackendOptions tc_opts(int64_t ws_floats) {
-  BackendOptions o{NumericMode::BF16, 0};
+BackendOptions tc_opts(int64_t ws_floats, NumericMode mode = NumericMode::BF16) {
+  BackendOptions o{mode, 0};
   o.gla_workspace_floats = ws_floats;
   return o;
 }
 
-// GPU (tensor cores; workspace of ws_floats, 0: default) against the CPU oracle, both layers
-// of every step of tc_steps(), with the bounds of CudaOps.Lightning*.
-void run_tc_vs_cpu(int nh, int d, int64_t ws_floats) {
-  LayerHarness H(layer_config(16, 1, 16, nh, d, SparseConfig{}), 64, kTcMaxLen, 5,
-                 NumericMode::BF16, tc_opts(ws_floats));
+// GPU (in `mode`; fp32 mode's workspace of ws_floats, 0: default) against the CPU oracle, both
+// layers of every step of tc_steps(), with the bounds of CudaOps.Lightning*.
+void run_tc_vs_cpu(int nh, int d, NumericMode mode, int64_t ws_floats) {
+  LayerHarness H(layer_config(16, 1, 16, nh, d, SparseConfig{}), 64, kTcMaxLen, 5, mode,
+                 tc_opts(ws_floats, mode));
   const auto slopes = H.cfg.lightning_slopes();
   const float scale = float(H.cfg.lightning_scale);
   for (const auto& calls : tc_steps()) {
@@ -234,7 +235,8 @@ void run_tc_vs_cpu(int nh, int d, int64_t ws_floats) {
       auto o = H.p.out(T, C);
       H.p.cpu->lightning_attention(li, q.c, k.c, v.c, slopes, scale, o.c);
       H.p.gpu->lightning_attention(li, q.g, k.g, v.g, slopes, scale, o.g);
-      const Stat s = H.p.cmp("lightning tc nh" + std::to_string(nh) + " d" + std::to_string(d) +
+      const Stat s = H.p.cmp(std::string(mode == NumericMode::BF16 ? "lightning tc" : "lightning fp32") +
+                                 " nh" + std::to_string(nh) + " d" + std::to_string(d) +
                                  " ws" + std::to_string(ws_floats) + " L" + std::to_string(li) +
                                  " " + calls_str(calls, past),
                              o);
@@ -245,13 +247,20 @@ void run_tc_vs_cpu(int nh, int d, int64_t ws_floats) {
 
 TEST(CudaLightningTc, MatchesCpu) {
   REQUIRE_GPU();
+  for (int d : {16, 32, 64, 128}) run_tc_vs_cpu(d == 128 ? 4 : 3, d, NumericMode::BF16, 0);
+  run_tc_vs_cpu(32, 128, NumericMode::BF16, 0);  // the model's heads
+}
+
+TEST(CudaLightningTc, Fp32Windows) {
+  REQUIRE_GPU();
   for (int d : {16, 32, 64, 128}) {
     const int nh = d == 128 ? 4 : 3;
-    run_tc_vs_cpu(nh, d, 0);
+    run_tc_vs_cpu(nh, d, NumericMode::F32, 0);
     // 2 states: groups of 2 sequences, windows of 1 chunk (3000 tokens: 47 windows)
-    run_tc_vs_cpu(nh, d, 2 * int64_t(nh) * d * d);
+    run_tc_vs_cpu(nh, d, NumericMode::F32, 2 * int64_t(nh) * d * d);
   }
-  run_tc_vs_cpu(32, 128, int64_t(32) * 128 * 128 * 20);  // the model's heads, windows of 4..20
+  // the model's heads, windows of 4..20
+  run_tc_vs_cpu(32, 128, NumericMode::F32, int64_t(32) * 128 * 128 * 20);
 }
 
 TEST(CudaLightningTc, Speed) {

@@ -184,9 +184,9 @@ struct GlaArgs {
   T* out;                 // [T, nh*d]
   int64_t ostride;
   int nh;
-  // Chunk-parallel long calls: fp32 workspace of ws_floats (>= nh*d*d) and the most chunks
-  // of 64 of any long call of the step (host-side). Without a workspace the serial chunked
-  // kernel runs.
+  // Chunk-parallel long calls in fp32 mode: fp32 workspace of ws_floats (>= nh*d*d) and the
+  // most chunks of 64 of any long call of the step (host-side). Without a workspace the serial
+  // chunked kernel runs. bf16 mode needs none.
   float* ws = nullptr;
   int64_t ws_floats = 0;
   int max_chunks = 0;
@@ -212,19 +212,15 @@ struct GlaNormRope {
 template <typename T>
 bool launch_gla_norm_rope(int d, const GlaArgs<T>& a, const GlaNormRope<T>& nr,
                           const int32_t* list, int n, cudaStream_t st);
-// The chunk-parallel form for calls of >= 64 tokens (cuda_lightning_chunk3.cu): needs a.ws
-// of >= nh·D² floats and 16-byte aligned q/k/v; launch_gla decides.
-template <typename T, int D>
-void launch_gla_chunk3(const GlaArgs<T>& a, const int32_t* long_list, int n_long, cudaStream_t st);
-// Phases 1 (per-chunk state increments into a.ws) and 3 (outputs) of launch_gla_chunk3 on the
-// tensor cores, bf16 only (cuda_lightning_chunk3_tc.cu): grid (nh, n seqs of list, window
-// chunks from c_begin), the workspace layout of the fp32 kernels.
+// Calls of >= 64 tokens, fp32 mode: the chunk-parallel form (cuda_lightning_chunk3.cu); needs
+// a.ws of >= nh·D² floats and 16-byte aligned q/k/v; launch_gla decides.
 template <int D>
-void launch_gla_state_tc(const GlaArgs<bf16>& a, const int32_t* list, unsigned n, unsigned window,
-                         int c_begin, cudaStream_t st);
+void launch_gla_chunk3(const GlaArgs<float>& a, const int32_t* long_list, int n_long, cudaStream_t st);
+// Calls of >= 64 tokens, bf16 mode: one pass over each call's chunks per (sequence, head, 32
+// value columns) with the state in registers, on the tensor cores (cuda_lightning_seq_tc.cu);
+// no workspace; needs 16-byte aligned q/k/v/out rows; launch_gla decides.
 template <int D>
-void launch_gla_out_tc(const GlaArgs<bf16>& a, const int32_t* list, unsigned n, unsigned window,
-                       int c_begin, cudaStream_t st);
+void launch_gla_seq_tc(const GlaArgs<bf16>& a, const int32_t* list, int n, cudaStream_t st);
 
 // ---- sparse layers (cuda_sparse.cu) ----
 // Element format of the sparse layers' KV caches (K, V, both compressed-key levels;

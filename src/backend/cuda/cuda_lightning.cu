@@ -3,8 +3,9 @@
 //   S_t = λ_h S_{t-1} + k_tᵀ v_t,   o_t = scale · q_t S_t,   o rounded to bf16.
 // Every kernel is templated on the storage type T of q, k, v, o: bf16, or float in fp32 mode
 // (loads exact, o not rounded); the state and all arithmetic are fp32 either way.
-// Calls of < 64 tokens run the fused recurrent kernel (decode), longer calls the chunk-parallel
-// kernels of cuda_lightning_chunk3.cu, or the serial chunked kernel here where those cannot
+// Calls of < 64 tokens run the fused recurrent kernel (decode), longer calls the chunked
+// tensor-core kernel of cuda_lightning_seq_tc.cu (bf16) or the chunk-parallel fp32 kernels of
+// cuda_lightning_chunk3.cu (fp32 mode), or the serial chunked kernel here where those cannot
 // run (chunks of 64 aligned at the call's first token), as CpuBackend and HF do. In steps of
 // calls of < 64 tokens only, the recurrent kernel can also do the q/k norm + RoPE first
 // (launch_gla_norm_rope: lightning_qk_attention in one kernel).
@@ -239,24 +240,31 @@ void launch_gla_d(const GlaArgs<T>& a, const int32_t* short_list, int n_short, c
                 int n_long, cudaStream_t st) {
   launch_recurrent<T, D, false>(a, GlaNormRope<T>{}, short_list, n_short, st);
   const auto a16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  if (n_long > 0 && a.ws && a.ws_floats >= int64_t(a.nh) * D * D && a.max_chunks > 0 && a16(a.q) &&
-      a16(a.k) && a16(a.v) && a.stride % 8 == 0) {
-    launch_gla_chunk3<T, D>(a, long_list, n_long, st);  // cuda_lightning_chunk3.cu
-  } else if (n_long > 0) {
-    constexpr int VS = D >= 32 ? 32 : D;
-    using L = ChunkSmem<D, VS>;
-    static bool attr_set = false;
-    if (!attr_set) {
-      CUDA_CHECK(cudaFuncSetAttribute(gla_chunked_kernel<T, D, VS>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kBytes)));
-      attr_set = true;
+  if (n_long == 0) return;
+  const bool aligned = a16(a.q) && a16(a.k) && a16(a.v) && a.stride % 8 == 0;
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (aligned && a16(a.out) && a.ostride % 8 == 0) {
+      launch_gla_seq_tc<D>(a, long_list, n_long, st);  // cuda_lightning_seq_tc.cu
+      return;
     }
-    gla_chunked_kernel<T, D, VS><<<dim3(unsigned(a.nh), unsigned(n_long), unsigned(D / VS)), 256,
-                                L::kBytes, st>>>(a.q, a.k, a.v, a.stride, a.seqs, long_list,
-                                                 a.states, a.slot_stride, a.layer_off, a.decay,
-                                                 a.scale, a.out, a.ostride);
-    CUDA_CHECK_LAUNCH();
+  } else if (aligned && a.ws && a.ws_floats >= int64_t(a.nh) * D * D && a.max_chunks > 0) {
+    launch_gla_chunk3<D>(a, long_list, n_long, st);  // cuda_lightning_chunk3.cu
+    return;
   }
+  // The serial form: no workspace (fp32 mode) or unaligned rows.
+  constexpr int VS = D >= 32 ? 32 : D;
+  using L = ChunkSmem<D, VS>;
+  static bool attr_set = false;
+  if (!attr_set) {
+    CUDA_CHECK(cudaFuncSetAttribute(gla_chunked_kernel<T, D, VS>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kBytes)));
+    attr_set = true;
+  }
+  gla_chunked_kernel<T, D, VS><<<dim3(unsigned(a.nh), unsigned(n_long), unsigned(D / VS)), 256,
+                              L::kBytes, st>>>(a.q, a.k, a.v, a.stride, a.seqs, long_list,
+                                               a.states, a.slot_stride, a.layer_off, a.decay,
+                                               a.scale, a.out, a.ostride);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
-// Lightning layers, long calls: the chunk-parallel (3-phase) form of simple GLA (SPEC §8) for
-// CudaBackend::lightning_attention (cuda_lightning.cu dispatches). Templated on the storage
-// type T of q, k, v, o (bf16, or float in fp32 mode); the states and all arithmetic are fp32.
+// Lightning layers, long calls, fp32 mode: the chunk-parallel (3-phase) form of simple GLA
+// (SPEC §8) for CudaBackend::lightning_attention (cuda_lightning.cu dispatches; bf16 mode runs
+// cuda_lightning_seq_tc.cu). The kernels keep the storage type T of q, k, v, o as a template
+// parameter; only float is instantiated.
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/gla.h"
@@ -26,9 +26,7 @@ constexpr int kDecayStride = kGlaDecayStride;  // decay[h][n] = exp(n g), n = 0.
 // Phase 1 writes ΔS_c into a workspace of (window chunks x seqs x nh) states, phase 2
 // replaces each by S_before(c) in place and leaves the final state in the slot, phase 3 reads
 // it. The host walks the chunks in windows that fit the workspace (one window for a 4K
-// prompt). fp32 throughout; register tiles of 256 threads as (tr, tc) = 16 x 16. bf16 mode runs
-// phases 1 and 3 on the tensor cores instead (cuda_lightning_chunk3_tc.cu: 1.4x faster on the
-// H200 at 32K-128K prompts, session 14).
+// prompt). fp32 throughout; register tiles of 256 threads as (tr, tc) = 16 x 16.
 template <int D>
 struct Chunk3 {
   static constexpr int RX = D / 16;                     // state rows per thread (phase 1)
@@ -44,18 +42,6 @@ struct Chunk3 {
 __device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
   const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
   f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-}
-
-// 8 consecutive bf16 (16 bytes) as floats.
-__device__ __forceinline__ void load8(const bf16* p, float (&f)[8]) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 t = __bfloat1622float2(h[i]);
-    f[2 * i] = t.x;
-    f[2 * i + 1] = t.y;
-  }
 }
 
 template <int N>
@@ -309,8 +295,9 @@ __global__ void __launch_bounds__(256) gla_chunk_out_kernel(
 
 }  // namespace
 
-template <typename T, int D>
-void launch_gla_chunk3(const GlaArgs<T>& a, const int32_t* long_list, int n_long, cudaStream_t st) {
+template <int D>
+void launch_gla_chunk3(const GlaArgs<float>& a, const int32_t* long_list, int n_long, cudaStream_t st) {
+  using T = float;
   using L = Chunk3<D>;
   static bool attr_set = false;
   if (!attr_set) {
@@ -320,8 +307,6 @@ void launch_gla_chunk3(const GlaArgs<T>& a, const int32_t* long_list, int n_long
                                     int(L::kP3Floats * 4)));
     attr_set = true;
   }
-  // bf16: phases 1 and 3 on the tensor cores; float: the fp32 CUDA-core kernels.
-  constexpr bool kBf16 = std::is_same_v<T, bf16>;
   const int64_t per_state = int64_t(a.nh) * D * D;
   const int group = int(std::max<int64_t>(1, std::min<int64_t>(n_long, a.ws_floats / per_state)));
   const int window = int(std::max<int64_t>(1, std::min<int64_t>(a.max_chunks, a.ws_floats / (per_state * group))));
@@ -330,39 +315,27 @@ void launch_gla_chunk3(const GlaArgs<T>& a, const int32_t* long_list, int n_long
     const int32_t* list = long_list + g0;
     for (int c0 = 0; c0 < a.max_chunks; c0 += window) {
       const unsigned w = unsigned(std::min(window, a.max_chunks - c0));
-      if constexpr (kBf16) {
-        launch_gla_state_tc<D>(a, list, unsigned(cnt), w, c0, st);  // chunk3_tc.cu
-      } else {
-        gla_chunk_state_kernel<T, D><<<dim3(unsigned(a.nh), unsigned(cnt), w), 256, L::kP1Floats * 4, st>>>(
-            a.k, a.v, a.stride, a.seqs, list, a.decay, a.ws, c0);
-        CUDA_CHECK_LAUNCH();
-      }
+      gla_chunk_state_kernel<T, D><<<dim3(unsigned(a.nh), unsigned(cnt), w), 256, L::kP1Floats * 4, st>>>(
+          a.k, a.v, a.stride, a.seqs, list, a.decay, a.ws, c0);
+      CUDA_CHECK_LAUNCH();
       gla_chunk_scan_kernel<D><<<dim3(unsigned((D * D + 255) / 256), unsigned(a.nh), unsigned(cnt)), 256, 0,
                                  st>>>(a.seqs, list, a.states, a.slot_stride, a.layer_off, a.decay, a.ws,
                                        c0, int(w));
       CUDA_CHECK_LAUNCH();
-      if constexpr (kBf16) {
-        launch_gla_out_tc<D>(a, list, unsigned(cnt), w, c0, st);
-      } else {
-        gla_chunk_out_kernel<T, D><<<dim3(unsigned(a.nh), unsigned(cnt), w), 256, L::kP3Floats * 4, st>>>(
-            a.q, a.k, a.v, a.stride, a.seqs, list, a.decay, a.ws, c0, a.scale, a.out, a.ostride);
-        CUDA_CHECK_LAUNCH();
-      }
+      gla_chunk_out_kernel<T, D><<<dim3(unsigned(a.nh), unsigned(cnt), w), 256, L::kP3Floats * 4, st>>>(
+          a.q, a.k, a.v, a.stride, a.seqs, list, a.decay, a.ws, c0, a.scale, a.out, a.ostride);
+      CUDA_CHECK_LAUNCH();
     }
   }
 }
 
 
-#define SALA_GLA_CHUNK3(T, D) \
-  template void launch_gla_chunk3<T, D>(const GlaArgs<T>&, const int32_t*, int, cudaStream_t);
-SALA_GLA_CHUNK3(bf16, 16)
-SALA_GLA_CHUNK3(bf16, 32)
-SALA_GLA_CHUNK3(bf16, 64)
-SALA_GLA_CHUNK3(bf16, 128)
-SALA_GLA_CHUNK3(float, 16)
-SALA_GLA_CHUNK3(float, 32)
-SALA_GLA_CHUNK3(float, 64)
-SALA_GLA_CHUNK3(float, 128)
+#define SALA_GLA_CHUNK3(D) \
+  template void launch_gla_chunk3<D>(const GlaArgs<float>&, const int32_t*, int, cudaStream_t);
+SALA_GLA_CHUNK3(16)
+SALA_GLA_CHUNK3(32)
+SALA_GLA_CHUNK3(64)
+SALA_GLA_CHUNK3(128)
 #undef SALA_GLA_CHUNK3
 
 }  // namespace sala::cuda

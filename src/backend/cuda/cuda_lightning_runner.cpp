@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "backend/gla.h"
 #include "backend/cuda/cuda_check.h"
@@ -177,7 +178,7 @@ void LightningRunner::attention(int li, const Tensor& q, const Tensor& k, const 
   with_act_type(bf16_, [&](auto tag) {
     using T = tag_t<decltype(tag)>;
     GlaArgs<T> a = args<T>(li, q, k, v, slopes, scale, out);
-    if (sd.n_long > 0) {
+    if (std::is_same_v<T, float> && sd.n_long > 0) {  // fp32 mode's chunk3 workspace
       int64_t max_tokens = 0, n_long = 0;
       for (const SeqSlice& s : plan_.meta()->seqs)
         if (s.num_tokens >= 64) max_tokens = std::max<int64_t>(max_tokens, s.num_tokens), ++n_long;

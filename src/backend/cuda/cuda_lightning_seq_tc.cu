@@ -1,0 +1,312 @@
+// Lightning layers, long calls (>= 64 tokens), bf16 mode: the chunked simple GLA (SPEC §8) as
+// one pass over the call's chunks of 64 per (sequence, head, 32 value columns), on the tensor
+// cores (mma.sync m16n8k16 bf16 -> fp32; fragment layouts: cuda_mma.cuh). Per chunk c of C
+// tokens, with the state S (D x x D c, fp32) entering it:
+//   o_i = scale λ^(i+1) q_i S + Σ_{j<=i} P[i][j] v_j,   P[i][j] = scale (q_i·k_j) λ^(i-j)
+//   S  <- λ^C S + Σ_j k_jᵀ (λ^(C-1-j) v_j)
+// The state never leaves the registers between chunks: each warp keeps Sᵀ for its 16 value
+// columns as the C fragments of an m16 (columns) x n D (state rows) MMA tile, which are the A
+// fragments of oᵀ = Sᵀ qᵀ (as flash attention reuses P) and the accumulator of the update. The
+// 3-phase form this replaces (phase 1 per chunk, a scan over chunks, phase 3 per chunk) wrote
+// and read every chunk's fp32 state through a workspace (≈ 256 MB per 2,048-token call of the
+// 9B model's 32 heads).
+//
+// Numerics (as the 3-phase tensor-core kernels): q, k, v are exact bf16 MMA inputs; the fp32
+// operands (Sᵀ, the masked decayed scores P, the decayed values λ^n v_j) are split into three
+// bf16 terms x = hi + lo + lo2 (exact for every normal fp32 x away from the underflow
+// threshold, CudaLightningTc.SplitEmulation), one MMA per term, smallest first, so every
+// product is exact and only the order of the fp32 sums differs from the CPU's fmaf chains.
+//
+// Block: W warps (16 value columns each), D / (16 W) blocks per head; Q, K and the block's V
+// columns of the next chunk load by cp.async while the current one is computed. Chunks of 64
+// are aligned at the call's first token, as CpuBackend and HF do.
+#include <cstdint>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_mma.cuh"
+#include "backend/gla.h"
+
+namespace sala::cuda {
+
+namespace {
+
+constexpr int kChunk = kGlaChunk;              // 64 tokens
+constexpr int kDecayStride = kGlaDecayStride;  // decay[h][n] = exp(n g) = λ^n, n = 0..64
+constexpr int kNT = 3;                          // bf16 terms per fp32 operand
+
+// Shared-memory tiles are bf16 [rows][cols + 8]: the padding puts the 8 rows that one
+// ldmatrix phase reads in distinct banks (row strides of 68, 20 and 36 words).
+template <int D>
+struct SeqTc {
+  static constexpr int W = D >= 32 ? 2 : 1;  // warps per block
+  static constexpr int CB = 16 * W;          // value columns per block
+  static constexpr int LX = D + 8;           // Q, K tiles [64][LX]
+  static constexpr int LV = CB + 8;          // V, O tiles [64][LV]
+  static constexpr int LP = kChunk + 8;      // P terms [64 i][LP]
+  static constexpr int kStage = 2 * kChunk * LX + kChunk * LV;  // halves: Q, K, V of a chunk
+  static constexpr int kBytes = (2 * kStage + kNT * kChunk * LP + kChunk * LV) * 2;
+};
+
+extern __shared__ __align__(16) unsigned char seq_smem[];
+
+__device__ __forceinline__ void split3(float x, bf16 (&t)[kNT]) {
+  t[0] = __float2bfloat16_rn(x);
+  const float r = x - __bfloat162float(t[0]);
+  t[1] = __float2bfloat16_rn(r);
+  t[2] = __float2bfloat16_rn(r - __bfloat162float(t[1]));
+}
+
+// Two fp32 values as kNT packed bf16 pairs (term u of both in out[u]).
+__device__ __forceinline__ void split_pair(float lo, float hi, uint32_t* out, int step) {
+  bf16 a[kNT], b[kNT];
+  split3(lo, a);
+  split3(hi, b);
+#pragma unroll
+  for (int u = 0; u < kNT; ++u) out[u * step] = pack_raw(a[u], b[u]);
+}
+
+__device__ __forceinline__ float2 unpack_bf16(uint32_t u) {
+  return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+}
+
+// Lane address of ldmatrix.x4 (not transposed) for B fragments of two n-tiles from a
+// row-major tile t[n][k] (B[k][n] = t[n][k]): r0, r1 = b0, b1 of rows n0 .. n0+7, r2, r3 of
+// n0+8 .. n0+15, k0 .. k0+15.
+__device__ __forceinline__ const bf16* ldsm_bn_addr(const bf16* t, int ld, int n0, int k0, int mi, int ri) {
+  return t + (n0 + (mi >> 1) * 8 + ri) * ld + k0 + (mi & 1) * 8;
+}
+
+//                                      grid: (D / CB blocks per head, nh, n seqs of list), block 32 W
+template <int D>
+__global__ void __launch_bounds__(SeqTc<D>::W * 32) gla_seq_tc_kernel(
+    const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v, int64_t stride,
+    const DevSeq* __restrict__ seqs, const int32_t* __restrict__ list, float* __restrict__ states,
+    int64_t slot_stride, int64_t layer_off, const float* __restrict__ decay_g, float scale,
+    bf16* __restrict__ out, int64_t ostride) {
+  using L = SeqTc<D>;
+  constexpr int LX = L::LX, LV = L::LV, LP = L::LP, NTH = L::W * 32;
+  bf16* const stage0 = reinterpret_cast<bf16*>(seq_smem);  // 2 x {Q [64][LX], K [64][LX], V [64][LV]}
+  bf16* const Ps = stage0 + 2 * L::kStage;                  // [kNT][64 i][LP]
+  bf16* const Os = Ps + kNT * kChunk * LP;                   // [64 i][LV]
+  __shared__ float decay[kDecayStride];
+  const int h = blockIdx.y;
+  const DevSeq s = seqs[list[blockIdx.z]];
+  const int col0 = int(blockIdx.x) * L::CB;  // the block's first value column in the head
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int qr = lane / 4, qc = (lane % 4) * 2, mi = lane / 8, ri = lane % 8;
+  const int nc = (s.num_tokens + kChunk - 1) / kChunk;
+  for (int e = tid; e < kDecayStride; e += NTH) decay[e] = decay_g[h * kDecayStride + e];
+
+  // Q, K rows (all D) and the block's V columns of chunk c; rows past the call are zeros.
+  const auto load_chunk = [&](int c, bf16* st) {
+    const int C = min(kChunk, s.num_tokens - c * kChunk);
+    const int64_t row0 = int64_t(s.token_begin) + int64_t(c) * kChunk;
+    for (int e = tid; e < kChunk * (D / 8); e += NTH) {
+      const int i = e / (D / 8), x8 = (e % (D / 8)) * 8;
+      const int64_t off = (row0 + (i < C ? i : 0)) * stride + int64_t(h) * D + x8;
+      cp_async16(st + i * LX + x8, q + off, i < C ? 16 : 0);
+      cp_async16(st + (kChunk + i) * LX + x8, k + off, i < C ? 16 : 0);
+    }
+    bf16* Vs = st + 2 * kChunk * LX;
+    for (int e = tid; e < kChunk * (L::CB / 8); e += NTH) {
+      const int j = e / (L::CB / 8), c8 = (e % (L::CB / 8)) * 8;
+      const int64_t off = (row0 + (j < C ? j : 0)) * stride + int64_t(h) * D + col0 + c8;
+      cp_async16(Vs + j * LV + c8, v + off, j < C ? 16 : 0);
+    }
+    cp_async_commit();
+  };
+  load_chunk(0, stage0);
+
+  // Sᵀ of the warp's 16 value columns cw .. cw+15: S[n] is the C fragment of state rows
+  // x = 8n .. 8n+7: S[n][0..1] = S[x = 8n+qc, +1][cw+qr], S[n][2..3] = same rows, column +8.
+  const int cw = col0 + 16 * warp;
+  const float* const Sg = states + int64_t(s.state_slot) * slot_stride + layer_off + int64_t(h) * D * D;
+  float S[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+    const float* p = Sg + (8 * n + qc) * D + cw + qr;
+    const bool carry = s.past_len > 0;
+    S[n][0] = carry ? p[0] : 0.f, S[n][1] = carry ? p[D] : 0.f;
+    S[n][2] = carry ? p[8] : 0.f, S[n][3] = carry ? p[D + 8] : 0.f;
+  }
+
+  for (int c = 0; c < nc; ++c) {
+    if (c + 1 < nc) {
+      load_chunk(c + 1, stage0 + ((c + 1) & 1) * L::kStage);  // its buffer's reads ended at c-1
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16* Qs = stage0 + (c & 1) * L::kStage;
+    const bf16* Ks = Qs + kChunk * LX;
+    const bf16* Vs = Ks + kChunk * LX;
+    const int C = min(kChunk, s.num_tokens - c * kChunk);
+
+    // P rows of this warp's m-tiles (16 tokens each), keys up to the tile's last row, in kNT
+    // terms to Ps (zeros where j > i or i >= C).
+#pragma unroll
+    for (int mm = 0; mm < 4 / L::W; ++mm) {
+      const int mt = warp * (4 / L::W) + mm;
+      float p[8][4];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) p[n][0] = p[n][1] = p[n][2] = p[n][3] = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        uint32_t a[4];  // A = Q: rows 16 mt .., columns x = 16 ks ..
+        ldmatrix_x4(a, Qs + (16 * mt + (mi & 1) * 8 + ri) * LX + 16 * ks + (mi >> 1) * 8);
+#pragma unroll
+        for (int n2 = 0; n2 < 4; ++n2) {
+          if (n2 > mt) break;
+          uint32_t b[4];  // B[x][j] = K[j][x]
+          ldmatrix_x4(b, ldsm_bn_addr(Ks, LX, 16 * n2, 16 * ks, mi, ri));
+          mma16816(p[2 * n2], a, b[0], b[1]);
+          mma16816(p[2 * n2 + 1], a, b[2], b[3]);
+        }
+      }
+      const int i0 = 16 * mt + qr, i1 = i0 + 8;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        if (n >= 2 * mt + 2) break;
+        float f[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = e < 2 ? i0 : i1, j = 8 * n + qc + (e & 1);
+          f[e] = (j <= i && i < C) ? scale * p[n][e] * decay[i - j] : 0.f;  // as chunk3
+        }
+        uint32_t w0[kNT], w1[kNT];
+        split_pair(f[0], f[1], w0, 1);
+        split_pair(f[2], f[3], w1, 1);
+#pragma unroll
+        for (int u = 0; u < kNT; ++u) {
+          *reinterpret_cast<uint32_t*>(Ps + (u * kChunk + i0) * LP + 8 * n + qc) = w0[u];
+          *reinterpret_cast<uint32_t*>(Ps + (u * kChunk + i1) * LP + 8 * n + qc) = w1[u];
+        }
+      }
+    }
+    // A fragments of Vᵀ (M = the warp's 16 columns, K = tokens j), 4 k-steps of 16 tokens.
+    uint32_t vf[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      ldmatrix_x4_trans(vf[kk], Vs + (16 * kk + ri + (mi >> 1) * 8) * LV + 16 * warp + (mi & 1) * 8);
+    __syncthreads();  // Ps complete
+
+    // oᵀ (M = 16 columns, N = 64 tokens): inter-chunk part Sᵀ qᵀ, A = Sᵀ split from registers.
+    float o[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t sa[kNT][4];
+      split_pair(S[2 * ks][0], S[2 * ks][1], &sa[0][0], 4);
+      split_pair(S[2 * ks][2], S[2 * ks][3], &sa[0][1], 4);
+      split_pair(S[2 * ks + 1][0], S[2 * ks + 1][1], &sa[0][2], 4);
+      split_pair(S[2 * ks + 1][2], S[2 * ks + 1][3], &sa[0][3], 4);
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        uint32_t b[4];  // B[x][i] = Q[i][x]
+        ldmatrix_x4(b, ldsm_bn_addr(Qs, LX, 16 * m, 16 * ks, mi, ri));
+#pragma unroll
+        for (int u = kNT - 1; u >= 0; --u) {
+          mma16816(o[2 * m], sa[u], b[0], b[1]);
+          mma16816(o[2 * m + 1], sa[u], b[2], b[3]);
+        }
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const float f0 = scale * decay[8 * n + qc + 1], f1 = scale * decay[8 * n + qc + 2];
+      o[n][0] *= f0, o[n][1] *= f1, o[n][2] *= f0, o[n][3] *= f1;
+    }
+    // Intra-chunk part Vᵀ Pᵀ: token n-tiles 2m, 2m+1 take keys j < 16 m + 16.
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        if (m < kk) continue;
+        uint32_t b[kNT][4];  // B[j][i] = P[i][j]
+#pragma unroll
+        for (int u = 0; u < kNT; ++u) ldmatrix_x4(b[u], ldsm_bn_addr(Ps + u * kChunk * LP, LP, 16 * m, 16 * kk, mi, ri));
+#pragma unroll
+        for (int u = kNT - 1; u >= 0; --u) {
+          mma16816(o[2 * m], vf[kk], b[u][0], b[u][1]);
+          mma16816(o[2 * m + 1], vf[kk], b[u][2], b[u][3]);
+        }
+      }
+    }
+    // oᵀ to Os [i][column], rounded to bf16.
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      bf16* d = Os + (8 * n + qc) * LV + 16 * warp + qr;
+      d[0] = f2b(o[n][0]), d[LV] = f2b(o[n][1]), d[8] = f2b(o[n][2]), d[LV + 8] = f2b(o[n][3]);
+    }
+
+    // The state update: Sᵀ = λ^C Sᵀ + (λ^(C-1-j) v_j)ᵀ K, A = the decayed Vᵀ in kNT terms.
+    const float lc = decay[C];
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) S[n][0] *= lc, S[n][1] *= lc, S[n][2] *= lc, S[n][3] *= lc;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      if (16 * kk >= C) break;  // rows past C are zeros
+      uint32_t va[kNT][4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int j = 16 * kk + qc + (r >= 2 ? 8 : 0);
+        const float2 x = unpack_bf16(vf[kk][r]);
+        const float f0 = j < C ? decay[C - 1 - j] : 0.f, f1 = j + 1 < C ? decay[C - 2 - j] : 0.f;
+        split_pair(x.x * f0, x.y * f1, &va[0][r], 4);
+      }
+#pragma unroll
+      for (int nx = 0; nx < D / 16; ++nx) {
+        uint32_t b[4];  // B[j][x] = K[j][x]: state rows 16 nx .. +15
+        ldmatrix_x4_trans(b, Ks + (16 * kk + ri + (mi & 1) * 8) * LX + 16 * nx + (mi >> 1) * 8);
+#pragma unroll
+        for (int u = kNT - 1; u >= 0; --u) {
+          mma16816(S[2 * nx], va[u], b[0], b[1]);
+          mma16816(S[2 * nx + 1], va[u], b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // Os complete; Q, K, V of this chunk and Ps no longer read
+    const int64_t row0 = int64_t(s.token_begin) + int64_t(c) * kChunk;
+    for (int e = tid; e < C * (L::CB / 8); e += NTH) {
+      const int i = e / (L::CB / 8), c8 = (e % (L::CB / 8)) * 8;
+      *reinterpret_cast<uint4*>(out + (row0 + i) * ostride + int64_t(h) * D + col0 + c8) =
+          *reinterpret_cast<const uint4*>(Os + i * LV + c8);
+    }
+  }
+  // The state after the call goes to s.state_dst_slot (another slot in speculative verify calls).
+  float* const Sd = states + int64_t(s.state_dst_slot) * slot_stride + layer_off + int64_t(h) * D * D;
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+    float* p = Sd + (8 * n + qc) * D + cw + qr;
+    p[0] = S[n][0], p[D] = S[n][1], p[8] = S[n][2], p[D + 8] = S[n][3];
+  }
+}
+
+}  // namespace
+
+template <int D>
+void launch_gla_seq_tc(const GlaArgs<bf16>& a, const int32_t* list, int n, cudaStream_t st) {
+  using L = SeqTc<D>;
+  static bool attr_set = false;
+  if (!attr_set) {
+    CUDA_CHECK(cudaFuncSetAttribute(gla_seq_tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
+    attr_set = true;
+  }
+  gla_seq_tc_kernel<D><<<dim3(unsigned(D / L::CB), unsigned(a.nh), unsigned(n)), L::W * 32, L::kBytes, st>>>(
+      a.q, a.k, a.v, a.stride, a.seqs, list, a.states, a.slot_stride, a.layer_off, a.decay, a.scale, a.out,
+      a.ostride);
+  CUDA_CHECK_LAUNCH();
+}
+
+#define SALA_GLA_SEQ_TC(D) \
+  template void launch_gla_seq_tc<D>(const GlaArgs<bf16>&, const int32_t*, int, cudaStream_t);
+SALA_GLA_SEQ_TC(16)
+SALA_GLA_SEQ_TC(32)
+SALA_GLA_SEQ_TC(64)
+SALA_GLA_SEQ_TC(128)
+#undef SALA_GLA_SEQ_TC
+
+}  // namespace sala::cuda
