@@ -14,7 +14,8 @@
 #       AB_TEST_TIMEOUT` (a build that fails or hangs, e.g. a ring-protocol deadlock, gets no
 #       bench), and `sala bench offline --long-prefill AB_LENGTHS --profile-ops 1024` for each
 #       KV format of AB_KV; last, one table: build × KV × length → stage 1 ("sparse select"),
-#       stage 2 ("sparse attention") GPU ms and the prefill's seconds. Logs under $OUT.
+#       stage 2 ("sparse attention"), lightning ("lightning chunked") GPU ms and the prefill's
+#       seconds. Logs under $OUT.
 #
 # Settings (environment): AB_TESTS (default: the sparse and selection tests), AB_TEST_BIN
 # (test_cuda_sparse), AB_TEST_TIMEOUT (150 s), AB_LENGTHS (32768,131072), AB_KV ("bf16";
@@ -23,7 +24,9 @@
 # MODEL_DIR=models/sala-tiny-chat and short AB_LENGTHS is a dry run of the script),
 # AB_NCU_TESTS (a gtest filter: also run those tests of each build under ncu's SpeedOfLight and
 # ComputeWorkloadAnalysis sections, clocks left alone, kernels matching AB_NCU_KERNELS (a
-# regex; default "select_|sparse_attn|gla_"), CSV to $OUT/ncu_BUILD.csv; empty: no ncu).
+# regex; default "select_|sparse_attn|gla_"), CSV to $OUT/ncu_BUILD.csv; empty: no ncu),
+# AB_BENCH_EXTRA (more `bench offline` options, e.g. "--long-decode-contexts 131072
+# --long-decode-batches 1,8").
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 AB_TESTS=${AB_TESTS:-"CudaOps.Sparse*:CudaKvFp8.Sparse*:CudaFused.Sparse*:CudaInfllmSelect.*"}
@@ -34,6 +37,7 @@ AB_KV=${AB_KV:-bf16}
 AB_BENCH_TIMEOUT=${AB_BENCH_TIMEOUT:-150}
 AB_DEVICE=${AB_DEVICE:-cuda}
 AB_NCU_TESTS=${AB_NCU_TESTS:-}
+AB_BENCH_EXTRA=${AB_BENCH_EXTRA:-}
 AB_NCU_KERNELS=${AB_NCU_KERNELS:-"select_|sparse_attn|gla_"}
 MODEL_DIR=${MODEL_DIR:-/tmp/sala_random_9b}
 OUT=${OUT:-/tmp/gpu_ab_out}
@@ -74,16 +78,18 @@ pack() {
 # bench_BUILD_KV.txt (the op table of each "prefill N" section, then its "prefill B=1 L=N" row).
 table() {
   local f b kv
-  printf '%-12s %-10s %9s %12s %12s %10s\n' build kv length "stage 1 ms" "stage 2 ms" prefill
+  printf '%-12s %-10s %9s %12s %12s %12s %10s\n' build kv length "stage 1 ms" "stage 2 ms" \
+    "lightning ms" prefill
   for f in "$@"; do
     b=$(basename "$f" .txt) && b=${b#bench_} && kv=${b##*_} && b=${b%_*}
     awk -v b="$b" -v kv="$kv" '
       /\[optime\] prefill [0-9]+:/ { n = $3; sub(":", "", n); cur = n }
       /\[optime\] sparse select/ && cur != "" { s1[cur] = $4 }
       /\[optime\] sparse attention/ && cur != "" { s2[cur] = $4 }
+      /\[optime\] lightning chunked/ && cur != "" { lt[cur] = $4 }
       /^prefill B=1 +L=/ { l = $3; sub("L=", "", l);
-        printf "%-12s %-10s %9s %12s %12s %9s s\n", b, kv, l, (l in s1 ? s1[l] : "-"),
-               (l in s2 ? s2[l] : "-"), $4 }' "$f"
+        printf "%-12s %-10s %9s %12s %12s %12s %9s s\n", b, kv, l, (l in s1 ? s1[l] : "-"),
+               (l in s2 ? s2[l] : "-"), (l in lt ? lt[l] : "-"), $4 }' "$f"
   done
 }
 
@@ -112,7 +118,7 @@ run() {
     rc=$?
     echo "tests rc=$rc: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests_$b.txt" | tr '\n' ' ')"
     grep -E '^\[  FAILED  \] [A-Za-z]' "$OUT/tests_$b.txt" | head -5
-    grep -E '^\[ select \]' "$OUT/tests_$b.txt" | head -12
+    grep -E '^\[ (select|gla tc) \]' "$OUT/tests_$b.txt" | head -12
     [ "$rc" = 0 ] || { echo "$b: no bench (tests rc=$rc; 124 = timed out)"; continue; }
     if [ -n "$AB_NCU_TESTS" ]; then
       timeout "$AB_TEST_TIMEOUT" ncu --clock-control none --csv --section SpeedOfLight \
@@ -123,11 +129,11 @@ run() {
     for kv in $AB_KV; do
       x=""
       [ "$kv" = bf16 ] || x="--kv-cache-dtype $kv"
-      # shellcheck disable=SC2086  # x: the optional flag pair
+      # shellcheck disable=SC2086  # x, AB_BENCH_EXTRA: option lists
       timeout "$AB_BENCH_TIMEOUT" "$dir/$b/bin/sala" bench offline --model-path "$MODEL_DIR" \
         --device "$AB_DEVICE" --decode-batches 1 --decode-input 128 --decode-output 4 \
         --prefill-batches 1 --prefill-input 256 --profile-ops 1024 --long-prefill "$AB_LENGTHS" \
-        $x >"$OUT/bench_${b}_$kv.txt" 2>&1
+        $x $AB_BENCH_EXTRA >"$OUT/bench_${b}_$kv.txt" 2>&1
       echo "bench $kv rc=$?"
       logs+=("$OUT/bench_${b}_$kv.txt")
     done

@@ -56,8 +56,8 @@ int run(std::vector<int> lens, std::vector<int> pasts, int nh, bool moved = fals
   for (int i = 0; i < ns; ++i) list[size_t(i)] = i;
   const float scale = 1.f / std::sqrt(float(D));
   std::vector<bf16> out(q.size(), f2b(-777.f));
-  constexpr int W = D >= 32 ? 2 : 1;
-  launch(dim3(D / (16 * W), nh, ns), 32 * W, [&] {
+  using L = SeqTc<D>;
+  launch(dim3(D / L::CB, nh, ns), 32 * L::NW, [&] {
     gla_seq_tc_kernel<D>(q.data(), k.data(), v.data(), stride, seqs.data(), list.data(), states.data(),
                          slot_stride, 0, dec.data(), scale, out.data(), stride);
   });

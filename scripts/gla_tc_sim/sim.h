@@ -43,6 +43,7 @@ inline uint32_t pack_raw(bf16 lo, bf16 hi) {
   uint16_t a, b; std::memcpy(&a, &lo, 2); std::memcpy(&b, &hi, 2);
   return uint32_t(a) | (uint32_t(b) << 16);
 }
+inline uint32_t pack_bf16(float lo, float hi) { return pack_raw(f2b(lo), f2b(hi)); }
 inline float lo16(uint32_t u) { uint32_t x = (u & 0xffffu) << 16; float f; std::memcpy(&f, &x, 4); return f; }
 inline float hi16(uint32_t u) { uint32_t x = u & 0xffff0000u; float f; std::memcpy(&f, &x, 4); return f; }
 struct WarpStage { uint32_t a[32][4]; uint32_t b[32][2]; const bf16* addr[32]; std::barrier<>* bar; long calls = 0, ldsm = 0; };
