@@ -4,12 +4,12 @@
 // tokens, with the state S (D x x D c, fp32) entering it:
 //   o_i = scale λ^(i+1) q_i S + Σ_{j<=i} P[i][j] v_j,   P[i][j] = scale (q_i·k_j) λ^(i-j)
 //   S  <- λ^C S + Σ_j k_jᵀ (λ^(C-1-j) v_j)
-// The state never leaves the registers between chunks: each warp keeps Sᵀ for its 16 value
-// columns as the C fragments of an m16 (columns) x n D (state rows) MMA tile, which are the A
-// fragments of oᵀ = Sᵀ qᵀ (as flash attention reuses P) and the accumulator of the update. The
-// 3-phase form this replaces (phase 1 per chunk, a scan over chunks, phase 3 per chunk) wrote
-// and read every chunk's fp32 state through a workspace (≈ 256 MB per 2,048-token call of the
-// 9B model's 32 heads).
+// The state never leaves the registers between chunks: each warp keeps Sᵀ for 16 value columns
+// and a group of state rows as the C fragments of an m16 (columns) x n XW (rows) MMA tile, which
+// are the A fragments of its part of oᵀ = Sᵀ qᵀ (as flash attention reuses P) and the
+// accumulator of the update. The 3-phase form this replaces (phase 1 per chunk, a scan over
+// chunks, phase 3 per chunk) wrote and read every chunk's fp32 state through a workspace
+// (≈ 256 MB per 2,048-token call of the 9B model's 32 heads).
 //
 // Numerics (as the 3-phase tensor-core kernels): q, k, v are exact bf16 MMA inputs; the fp32
 // operands (Sᵀ, the masked decayed scores P, the decayed values λ^n v_j) are split into three
@@ -17,9 +17,14 @@
 // threshold, CudaLightningTc.SplitEmulation), one MMA per term, smallest first, so every
 // product is exact and only the order of the fp32 sums differs from the CPU's fmaf chains.
 //
-// Block: W warps (16 value columns each), D / (16 W) blocks per head; Q, K and the block's V
-// columns of the next chunk load by cp.async while the current one is computed. Chunks of 64
-// are aligned at the call's first token, as CpuBackend and HF do.
+// Block (d 128): 8 warps = 2 groups of 16 value columns x 4 groups of 32 state rows, 4 blocks
+// per head. Per chunk: P = scale QKᵀ λ^(i-j) (causal) in 10 units of 16 x 16 over the warps and
+// the decayed V's fragments, both through shared memory in kNT terms; each warp's part of oᵀ
+// (its state rows' inter-chunk part, a share of the intra-chunk units) summed in shared
+// memory; then the state update. Q, K and the block's V columns of the next chunk load by
+// cp.async meanwhile. Chunks of 64 are aligned at the call's first token, as CpuBackend and
+// HF do. No GPU at hand: scripts/gla_tc_sim/run.sh runs this kernel on the host (emulated
+// mma / ldmatrix) against a double reference.
 #include <cstdint>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -51,25 +56,23 @@ struct SeqTc {
   static constexpr int LP = kChunk + 8;       // P terms [64 i][LP]
   static constexpr int LR = CB + 4;           // partial outputs [XS][64 i][LR], fp32
   static constexpr int kStage = 2 * kChunk * LX + kChunk * LV;  // halves: Q, K, V of a chunk
-  static constexpr int kBytes = (2 * kStage + kNT * kChunk * LP) * 2 + XS * kChunk * LR * 4;
+  // the decayed V's A fragments [CG][4 k-steps][kNT][32 lanes] as uint4
+  static constexpr int kVaBytes = CG * 4 * kNT * 32 * 16;
+  static constexpr int kBytes = (2 * kStage + kNT * kChunk * LP) * 2 + XS * kChunk * LR * 4 + kVaBytes;
 };
 
 extern __shared__ __align__(16) unsigned char seq_smem[];
 
-__device__ __forceinline__ void split3(float x, bf16 (&t)[kNT]) {
-  t[0] = __float2bfloat16_rn(x);
-  const float r = x - __bfloat162float(t[0]);
-  t[1] = __float2bfloat16_rn(r);
-  t[2] = __float2bfloat16_rn(r - __bfloat162float(t[1]));
-}
-
-// Two fp32 values as kNT packed bf16 pairs (term u of both in out[u]).
+// Two fp32 values as kNT packed bf16 pairs, x = hi + lo + lo2 per value (term u of both in
+// out[u * step]); a pair per conversion instruction.
+__device__ __forceinline__ uint32_t bits(__nv_bfloat162 t) { return *reinterpret_cast<uint32_t*>(&t); }
 __device__ __forceinline__ void split_pair(float lo, float hi, uint32_t* out, int step) {
-  bf16 a[kNT], b[kNT];
-  split3(lo, a);
-  split3(hi, b);
-#pragma unroll
-  for (int u = 0; u < kNT; ++u) out[u * step] = pack_raw(a[u], b[u]);
+  const __nv_bfloat162 t0 = __floats2bfloat162_rn(lo, hi);
+  const float2 f0 = __bfloat1622float2(t0);
+  const float r0 = lo - f0.x, r1 = hi - f0.y;
+  const __nv_bfloat162 t1 = __floats2bfloat162_rn(r0, r1);
+  const float2 f1 = __bfloat1622float2(t1);
+  out[0] = bits(t0), out[step] = bits(t1), out[2 * step] = bits(__floats2bfloat162_rn(r0 - f1.x, r1 - f1.y));
 }
 
 __device__ __forceinline__ float2 unpack_bf16(uint32_t u) {
@@ -101,6 +104,7 @@ __global__ void __launch_bounds__(SeqTc<D>::NW * 32) gla_seq_tc_kernel(
   bf16* const stage0 = reinterpret_cast<bf16*>(seq_smem);  // 2 x {Q [64][LX], K [64][LX], V [64][LV]}
   bf16* const Ps = stage0 + 2 * L::kStage;                  // [kNT][64 i][LP]
   float* const Red = reinterpret_cast<float*>(Ps + kNT * kChunk * LP);  // [XS][64 i][LR]
+  uint4* const Va = reinterpret_cast<uint4*>(Red + L::XS * kChunk * LR);  // [CG][4][kNT][32]
   __shared__ float decay[kDecayStride];
   const int h = blockIdx.y;
   const DevSeq s = seqs[list[blockIdx.z]];
@@ -196,7 +200,24 @@ __global__ void __launch_bounds__(SeqTc<D>::NW * 32) gla_seq_tc_kernel(
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
       ldmatrix_x4_trans(vf[kk], Vs + (16 * kk + ri + (mi >> 1) * 8) * LV + 16 * cg + (mi & 1) * 8);
-    __syncthreads();  // Ps complete
+    // The state update's A operand, the decayed Vᵀ (λ^(C-1-j) v_j) in kNT terms: k-step kk by
+    // the group's warp xq ≡ kk (mod XS), for all of the group through Va.
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      if (kk % L::XS != xq || 16 * kk >= C) continue;
+      uint32_t va[kNT][4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int j = 16 * kk + qc + (r >= 2 ? 8 : 0);
+        const float2 x = unpack_bf16(vf[kk][r]);
+        const float f0 = j < C ? decay[C - 1 - j] : 0.f, f1 = j + 1 < C ? decay[C - 2 - j] : 0.f;
+        split_pair(x.x * f0, x.y * f1, &va[0][r], 4);
+      }
+#pragma unroll
+      for (int t = 0; t < kNT; ++t)
+        Va[((cg * 4 + kk) * kNT + t) * 32 + lane] = make_uint4(va[t][0], va[t][1], va[t][2], va[t][3]);
+    }
+    __syncthreads();  // Ps and Va complete
 
     // oᵀ (M = 16 columns, N = 64 tokens), this warp's part: the inter-chunk part over its
     // state rows, Sᵀ qᵀ with A = Sᵀ split from registers, scaled by scale λ^(i+1) ...
@@ -226,14 +247,14 @@ __global__ void __launch_bounds__(SeqTc<D>::NW * 32) gla_seq_tc_kernel(
       const float f0 = scale * decay[8 * n + qc + 1], f1 = scale * decay[8 * n + qc + 2];
       o[n][0] *= f0, o[n][1] *= f1, o[n][2] *= f0, o[n][3] *= f1;
     }
-    // ... and the intra-chunk part Vᵀ Pᵀ of the token n-tiles 2m, 2m+1 with m ≡ xq (mod XS),
-    // keys j < 16 m + 16.
+    // ... and units of the intra-chunk part Vᵀ Pᵀ: token n-tiles 2m, 2m+1 x keys 16 kk .. +15
+    // (kk <= m), unit m (m + 1) / 2 + kk for the warp xq ≡ it (mod XS).
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
-      if (m % L::XS != xq) continue;
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         if (kk > m) break;
+        if ((m * (m + 1) / 2 + kk) % L::XS != xq) continue;
         uint32_t b[kNT][4];  // B[j][i] = P[i][j]
 #pragma unroll
         for (int t = 0; t < kNT; ++t) ldmatrix_x4(b[t], ldsm_bn_addr(Ps + t * kChunk * LP, LP, 16 * m, 16 * kk, mi, ri));
@@ -260,11 +281,9 @@ __global__ void __launch_bounds__(SeqTc<D>::NW * 32) gla_seq_tc_kernel(
       if (16 * kk >= C) break;  // rows past C are zeros
       uint32_t va[kNT][4];
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int j = 16 * kk + qc + (r >= 2 ? 8 : 0);
-        const float2 x = unpack_bf16(vf[kk][r]);
-        const float f0 = j < C ? decay[C - 1 - j] : 0.f, f1 = j + 1 < C ? decay[C - 2 - j] : 0.f;
-        split_pair(x.x * f0, x.y * f1, &va[0][r], 4);
+      for (int t = 0; t < kNT; ++t) {
+        const uint4 w = Va[((cg * 4 + kk) * kNT + t) * 32 + lane];
+        va[t][0] = w.x, va[t][1] = w.y, va[t][2] = w.z, va[t][3] = w.w;
       }
 #pragma unroll
       for (int nx = 0; nx < XW / 16; ++nx) {
@@ -277,7 +296,7 @@ __global__ void __launch_bounds__(SeqTc<D>::NW * 32) gla_seq_tc_kernel(
         }
       }
     }
-    __syncthreads();  // Red complete; Q, K, V of this chunk and Ps no longer read
+    __syncthreads();  // Red complete; Q, K, V of this chunk, Ps and Va no longer read
     // o = the sum of the warps' parts (state-row groups in order), rounded to bf16.
     const int64_t row0 = int64_t(s.token_begin) + int64_t(c) * kChunk;
     for (int e = tid; e < C * (L::CB / 8); e += NTH) {
