@@ -22,8 +22,9 @@
 # e.g. "bf16 fp8_e4m3"), AB_BENCH_TIMEOUT (150 s per bench), MODEL_DIR
 # (/tmp/sala_random_9b), OUT (/tmp/gpu_ab_out), AB_DEVICE (cuda; cpu with
 # MODEL_DIR=models/sala-tiny-chat and short AB_LENGTHS is a dry run of the script),
-# AB_NCU_TESTS (a gtest filter: also run those tests of each build under ncu's SpeedOfLight and
-# ComputeWorkloadAnalysis sections, clocks left alone, kernels matching AB_NCU_KERNELS (a
+# AB_NCU_TESTS (a gtest filter: also run those tests of each build under ncu's sections
+# AB_NCU_SECTIONS (default "SpeedOfLight ComputeWorkloadAnalysis"; e.g. add WarpStateStats
+# SchedulerStats), clocks left alone, kernels matching AB_NCU_KERNELS (a
 # regex; default "select_|sparse_attn|gla_"), CSV to $OUT/ncu_BUILD.csv; empty: no ncu),
 # AB_BENCH_EXTRA (more `bench offline` options, e.g. "--long-decode-contexts 131072
 # --long-decode-batches 1,8").
@@ -38,6 +39,7 @@ AB_BENCH_TIMEOUT=${AB_BENCH_TIMEOUT:-150}
 AB_DEVICE=${AB_DEVICE:-cuda}
 AB_NCU_TESTS=${AB_NCU_TESTS:-}
 AB_BENCH_EXTRA=${AB_BENCH_EXTRA:-}
+AB_NCU_SECTIONS=${AB_NCU_SECTIONS:-"SpeedOfLight ComputeWorkloadAnalysis"}
 AB_NCU_KERNELS=${AB_NCU_KERNELS:-"select_|sparse_attn|gla_"}
 MODEL_DIR=${MODEL_DIR:-/tmp/sala_random_9b}
 OUT=${OUT:-/tmp/gpu_ab_out}
@@ -121,8 +123,9 @@ run() {
     grep -E '^\[ (select|gla tc) \]' "$OUT/tests_$b.txt" | head -12
     [ "$rc" = 0 ] || { echo "$b: no bench (tests rc=$rc; 124 = timed out)"; continue; }
     if [ -n "$AB_NCU_TESTS" ]; then
-      timeout "$AB_TEST_TIMEOUT" ncu --clock-control none --csv --section SpeedOfLight \
-        --section ComputeWorkloadAnalysis --kernel-name "regex:$AB_NCU_KERNELS" \
+      # shellcheck disable=SC2046  # one --section per name
+      timeout "$AB_TEST_TIMEOUT" ncu --clock-control none --csv \
+        $(printf -- '--section %s ' $AB_NCU_SECTIONS) --kernel-name "regex:$AB_NCU_KERNELS" \
         "$dir/$b/bin/$AB_TEST_BIN" --gtest_filter="$AB_NCU_TESTS" >"$OUT/ncu_$b.csv" 2>&1
       echo "ncu rc=$?: $(grep -c '"Duration"' "$OUT/ncu_$b.csv") kernels profiled"
     fi
