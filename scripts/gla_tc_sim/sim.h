@@ -47,7 +47,7 @@ inline uint32_t pack_bf16(float lo, float hi) { return pack_raw(f2b(lo), f2b(hi)
 inline float lo16(uint32_t u) { uint32_t x = (u & 0xffffu) << 16; float f; std::memcpy(&f, &x, 4); return f; }
 inline float hi16(uint32_t u) { uint32_t x = u & 0xffff0000u; float f; std::memcpy(&f, &x, 4); return f; }
 struct WarpStage { uint32_t a[32][4]; uint32_t b[32][2]; const bf16* addr[32]; std::barrier<>* bar; long calls = 0, ldsm = 0; };
-inline WarpStage g_warp[8];
+inline WarpStage g_warp[16];
 // PTX m16n8k16 .row.col bf16: groupID g = lane/4, t = lane%4.
 // A: a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..)
 // B: b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g); C: c0,c1 (g, 2t..2t+1), c2,c3 (g+8, ..)
