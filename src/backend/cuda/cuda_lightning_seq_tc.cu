@@ -17,9 +17,8 @@
 // threshold, CudaLightningTc.SplitEmulation), one MMA per term, smallest first, so every
 // product is exact and only the order of the fp32 sums differs from the CPU's fmaf chains.
 //
-// Block (d 128): 16 warps = 2 groups of 16 value columns x 8 groups of 16 state rows, 4 blocks
-// per head (the chunks are sequential: the warps of the 128 blocks are all there is to hide
-// the latencies with, 4 per scheduler). Per chunk: P = scale QKᵀ λ^(i-j) (causal) in 10 units of 16 x 16 over the warps and
+// Block (d 128): 8 warps = 2 groups of 16 value columns x 4 groups of 32 state rows, 4 blocks
+// per head. Per chunk: P = scale QKᵀ λ^(i-j) (causal) in 10 units of 16 x 16 over the warps and
 // the decayed V's fragments, both through shared memory in kNT terms; each warp's part of oᵀ
 // (its state rows' inter-chunk part, a share of the intra-chunk units) summed in shared
 // memory; then the state update. Q, K and the block's V columns of the next chunk load by
@@ -47,7 +46,7 @@ constexpr int kNT = 3;                          // bf16 terms per fp32 operand
 // 68, 20 and 36 words); the fp32 partial outputs have rows of CB + 4 floats (36 words).
 template <int D>
 struct SeqTc {
-  static constexpr int XW = 16;               // state rows per warp
+  static constexpr int XW = D < 32 ? D : 32;  // state rows per warp
   static constexpr int XS = D / XW;           // warps along the state rows
   static constexpr int CG = D >= 32 ? 2 : 1;  // column groups of 16 per block
   static constexpr int NW = CG * XS;          // warps per block
