@@ -75,31 +75,23 @@ inline void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
   if (lane == 0) ++S.calls;
   S.bar->arrive_and_wait();
 }
-// ldmatrix.sync.aligned.m8n8.x4.shared.b16: lane l gives the address of row l % 8 of matrix
-// l / 8; lane l receives in r[i] the elements (row l/4, cols 2(l%4), 2(l%4)+1) of matrix i.
-inline void ldmatrix_x4(uint32_t* r, const bf16* row_addr) {
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lane l gives the address of row l % 8 of
+// matrix l / 8 (8 contiguous b16, 16-byte aligned). Lane l receives in r[i] two elements of
+// matrix i (low half first): (row l/4, cols 2(l%4), 2(l%4)+1), or transposed (rows 2(l%4),
+// 2(l%4)+1, col l/4).
+inline void ldmatrix_sim(uint32_t* r, const bf16* row_addr, bool trans) {
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
   WarpStage& S = g_warp[w];
   if ((reinterpret_cast<uintptr_t>(row_addr) & 15) != 0) { std::fprintf(stderr, "ldmatrix: unaligned\n"); std::abort(); }
   S.addr[lane] = row_addr;
   S.bar->arrive_and_wait();
   const int g = lane / 4, t = lane % 4;
-  for (int i = 0; i < 4; ++i) r[i] = pack_raw(S.addr[8 * i + g][2 * t], S.addr[8 * i + g][2 * t + 1]);
+  for (int i = 0; i < 4; ++i)
+    r[i] = trans ? pack_raw(S.addr[8 * i + 2 * t][g], S.addr[8 * i + 2 * t + 1][g])
+                 : pack_raw(S.addr[8 * i + g][2 * t], S.addr[8 * i + g][2 * t + 1]);
   if (lane == 0) ++S.ldsm;
   S.bar->arrive_and_wait();
 }
-// ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: lane l gives the address of row l % 8 of
-// matrix l / 8 (8 contiguous b16); lane l receives in r[i] the elements (row 2(l%4), col l/4)
-// and (row 2(l%4)+1, col l/4) of matrix i (low half first). Addresses must be 16-byte aligned.
-inline void ldmatrix_x4_trans(uint32_t* r, const bf16* row_addr) {
-  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-  WarpStage& S = g_warp[w];
-  if ((reinterpret_cast<uintptr_t>(row_addr) & 15) != 0) { std::fprintf(stderr, "ldmatrix: unaligned\n"); std::abort(); }
-  S.addr[lane] = row_addr;
-  S.bar->arrive_and_wait();
-  const int g = lane / 4, t = lane % 4;
-  for (int i = 0; i < 4; ++i) r[i] = pack_raw(S.addr[8 * i + 2 * t][g], S.addr[8 * i + 2 * t + 1][g]);
-  if (lane == 0) ++S.ldsm;
-  S.bar->arrive_and_wait();
-}
+inline void ldmatrix_x4(uint32_t* r, const bf16* row_addr) { ldmatrix_sim(r, row_addr, false); }
+inline void ldmatrix_x4_trans(uint32_t* r, const bf16* row_addr) { ldmatrix_sim(r, row_addr, true); }
 }  // namespace sala::cuda
