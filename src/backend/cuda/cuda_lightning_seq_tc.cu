@@ -1,7 +1,7 @@
 // Lightning layers, long calls (>= 64 tokens), bf16 mode: the chunked simple GLA (SPEC §8) as
 // one pass over the call's chunks of 64 per (sequence, head, 32 value columns), on the tensor
 // cores (mma.sync m16n8k16 bf16 -> fp32; fragment layouts: cuda_mma.cuh). Per chunk c of C
-// tokens, with the state S (D x x D c, fp32) entering it:
+// tokens, with the state S entering it (fp32 [D rows x][D columns c]):
 //   o_i = scale λ^(i+1) q_i S + Σ_{j<=i} P[i][j] v_j,   P[i][j] = scale (q_i·k_j) λ^(i-j)
 //   S  <- λ^C S + Σ_j k_jᵀ (λ^(C-1-j) v_j)
 // The state never leaves the registers between chunks: each warp keeps Sᵀ for 16 value columns
