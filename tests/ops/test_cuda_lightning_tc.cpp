@@ -217,7 +217,7 @@ BackendOptions tc_opts(int64_t ws_floats, NumericMode mode = NumericMode::BF16) 
 }
 
 // GPU (in `mode`; fp32 mode's workspace of ws_floats, 0: default) against the CPU oracle, both
-// layers of every step of tc_steps(), with the bounds of CudaOps.Lightning*.
+// layers of every step of tc_steps(), with the bounds of CudaOps.Lightning* for the mode.
 void run_tc_vs_cpu(int nh, int d, NumericMode mode, int64_t ws_floats) {
   LayerHarness H(layer_config(16, 1, 16, nh, d, SparseConfig{}), 64, kTcMaxLen, 5, mode,
                  tc_opts(ws_floats, mode));
@@ -240,7 +240,10 @@ void run_tc_vs_cpu(int nh, int d, NumericMode mode, int64_t ws_floats) {
                                  " ws" + std::to_string(ws_floats) + " L" + std::to_string(li) +
                                  " " + calls_str(calls, past),
                              o);
-      expect_close(s, 4e-3, 1.6e-2);
+      if (mode == NumericMode::F32)
+        expect_close(s, kF32RelL2, kF32RelMax);  // H200, session 27: rel L2 <= 3.5e-7, max 7.4e-7
+      else
+        expect_close(s, 4e-3, 1.6e-2);
     }
   }
 }
