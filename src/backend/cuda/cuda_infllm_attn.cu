@@ -102,8 +102,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_init(&full[tid], kProducers * 32);  // one cp.async arrival per producer thread
     mbar_init(&empty[tid], ncons);           // one arrival per consumer warp
   }
-  const int n_list = tile_union<kThreads>(wbits, P.nb_words, kW, ubits, nullptr, 0, 0, 0, list,
-                                          L, G, g, sel, sel_cnt, P.total_topk,
+  const int n_list = tile_union<kThreads>(wbits, P.nb_words, kW, ubits, list, L, G, g, sel,
+                                          sel_cnt, P.total_topk,
                                           UnionRow{active ? warp : -1, dense, row, t});
   // Ring entries (j, w) in the order j = 0, 1, ..., w = 0 .. nw − 1 within each j: tile j of
   // part split0 + w, list index first + w·per + j (split calls: parts of per consecutive

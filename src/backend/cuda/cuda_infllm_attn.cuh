@@ -67,14 +67,13 @@ struct UnionRow {
 
 // The union of a row tile's selected 64-key tiles (every thread of the block calls it; it
 // syncs the block). Each warp with a row sets that row's selected blocks in its bitmap
-// (rbits, nb_words words each) and its 64-key tiles (keys ≤ t) in ubits and, when gbits is
-// given, in the bitmap of its group of rows (gbits + (slot >> gshift) * nkt_words). The
-// union's tiles go to list in ascending order; returns their count. L: the sequence's length.
+// (rbits, nb_words words each) and its 64-key tiles (keys ≤ t) in ubits. The union's tiles
+// go to list in ascending order; returns their count. L: the sequence's length.
 template <int kThreads>
 __device__ int tile_union(uint32_t* rbits, int nb_words, int rows, uint32_t* ubits,
-                          uint32_t* gbits, int gshift, int groups, int nkt_words, int32_t* list,
-                          long long L, const CacheGeom& G, int g, const int32_t* sel,
-                          const int32_t* sel_cnt, int total_topk, const UnionRow& me) {
+                          int32_t* list, long long L, const CacheGeom& G, int g,
+                          const int32_t* sel, const int32_t* sel_cnt, int total_topk,
+                          const UnionRow& me) {
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int n_list;
@@ -84,17 +83,10 @@ __device__ int tile_union(uint32_t* rbits, int nb_words, int rows, uint32_t* ubi
   for (int i = tid; i < rows * nb_words; i += kThreads)
     if (i % nb_words < nbw) rbits[i] = 0;
   for (int i = tid; i < words; i += kThreads) ubits[i] = 0;
-  if (gbits)
-    for (int i = tid; i < groups * nkt_words; i += kThreads)
-      if (i % nkt_words < words) gbits[i] = 0;
   __syncthreads();
   if (me.slot >= 0) {
     uint32_t* mybits = rbits + me.slot * nb_words;
-    uint32_t* mygroup = gbits ? gbits + (me.slot >> gshift) * nkt_words : nullptr;
-    auto set_tile = [&](long long kt) {
-      atomicOr(&ubits[kt >> 5], 1u << (kt & 31));
-      if (mygroup) atomicOr(&mygroup[kt >> 5], 1u << (kt & 31));
-    };
+    auto set_tile = [&](long long kt) { atomicOr(&ubits[kt >> 5], 1u << (kt & 31)); };
     const long long t = me.t;
     if (me.dense) {
       for (long long b = lane; b <= t / G.bs; b += 32) atomicOr(&mybits[b >> 5], 1u << (b & 31));

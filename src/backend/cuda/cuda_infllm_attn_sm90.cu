@@ -5,7 +5,9 @@
 // m64 on every tile that any of its 4 rows selected, masking the keys a row did not select:
 // a tile a row skips costs that row nothing in its numbers (probabilities 0, rescale by 1)
 // but is computed. That pays where neighbouring rows share their blocks; the random 9B's rows
-// share few top-k blocks (a warpgroup computes ≈ 2.3x the tiles its rows need at 32K).
+// share few top-k blocks (a warpgroup computed ≈ 2.3x the tiles its rows need at 32K), so a
+// tile that only kWarpTileUsers of a warpgroup's rows selected is computed by those rows'
+// warps alone, by mma.sync on their own sub-partitions' tensor cores (warp_tile).
 //
 // One block per (tile of ≤ 8 rows of one unsplit sparse call, KV head): warpgroup 0 copies
 // the union of the 8 rows' selected 64-key tiles (ascending) into a ring of kSlots K/V slots
@@ -240,6 +242,71 @@ __device__ __forceinline__ void softmax_step(float (&sv)[32], uint64_t keys, flo
       pl[kk][r] = pack_bf16(a - rb(a), b - rb(b));
     }
 }
+
+// A tile that kWarpTileUsers or fewer rows of a warpgroup selected is computed by each of
+// those rows' warps alone with mma.sync (m16 = its row's 16 heads) on the same ring slot:
+// a wgmma would compute all 4 rows on the tensor cores of all 4 SM sub-partitions, while
+// each warp's mma.sync runs on its own sub-partition's, beside the other rows' warps. Warp w's
+// wgmma accumulator rows (16w ..) are an m16n8 C fragment per 8 columns, so the same o0 / o1,
+// softmax_step and P fragments serve both paths.
+constexpr int kWarpTileUsers = 3;
+
+// S = Q·Kᵀ for warp w's 16 query rows (Q rows 16w .. of q_a) and the 64 keys of k_a (both
+// [2][64][64] 128-byte-swizzled halves), then softmax_step, then O += P·V from v_a: 64 + 128
+// mma.sync m16n8k16 (P as hi + lo terms, as the wgmma path), 72 ldmatrix.
+__device__ __forceinline__ void warp_tile(uint32_t q_a, uint32_t k_a, uint32_t v_a, int w,
+                                          int lane, uint64_t keys, float sc, int qc, float& m0,
+                                          float& m1, float& l0, float& l1, float (&o0)[32],
+                                          float (&o1)[32]) {
+  float sv[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) sv[i] = 0.f;
+  // ldmatrix row addresses: lane l gives row (l & 15) of Q's 16 rows / key (l & 7) + 8·(l >> 4)
+  // of a 16-key pair, at 16-byte chunk 2ks + (l >> 4) / 2ks + ((l >> 3) & 1).
+  const int qr = 16 * w + (lane & 15), kr = (lane & 7) + ((lane >> 4) << 3);
+  // Each k-step's fragments are loaded before its MMAs, and no MMA follows one on the same
+  // accumulator: with 2 consumer warps per scheduler, an MMA waiting on a load or on the MMA
+  // before it stalls the sub-partition's tensor core.
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    uint32_t a[4], b[4][4];
+    ldsm_x4(a, q_a + sw_off(qr, 2 * ks + (lane >> 4)));
+#pragma unroll
+    for (int np = 0; np < 4; ++np)
+      ldsm_x4(b[np], k_a + sw_off(16 * np + kr, 2 * ks + ((lane >> 3) & 1)));
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      mma16816(&sv[8 * np], a, b[np][0], b[np][1]);
+      mma16816(&sv[8 * np + 4], a, b[np][2], b[np][3]);
+    }
+  }
+  uint32_t ph[4][4], pl[4][4];
+  softmax_step(sv, keys, sc, qc, m0, m1, l0, l1, o0, o1, ph, pl);
+  // V (keys x d) by ldmatrix.trans: lane l gives key 16kk + (l & 7) + 8·((l >> 3) & 1) at
+  // chunk 2p + (l >> 4): b[p][0], b[p][1] are n-block 2p's B fragment, b[p][2], b[p][3] n-block
+  // 2p + 1's. Per k-step and half of d: 4 loads, 8 MMAs with P's hi terms, 8 with its lo terms.
+  const int vr = (lane & 7) + (((lane >> 3) & 1) << 3);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float* o = hf == 0 ? o0 : o1;
+      uint32_t b[4][4];
+#pragma unroll
+      for (int p = 0; p < 4; ++p)
+        ldsm_x4_trans(b[p], v_a + sw_off(16 * kk + vr, 8 * hf + 2 * p + (lane >> 4)));
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        mma16816(&o[8 * p], ph[kk], b[p][0], b[p][1]);
+        mma16816(&o[8 * p + 4], ph[kk], b[p][2], b[p][3]);
+      }
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        mma16816(&o[8 * p], pl[kk], b[p][0], b[p][1]);
+        mma16816(&o[8 * p + 4], pl[kk], b[p][2], b[p][3]);
+      }
+    }
+}
 #endif
 
 // kTma: the producers load by TMA over km / vm (bf16: produce_tma; FP8 caches, KF:
@@ -263,9 +330,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kStaging = KF == kKvAct ? 0 : kStages * kStageBytes;
   uint32_t* rbits = reinterpret_cast<uint32_t*>(staging + kStaging);      // [kRows][nb_words]
   uint32_t* ubits = rbits + kRows * P.nb_words;                           // [nkt_words]
-  uint32_t* gbits = ubits + P.nkt_words;                                  // [kGroups][nkt_words]
-  int32_t* list = reinterpret_cast<int32_t*>(gbits + kGroups * P.nkt_words);  // [list_cap]
-  uint8_t* need = reinterpret_cast<uint8_t*>(list + P.list_cap);  // [list_cap]: groups' bits
+  int32_t* list = reinterpret_cast<int32_t*>(ubits + P.nkt_words);       // [list_cap]
+  uint8_t* need = reinterpret_cast<uint8_t*>(list + P.list_cap);  // [list_cap]: rows' bits
   __shared__ uint64_t full[kSlots], empty[kSlots], staged[kStages];
 
   const int2 tile = tiles[blockIdx.x];
@@ -286,12 +352,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The barriers' init visible to the async proxy (TMA's complete_tx) too.
     if constexpr (kTma) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  const int n_list = tile_union<kThreads>(
-      rbits, P.nb_words, kRows, ubits, gbits, 2, kGroups, P.nkt_words, list, L, G, g, sel, sel_cnt,
-      P.total_topk, UnionRow{active ? slot_row : -1, false, row, t});
-  for (int i = tid; i < n_list; i += kThreads) {
-    const int kt = list[i], w = kt >> 5, b = kt & 31;
-    need[i] = uint8_t(((gbits[w] >> b) & 1u) | (((gbits[P.nkt_words + w] >> b) & 1u) << 1));
+  const int n_list =
+      tile_union<kThreads>(rbits, P.nb_words, kRows, ubits, list, L, G, g, sel, sel_cnt,
+                           P.total_topk, UnionRow{active ? slot_row : -1, false, row, t});
+  const int bs_log2 = (G.bs & (G.bs - 1)) == 0 ? __ffs(G.bs) - 1 : -1;
+  {
+    // Bit r of need[i]: row r attends a key of the list's tile i (the mask its warp computes).
+    const long long t0 = s.past_len + (tile.x - s.token_begin);
+    for (int i = tid; i < n_list; i += kThreads) {
+      uint32_t m = 0;
+      for (int r = 0; r < tile.y; ++r)
+        if (tile_keys(rbits + r * P.nb_words, list[i], G.bs, bs_log2, int(t0 + r))) m |= 1u << r;
+      need[i] = uint8_t(m);
+    }
   }
   __syncthreads();
 
@@ -331,18 +404,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // rows lane/4 and lane/4 + 8
   const float sc = P.tau * kLog2e;
   const int qc = (lane % 4) * 2;
-  const int bs_log2 = (G.bs & (G.bs - 1)) == 0 ? __ffs(G.bs) - 1 : -1;
   const uint32_t* mybits = rbits + slot_row * P.nb_words;
   const uint32_t ring_a = smem_addr(ring), q_a = smem_addr(Qg);
-  const uint8_t my_group = uint8_t(1u << cg);
+  const int w = slot_row % kGroupRows;
 
-  // Every entry of the list, in order: waited for, computed if any row of this warpgroup
-  // selected a key of it, released.
+  // Every entry of the list, in order: waited for; computed by the warpgroup (wgmma) if more
+  // than kWarpTileUsers of its rows attend a key of it, else by those rows' warps (mma.sync);
+  // released.
   for (int i = 0; i < n_list; ++i) {
     const int slot = i % kSlots;
     mbar_wait(&full[slot], uint32_t(i / kSlots) & 1u);
-    if (need[i] & my_group) {  // uniform over the warpgroup
-      const uint32_t k_a = ring_a + slot * kSlotBytes, v_a = k_a + kTileBytes;
+    const uint32_t users = (uint32_t(need[i]) >> (kGroupRows * cg)) & 0xFu;
+    const uint32_t k_a = ring_a + slot * kSlotBytes, v_a = k_a + kTileBytes;
+    if (__popc(users) <= kWarpTileUsers) {  // uniform over the warp
+      if ((users >> w) & 1u)
+        warp_tile(q_a, k_a, v_a, w, lane, tile_keys(mybits, list[i], G.bs, bs_log2, int(t)), sc,
+                  qc, m0, m1, l0, l1, o0, o1);
+    } else {  // uniform over the warpgroup
       float sv[32];
       wgmma_fence();
 #pragma unroll
@@ -406,7 +484,7 @@ bool sparse_attn_sm90_supported(int d, int q_heads_per_kv_head) {
 
 size_t sparse_attn_sm90_smem_bytes(const SparseAttnParams& p) {
   const size_t staging = p.kv_fmt != kKvAct ? size_t(kStages) * kStageBytes : 0;
-  const size_t bits = (size_t(kRows) * p.nb_words + size_t(1 + kGroups) * p.nkt_words) * 4;
+  const size_t bits = (size_t(kRows) * p.nb_words + size_t(p.nkt_words)) * 4;
   return kFixedSmem + staging + bits + size_t(p.list_cap) * 5;  // list + need bytes
 }
 
