@@ -6,8 +6,8 @@
 // a tile a row skips costs that row nothing in its numbers (probabilities 0, rescale by 1)
 // but is computed. That pays where neighbouring rows share their blocks; the random 9B's rows
 // share few top-k blocks (a warpgroup computed ≈ 2.3x the tiles its rows need at 32K), so a
-// tile that only kWarpTileUsers of a warpgroup's rows selected is computed by those rows'
-// warps alone, by mma.sync on their own sub-partitions' tensor cores (warp_tile).
+// tile that not all 4 rows of a warpgroup selected is computed by the warps of the rows that
+// did, alone, by mma.sync on their own sub-partitions' tensor cores (warp_tile).
 //
 // One block per (tile of ≤ 8 rows of one unsplit sparse call, KV head): warpgroup 0 copies
 // the union of the 8 rows' selected 64-key tiles (ascending) into a ring of kSlots K/V slots
@@ -17,13 +17,19 @@
 // each compute S = Q·Kᵀ (m64 n64, Q and K from shared memory), the masked online softmax in
 // registers (log2 units, fp32), and O += P·V with P from registers as hi + lo bf16 terms (the
 // probabilities are not rounded to bf16: golden README §4) and V as an MN-major operand.
-// A row's numbers depend only on its own selection and the tile order (ascending), never on
-// the rows beside it. FP8 caches: TMA lands the codes in a staging buffer and the producer
+// A row's numbers depend on its own selection, the tile order (ascending) and, per tile, the
+// path that computed it (wgmma where the 3 rows beside it in its warpgroup selected it too):
+// those rows come from the call's row tiling, so a row's numbers never depend on the other
+// sequences of its step. FP8 caches: TMA lands the codes in a staging buffer and the producer
 // warpgroup converts them into the ring (its first version, converting codes the producers
 // had loaded themselves, measured slower than the mma.sync kernel: 2,129 vs 2,030 ms at 128K).
 // H200 (session 25, 128K prefill): 1,143 vs the mma.sync kernel's 1,514 ms (FP8 KV 1,937 vs
 // 2,064). Measured slower or no better: S of the next tile issued before P·V of the current
-// one (1,249 vs 1,166 ms, branch s2pipe) and a ring of 5 slots (1,120 vs 1,123 ms).
+// one (1,249 vs 1,166 ms, branch s2pipe) and a ring of 5 slots (1,120 vs 1,123 ms). Session
+// 28 (128K prefill, one command each; docs/PERF_LOG.md): warp_tile for tiles of ≤ 1 / ≤ 2 of
+// the warpgroup's rows 1,130 / 1,096 ms (all wgmma: 1,168); with its loads ahead of its MMAs
+// ≤ 2 / ≤ 3 / ≤ 4 rows 1,041 / 1,036 / 1,087 ms. Probes (math off: 377 ms; loads off: 994 ms)
+// say the consumers' latency bounds it, with 2 consumer warps per scheduler.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -243,8 +249,9 @@ __device__ __forceinline__ void softmax_step(float (&sv)[32], uint64_t keys, flo
     }
 }
 
-// A tile that kWarpTileUsers or fewer rows of a warpgroup selected is computed by each of
-// those rows' warps alone with mma.sync (m16 = its row's 16 heads) on the same ring slot:
+// A tile that kWarpTileUsers or fewer rows of a warpgroup selected (3: all but the tiles that
+// all 4 rows selected, such as the forced local window's) is computed by each of those rows'
+// warps alone with mma.sync (m16 = its row's 16 heads) on the same ring slot:
 // a wgmma would compute all 4 rows on the tensor cores of all 4 SM sub-partitions, while
 // each warp's mma.sync runs on its own sub-partition's, beside the other rows' warps. Warp w's
 // wgmma accumulator rows (16w ..) are an m16n8 C fragment per 8 columns, so the same o0 / o1,
