@@ -29,7 +29,7 @@
 // 28 (128K prefill, one command each; docs/PERF_LOG.md): warp_tile for tiles of ≤ 1 / ≤ 2 of
 // the warpgroup's rows 1,130 / 1,096 ms (all wgmma: 1,168); with its loads ahead of its MMAs
 // ≤ 2 / ≤ 3 / ≤ 4 rows 1,041 / 1,036 / 1,087 ms. Probes (math off: 377 ms; loads off: 994 ms)
-// say the consumers' latency bounds it, with 2 consumer warps per scheduler.
+// say the consumers bound it: their tensor work is ≈ 30 % of their time (docs/PERF.md).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
