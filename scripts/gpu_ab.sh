@@ -3,14 +3,14 @@
 # same machine, the same checkpoint, one table). Two halves:
 #
 #   scripts/gpu_ab.sh pack NAME=REV [NAME=REV ...]   (here, where the C++ packages are)
-#       builds `sala` and the op-test binary AB_TEST_BIN of each REV in a worktree
+#       builds `sala` and the op-test binaries AB_TEST_BIN of each REV in a worktree
 #       /tmp/sala_ab/NAME (CUDA on, Ninja, ccache keyed on paths relative to the tree, so a
 #       worktree reuses main's objects), and packs them in .gpu/ab.tar.xz: NAME/bin/ per build,
 #       one shared lib/ (scripts/gpu_check.sh libs), solid xz so that the near-identical
 #       binaries cost little (the device tool carries ≤ 64 MiB with the tree: ≈ 4 builds).
 #   scripts/gpu_ab.sh run                             (GPU machine; carry [".gpu"])
 #       unpacks .gpu/ab.tar.xz; makes the full-size random checkpoint once ($MODEL_DIR); then
-#       per build, in the order packed: AB_TEST_BIN --gtest_filter=AB_TESTS under `timeout
+#       per build, in the order packed: each AB_TEST_BIN --gtest_filter=AB_TESTS under `timeout
 #       AB_TEST_TIMEOUT` (a build that fails or hangs, e.g. a ring-protocol deadlock, gets no
 #       bench), and `sala bench offline --long-prefill AB_LENGTHS --profile-ops 1024` for each
 #       KV format of AB_KV; last, one table: build × KV × length → stage 1 ("sparse select"),
@@ -18,7 +18,8 @@
 #       seconds. Logs under $OUT.
 #
 # Settings (environment): AB_TESTS (default: the sparse and selection tests), AB_TEST_BIN
-# (test_cuda_sparse), AB_TEST_TIMEOUT (150 s), AB_LENGTHS (32768,131072), AB_KV ("bf16";
+# (test_cuda_sparse; a space-separated list runs AB_TESTS in each, e.g. "test_cuda_sparse
+# test_cuda_ops": a filter that matches nothing in a binary runs nothing there), AB_TEST_TIMEOUT (150 s), AB_LENGTHS (32768,131072), AB_KV ("bf16";
 # e.g. "bf16 fp8_e4m3"), AB_BENCH_TIMEOUT (150 s per bench), MODEL_DIR
 # (/tmp/sala_random_9b), OUT (/tmp/gpu_ab_out), AB_DEVICE (cuda; cpu with
 # MODEL_DIR=models/sala-tiny-chat and short AB_LENGTHS is a dry run of the script),
@@ -47,7 +48,7 @@ PACK=$ROOT/.gpu/ab.tar.xz
 
 pack() {
   [ $# -gt 0 ] || { echo "usage: $0 pack NAME=REV [NAME=REV ...]" >&2; exit 2; }
-  local stage=/tmp/sala_ab/pack spec name rev tree names=()
+  local stage=/tmp/sala_ab/pack spec name rev tree t names=()
   rm -rf "$stage" && mkdir -p "$stage/lib"
   export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/sala-ccache}" CCACHE_NOHASHDIR=1
   export PATH="/usr/local/cuda/bin:$PATH"
@@ -59,12 +60,14 @@ pack() {
     rm -rf "$tree"
     git -C "$ROOT" worktree add --detach "$tree" "$rev" >/dev/null || exit 1
     echo "== $name: $(git -C "$tree" log --oneline -1 | cut -c1-90)"
+    # shellcheck disable=SC2086  # AB_TEST_BIN: a list of targets
     (cd "$tree" && CCACHE_BASEDIR=$tree cmake -S . -B build-cuda -G Ninja -DSALA_CUDA=ON \
       -DCMAKE_BUILD_TYPE=Release >"$tree/cmake.log" 2>&1 &&
-      CCACHE_BASEDIR=$tree ninja -C build-cuda sala "$AB_TEST_BIN" >"$tree/build.log" 2>&1) ||
+      CCACHE_BASEDIR=$tree ninja -C build-cuda sala $AB_TEST_BIN >"$tree/build.log" 2>&1) ||
       { echo "$name: build failed (see $tree/build.log)" >&2; exit 1; }
     mkdir -p "$stage/$name/bin"
-    cp "$tree/build-cuda/src/cli/sala" "$tree/build-cuda/tests/ops/$AB_TEST_BIN" "$stage/$name/bin/"
+    cp "$tree/build-cuda/src/cli/sala" "$stage/$name/bin/"
+    for t in $AB_TEST_BIN; do cp "$tree/build-cuda/tests/ops/$t" "$stage/$name/bin/"; done
     git -C "$tree" log --oneline -1 >"$stage/$name/commit"
     names+=("$name")
   done
@@ -98,7 +101,7 @@ table() {
 run() {
   mkdir -p "$OUT"
   [ -e "$PACK" ] || { echo "no $PACK: run '$0 pack' where the build is" >&2; exit 1; }
-  local dir=/tmp/sala_ab_run b rc kv x logs=() cl="" d f
+  local dir=/tmp/sala_ab_run b rc kv x logs=() cl="" d f t
   rm -rf "$dir" && mkdir -p "$dir" && tar -C "$dir" -xJf "$PACK" || exit 1
   for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
     [ -e "$d/libcublasLt.so.13" ] && cl="$cl:$d"
@@ -115,19 +118,25 @@ run() {
       --out "$MODEL_DIR" 2>&1 | tail -1
   while read -r b; do
     echo "== $b: $(cut -c1-100 "$dir/$b/commit")"
-    timeout "$AB_TEST_TIMEOUT" "$dir/$b/bin/$AB_TEST_BIN" --gtest_filter="$AB_TESTS" \
-      >"$OUT/tests_$b.txt" 2>&1
-    rc=$?
+    rc=0
+    : >"$OUT/tests_$b.txt"
+    for t in $AB_TEST_BIN; do
+      timeout "$AB_TEST_TIMEOUT" "$dir/$b/bin/$t" --gtest_filter="$AB_TESTS" \
+        >>"$OUT/tests_$b.txt" 2>&1 || rc=$?
+    done
     echo "tests rc=$rc: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests_$b.txt" | tr '\n' ' ')"
     grep -E '^\[  FAILED  \] [A-Za-z]' "$OUT/tests_$b.txt" | head -5
     grep -E '^\[ (select|gla tc) \]' "$OUT/tests_$b.txt" | head -12
     [ "$rc" = 0 ] || { echo "$b: no bench (tests rc=$rc; 124 = timed out)"; continue; }
     if [ -n "$AB_NCU_TESTS" ]; then
-      # shellcheck disable=SC2046  # one --section per name
-      timeout "$AB_TEST_TIMEOUT" ncu --clock-control none --csv \
-        $(printf -- '--section %s ' $AB_NCU_SECTIONS) --kernel-name "regex:$AB_NCU_KERNELS" \
-        "$dir/$b/bin/$AB_TEST_BIN" --gtest_filter="$AB_NCU_TESTS" >"$OUT/ncu_$b.csv" 2>&1
-      echo "ncu rc=$?: $(grep -c '"Duration"' "$OUT/ncu_$b.csv") kernels profiled"
+      : >"$OUT/ncu_$b.csv"
+      for t in $AB_TEST_BIN; do
+        # shellcheck disable=SC2046,SC2086  # one --section per name
+        timeout "$AB_TEST_TIMEOUT" ncu --clock-control none --csv \
+          $(printf -- '--section %s ' $AB_NCU_SECTIONS) --kernel-name "regex:$AB_NCU_KERNELS" \
+          "$dir/$b/bin/$t" --gtest_filter="$AB_NCU_TESTS" >>"$OUT/ncu_$b.csv" 2>&1
+      done
+      echo "ncu: $(grep -c '"Duration"' "$OUT/ncu_$b.csv") kernels profiled"
     fi
     for kv in $AB_KV; do
       x=""
