@@ -2,12 +2,13 @@
 // (cuda_infllm_attn.cu) gives each row one warp of 16 query heads (mma's m16), so a K/V tile
 // in shared memory serves one row per MMA and its instruction count per computed tile bounds
 // it (≈ 9 % of the FLOP floor at 128K). Here a warpgroup computes 4 rows × 16 heads = wgmma's
-// m64 on every tile that any of its 4 rows selected, masking the keys a row did not select:
-// a tile a row skips costs that row nothing in its numbers (probabilities 0, rescale by 1)
-// but is computed. That pays where neighbouring rows share their blocks; the random 9B's rows
-// share few top-k blocks (a warpgroup computed ≈ 2.3x the tiles its rows need at 32K), so a
-// tile that not all 4 rows of a warpgroup selected is computed by the warps of the rows that
-// did, alone, by mma.sync on their own sub-partitions' tensor cores (warp_tile).
+// m64 on every tile that all its 4 rows selected (the forced local window, and the blocks
+// neighbouring rows share); any other tile is computed by the warps of the rows that selected
+// it, alone, by mma.sync on their own sub-partitions' tensor cores (warp_tile). A warpgroup
+// computing every tile any of its rows selected, masking the others' keys (a tile a row skips
+// costs that row nothing in its numbers: probabilities 0, rescale by 1), computed ≈ 2.3x
+// (32K) to 3x (512K) the tiles its rows need on the random 9B, whose rows share few top-k
+// blocks.
 //
 // One block per (tile of ≤ 8 rows of one unsplit sparse call, KV head): warpgroup 0 copies
 // the union of the 8 rows' selected 64-key tiles (ascending) into a ring of kSlots K/V slots
