@@ -63,16 +63,28 @@ __device__ __forceinline__ void softmax_step(float (&sv)[32], uint64_t keys, flo
                                              float (&o0)[32], float (&o1)[32],
                                              uint32_t (&ph)[4][4], uint32_t (&pl)[4][4]) {
   float mx0 = -INFINITY, mx1 = -INFINITY;
+  if (keys == ~0ull) {  // every key of the tile (uniform over the warp): no mask
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+    for (int j = 0; j < 8; ++j)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const bool ok = (keys >> (8 * j + qc + e)) & 1u;
-      sv[4 * j + e] = ok ? sv[4 * j + e] * sc : -INFINITY;
-      sv[4 * j + 2 + e] = ok ? sv[4 * j + 2 + e] * sc : -INFINITY;
-      mx0 = fmaxf(mx0, sv[4 * j + e]);
-      mx1 = fmaxf(mx1, sv[4 * j + 2 + e]);
-    }
+      for (int e = 0; e < 2; ++e) {
+        sv[4 * j + e] *= sc, sv[4 * j + 2 + e] *= sc;
+        mx0 = fmaxf(mx0, sv[4 * j + e]);
+        mx1 = fmaxf(mx1, sv[4 * j + 2 + e]);
+      }
+  } else {
+    const uint64_t kq = keys >> qc;  // bit 8j + e: key 8j + qc + e (constant shifts below)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const bool ok = (kq >> (8 * j + e)) & 1u;
+        sv[4 * j + e] = ok ? sv[4 * j + e] * sc : -INFINITY;
+        sv[4 * j + 2 + e] = ok ? sv[4 * j + 2 + e] * sc : -INFINITY;
+        mx0 = fmaxf(mx0, sv[4 * j + e]);
+        mx1 = fmaxf(mx1, sv[4 * j + 2 + e]);
+      }
+  }
   quad_max2(mx0, mx1);
   // A row with no key so far and none here keeps m = −inf: its exponents are taken against 0
   // (p = 0, O and l stay 0). A row with none here: c = 1, p = 0, nothing changes.
@@ -90,10 +102,14 @@ __device__ __forceinline__ void softmax_step(float (&sv)[32], uint64_t keys, flo
   quad_sum2(sum0, sum1);
   l0 = l0 * c0 + sum0, l1 = l1 * c1 + sum1;
   m0 = mn0, m1 = mn1;
+  // The running maxima rarely rise after a row's first tiles: when no row of the warp's did
+  // (every c is 1, so the product would not change O), the 64 multiplications are skipped.
+  if (__any_sync(0xffffffffu, c0 != 1.f || c1 != 1.f)) {
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {  // o[2j], o[2j + 1]: row h = j & 1
-    o0[2 * j] *= (j & 1) ? c1 : c0, o0[2 * j + 1] *= (j & 1) ? c1 : c0;
-    o1[2 * j] *= (j & 1) ? c1 : c0, o1[2 * j + 1] *= (j & 1) ? c1 : c0;
+    for (int j = 0; j < 16; ++j) {  // o[2j], o[2j + 1]: row h = j & 1
+      o0[2 * j] *= (j & 1) ? c1 : c0, o0[2 * j + 1] *= (j & 1) ? c1 : c0;
+      o1[2 * j] *= (j & 1) ? c1 : c0, o1[2 * j + 1] *= (j & 1) ? c1 : c0;
+    }
   }
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
@@ -126,18 +142,27 @@ __device__ __forceinline__ void warp_tile(uint32_t q_a, uint32_t k_a, uint32_t v
 #pragma unroll
   for (int i = 0; i < 32; ++i) sv[i] = 0.f;
   // ldmatrix row addresses: lane l gives row (l & 15) of Q's 16 rows / key (l & 7) + 8·(l >> 4)
-  // of a 16-key pair, at 16-byte chunk 2ks + (l >> 4) / 2ks + ((l >> 3) & 1).
+  // of a 16-key pair, at 16-byte chunk 2ks + (l >> 4) / 2ks + ((l >> 3) & 1). sw_off of such a
+  // chunk is (ks >> 2) · 8 KB + row · 128 + ((2·(ks & 3)) ^ x) · 16 with x = the lane's chunk
+  // bit ^ (row & 7) (row & 7 = l & 7 for the keys): 4 per-lane offsets per operand, so that
+  // each ldmatrix takes a register and a constant offset.
   const int qr = 16 * w + (lane & 15), kr = (lane & 7) + ((lane >> 4) << 3);
+  const uint32_t xq = uint32_t((lane >> 4) ^ (qr & 7)), xk = uint32_t(((lane >> 3) & 1) ^ (lane & 7));
+  uint32_t qa[4], ka[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    qa[k] = q_a + qr * 128 + (((2u * k) ^ xq) << 4);
+    ka[k] = k_a + kr * 128 + (((2u * k) ^ xk) << 4);
+  }
   // Each k-step's fragments are loaded before its MMAs, and no MMA follows one on the same
   // accumulator: with 2 consumer warps per scheduler, an MMA waiting on a load or on the MMA
   // before it stalls the sub-partition's tensor core.
 #pragma unroll
   for (int ks = 0; ks < kD / 16; ++ks) {
     uint32_t a[4], b[4][4];
-    ldsm_x4(a, q_a + sw_off(qr, 2 * ks + (lane >> 4)));
+    ldsm_x4(a, qa[ks & 3] + (ks >> 2) * kHalfBytes);
 #pragma unroll
-    for (int np = 0; np < 4; ++np)
-      ldsm_x4(b[np], k_a + sw_off(16 * np + kr, 2 * ks + ((lane >> 3) & 1)));
+    for (int np = 0; np < 4; ++np) ldsm_x4(b[np], ka[ks & 3] + (ks >> 2) * kHalfBytes + np * 2048);
 #pragma unroll
     for (int np = 0; np < 4; ++np) {
       mma16816(&sv[8 * np], a, b[np][0], b[np][1]);
@@ -150,6 +175,10 @@ __device__ __forceinline__ void warp_tile(uint32_t q_a, uint32_t k_a, uint32_t v
   // chunk 2p + (l >> 4): b[p][0], b[p][1] are n-block 2p's B fragment, b[p][2], b[p][3] n-block
   // 2p + 1's. Per k-step and half of d: 4 loads, 8 MMAs with P's hi terms, 8 with its lo terms.
   const int vr = (lane & 7) + (((lane >> 3) & 1) << 3);
+  const uint32_t xv = uint32_t((lane >> 4) ^ (lane & 7));
+  uint32_t va[4];  // chunk 2p + (l >> 4) of key vr: the same offsets as above
+#pragma unroll
+  for (int p = 0; p < 4; ++p) va[p] = v_a + vr * 128 + (((2u * p) ^ xv) << 4);
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
@@ -157,8 +186,7 @@ __device__ __forceinline__ void warp_tile(uint32_t q_a, uint32_t k_a, uint32_t v
       float* o = hf == 0 ? o0 : o1;
       uint32_t b[4][4];
 #pragma unroll
-      for (int p = 0; p < 4; ++p)
-        ldsm_x4_trans(b[p], v_a + sw_off(16 * kk + vr, 8 * hf + 2 * p + (lane >> 4)));
+      for (int p = 0; p < 4; ++p) ldsm_x4_trans(b[p], va[p] + hf * kHalfBytes + kk * 2048);
 #pragma unroll
       for (int p = 0; p < 4; ++p) {
         mma16816(&o[8 * p], ph[kk], b[p][0], b[p][1]);
