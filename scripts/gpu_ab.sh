@@ -19,8 +19,9 @@
 #
 # Settings (environment): AB_TESTS (default: the sparse and selection tests), AB_TEST_BIN
 # (test_cuda_sparse; a space-separated list runs AB_TESTS in each, e.g. "test_cuda_sparse
-# test_cuda_ops": a filter that matches nothing in a binary runs nothing there), AB_TEST_TIMEOUT (150 s), AB_LENGTHS (32768,131072), AB_KV ("bf16";
-# e.g. "bf16 fp8_e4m3"), AB_BENCH_TIMEOUT (150 s per bench), MODEL_DIR
+# test_cuda_ops": a filter that matches nothing in a binary runs nothing there), AB_TEST_TIMEOUT (150 s), AB_LENGTHS (32768,131072), AB_KV (formats benched per build, default
+# "bf16": bf16 = bf16 weights and KV cache, fp8_e4m3 = bf16 weights + FP8 KV, fp8w = FP8
+# weights + FP8 KV, issue 18's FP8 rows), AB_BENCH_TIMEOUT (150 s per bench), MODEL_DIR
 # (/tmp/sala_random_9b), OUT (/tmp/gpu_ab_out), AB_DEVICE (cuda; cpu with
 # MODEL_DIR=models/sala-tiny-chat and short AB_LENGTHS is a dry run of the script),
 # AB_NCU_TESTS (a gtest filter: also run those tests of each build under ncu's sections
@@ -80,13 +81,13 @@ pack() {
 }
 
 # table FILE...: "build kv length stage1_ms stage2_ms prefill_s" rows from bench logs named
-# bench_BUILD_KV.txt (the op table of each "prefill N" section, then its "prefill B=1 L=N" row).
+# bench_BUILD.KV.txt (the op table of each "prefill N" section, then its "prefill B=1 L=N" row).
 table() {
   local f b kv
   printf '%-12s %-10s %9s %12s %12s %12s %10s\n' build kv length "stage 1 ms" "stage 2 ms" \
     "lightning ms" prefill
   for f in "$@"; do
-    b=$(basename "$f" .txt) && b=${b#bench_} && kv=${b##*_} && b=${b%_*}
+    b=$(basename "$f" .txt) && b=${b#bench_} && kv=${b#*.} && b=${b%%.*}
     awk -v b="$b" -v kv="$kv" '
       /\[optime\] prefill [0-9]+:/ { n = $3; sub(":", "", n); cur = n }
       /\[optime\] sparse select/ && cur != "" { s1[cur] = $4 }
@@ -133,21 +134,25 @@ run() {
       for t in $AB_TEST_BIN; do
         # shellcheck disable=SC2046,SC2086  # one --section per name
         timeout "$AB_TEST_TIMEOUT" ncu --clock-control none --csv \
-          $(printf -- '--section %s ' $AB_NCU_SECTIONS) --kernel-name "regex:$AB_NCU_KERNELS" \
+          $(printf -- '--section %s ' $AB_NCU_SECTIONS) --kernel-name-base demangled \
+          --kernel-name "regex:$AB_NCU_KERNELS" \
           "$dir/$b/bin/$t" --gtest_filter="$AB_NCU_TESTS" >>"$OUT/ncu_$b.csv" 2>&1
       done
       echo "ncu: $(grep -c '"Duration"' "$OUT/ncu_$b.csv") kernels profiled"
     fi
     for kv in $AB_KV; do
-      x=""
-      [ "$kv" = bf16 ] || x="--kv-cache-dtype $kv"
+      case "$kv" in
+        bf16) x="" ;;
+        fp8w) x="--quantization fp8 --kv-cache-dtype fp8_e4m3" ;;
+        *) x="--kv-cache-dtype $kv" ;;
+      esac
       # shellcheck disable=SC2086  # x, AB_BENCH_EXTRA: option lists
       timeout "$AB_BENCH_TIMEOUT" "$dir/$b/bin/sala" bench offline --model-path "$MODEL_DIR" \
         --device "$AB_DEVICE" --decode-batches 1 --decode-input 128 --decode-output 4 \
         --prefill-batches 1 --prefill-input 256 --profile-ops 1024 --long-prefill "$AB_LENGTHS" \
-        $x $AB_BENCH_EXTRA >"$OUT/bench_${b}_$kv.txt" 2>&1
+        $x $AB_BENCH_EXTRA >"$OUT/bench_$b.$kv.txt" 2>&1
       echo "bench $kv rc=$?"
-      logs+=("$OUT/bench_${b}_$kv.txt")
+      logs+=("$OUT/bench_$b.$kv.txt")
     done
   done <"$dir/order"
   echo

@@ -59,7 +59,7 @@
 #                                     verify step vs the decode step (K = 1, 4; B = 1/8/64, 4K
 #                                     context) in bf16 and FP8 on the full-size checkpoint
 #   scripts/gpu_check.sh ncu-decode   ncu kernel times of the InfLLM-v2 decode path at 128K
-#   scripts/gpu_check.sh ncu-prefill  ncu of the last prefill chunk of a long prompt (stage 1,
+#   scripts/gpu_check.sh ncu-prefill  ncu of late prefill chunks of a long prompt (stage 1,
 #                                     stage 2, the lightning chunk kernels): time, throughputs,
 #                                     pipes and warp stall reasons per kernel (issue 18)
 #   scripts/gpu_check.sh exec CMD...  CMD with the binaries' directory in $SALA_GPU_DIR and
@@ -390,7 +390,7 @@ ncu_decode() {
   local c=${NCU_CONTEXT:-131072}
   [ -e "$MODEL_DIR/model.safetensors.index.json" ] || [ -e "$MODEL_DIR/model.safetensors" ] ||
     "$BIN/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$MODEL_DIR" 2>&1 | tail -1
-  ncu --metrics gpu__time_duration.sum,launch__grid_size \
+  ncu --metrics gpu__time_duration.sum,launch__grid_size --kernel-name-base demangled \
     -k "regex:${NCU_KERNELS:-select|sparse_attn|combine|append_kv|compress|attention_kernel}" \
     --csv --log-file "$OUT/ncu.csv" "$BIN/sala" bench offline --model-path "$MODEL_DIR" --device cuda --disable-cuda-graph \
     --decode-batches 1 --decode-output 2 --prefill-batches 1 --prefill-input 256 \
@@ -401,9 +401,7 @@ ncu_decode() {
 # What bounds the long prefill's non-GEMM kernels (issue 18; session 13's op profile: stage 2,
 # stage 1 and the lightning chunk kernels at 5-12 % of their FLOP floors): ncu over a
 # NCU_PREFILL-token prefill (default 131072, chunks of NCU_CHUNK = 2048), only those kernels,
-# one chunk's worth of launches near the prompt's end (--launch-skip counts matching launches:
-# 8 sparse layers x 4 kernels + 24 lightning layers x 3 per sparse chunk; chunks below
-# dense_len and the bench's warm-up match fewer, so it skips 8 chunks' worth less than all).
+# about two chunks' launches late in the prompt (--launch-skip counts matching launches).
 # NCU_KV adds --kv-cache-dtype (fp8_e4m3).
 # scripts/ncu_summary.py --metrics prints each kernel's mean of every metric.
 NCU_PREFILL_METRICS="gpu__time_duration.sum,lts__t_sector_hit_rate.pct,dram__bytes_read.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,\
@@ -422,12 +420,17 @@ smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,\
 smsp__average_warps_issue_stalled_sleeping_per_issue_active.ratio"
 ncu_prefill() {
   setup
-  local L=${NCU_PREFILL:-131072} c=${NCU_CHUNK:-2048} per=$((8 * 4 + 24 * 3))
+  # The kernels' launches per chunk vary with the path (stage-1 kernels per sparse layer, one
+  # lightning kernel per layer): skip an underestimate of the chunks before the last 8 (8
+  # sparse layers x 2 + 24 lightning layers x 1 launches per chunk), then take 100 launches,
+  # i.e. ~2 chunks late in the prompt. Kernels in anonymous namespaces are matched by their
+  # demangled names (ncu's default base name does not match them).
+  local L=${NCU_PREFILL:-131072} c=${NCU_CHUNK:-2048} per=$((8 * 2 + 24))
   [ -e "$MODEL_DIR/model.safetensors.index.json" ] || [ -e "$MODEL_DIR/model.safetensors" ] ||
     "$BIN/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$MODEL_DIR" 2>&1 | tail -1
   # shellcheck disable=SC2046  # the optional flag pair
-  ncu --metrics "$NCU_PREFILL_METRICS" -k "regex:select_|sparse_attn|gla_chunk" \
-    --launch-skip $(( (L / c - 8) * per )) --launch-count $per \
+  ncu --metrics "$NCU_PREFILL_METRICS" --kernel-name-base demangled \
+    -k "regex:select_|sparse_attn|gla_" --launch-skip $(( (L / c - 8) * per )) --launch-count 100 \
     --csv --log-file "$OUT/ncu_prefill.csv" "$BIN/sala" bench offline --model-path "$MODEL_DIR" \
     --device cuda --decode-batches 1 --decode-output 2 --prefill-batches 1 --prefill-input 256 \
     --long-prefill "$L" --chunk "$c" $([ -n "${NCU_KV:-}" ] && echo --kv-cache-dtype "$NCU_KV") 2>&1 |

@@ -27,7 +27,9 @@ def main() -> None:
         lines = [ln for ln in f if not ln.startswith("==")]  # ncu's own messages
     launches: "OrderedDict[str, dict]" = OrderedDict()
     for r in csv.DictReader(io.StringIO("".join(lines))):
-        k = launches.setdefault(r["ID"], {"name": r["Kernel Name"].split("(")[0],
+        # Demangled names (--kernel-name-base demangled) carry namespaces and parameters.
+        name = r["Kernel Name"].replace("(anonymous namespace)::", "").split("(")[0]
+        k = launches.setdefault(r["ID"], {"name": name,
                                           "grid": r["Grid Size"], "block": r["Block Size"]})
         k[r["Metric Name"]] = r["Metric Value"]
     items = list(launches.values())
