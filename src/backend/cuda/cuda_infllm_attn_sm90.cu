@@ -11,7 +11,7 @@
 // blocks.
 //
 // One block per (tile of ≤ 8 rows of one unsplit sparse call, KV head): warpgroup 0 copies
-// the union of the 8 rows' selected 64-key tiles (ascending) into a ring of kSlots K/V slots
+// the union of the 8 rows' selected 64-key tiles (ascending) into a ring of kSlotsOf<KF> K/V slots
 // in 128-byte-swizzled halves of 64 columns (wgmma's canonical layout) and hands them over by
 // mbarrier: by TMA where a page holds whole 64-key tiles (one thread, 4 bulk loads per tile),
 // else by cp.async with a proxy fence before the hand-over; warpgroups 1 and 2 (rows 0-3, 4-7)
@@ -214,6 +214,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(KF == kKvAct || kTma, "FP8 caches are loaded by TMA only");
 #ifdef SALA_SM90A_DEVICE
   pdl_begin();  // launch_pdl: before any read or write
+  constexpr int kSlots = kSlotsOf<KF>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // The swizzle is of address bits: the ring and Q start 1024-byte aligned.
   unsigned char* ring = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -377,7 +378,7 @@ bool sparse_attn_sm90_supported(int d, int q_heads_per_kv_head) {
 size_t sparse_attn_sm90_smem_bytes(const SparseAttnParams& p) {
   const size_t staging = p.kv_fmt != kKvAct ? size_t(kStages) * kStageBytes : 0;
   const size_t bits = (size_t(kRows) * p.nb_words + size_t(p.nkt_words)) * 4;
-  return kFixedSmem + staging + bits + size_t(p.list_cap) * 5;  // list + need bytes
+  return fixed_smem(p.kv_fmt != kKvAct) + staging + bits + size_t(p.list_cap) * 5;  // list + need
 }
 
 bool make_sparse_attn_sm90_maps(const void* kc, const void* vc, int64_t tokens, int kvh,

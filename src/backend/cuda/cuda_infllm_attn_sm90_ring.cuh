@@ -15,14 +15,16 @@ constexpr int kRows = kSparseTileRows;                  // rows per block
 constexpr int kGroupRows = 4;                           // rows per consumer warpgroup (m64)
 constexpr int kGroups = kRows / kGroupRows;             // consumer warpgroups
 constexpr int kThreads = (kGroups + 1) * 128;           // + the producer warpgroup
-constexpr int kSlots = 4;                               // K/V ring slots
+// K/V ring slots: 5 with a bf16 cache; an FP8 cache's staging buffers leave room for 4.
+template <int KF>
+constexpr int kSlotsOf = KF == kKvAct ? 5 : 4;
 // Tiles a producer thread has in flight (cp.async groups): it hands tile i - 2 over once it
 // has issued tile i (it must see its own copies land before the proxy fence that makes them
 // visible to wgmma). A consumer waits for a tile only when it holds none, so any depth up to
-// kSlots is deadlock-free. Measured on the H200 (session 24): the stage is bound by these
+// the ring's slots is deadlock-free. Measured on the H200 (session 24): the stage is bound by these
 // loads; depth 2 with 5 slots and the next tile's S issued ahead was 16 % slower.
 constexpr int kInFlight = 3;
-static_assert(kInFlight >= 1 && kInFlight <= kSlots);
+static_assert(kInFlight >= 1 && kInFlight <= kSlotsOf<kKvAct>);
 constexpr int kHalfBytes = kKT * 64 * 2;                // 64 rows x 64 bf16 columns: 8 KB
 constexpr int kTileBytes = 2 * kHalfBytes;              // K (or V) of a tile, d = 128
 constexpr int kSlotBytes = 2 * kTileBytes;              // K, then V
@@ -32,7 +34,10 @@ constexpr int kQBytes = 64 * kD * 2;                    // one warpgroup's 64 qu
 constexpr int kStages = 2;
 constexpr int kCodeBytes = kKT * kD;                    // one tile's K (or V) codes: 8 KB
 constexpr int kStageBytes = 2 * kCodeBytes;
-constexpr size_t kFixedSmem = size_t(kSlots) * kSlotBytes + size_t(kGroups) * kQBytes + 1024;
+constexpr size_t fixed_smem(bool fp8) {
+  return size_t(fp8 ? kSlotsOf<kKvE4m3> : kSlotsOf<kKvAct>) * kSlotBytes +
+         size_t(kGroups) * kQBytes + 1024;
+}
 
 // Byte offset of 16-byte chunk c (of 16) of row j (of 64) in a [2][64][64] bf16 tile: half
 // c / 8, 128-byte rows, the chunk XOR-swizzled by j mod 8 (the 128-byte swizzle on a
@@ -49,6 +54,7 @@ __device__ __forceinline__ void produce(const int32_t* list, int n_list, unsigne
   // Thread p copies chunk p mod 16 of rows p / 16 + 8i (i < 8) of K and of V. A slot is
   // refilled once every consumer warp has released it.
   const int tid = threadIdx.x, c = tid % 16, j0 = tid / 16;
+  constexpr int kSlots = kSlotsOf<kKvAct>;
   const bool one_page = G.page_size % kKT == 0;  // a tile's keys: consecutive rows of one page
   const int64_t hoff = int64_t(g) * kD + c * 8;
   for (int i = 0; i < n_list; ++i) {
@@ -89,6 +95,7 @@ __device__ __forceinline__ void produce_tma(const int32_t* list, int n_list,
                                             unsigned char* ring, uint64_t* full, uint64_t* empty,
                                             const CUtensorMap* km, const CUtensorMap* vm,
                                             const int32_t* pages, int page_size, int g) {
+  constexpr int kSlots = kSlotsOf<kKvAct>;
   for (int i = 0; i < n_list; ++i) {
     const int slot = i % kSlots;
     if (i >= kSlots) mbar_wait(&empty[slot], uint32_t(i / kSlots - 1) & 1u);
@@ -115,6 +122,7 @@ __device__ __forceinline__ void produce_tma_fp8(const int32_t* list, int n_list,
                                                 uint64_t* staged, const CUtensorMap* km,
                                                 const CUtensorMap* vm, const int32_t* pages,
                                                 int page_size, int g) {
+  constexpr int kSlots = kSlotsOf<KF>;
   const int tid = threadIdx.x;
   auto issue = [&](int i) {
     const int st = i % kStages;
