@@ -11,8 +11,8 @@
 // blocks.
 //
 // One block per (tile of ≤ 8 rows of one unsplit sparse call, KV head): warpgroup 0 copies
-// the union of the 8 rows' selected 64-key tiles (ascending) into a ring of kSlotsOf<KF> K/V slots
-// in 128-byte-swizzled halves of 64 columns (wgmma's canonical layout) and hands them over by
+// the union of the 8 rows' selected 64-key tiles (ascending) into a ring of K/V slots (5; 4
+// with an FP8 cache) in 128-byte-swizzled halves of 64 columns (wgmma's canonical layout) and hands them over by
 // mbarrier: by TMA where a page holds whole 64-key tiles (one thread, 4 bulk loads per tile),
 // else by cp.async with a proxy fence before the hand-over; warpgroups 1 and 2 (rows 0-3, 4-7)
 // each compute S = Q·Kᵀ (m64 n64, Q and K from shared memory), the masked online softmax in
@@ -26,10 +26,12 @@
 // had loaded themselves, measured slower than the mma.sync kernel: 2,129 vs 2,030 ms at 128K).
 // H200 (session 25, 128K prefill): 1,143 vs the mma.sync kernel's 1,514 ms (FP8 KV 1,937 vs
 // 2,064). Measured slower or no better: S of the next tile issued before P·V of the current
-// one (1,249 vs 1,166 ms, branch s2pipe) and a ring of 5 slots (1,120 vs 1,123 ms). Session
+// one (1,249 vs 1,166 ms, branch s2pipe); a ring of 5 slots, 1,120 vs 1,123 ms then, gained
+// 3-4 % once the warps computed tiles alone (session 29: 991 vs 1,033, 841 vs 868 ms). Session
 // 28 (128K prefill, one command each; docs/PERF_LOG.md): warp_tile for tiles of ≤ 1 / ≤ 2 of
 // the warpgroup's rows 1,130 / 1,096 ms (all wgmma: 1,168); with its loads ahead of its MMAs
-// ≤ 2 / ≤ 3 / ≤ 4 rows 1,041 / 1,036 / 1,087 ms. Probes (math off: 377 ms; loads off: 994 ms)
+// ≤ 2 / ≤ 3 / ≤ 4 rows 1,041 / 1,036 / 1,087 ms (session 29, leaner consumers: ≤ 3 / ≤ 4
+// rows 868 / 898 ms). Probes (math off: 377 ms; loads off: 994 ms)
 // say the consumers bound it: their tensor work is ≈ 30 % of their time (docs/PERF.md).
 #include <cstdio>
 #include <cstdlib>

@@ -15,14 +15,16 @@ constexpr int kRows = kSparseTileRows;                  // rows per block
 constexpr int kGroupRows = 4;                           // rows per consumer warpgroup (m64)
 constexpr int kGroups = kRows / kGroupRows;             // consumer warpgroups
 constexpr int kThreads = (kGroups + 1) * 128;           // + the producer warpgroup
-// K/V ring slots: 5 with a bf16 cache; an FP8 cache's staging buffers leave room for 4.
+// K/V ring slots: 5 with a bf16 cache (H200, 128K prefill, session 29: stage 2 868 -> 841 ms
+// against 4 slots); an FP8 cache's staging buffers leave room for 4. The shared memory at 512K
+// (bits and tile list of 8 rows) still fits: sparse_attn_sm90_smem_bytes, checked at start-up.
 template <int KF>
 constexpr int kSlotsOf = KF == kKvAct ? 5 : 4;
 // Tiles a producer thread has in flight (cp.async groups): it hands tile i - 2 over once it
 // has issued tile i (it must see its own copies land before the proxy fence that makes them
 // visible to wgmma). A consumer waits for a tile only when it holds none, so any depth up to
-// the ring's slots is deadlock-free. Measured on the H200 (session 24): the stage is bound by these
-// loads; depth 2 with 5 slots and the next tile's S issued ahead was 16 % slower.
+// the ring's slot count is deadlock-free. Measured on the H200 (session 24): depth 2 with 5
+// slots and the next tile's S issued ahead was 16 % slower.
 constexpr int kInFlight = 3;
 static_assert(kInFlight >= 1 && kInFlight <= kSlotsOf<kKvAct>);
 constexpr int kHalfBytes = kKT * 64 * 2;                // 64 rows x 64 bf16 columns: 8 KB
