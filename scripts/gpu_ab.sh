@@ -99,6 +99,14 @@ table() {
   done
 }
 
+# $OUT/00_logs.tar.gz: every log so far, refreshed after each test run and bench (the device
+# tool brings back only the first few files of $OUT by name, and nothing a killed command had
+# not written yet).
+bundle() {
+  tar -czf "$OUT/00_logs.tar.gz.tmp" -C "$OUT" --exclude='00_logs.tar.gz*' . 2>/dev/null &&
+    mv "$OUT/00_logs.tar.gz.tmp" "$OUT/00_logs.tar.gz"
+}
+
 run() {
   mkdir -p "$OUT"
   [ -e "$PACK" ] || { echo "no $PACK: run '$0 pack' where the build is" >&2; exit 1; }
@@ -126,6 +134,7 @@ run() {
         >>"$OUT/tests_$b.txt" 2>&1 || rc=$?
     done
     echo "tests rc=$rc: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests_$b.txt" | tr '\n' ' ')"
+    bundle
     grep -E '^\[  FAILED  \] [A-Za-z]' "$OUT/tests_$b.txt" | head -5
     grep -E '^\[ (select|gla tc) \]' "$OUT/tests_$b.txt" | head -12
     [ "$rc" = 0 ] || { echo "$b: no bench (tests rc=$rc; 124 = timed out)"; continue; }
@@ -152,6 +161,7 @@ run() {
         --prefill-batches 1 --prefill-input 256 --profile-ops 1024 --long-prefill "$AB_LENGTHS" \
         $x $AB_BENCH_EXTRA >"$OUT/bench_$b.$kv.txt" 2>&1
       echo "bench $kv rc=$?"
+      bundle
       logs+=("$OUT/bench_$b.$kv.txt")
     done
   done <"$dir/order"
