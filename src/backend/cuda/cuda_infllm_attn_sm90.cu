@@ -12,12 +12,13 @@
 //
 // One block per (tile of ≤ 8 rows of one unsplit sparse call, KV head): warpgroup 0 copies
 // the union of the 8 rows' selected 64-key tiles (ascending) into a ring of K/V slots (5; 4
-// with an FP8 cache) in 128-byte-swizzled halves of 64 columns (wgmma's canonical layout) and hands them over by
-// mbarrier: by TMA where a page holds whole 64-key tiles (one thread, 4 bulk loads per tile),
-// else by cp.async with a proxy fence before the hand-over; warpgroups 1 and 2 (rows 0-3, 4-7)
-// each compute S = Q·Kᵀ (m64 n64, Q and K from shared memory), the masked online softmax in
-// registers (log2 units, fp32), and O += P·V with P from registers as hi + lo bf16 terms (the
-// probabilities are not rounded to bf16: golden README §4) and V as an MN-major operand.
+// with an FP8 cache) in 128-byte-swizzled halves of 64 columns (wgmma's canonical layout)
+// and hands them over by mbarrier: by TMA where a page holds whole 64-key tiles (one thread,
+// 4 bulk loads per tile), else by cp.async with a proxy fence before the hand-over;
+// warpgroups 1 and 2 (rows 0-3, 4-7) each compute S = Q·Kᵀ (m64 n64, Q and K from shared
+// memory), the masked online softmax in registers (log2 units, fp32), and O += P·V with P
+// from registers as hi + lo bf16 terms (the probabilities are not rounded to bf16: golden
+// README §4) and V as an MN-major operand.
 // A row's numbers depend on its own selection, the tile order (ascending) and, per tile, the
 // path that computed it (wgmma where the 3 rows beside it in its warpgroup selected it too):
 // those rows come from the call's row tiling, so a row's numbers never depend on the other
@@ -149,7 +150,8 @@ __device__ __forceinline__ void warp_tile(uint32_t q_a, uint32_t k_a, uint32_t v
   // bit ^ (row & 7) (row & 7 = l & 7 for the keys): 4 per-lane offsets per operand, so that
   // each ldmatrix takes a register and a constant offset.
   const int qr = 16 * w + (lane & 15), kr = (lane & 7) + ((lane >> 4) << 3);
-  const uint32_t xq = uint32_t((lane >> 4) ^ (qr & 7)), xk = uint32_t(((lane >> 3) & 1) ^ (lane & 7));
+  const uint32_t xq = uint32_t((lane >> 4) ^ (qr & 7));
+  const uint32_t xk = uint32_t(((lane >> 3) & 1) ^ (lane & 7));
   uint32_t qa[4], ka[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
