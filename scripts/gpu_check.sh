@@ -210,7 +210,7 @@ run_logged() {
 
 correctness() {
   setup
-  local t c mode tool filter
+  local t c mode tool filter report
   for t in $OP_TESTS; do
     echo "== $t"
     run_logged "$OUT/$t.log" "$BIN/$t" --gtest_output="json:$OUT/$t.json"
@@ -245,9 +245,14 @@ correctness() {
       filter=$SAN_FILTER_OPS
       [ "$t" = test_cuda_sparse ] && filter=$SAN_FILTER_SPARSE
       echo "== compute-sanitizer $tool $t"
-      # shellcheck disable=SC2086  # SAN_ARGS: extra options, split on purpose
+      # racecheck: every hazard with its two accesses, none left out, no backtraces
+      # (gpu_summary.py racecheck tells the known ring-slot reports from any other).
+      report=""
+      [ "$tool" = racecheck ] &&
+        report="--racecheck-report hazard --print-limit 0 --show-backtrace no"
+      # shellcheck disable=SC2086  # report, SAN_ARGS: option lists, split on purpose
       run_logged "$OUT/san_${tool}_$t.log" timeout "$SAN_TIMEOUT" \
-        compute-sanitizer --tool "$tool" --error-exitcode 1 ${SAN_ARGS:-} \
+        compute-sanitizer --tool "$tool" --error-exitcode 1 $report ${SAN_ARGS:-} \
         "$BIN/$t" --gtest_filter="$filter"
       [ "$RC" = 124 ] && echo "timed out after $SAN_TIMEOUT s" >>"$OUT/san_${tool}_$t.log"
       if [ "$tool" = racecheck ]; then

@@ -12,11 +12,14 @@ turns those lines into one summary JSON and prints the table.
   gpu_summary.py lines CHECKS NAME LOG RC SECONDS REGEX
       any command: passed when it exited 0; details: the log lines matching REGEX.
   gpu_summary.py racecheck CHECKS NAME LOG RC SECONDS
-      a compute-sanitizer racecheck run: passed when the tests in it passed, the run ended
-      (not cut by its timeout) and every hazard it reports is a known one: a potential WAR
-      hazard between an ldmatrix read of a shared-memory ring slot and the cp.async write that
-      refills it (sparse_attn_kernel's producer/consumer ring, ordered by its mbarriers, which
-      racecheck does not follow; docs/KERNELS.md). Any other hazard fails the check.
+      a compute-sanitizer racecheck run (--racecheck-report hazard, so that every hazard is
+      printed with its two accesses): passed when the tests in it passed, the run ended (not
+      cut by its timeout), every hazard its summary counts was parsed, and each is a known
+      one: a potential WAR hazard between an ldmatrix read (ldsm_* / ldmatrix_* wrappers) of
+      a shared-memory ring slot and the cp.async write that refills it (the stage-2 kernels'
+      producer/consumer rings, ordered by their mbarriers: the warp's reads, __syncwarp, then
+      one lane's arrival, which racecheck does not follow; docs/KERNELS.md). Any other
+      hazard, or a summary counting hazards the log does not show, fails the check.
   gpu_summary.py bench CHECKS NAME BENCH_JSON RC SECONDS
       `sala bench offline --json`: passed when it exited 0 with at least one row; details:
       every row's name, value, unit, floor and ratio.
@@ -111,7 +114,7 @@ def racecheck(a):
         acc = dict(ACCESS.search(x).groups() for x in text[i + 1:i + 3] if ACCESS.search(x))
         key = f"{m.group(1)} {acc.get('Read', '?')} / {acc.get('Write', '?')}"
         kinds[key] = kinds.get(key, 0) + 1
-        if (m.group(1) == "WAR" and acc.get("Read", "").startswith("ldmatrix")
+        if (m.group(1) == "WAR" and acc.get("Read", "").startswith(("ldmatrix", "ldsm_"))
                 and acc.get("Write") == "cp_async16"):
             known += 1
         else:
@@ -119,8 +122,17 @@ def racecheck(a):
     summary = [l.strip() for l in text if "RACECHECK SUMMARY" in l]
     tests_ok = any("[  PASSED  ]" in l for l in text) and not any("[  FAILED  ]" in l for l in text)
     finished = bool(summary) and a.rc in (0, 1)  # 1: --error-exitcode on a reported hazard
-    e["passed"] = finished and tests_ok and not other
+    # "N hazards displayed (E errors, W warnings)": N = E + W, and each was parsed above (a
+    # log in racecheck's analysis format, or one cut by a print limit, hides what they were).
+    shown = re.search(r"(\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)",
+                      summary[-1]) if summary else None
+    parsed = known + len(other)
+    complete = shown is not None and int(shown.group(1)) == parsed and \
+        int(shown.group(1)) == int(shown.group(2)) + int(shown.group(3))
+    e["passed"] = finished and tests_ok and complete and not other
     lines = summary[-1:] + [f"{n} x {k}" for k, n in sorted(kinds.items())]
+    if finished and not complete:
+        lines.append(f"the summary's hazards are not the {parsed} parsed from the log")
     if known:
         lines.append(f"{known} known (ldmatrix read / cp.async refill of a ring slot, mbarrier-ordered)")
     if not finished:

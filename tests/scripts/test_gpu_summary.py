@@ -1,5 +1,6 @@
 """scripts/gpu_summary.py on synthetic logs: a racecheck run passes only when it finished, its
-tests passed and every hazard is the known ring-slot WAR (ldmatrix read / cp.async refill);
+tests passed, every hazard its summary counts is in the log (racecheck's hazard format) and each
+is the known ring-slot WAR (ldmatrix read / cp.async refill);
 a gtest JSON passes only when every selected test ran and passed; `finish` exits 1 when a
 check failed.
 
@@ -22,6 +23,15 @@ KNOWN = """========= Error: Potential WAR hazard detected at __shared__ 0xf10 in
 RAW = """========= Error: Potential RAW hazard detected at __shared__ 0x10 in block (1,0,0) :
 =========     Write Thread (3,0,0) at sala::cuda::rmsnorm_block_kernel(int)+0x10 in cuda_norm.cu:9
 =========     Read Thread (40,0,0) at sala::cuda::rmsnorm_block_kernel(int)+0x20 in cuda_norm.cu:12
+"""
+# The stage-2 kernels' ring today (H200, session 29: --racecheck-report hazard).
+KNOWN_LDSM = """========= Error: Potential WAR hazard detected at __shared__ 0x2b10 in block (35,0,0) :
+=========     Read Thread (208,0,0) at sala::cuda::ldsm_x4_trans(unsigned int *, unsigned int)+0x5ea0 in cuda_mma.cuh:45
+=========     Write Thread (289,0,0) at sala::cuda::cp_async16(void *, const void *, int)+0x7e00 in cuda_mma.cuh:62
+"""
+# racecheck's default (analysis) format names no hazard block the parser can check.
+ANALYSIS = """========= Error: Race reported between Read access at sala::cuda::ldsm_x4_trans(unsigned int *, unsigned int)+0x5ea0
+=========     and Write access at sala::cuda::cp_async16(void *, const void *, int)+0x7e00 [140 hazards]
 """
 PASSED = "[  PASSED  ] 2 tests.\n"
 SUMMARY = "========= RACECHECK SUMMARY: {} hazards displayed ({} errors, 0 warnings)\n"
@@ -50,6 +60,14 @@ assert not e["passed"] and e["details"]["other"] == 1, e
 e = racecheck("cut", KNOWN + PASSED, 124)  # stopped by its timeout: no summary line
 assert not e["passed"], e
 e = racecheck("tests_failed", KNOWN + "[  FAILED  ] CudaOps.X\n" + SUMMARY.format(1, 1), 1)
+assert not e["passed"], e
+e = racecheck("known_ldsm", KNOWN_LDSM * 3 + KNOWN + PASSED + SUMMARY.format(4, 4), 1)
+assert e["passed"] and e["details"]["known"] == 4, e
+e = racecheck("analysis_format", ANALYSIS + PASSED + SUMMARY.format(100, 140), 1)
+assert not e["passed"], e
+e = racecheck("more_than_shown", KNOWN_LDSM + PASSED + SUMMARY.format(2, 2), 1)
+assert not e["passed"], e
+e = racecheck("print_limit", KNOWN_LDSM + PASSED + SUMMARY.format(1, 40), 1)
 assert not e["passed"], e
 
 gtest_json = os.path.join(tmp, "g.json")
