@@ -384,8 +384,8 @@ constexpr SpeedShape kShapes[] = {
 // Packed weights rotated over more than the L2 (random codes; scales 1e-3); bf16 output.
 TEST(CudaInt4Gemv, Speed) {
   REQUIRE_GPU();
-  std::printf("\n[ gemv int4 ] %-22s %4s %10s %12s %12s\n", "shape N x K", "M", "us",
-              "GB/s packed", "GB/s +scales");
+  std::printf("\n[ gemv int4 ] %-22s %4s %10s %12s %12s  %s\n", "shape N x K", "M", "us",
+              "GB/s packed", "GB/s +scales", "output bits");
   const HostMat hx = randn(kRowsMax, 16384, 899, 1.f);
   void *x = nullptr, *y = nullptr;
   cudaMalloc(&x, hx.bits.size() * 2);
@@ -399,6 +399,12 @@ TEST(CudaInt4Gemv, Speed) {
     ASSERT_EQ(cudaMalloc(&w, size_t(packed) * copies), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&sc, size_t(scales) * copies), cudaSuccess);
     cudaMemset(w, 0x5a, size_t(packed) * copies);
+    {  // copy 0 holds random codes: the output bits printed below depend on every weight
+      std::vector<uint32_t> codes(size_t(packed / 4));
+      uint32_t r = 12345u + uint32_t(s.N);
+      for (uint32_t& c : codes) c = r = r * 1664525u + 1013904223u;
+      cudaMemcpy(w, codes.data(), size_t(packed), cudaMemcpyHostToDevice);
+    }
     std::vector<float> one(size_t(scales / 4), 1e-3f);
     for (int c = 0; c < copies; ++c)
       cudaMemcpy(static_cast<char*>(sc) + size_t(c) * scales, one.data(), size_t(scales),
@@ -417,9 +423,18 @@ TEST(CudaInt4Gemv, Speed) {
           },
           60);
       if (M == 1) step_us += us * s.per_forward;
-      std::printf("[ gemv int4 ] %8lld x %-12lld %4d %10.2f %12.0f %12.0f\n", (long long)s.N,
-                  (long long)s.K, M, us, double(packed) / us / 1e3,
-                  double(packed + scales) / us / 1e3);
+      // The output bits of copy 0 (FNV-1a of the bf16 outputs): equal across builds whose
+      // kernels do the same arithmetic, so an A/B run shows whether a change kept the bits.
+      cuda::launch_gemv_int4(static_cast<const cuda::bf16*>(x), s.K,
+                             static_cast<const uint32_t*>(w), static_cast<const float*>(sc),
+                             s.N, int(s.K), 128, M, o, 0);
+      std::vector<uint16_t> out(size_t(M * s.N));
+      cudaMemcpy(out.data(), y, out.size() * 2, cudaMemcpyDeviceToHost);
+      uint64_t h = 1469598103934665603ull;
+      for (uint16_t v : out) h = (h ^ v) * 1099511628211ull;
+      std::printf("[ gemv int4 ] %8lld x %-12lld %4d %10.2f %12.0f %12.0f  bits %016llx\n",
+                  (long long)s.N, (long long)s.K, M, us, double(packed) / us / 1e3,
+                  double(packed + scales) / us / 1e3, (unsigned long long)h);
     }
     cudaFree(w);
     cudaFree(sc);
