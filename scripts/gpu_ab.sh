@@ -32,7 +32,9 @@
 # SchedulerStats), clocks left alone, kernels matching AB_NCU_KERNELS (a
 # regex; default "select_|sparse_attn|gla_"), CSV to $OUT/ncu_BUILD.csv; empty: no ncu),
 # AB_BENCH_EXTRA (more `bench offline` options, e.g. "--long-decode-contexts 131072
-# --long-decode-batches 1,8").
+# --long-decode-batches 1,8"), AB_BENCH_ON_FAIL=1 (bench a build whose tests failed, not one
+# that hung: when several changes share a build, one failing test need not lose the others'
+# numbers).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 AB_TESTS=${AB_TESTS:-"CudaOps.Sparse*:CudaKvFp8.Sparse*:CudaFused.Sparse*:CudaInfllmSelect.*"}
@@ -147,7 +149,11 @@ run() {
     bundle
     grep -E '^\[  FAILED  \] [A-Za-z]' "$OUT/tests_$b.txt" | head -5
     grep -E '^\[ (select|gla tc) \]' "$OUT/tests_$b.txt" | head -12
-    [ "$rc" = 0 ] || { echo "$b: no bench (tests rc=$rc; 124 = timed out)"; continue; }
+    if [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "${AB_BENCH_ON_FAIL:-0}" = 1 ]; then
+      echo "$b: tests failed (rc=$rc); benched anyway (AB_BENCH_ON_FAIL=1)"
+    elif [ "$rc" != 0 ]; then
+      echo "$b: no bench (tests rc=$rc; 124 = timed out)"; continue
+    fi
     if [ -n "$AB_NCU_TESTS" ]; then
       : >"$OUT/ncu_$b.csv"
       for t in $AB_TEST_BIN; do
