@@ -46,11 +46,12 @@ cuobjdump_bin() {
 cubin=$out/$(basename "$src" .cu).cubin
 nvcc -I "$ROOT/src" -isystem=/usr/local/cuda/include -O3 -DNDEBUG \
   -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -std=c++20 -x cu -cubin \
-  "$ROOT/$src" -o "$cubin" -Xptxas -v 2>"$out/ptxas.txt"
+  "$ROOT/$src" -o "$cubin" -Xptxas -v 2>"$out/ptxas.txt" ||
+  { grep -v "ptxas info" "$out/ptxas.txt" >&2; echo "$src: nvcc failed" >&2; exit 1; }
 # ptxas prints "Compiling entry function 'NAME'", then its stack / spill line, then "Used N
 # registers".
 awk -v p="$pattern" '/Compiling entry function/ { name = $0; sub(/.*function .?/, "", name);
-  sub(/.? for .*/, "", name); want = index(name, p) > 0 }
+  sub(/.? for .*/, "", name); want = index(name, p) > 0; spill = "" }
   want && /spill/ { spill = $0; sub(/.*info *: */, "", spill) }
   want && /Used [0-9]+ registers/ { sub(/.*Used/, "Used");
     print substr(name, 1, 100) ": " $0 "; " spill }' "$out/ptxas.txt"
