@@ -221,6 +221,9 @@ class Backend {
   }
   // out[R, C] = x[logit_rows]
   virtual void gather_logit_rows(const Tensor& x, Tensor& out) = 0;
+  // dst[T, C] = src[:, c0 : c0 + C] (same dtype and rows): tensor parallelism takes a rank's
+  // columns back out of rows gathered from every rank (model/tensor_parallel.h).
+  virtual void copy_cols(const Tensor& src, int64_t c0, Tensor& dst) = 0;
   // Greedy decoding without moving logits to the host: out[r] = argmax of fp32 row r of
   // logits [R, V], ties to the lowest id (torch.argmax). The default downloads the rows.
   virtual void argmax_rows(const Tensor& logits, int32_t* out) {

@@ -22,10 +22,12 @@ Model::Model(ModelConfig cfg, std::unique_ptr<Backend> backend, const Checkpoint
       fail("--tp-size {}: tensor parallelism splits dense weights only (no FP8 / W4A16)", n);
     check_tp_config(cfg_, n);
   }
-  w_ = load_weights(cfg_, ckpt, *backend_, &unused_);
+  // With tensor parallelism, w_ is rank 0's shard (TensorParallel loads the other ranks').
+  const int n_ranks = 1 + int(peers.size());
+  w_ = load_weights(cfg_, ckpt, *backend_, &unused_, tp_shard(cfg_, n_ranks, 0));
   slopes_ = cfg_.lightning_slopes();
   if (!peers.empty()) {
-    tp_ = std::make_unique<TensorParallel>(cfg_, w_, *backend_, std::move(peers), limits_,
+    tp_ = std::make_unique<TensorParallel>(cfg_, ckpt, *backend_, w_, std::move(peers), limits_,
                                            load_kv_scales(cfg_, ckpt));
     // Rank 0's full logits (gathered vocab shards) are the Model's workspace, as with one rank.
     logits_ = backend_->alloc(limits_.max_logit_rows, cfg_.vocab_size, DType::F32);

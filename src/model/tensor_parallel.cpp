@@ -1,7 +1,5 @@
 #include "model/tensor_parallel.h"
 
-#include <cstring>
-
 #include <algorithm>
 #include <exception>
 
@@ -60,35 +58,20 @@ ModelConfig shard_config(const ModelConfig& c, int n) {
   return s;
 }
 
-// Rank r's input columns [r*K/n, (r+1)*K/n) of a dense [N, K] weight: a row-parallel
-// linear's shard [N, K/n], copied into `be`'s memory (a column slice is no view of a
-// row-major matrix).
-Weight col_part(Backend& be, const Weight& w, int r, int n) {
-  SALA_CHECK(w.dense() && w.format == WeightFormat::F32, "row-parallel shard of a {} weight",
-             weight_format_name(w.format));
-  const int64_t kn = w.cols / n;
-  Tensor dst = be.alloc(w.rows, kn, DType::F32);
-  copy_cols(Tensor{w.data, DType::F32, w.rows, w.cols}, r * kn, dst);
-  Weight out = w;
-  out.data = dst.data;
-  out.cols = kn;
-  return out;
-}
-
 }  // namespace
 
-void copy_cols(const Tensor& src, int64_t c0, Tensor& dst) {
-  SALA_CHECK(src.dtype == DType::F32 && dst.dtype == DType::F32 && src.rows == dst.rows &&
-                 c0 >= 0 && c0 + dst.cols <= src.cols,
-             "columns {}..{} of [{}, {}] into [{}, {}]", c0, c0 + dst.cols, src.rows, src.cols,
-             dst.rows, dst.cols);
-  for (int64_t t = 0; t < src.rows; ++t)
-    std::memcpy(static_cast<float*>(dst.data) + t * dst.cols,
-                static_cast<const float*>(src.data) + t * src.cols + c0,
-                size_t(dst.cols) * sizeof(float));
+WeightShard tp_shard(const ModelConfig& c, int n, int r) {
+  WeightShard s;
+  s.rank = r;
+  s.size = n;
+  s.sparse_split = c.num_key_value_heads % n == 0;
+  s.vocab0 = vocab_begin(c.vocab_size, n, r);
+  s.vocab1 = vocab_begin(c.vocab_size, n, r + 1);
+  return s;
 }
 
-TensorParallel::TensorParallel(const ModelConfig& cfg, const ModelWeights& full, Backend& rank0,
+TensorParallel::TensorParallel(const ModelConfig& cfg, const Checkpoint& ckpt, Backend& rank0,
+                               const ModelWeights& rank0_weights,
                                std::vector<std::unique_ptr<Backend>> peers,
                                const ModelLimits& limits, const std::vector<KvScales>& kv_scales)
     : cfg_(cfg), limits_(limits) {
@@ -101,7 +84,6 @@ TensorParallel::TensorParallel(const ModelConfig& cfg, const ModelWeights& full,
   const std::vector<float> slopes = cfg.lightning_slopes();
   const int64_t T = limits.max_step_tokens, H = cfg.hidden_size, I = cfg.intermediate_size;
   const int64_t qd = int64_t(cfg.num_attention_heads) * cfg.head_dim;
-  const int64_t kvd = int64_t(cfg.num_key_value_heads) * cfg.head_dim;
   const int64_t ld = int64_t(cfg.lightning_nh) * cfg.lightning_head_dim;
   const int64_t V = cfg.vocab_size;
   const bool kv_split = cfg.num_key_value_heads % n == 0;
@@ -114,37 +96,19 @@ TensorParallel::TensorParallel(const ModelConfig& cfg, const ModelWeights& full,
     k->r = r;
     if (r == 0) {
       k->be = &rank0;
+      k->w = &rank0_weights;
     } else {
       k->owned = std::move(peers[size_t(r - 1)]);
       k->be = k->owned.get();
       SALA_CHECK(k->be->name() == rank0.name(), "rank {} backend {} != rank 0's {}", r,
                  k->be->name(), rank0.name());
+      k->own = load_weights(cfg, ckpt, *k->be, nullptr, tp_shard(cfg, n, r));
+      k->w = &k->own;
     }
     k->comm = group_->comm(r);
-    k->full = &full;
     Backend& be = *k->be;
-    // Every weight of the rank: rows [r*N/n, (r+1)*N/n) of the full [N, K] weight.
-    auto part = [&](const Weight& w, int64_t rows) { return w.slice_rows(r * rows / n, rows / n); };
-    for (const LayerWeights& l : full.layers) {
-      LayerShard s;
-      const bool sparse = l.type == MixerType::Sparse;
-      if (sparse && !kv_split) {
-        s.q = l.q_proj, s.k = l.k_proj, s.v = l.v_proj, s.gate = l.gate;  // replicated
-      } else {
-        s.q = part(l.q_proj, sparse ? qd : ld);
-        s.k = part(l.k_proj, sparse ? kvd : ld);
-        s.v = part(l.v_proj, sparse ? kvd : ld);
-        s.gate = part(l.gate, sparse ? qd : ld);
-      }
-      s.gate_proj = part(l.gate_proj, I);
-      s.up_proj = part(l.up_proj, I);
-      s.o_proj = col_part(be, l.o_proj, r, n);
-      s.down_proj = col_part(be, l.down_proj, r, n);
-      k->layers.push_back(s);
-    }
     k->vocab0 = vocab_begin(V, n, r);
     k->vocab1 = vocab_begin(V, n, r + 1);
-    k->lm_head = full.lm_head.slice_rows(k->vocab0, k->vocab1 - k->vocab0);
     const int nh = sc.lightning_nh;
     k->slopes.assign(slopes.begin() + r * nh, slopes.begin() + (r + 1) * nh);
     be.set_kv_scales(kv_scales);

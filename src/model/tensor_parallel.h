@@ -1,6 +1,7 @@
 // Tensor parallelism of the MiniCPM-SALA forward pass (issue 24): `size` ranks, one thread
-// each, every rank with its own backend (caches of its heads), the weights' row slices of
-// its share, and a Communicator.
+// each, every rank with its own backend (caches of its heads), its shard of the weights
+// (loaded from the checkpoint into its backend: model/weights.h WeightShard), and a
+// Communicator.
 //
 // The split (Megatron's column/row-parallel linears; see docs/ARCHITECTURE.md "Tensor
 // parallelism"):
@@ -17,9 +18,9 @@
 //   q/k/v/gate projections, KV cache and attention), each rank then taking its heads' columns.
 // - Row-parallel: o_proj and down_proj. Rank r multiplies its input columns (its heads' [T,
 //   nh*d/n], its MLP columns [T, I/n]) by the matching column slice of the weight ([H, K/n],
-//   copied once at load), then ONE all-reduce (sum in rank order) of the [T, H] partials. The
-//   sum of two K-halves is not TP=1's single dot product: TP=N equals TP=1 to fp32 rounding,
-//   not bit for bit (the numbers: docs/ARCHITECTURE.md).
+//   copied out of the checkpoint at load), then ONE all-reduce (sum in rank order) of the
+//   [T, H] partials. The sum of two K-halves is not TP=1's single dot product: TP=N equals
+//   TP=1 to fp32 rounding, not bit for bit (the numbers: docs/ARCHITECTURE.md).
 // - lm_head vocab-parallel (vocab_begin): a distributed argmax for greedy steps (ties to the
 //   lowest id), else the logits gathered into rank 0's workspace (masks, sampling, logprobs
 //   as TP=1).
@@ -44,6 +45,8 @@ void check_tp_config(const ModelConfig& cfg, int size);
 // The first vocabulary id of rank r's lm_head slice (r == n: V): slices of ceil(V / n), the
 // last rank the rest (the real model: 73448 -> 36724 + 36724).
 int64_t vocab_begin(int64_t V, int n, int r);
+// Rank r's share of the weights (model/weights.h) under `size`-way tensor parallelism.
+WeightShard tp_shard(const ModelConfig& cfg, int size, int r);
 // The backends of ranks 1..tp_size-1 (Model's `peers`) for `--tp-size tp_size` on `device`:
 // none for 1; sala::Error for tp_size < 1 and for any device but "cpu" (no NCCL
 // communicator yet).
@@ -52,14 +55,13 @@ std::vector<std::unique_ptr<Backend>> make_tp_peers(const std::string& device,
 
 class TensorParallel {
  public:
-  // rank0: the Model's backend (its full weights `full` stay there and every rank's
-  // column-parallel weights are row-slice views of them: one host memory, the CPU backend
-  // only; the row-parallel o_proj / down_proj column slices are copied into each rank's
-  // backend); peers: the backends of ranks 1..size-1. Initialises every rank's caches with
-  // its share of the heads.
-  TensorParallel(const ModelConfig& cfg, const ModelWeights& full, Backend& rank0,
-                 std::vector<std::unique_ptr<Backend>> peers, const ModelLimits& limits,
-                 const std::vector<KvScales>& kv_scales);
+  // rank0: the Model's backend, holding rank 0's shard of the weights (rank0_weights,
+  // loaded with tp_shard(cfg, size, 0)); peers: the backends of ranks 1..size-1, each of
+  // which loads its own shard from `ckpt` here. Initialises every rank's caches with its
+  // share of the heads.
+  TensorParallel(const ModelConfig& cfg, const Checkpoint& ckpt, Backend& rank0,
+                 const ModelWeights& rank0_weights, std::vector<std::unique_ptr<Backend>> peers,
+                 const ModelLimits& limits, const std::vector<KvScales>& kv_scales);
   ~TensorParallel();
   int size() const { return int(ranks_.size()); }
   // One step on every rank. argmax non-null: the greedy tokens of the R logit rows; else the

@@ -10,7 +10,7 @@ void TensorParallel::run_rank(Rank& k, const StepMeta& meta, int64_t R, ForwardT
   Backend& be = *k.be;
   Communicator& comm = *k.comm;
   const ModelConfig& c = cfg_;
-  const ModelWeights& w = *k.full;
+  const ModelWeights& w = *k.w;
   const int n = size();
   const int64_t T = meta.num_tokens();
   const float eps = float(c.rms_norm_eps), alpha = c.residual_scale();
@@ -32,8 +32,7 @@ void TensorParallel::run_rank(Rank& k, const StepMeta& meta, int64_t R, ForwardT
   trace_rows(h);
   be.rmsnorm(h, w.layers[0].input_layernorm, eps, x);
   for (int i = 0; i < c.num_hidden_layers; ++i) {
-    const LayerWeights& l = w.layers[size_t(i)];
-    const LayerShard& s = k.layers[size_t(i)];
+    const LayerWeights& l = w.layers[size_t(i)];  // the rank's shard
     const int ki = c.kind_index(i);
     const bool sparse = l.type == MixerType::Sparse;
     const int64_t od = sparse ? qd : ld;  // the mixer's output width (all heads)
@@ -42,16 +41,13 @@ void TensorParallel::run_rank(Rank& k, const StepMeta& meta, int64_t R, ForwardT
     Tensor v = rows(k.v, (sparse ? kvd : ld) / split), gate = rows(k.gate, od / split);
     // a: the rank's heads' columns [T, od/n], o_proj's row-parallel input.
     Tensor a = rows(k.attn, od / n), a_full = rows(k.attn_full, od);
-    be.linear(x, s.q, q);
-    be.linear(x, s.k, kk);
-    be.linear(x, s.v, v);
-    be.linear(x, s.gate, gate);
+    be.linear_multi(x, l.qkvg, {&q, &kk, &v, &gate});
     if (sparse) {
       // NoPE; then attention * sigmoid(o_gate(x)). Split: the rank's KV heads and their query
       // heads, straight into a. Replicated: all heads on every rank, then the rank's columns.
       if (split == 1) {
         be.sparse_attention_mul_sigmoid(ki, q, kk, v, gate, a_full);
-        copy_cols(a_full, k.r * (od / n), a);
+        be.copy_cols(a_full, k.r * (od / n), a);
       } else {
         be.sparse_attention_mul_sigmoid(ki, q, kk, v, gate, a);
       }
@@ -65,17 +61,15 @@ void TensorParallel::run_rank(Rank& k, const StepMeta& meta, int64_t R, ForwardT
       comm.all_gather_cols(a, a_full);
       comm.all_gather_cols(gate, z_full);
       be.rmsnorm_mul_sigmoid(a_full, l.o_norm, eps, z_full, a_full);
-      copy_cols(a_full, k.r * (od / n), a);
+      be.copy_cols(a_full, k.r * (od / n), a);
     }
     // Row-parallel o_proj: the rank's [T, od/n] by its [H, od/n] slice, summed over the ranks.
-    be.linear(a, s.o_proj, mix);
+    be.linear(a, l.o_proj, mix);
     comm.all_reduce_sum(mix);
     be.add_scaled_rmsnorm(h, mix, alpha, l.post_attention_layernorm, eps, x);
     // Column-parallel gate/up ([T, I/n] each), row-parallel down_proj, one all-reduce.
-    be.linear(x, s.gate_proj, g);
-    be.linear(x, s.up_proj, u);
-    be.silu_mul(g, u, g);
-    be.linear(g, s.down_proj, mix);
+    be.linear_silu_mul(x, l.gate_up, g, u);
+    be.linear(g, l.down_proj, mix);
     comm.all_reduce_sum(mix);
     const Tensor& next_norm =
         i + 1 < c.num_hidden_layers ? w.layers[size_t(i) + 1].input_layernorm : w.norm;
@@ -109,7 +103,7 @@ void TensorParallel::run_rank(Rank& k, const StepMeta& meta, int64_t R, ForwardT
       Tensor part{k.logits_part.data, DType::F32, m, Vn};
       Tensor out{logits.data, DType::F32, m, c.vocab_size};
       be.div_scalar(xs, c.logit_divisor());
-      be.linear(xs, k.lm_head, part);
+      be.linear(xs, w.lm_head, part);
       comm.gather_cols(part, out, 0);
       if (k.r == 0)
         be.logprobs_rows(out, iota.data(), extra->targets.data() + i, m, extra->top_n,
@@ -121,7 +115,7 @@ void TensorParallel::run_rank(Rank& k, const StepMeta& meta, int64_t R, ForwardT
   if (R == 0) return;
   be.div_scalar(z, c.logit_divisor());
   Tensor part{k.logits_part.data, DType::F32, R, Vn};
-  be.linear(z, k.lm_head, part);
+  be.linear(z, w.lm_head, part);
   // Every rank knows whether rank 0 wants the argmax only: forward() passes the same flag.
   if (want_argmax_) {
     comm.argmax_rows(part, k.vocab0, argmax, 0);

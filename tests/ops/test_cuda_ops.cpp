@@ -148,7 +148,8 @@ TEST(CudaOps, Elementwise) {
   }
 }
 
-// In both modes (fp32: inputs that are not bf16 values; fp32 bounds; gather bit-exact).
+// In both modes (fp32: inputs that are not bf16 values; fp32 bounds; gather and copy_cols
+// bit-exact).
 TEST(CudaOps, RopeAndGather) {
   REQUIRE_GPU();
   uint32_t seed = 400;
@@ -179,6 +180,13 @@ TEST(CudaOps, RopeAndGather) {
         p.gpu->gather_logit_rows(y.g, o.g);
         expect_ulp(p.cmp(shape(f32 ? "fp32 gather_logit_rows" : "gather_logit_rows", {3, C}), o), 0,
                    0);
+        // a rank's columns out of gathered rows (tensor parallelism): bit-exact copies
+        for (int64_t c0 : {int64_t(0), int64_t(hd), C / 2 - 3}) {
+          auto cols = p.out(T, C / 2);
+          p.cpu->copy_cols(y.c, c0, cols.c);
+          p.gpu->copy_cols(y.g, c0, cols.g);
+          expect_ulp(p.cmp(shape("copy_cols", {T, C, c0}), cols), 0, 0);
+        }
       }
 }
 

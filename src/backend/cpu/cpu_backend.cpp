@@ -244,6 +244,18 @@ void CpuBackend::gather_logit_rows(const Tensor& x, Tensor& out) {
                 size_t(x.cols) * 4);
 }
 
+void CpuBackend::copy_cols(const Tensor& src, int64_t c0, Tensor& dst) {
+  SALA_CHECK(src.dtype == dst.dtype && src.rows == dst.rows && c0 >= 0 &&
+                 c0 + dst.cols <= src.cols,
+             "columns {}..{} of [{}, {}] into [{}, {}]", c0, c0 + dst.cols, src.rows, src.cols,
+             dst.rows, dst.cols);
+  const size_t es = dtype_size(src.dtype);
+  for (int64_t t = 0; t < src.rows; ++t)
+    std::memcpy(static_cast<char*>(dst.data) + size_t(t * dst.cols) * es,
+                static_cast<const char*>(src.data) + size_t(t * src.cols + c0) * es,
+                size_t(dst.cols) * es);
+}
+
 void CpuBackend::argmax_rows(const Tensor& logits, int32_t* out) {
   for (int64_t r = 0; r < logits.rows; ++r) {
     const float* row = static_cast<const float*>(logits.data) + r * logits.cols;

@@ -122,6 +122,7 @@ class CudaBackend : public Backend {
   void sparse_attention_mul_sigmoid(int si, const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& gate, Tensor& out) override;
   void gather_logit_rows(const Tensor& x, Tensor& out) override;
+  void copy_cols(const Tensor& src, int64_t c0, Tensor& dst) override;  // one 2-D async copy
   void argmax_rows(const Tensor& logits, int32_t* out) override;
   void mask_logits(Tensor& logits, const int32_t* rows, int64_t n, const uint32_t* masks,
                    int32_t words) override;

@@ -185,6 +185,20 @@ void CudaBackend::gather_logit_rows(const Tensor& x, Tensor& out) {
   tick("gather_logit_rows");
 }
 
+void CudaBackend::copy_cols(const Tensor& src, int64_t c0, Tensor& dst) {
+  SALA_CHECK(src.dtype == dst.dtype && src.rows == dst.rows && c0 >= 0 &&
+                 c0 + dst.cols <= src.cols,
+             "columns {}..{} of [{}, {}] into [{}, {}]", c0, c0 + dst.cols, src.rows, src.cols,
+             dst.rows, dst.cols);
+  if (src.rows == 0 || dst.cols == 0) return;
+  const size_t es = dtype_size(src.dtype);
+  CUDA_CHECK(cudaMemcpy2DAsync(dst.data, size_t(dst.cols) * es,
+                               static_cast<const char*>(src.data) + size_t(c0) * es,
+                               size_t(src.cols) * es, size_t(dst.cols) * es, size_t(src.rows),
+                               cudaMemcpyDeviceToDevice, st()));
+  tick("copy_cols");
+}
+
 void CudaBackend::argmax_rows(const Tensor& logits, int32_t* out) {
   SALA_CHECK(logits.dtype == DType::F32, "argmax_rows of {}", dtype_name(logits.dtype));
   if (logits.rows == 0) return;
