@@ -281,6 +281,10 @@ class Backend {
   // Whether sample_rows / load_penalties are implemented.
   virtual bool samples_rows() const { return false; }
   virtual void synchronize() {}
+  // Makes the calling thread's later calls run on this backend's device (CUDA: cudaSetDevice
+  // of BackendOptions::cuda_device). Tensor parallelism calls it on each rank's thread and
+  // before it loads a rank's weights; a backend on the host needs nothing.
+  virtual void bind_thread() {}
   // BackendOptions::profile_ops: print the GPU time per op of the steps since the last call
   // under `label` and start a new table (no-op where nothing is profiled).
   virtual void report_op_profile(const std::string& /*label*/) {}
@@ -367,6 +371,11 @@ struct BackendOptions {
   // 0: 32 Mi (128 MB). The results do not depend on it; tests set small values to force
   // windows. bf16 mode allocates none (cuda_lightning_seq_tc.cu keeps the state in registers).
   int64_t gla_workspace_floats = 0;
+  // CUDA: the GPU this backend runs on (its ordinal). Every allocation, stream and kernel of
+  // the backend is on it; the constructor leaves the calling thread's current device as it
+  // found it, and bind_thread() switches a thread to it. Tensor parallelism puts rank r on
+  // GPU cuda_device + r (make_tp_peers). sala::Error where the GPU does not exist.
+  int cuda_device = 0;
 };
 
 // The backend of a device name ("cpu", "cuda"; backend/factory.cpp): the one factory every

@@ -23,12 +23,17 @@ namespace {
 
 class CpuComm : public Communicator {
  public:
-  CpuComm(CpuCommGroup::State& s, int rank) : s_(s), rank_(rank) {}
+  CpuComm(std::shared_ptr<CpuCommGroup::State> state, int rank)
+      : state_(std::move(state)), s_(*state_), rank_(rank) {}
   int rank() const override { return rank_; }
   int size() const override { return s_.n; }
   void barrier() override { s_.bar.arrive_and_wait(); }
 
-  void all_gather_cols(const Tensor& local, Tensor& full) override { gather(local, full, -1); }
+  void all_gather_cols(const Tensor& local, Tensor& full) override {
+    SALA_CHECK(full.cols == s_.n * local.cols, "all-gather of [{}, {}] into [{}, {}]: {} ranks",
+               local.rows, local.cols, full.rows, full.cols, s_.n);
+    gather(local, full, -1);
+  }
   void gather_cols(const Tensor& local, Tensor& full, int root) override {
     SALA_CHECK(root >= 0 && root < s_.n, "root {} of {} ranks", root, s_.n);
     gather(local, full, root);
@@ -91,6 +96,9 @@ class CpuComm : public Communicator {
       for (int k = 0; k < s_.n; ++k) {
         const Tensor& src = *static_cast<const Tensor*>(s_.ptr[size_t(k)]);
         const int64_t C = src.cols;
+        // The widths a device communicator assumes (it sends no widths).
+        SALA_CHECK(C == gather_col(full.cols, s_.n, k + 1) - gather_col(full.cols, s_.n, k),
+                   "rank {}'s {} columns of {} over {} ranks", k, C, full.cols, s_.n);
         SALA_CHECK(src.rows == local.rows && c0 + C <= full.cols,
                    "rank {}'s [{}, {}] does not fit columns {}.. of [{}, {}]", k, src.rows, C, c0,
                    full.rows, full.cols);
@@ -104,6 +112,7 @@ class CpuComm : public Communicator {
     barrier();
   }
 
+  std::shared_ptr<CpuCommGroup::State> state_;
   CpuCommGroup::State& s_;
   int rank_;
   std::vector<float> scratch_;
@@ -113,14 +122,14 @@ class CpuComm : public Communicator {
 
 CpuCommGroup::CpuCommGroup(int size, bool round_bf16) {
   SALA_CHECK(size >= 1, "a communicator group of {} ranks", size);
-  s_ = std::make_unique<State>(size, round_bf16);
+  s_ = std::make_shared<State>(size, round_bf16);
 }
 CpuCommGroup::~CpuCommGroup() = default;
 int CpuCommGroup::size() const { return s_->n; }
 
 std::unique_ptr<Communicator> CpuCommGroup::comm(int rank) {
   SALA_CHECK(rank >= 0 && rank < s_->n, "rank {} of {}", rank, s_->n);
-  return std::make_unique<CpuComm>(*s_, rank);
+  return std::make_unique<CpuComm>(s_, rank);
 }
 
 }  // namespace sala

@@ -141,7 +141,7 @@ sala::cli::Registrar reg("generate", "Generate from one prompt through the engin
   app.add_option("--device", o->device, "cpu | cuda")->capture_default_str();
   app.add_option("--dtype", o->dtype, "auto | float32 | bfloat16")->capture_default_str();
   app.add_option("--cpu-threads", o->cpu_threads, "CPU backend threads (0: all cores)");
-  app.add_option("--tp-size", o->tp_size, "tensor-parallel ranks (CPU backend: one thread each)");
+  app.add_option("--tp-size", o->tp_size, "tensor-parallel ranks, one thread each (CUDA: one GPU each, over NCCL)");
   app.add_option("--context-length", o->context_length, "Max prompt + output tokens");
   return sala::cli::Run([o] { return run_generate(*o); });
 });

@@ -301,7 +301,7 @@ sala::cli::Registrar reg("serve", "Serve a model over HTTP (SGLang /generate + O
   app.add_option("--cpu-threads", o->cpu_threads, "CPU backend threads (0: all cores)")->capture_default_str();
   app.add_option("--http-threads", o->http_threads, "HTTP worker threads (>= max concurrent connections)")->capture_default_str();
   app.add_option("--log-level", o->log_level, "Log level")->capture_default_str();
-  app.add_option("--tp-size,--tp", o->tp_size, "Tensor-parallel ranks (CPU backend only: one thread each; CUDA: 1)");
+  app.add_option("--tp-size,--tp", o->tp_size, "Tensor-parallel ranks, one thread each (CUDA: one GPU each, over NCCL; eager steps)");
   app.add_option("--tokenizer-path", o->tokenizer_path, "Accepted for SGLang compatibility");
   app.add_option("--attention-backend", o->attention_backend, "Accepted for SGLang compatibility (ignored)");
   app.add_flag("--disable-radix-cache", o->disable_radix_cache, "Accepted for SGLang compatibility (no prefix cache)");

@@ -11,13 +11,11 @@ namespace sala {
 Model::Model(ModelConfig cfg, std::unique_ptr<Backend> backend, const Checkpoint& ckpt,
              const ModelLimits& limits, std::vector<std::unique_ptr<Backend>> peers)
     : cfg_(std::move(cfg)), limits_(limits), backend_(std::move(backend)) {
+  backend_->bind_thread();  // this thread's calls below go to its device
   if (!peers.empty()) {
-    // Tensor parallelism shares rank 0's host memory (the weights' row slices) and runs the
-    // CPU communicator: CPU backends with dense weights only, until an NCCL one exists.
+    // Tensor parallelism (model/tensor_parallel.h): each rank loads its shard of the dense
+    // weights into its own backend (the CPU's, or one GPU each over NCCL).
     const int n = 1 + int(peers.size());
-    if (backend_->name().rfind("cpu", 0) != 0)
-      fail("--tp-size {}: tensor parallelism runs on the CPU backend only (the {} backend has no "
-           "NCCL communicator yet)", n, backend_->name());
     if (backend_->linear_format() != backend_->weight_format() || cfg_.quantization.any())
       fail("--tp-size {}: tensor parallelism splits dense weights only (no FP8 / W4A16)", n);
     check_tp_config(cfg_, n);
@@ -199,6 +197,7 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
   SALA_CHECK(R <= limits_.max_logit_rows, "step wants {} logit rows (max {})", R,
              limits_.max_logit_rows);
   Backend& be = *backend_;
+  be.bind_thread();  // the engine's thread on the backend's device (a no-op on the host)
   flush_state_advances();  // before this step reads the states
   const StepMeta& step = map_state_slots(meta);  // what the backend runs
   if (extra && extra->rows.empty()) extra = nullptr;

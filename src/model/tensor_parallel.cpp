@@ -33,10 +33,11 @@ std::vector<std::unique_ptr<Backend>> make_tp_peers(const std::string& device,
   if (tp_size < 1) fail("--tp-size {} must be >= 1", tp_size);
   std::vector<std::unique_ptr<Backend>> peers;
   if (tp_size == 1) return peers;
-  if (device != "cpu")
-    fail("--tp-size {} on --device {}: tensor parallelism runs on the CPU backend only (the "
-         "NCCL communicator for GPUs does not exist yet)", tp_size, device);
-  for (int r = 1; r < tp_size; ++r) peers.push_back(make_backend(device, opts));
+  for (int r = 1; r < tp_size; ++r) {
+    BackendOptions o = opts;
+    o.cuda_device = opts.cuda_device + r;  // one GPU per rank (NCCL); ignored on the CPU
+    peers.push_back(make_backend(device, o));
+  }
   return peers;
 }
 
@@ -77,9 +78,6 @@ TensorParallel::TensorParallel(const ModelConfig& cfg, const Checkpoint& ckpt, B
     : cfg_(cfg), limits_(limits) {
   const int n = 1 + int(peers.size());
   check_tp_config(cfg, n);
-  // The CPU backend's bf16 emulation (name "cpu-bf16") rounds the all-reduced sums to bf16,
-  // as NCCL's bf16 all-reduce of the GPU's bf16 partials returns bf16.
-  group_ = std::make_unique<CpuCommGroup>(n, rank0.name() == "cpu-bf16");
   const ModelConfig sc = shard_config(cfg, n);
   const std::vector<float> slopes = cfg.lightning_slopes();
   const int64_t T = limits.max_step_tokens, H = cfg.hidden_size, I = cfg.intermediate_size;
@@ -102,11 +100,12 @@ TensorParallel::TensorParallel(const ModelConfig& cfg, const Checkpoint& ckpt, B
       k->be = k->owned.get();
       SALA_CHECK(k->be->name() == rank0.name(), "rank {} backend {} != rank 0's {}", r,
                  k->be->name(), rank0.name());
+      k->be->bind_thread();  // this thread's calls below go to rank r's device
       k->own = load_weights(cfg, ckpt, *k->be, nullptr, tp_shard(cfg, n, r));
       k->w = &k->own;
     }
-    k->comm = group_->comm(r);
     Backend& be = *k->be;
+    be.bind_thread();
     k->vocab0 = vocab_begin(V, n, r);
     k->vocab1 = vocab_begin(V, n, r + 1);
     const int nh = sc.lightning_nh;
@@ -126,6 +125,20 @@ TensorParallel::TensorParallel(const ModelConfig& cfg, const Checkpoint& ckpt, B
     k->logits_part = be.alloc(limits.max_logit_rows, k->vocab1 - k->vocab0, DType::F32);
     ranks_.push_back(std::move(k));
   }
+  rank0.bind_thread();  // the caller's thread runs rank 0
+  // One communicator per rank (backend/comm.h: the CPU group, NCCL, or the same-GPU group),
+  // its staging buffer sized for the largest gather: the lightning o_norm's rows [T, ld] or
+  // the mixer's [T, qd], and the logits [max_logit_rows, V] fp32.
+  std::vector<Backend*> backends;
+  for (auto& k : ranks_) backends.push_back(k->be);
+  std::vector<std::unique_ptr<Communicator>> comms = make_communicators(backends);
+  const size_t act_bytes = dtype_size(rank0.act_dtype());
+  const size_t full_bytes = std::max(size_t(T) * size_t(std::max(qd, ld)) * act_bytes,
+                                     size_t(limits.max_logit_rows) * size_t(V) * 4);
+  for (int r = 0; r < n; ++r) {
+    comms[size_t(r)]->reserve_scratch(full_bytes, limits.max_logit_rows);
+    ranks_[size_t(r)]->comm = std::move(comms[size_t(r)]);
+  }
   for (int r = 1; r < n; ++r) workers_.emplace_back([this, r] { worker(r); });
 }
 
@@ -136,12 +149,21 @@ TensorParallel::~TensorParallel() {
   }
   start_cv_.notify_all();
   for (std::thread& t : workers_) t.join();
+  // Each rank's communicator and backend released on its own device; rank 0's backend is the
+  // Model's (released after this).
+  for (size_t r = ranks_.size(); r-- > 0;) {
+    ranks_[r]->be->bind_thread();
+    ranks_[r]->comm.reset();
+    ranks_[r]->owned.reset();
+  }
+  if (!ranks_.empty()) ranks_[0]->be->bind_thread();
 }
 
 // An exception on a rank is a bug (bad input is refused before a step): the other ranks
 // would wait at a barrier for ever, so it ends the process.
 void TensorParallel::run_guarded(Rank& k, const Job& job, ForwardTrace* trace, int32_t* argmax) {
   try {
+    k.be->bind_thread();
     if (job.gather) {
       // The last step's vocab shards (left in logits_part by a distributed-argmax step).
       const Tensor part{k.logits_part.data, DType::F32, job.R, k.vocab1 - k.vocab0};
@@ -197,7 +219,10 @@ void TensorParallel::worker(int r) {
 }
 
 void TensorParallel::copy_state_slot(int32_t src, int32_t dst) {
-  for (auto& k : ranks_) k->be->copy_state_slot(src, dst);
+  for (size_t r = ranks_.size(); r-- > 0;) {  // each on its device; rank 0 (the caller's) last
+    ranks_[r]->be->bind_thread();
+    ranks_[r]->be->copy_state_slot(src, dst);
+  }
 }
 
 void TensorParallel::forward(const StepMeta& meta, int64_t R, ForwardTrace* trace,

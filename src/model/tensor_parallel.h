@@ -48,8 +48,8 @@ int64_t vocab_begin(int64_t V, int n, int r);
 // Rank r's share of the weights (model/weights.h) under `size`-way tensor parallelism.
 WeightShard tp_shard(const ModelConfig& cfg, int size, int r);
 // The backends of ranks 1..tp_size-1 (Model's `peers`) for `--tp-size tp_size` on `device`:
-// none for 1; sala::Error for tp_size < 1 and for any device but "cpu" (no NCCL
-// communicator yet).
+// none for 1; rank r's CUDA backend on GPU opts.cuda_device + r (sala::Error where it does not
+// exist); sala::Error for tp_size < 1.
 std::vector<std::unique_ptr<Backend>> make_tp_peers(const std::string& device,
                                                     const BackendOptions& opts, int tp_size);
 
@@ -95,7 +95,6 @@ class TensorParallel {
   ModelLimits limits_;
   bool want_argmax_ = false;  // this step: the distributed argmax (set before the ranks run)
   bool sparse_split_ = true;  // KV heads split over the ranks (else the sparse mixer replicated)
-  std::unique_ptr<CpuCommGroup> group_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   int64_t last_R_ = 0;           // the last step's logit rows
   bool logits_gathered_ = true;  // ... and whether `logits` holds them

@@ -18,7 +18,7 @@ struct LaunchOptions {
   std::string quantization;        // "" | fp8 (BackendOptions::fp8_weights; CPU, and CUDA in bf16 mode) | w4a16 (int4_group_size 128; CPU)
   std::string kv_cache_dtype = "auto";  // auto | fp8_e4m3 | fp8_e5m2 (BackendOptions::kv_cache_dtype)
   int cpu_threads = 0;             // 0: all cores
-  int tp_size = 1;                 // tensor-parallel ranks (model/tensor_parallel.h; CPU only)
+  int tp_size = 1;                 // tensor-parallel ranks (model/tensor_parallel.h)
   EngineOptions engine;
   // STANDALONE speculation's draft model (engine.speculative.draft_model): a SALA checkpoint
   // whose config vocabulary and tokenizer equal the target's (else sala::Error naming the

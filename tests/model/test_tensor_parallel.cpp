@@ -93,6 +93,28 @@ TEST(CpuComm, AllReduceRoundsToBf16WhenEmulatingIt) {
     }, bf16);
 }
 
+// make_communicators gives CPU backends the host group, rounding where they emulate bf16.
+TEST(CpuComm, MadeForTheBackendsMode) {
+  for (NumericMode mode : {NumericMode::F32, NumericMode::BF16}) {
+    BackendOptions bo;
+    bo.mode = mode;
+    auto a = make_cpu_backend(bo), b = make_cpu_backend(bo);
+    auto comms = make_communicators({a.get(), b.get()});
+    ASSERT_EQ(comms.size(), 2u);
+    float x[2] = {1.f, 1.f / 1024};
+    std::vector<std::thread> th;
+    for (int r = 0; r < 2; ++r)
+      th.emplace_back([&, r] {
+        EXPECT_EQ(comms[size_t(r)]->rank(), r);
+        Tensor t{&x[r], DType::F32, 1, 1};
+        comms[size_t(r)]->all_reduce_sum(t);
+      });
+    for (auto& t : th) t.join();
+    EXPECT_EQ(x[0], mode == NumericMode::BF16 ? 1.f : 1.f + 1.f / 1024);
+    EXPECT_EQ(x[1], x[0]);
+  }
+}
+
 TEST(CpuComm, ArgmaxTiesGoToTheLowestId) {
   on_ranks(2, [](Communicator& c) {
     // Row 0: the maximum 5 on both ranks (ids 1 and 4): id 1. Row 1: rank 1's 7 (id 5).
@@ -333,9 +355,16 @@ TEST(TensorParallel, VocabSlices) {
 }
 
 TEST(TensorParallel, RefusesWhatItCannotSplit) {
-  // No NCCL communicator: GPUs refused with a clear message.
-  EXPECT_NE(error_of([] { make_tp_peers("cuda", BackendOptions{}, 2); }).find("CPU backend only"),
-            std::string::npos);
+  // A rank's GPU that does not exist (rank r on GPU cuda_device + r), or no CUDA backend in
+  // this build: refused with a clear message.
+  BackendOptions far;
+  far.cuda_device = 1000;
+  const std::string no_gpu = error_of([&] { make_tp_peers("cuda", far, 2); });
+#ifdef SALA_HAVE_CUDA
+  EXPECT_NE(no_gpu.find("CUDA device 1001 does not exist"), std::string::npos) << no_gpu;
+#else
+  EXPECT_NE(no_gpu.find("device 'cuda' is not available"), std::string::npos) << no_gpu;
+#endif
   EXPECT_NE(error_of([] { make_tp_peers("cpu", BackendOptions{}, 0); }).find("must be >= 1"),
             std::string::npos);
   EXPECT_TRUE(make_tp_peers("cpu", BackendOptions{}, 1).empty());

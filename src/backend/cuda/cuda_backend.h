@@ -139,6 +139,10 @@ class CudaBackend : public Backend {
                      int top_n, float* logprob, int32_t* top_ids, float* top_logprobs) override;
   bool samples_rows() const override { return true; }
   void synchronize() override;
+  void bind_thread() override { device_.bind(); }
+  // The GPU and the stream of every op (tensor parallelism's communicators, cuda_comm.h).
+  int cuda_device() const { return device_.device(); }
+  cudaStream_t stream() const { return stream_.get(); }
   void report_op_profile(const std::string& label) override;
 
   bool graphs_enabled() const override { return graphs_.enabled(); }
@@ -163,6 +167,8 @@ class CudaBackend : public Backend {
   Weight upload_int4_words(const std::string& name, int64_t rows, int64_t cols, int32_t group,
                            const void* words, const float* scales);
 
+  // The GPU of every member: declared first, so made first and destroyed last.
+  cuda_host::DeviceSelect device_;
   bool bf16_mode_;
   bool fp8_;  // BackendOptions::fp8_weights
   bool fp8_producer_codes_;  // BackendOptions::fp8_producer_codes

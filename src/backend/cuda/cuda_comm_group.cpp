@@ -1,0 +1,84 @@
+// Tensor parallelism's CUDA communicators: which one a group gets, and the host helpers both
+// share (cuda_comm_host.h).
+#include <algorithm>
+#include <set>
+
+#include "backend/cuda/cuda_comm_host.h"
+#include "core/check.h"
+#include "core/error.h"
+
+namespace sala {
+namespace cuda_host {
+
+CommScratch::~CommScratch() {
+  if (!p_) return;
+  int caller = 0;
+  cudaGetDevice(&caller);
+  cudaSetDevice(device_);
+  cudaFree(p_);
+  cudaSetDevice(caller);
+}
+
+void CommScratch::reserve(size_t bytes) {
+  if (bytes <= bytes_) return;
+  SALA_CHECK(p_ == nullptr, "a communicator's scratch reserved twice ({} then {} bytes)", bytes_,
+             bytes);
+  CUDA_CHECK(cudaSetDevice(device_));
+  CUDA_CHECK(cudaMalloc(&p_, bytes));
+  bytes_ = bytes;
+}
+
+char* CommScratch::get(size_t bytes) const {
+  SALA_CHECK(bytes <= bytes_, "a collective needs {} bytes of scratch; {} reserved", bytes,
+             bytes_);
+  return p_;
+}
+
+std::vector<int64_t> gather_bounds(int64_t W, int n) {
+  std::vector<int64_t> col0;
+  for (int k = 0; k <= n; ++k) col0.push_back(gather_col(W, n, k));
+  return col0;
+}
+
+void copy_parts_into_cols(const std::vector<const void*>& parts, const std::vector<int64_t>& col0,
+                          const Tensor& full, cudaStream_t stream) {
+  SALA_CHECK(col0.size() == parts.size() + 1 && col0.back() == full.cols,
+             "{} parts into {} columns", parts.size(), full.cols);
+  const size_t es = dtype_size(full.dtype);
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const int64_t w = col0[k + 1] - col0[k];
+    if (!parts[k] || w == 0 || full.rows == 0) continue;
+    CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(full.data) + size_t(col0[k]) * es,
+                                 size_t(full.cols) * es, parts[k], size_t(w) * es, size_t(w) * es,
+                                 size_t(full.rows), cudaMemcpyDefault, stream));
+  }
+}
+
+void combine_argmax(const int32_t* ids, const float* vals, int n, int64_t R, int32_t* out) {
+  for (int64_t r = 0; r < R; ++r) {
+    int best = 0;
+    for (int k = 1; k < n; ++k)
+      if (vals[best * R + r] < vals[k * R + r]) best = k;
+    out[r] = ids[best * R + r];
+  }
+}
+
+}  // namespace cuda_host
+
+std::vector<std::unique_ptr<Communicator>> make_cuda_communicators(
+    const std::vector<Backend*>& ranks) {
+  std::vector<CudaBackend*> cuda;
+  std::set<int> devices;
+  for (Backend* b : ranks) {
+    auto* c = dynamic_cast<CudaBackend*>(b);
+    SALA_CHECK(c != nullptr, "a {} backend in a CUDA communicator group", b->name());
+    cuda.push_back(c);
+    devices.insert(c->cuda_device());
+  }
+  if (devices.size() == 1) return cuda_host::make_same_gpu_comms(cuda);
+  if (devices.size() == ranks.size()) return cuda_host::make_nccl_comms(cuda);
+  fail("tensor parallelism over {} ranks on {} GPUs: every rank needs its own GPU (or all one, "
+       "as the tests on one GPU run)", ranks.size(), devices.size());
+}
+
+}  // namespace sala
