@@ -39,6 +39,9 @@ class Communicator {
   // an argmax_rows call has): a device communicator allocates its staging buffer once here,
   // none in the step loop. Host groups need none.
   virtual void reserve_scratch(size_t /*full_bytes*/, int64_t /*max_rows*/) {}
+  // Whether the collectives (all but argmax_rows and barrier, which end on the host) can be
+  // recorded in a CUDA graph of the rank's stream (NCCL's can).
+  virtual bool capturable() const { return false; }
 };
 
 // The first column of rank r's slice of W columns over n ranks (r == n: W): slices of

@@ -25,8 +25,14 @@ Model::Model(ModelConfig cfg, std::unique_ptr<Backend> backend, const Checkpoint
   w_ = load_weights(cfg_, ckpt, *backend_, &unused_, tp_shard(cfg_, n_ranks, 0));
   slopes_ = cfg_.lightning_slopes();
   if (!peers.empty()) {
-    tp_ = std::make_unique<TensorParallel>(cfg_, ckpt, *backend_, w_, std::move(peers), limits_,
-                                           load_kv_scales(cfg_, ckpt));
+    // Recorded steps pad with a page and a slot past the engine's, on every rank.
+    ModelLimits rank_limits = limits_;
+    if (backend_->graphs_enabled()) {
+      scratch_page_ = rank_limits.caches.num_pages++;
+      scratch_slot_ = rank_limits.caches.num_slots++;
+    }
+    tp_ = std::make_unique<TensorParallel>(cfg_, ckpt, *backend_, w_, std::move(peers),
+                                           rank_limits, load_kv_scales(cfg_, ckpt));
     // Rank 0's full logits (gathered vocab shards) are the Model's workspace, as with one rank.
     logits_ = backend_->alloc(limits_.max_logit_rows, cfg_.vocab_size, DType::F32);
     iota_.resize(size_t(limits_.max_logit_rows));
@@ -149,7 +155,8 @@ static constexpr int kVerifyGraphKey = 1 << 20;
 static constexpr size_t kMaxVerifyGraphs = 128;
 
 Model::GraphStep Model::graph_step(const StepMeta& meta, ForwardTrace* trace, bool keep) {
-  if (!backend_->graphs_enabled() || trace || meta.capture || meta.dense_as_sparse) return {};
+  const bool records = tp_ ? tp_->graphs_ok() : backend_->graphs_enabled();
+  if (!records || trace || meta.capture || meta.dense_as_sparse) return {};
   const int S = int(meta.seqs.size()), T = meta.num_tokens();
   if (S == 0 || int(meta.logit_rows.size()) != T) return {};
   // Every row's logits, in order (decode: one row per call; verify: 1 + k rows per call).
@@ -187,6 +194,15 @@ Model::GraphStep Model::graph_step(const StepMeta& meta, ForwardTrace* trace, bo
   return {kVerifyGraphKey + it->second, b};
 }
 
+const StepMeta& Model::padded_step(const StepMeta& step, const GraphStep& g) {
+  padded_ = step;
+  const std::vector<int32_t> page{scratch_page_};
+  const int32_t tok = 0;
+  for (size_t i = step.seqs.size(); i < size_t(g.padded_seqs); ++i)
+    padded_.add_seq(&tok, 1, 0, scratch_slot_, page, false, true);
+  return padded_;
+}
+
 void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTrace* trace,
                     std::vector<int32_t>* argmax, RowLogprobs* extra, const LogitMasks* masks,
                     bool keep_logits) {
@@ -202,17 +218,21 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
   const StepMeta& step = map_state_slots(meta);  // what the backend runs
   if (extra && extra->rows.empty()) extra = nullptr;
   const bool keep_asked = meta.keep_lightning_rows && !tp_ && keep_k_.data;
-  const GraphStep g = tp_ || extra ? GraphStep{} : graph_step(meta, trace, keep_asked);
+  const GraphStep g = extra ? GraphStep{} : graph_step(meta, trace, keep_asked);
   kept_calls_.clear();
   if (tp_) {
+    // Recorded steps (NCCL) run the padded step; the collective of the logit rows after the
+    // recording covers the step's own R rows.
+    const StepMeta& run = g.key ? padded_step(step, g) : step;
+    const int64_t rows = g.key ? run.num_tokens() : 0;
     // Greedy steps without masks take the distributed argmax over the vocab shards; every
     // other step gathers the logits into logits_ and goes on as with one rank.
     if (argmax && !(masks && !masks->empty()) && R > 0) {
       argmax->resize(size_t(R));
-      tp_->forward(step, R, trace, argmax->data(), extra, logits_);
+      tp_->forward(run, R, trace, argmax->data(), extra, logits_, g.key, rows);
       return;
     }
-    tp_->forward(step, R, trace, nullptr, extra, logits_);
+    tp_->forward(run, R, trace, nullptr, extra, logits_, g.key, rows);
   } else if (g.key == 0) {
     const bool keep = keep_asked && T <= limits_.keep_verify_rows;
     if (keep) kept_calls_ = meta.seqs;  // the caller's slots (rollback_state)
@@ -222,11 +242,7 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
     // Decode or verify step: pad to the bucket with one-row calls that read and write only
     // the scratch page and slot (token 0 at position 0), then launch the key's recording
     // (made on its second occurrence; the first runs directly).
-    padded_ = step;
-    const std::vector<int32_t> page{scratch_page_};
-    const int32_t tok = 0;
-    for (size_t i = meta.seqs.size(); i < size_t(g.padded_seqs); ++i)
-      padded_.add_seq(&tok, 1, 0, scratch_slot_, page, false, true);
+    padded_step(step, g);
     const int64_t rows = padded_.num_tokens();
     if (keep_asked) kept_calls_ = meta.seqs;  // graph_step checked the rows
     be.begin_step(padded_);

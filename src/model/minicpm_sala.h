@@ -54,7 +54,7 @@ class Model {
   // rank 0 and peers ranks 1.. (backends of the same kind and options); empty: one rank.
   // sala::Error where the weights cannot be split (dense weights only; heads etc. divisible
   // by the rank count) or the ranks have no communicator (backend/comm.h). Steps of more than
-  // one rank run eagerly (no CUDA graphs yet).
+  // one rank are recorded where every communicator can be captured (NCCL).
   Model(ModelConfig cfg, std::unique_ptr<Backend> backend, const Checkpoint& ckpt,
         const ModelLimits& limits, std::vector<std::unique_ptr<Backend>> peers = {});
   ~Model();
@@ -130,6 +130,9 @@ class Model {
     int key = 0, padded_seqs = 0;
   };
   GraphStep graph_step(const StepMeta& meta, ForwardTrace* trace, bool keep);
+  // padded_ = step and the one-row calls that pad it to g's bucket (reading and writing only
+  // the scratch page and slot: token 0 at position 0).
+  const StepMeta& padded_step(const StepMeta& step, const GraphStep& g);
 
   ModelConfig cfg_;
   ModelLimits limits_;

@@ -135,8 +135,10 @@ TensorParallel::TensorParallel(const ModelConfig& cfg, const Checkpoint& ckpt, B
   const size_t act_bytes = dtype_size(rank0.act_dtype());
   const size_t full_bytes = std::max(size_t(T) * size_t(std::max(qd, ld)) * act_bytes,
                                      size_t(limits.max_logit_rows) * size_t(V) * 4);
+  graphs_ok_ = true;
   for (int r = 0; r < n; ++r) {
     comms[size_t(r)]->reserve_scratch(full_bytes, limits.max_logit_rows);
+    graphs_ok_ = graphs_ok_ && comms[size_t(r)]->capturable() && ranks_[size_t(r)]->be->graphs_enabled();
     ranks_[size_t(r)]->comm = std::move(comms[size_t(r)]);
   }
   for (int r = 1; r < n; ++r) workers_.emplace_back([this, r] { worker(r); });
@@ -170,7 +172,7 @@ void TensorParallel::run_guarded(Rank& k, const Job& job, ForwardTrace* trace, i
       Tensor out{job.logits->data, DType::F32, job.R, cfg_.vocab_size};
       k.comm->gather_cols(part, out, 0);
     } else {
-      run_rank(k, k.meta, job.R, trace, argmax, job.extra, *job.logits);
+      run_rank(k, job, trace, argmax);
     }
   } catch (const std::exception& e) {
     SALA_CHECK(false, "tensor-parallel rank {}: {}", k.r, e.what());
@@ -226,7 +228,10 @@ void TensorParallel::copy_state_slot(int32_t src, int32_t dst) {
 }
 
 void TensorParallel::forward(const StepMeta& meta, int64_t R, ForwardTrace* trace,
-                             int32_t* argmax, RowLogprobs* extra, Tensor& logits) {
+                             int32_t* argmax, RowLogprobs* extra, Tensor& logits, int graph_key,
+                             int64_t graph_rows) {
+  SALA_CHECK(graph_key == 0 || (graphs_ok_ && graph_rows >= R && !extra && !trace),
+             "a recorded tensor-parallel step of {} rows ({} logit rows)", graph_rows, R);
   // Each rank its own copy of the step (its backend keeps a pointer to it) and its own block
   // capture (its KV heads), merged below into the caller's with global head indexes.
   for (auto& k : ranks_) {
@@ -238,7 +243,7 @@ void TensorParallel::forward(const StepMeta& meta, int64_t R, ForwardTrace* trac
     }
   }
   want_argmax_ = argmax != nullptr;
-  run_all(Job{R, extra, &logits, false}, trace, argmax);
+  run_all(Job{R, extra, &logits, false, graph_key, graph_rows}, trace, argmax);
   last_R_ = R;
   logits_gathered_ = argmax == nullptr;
   if (!meta.capture) return;

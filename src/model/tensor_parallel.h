@@ -64,11 +64,18 @@ class TensorParallel {
                  const ModelLimits& limits, const std::vector<KvScales>& kv_scales);
   ~TensorParallel();
   int size() const { return int(ranks_.size()); }
-  // One step on every rank. argmax non-null: the greedy tokens of the R logit rows; else the
-  // logits [R, V] into `logits` (rank 0's workspace, [max_logit_rows, V]). extra: prompt
-  // logprob rows (their logits go through `logits` too). trace: rank 0's residual stream.
+  // One step on every rank. argmax non-null: the greedy tokens of the first R logit rows;
+  // else their logits [R, V] into `logits` (rank 0's workspace, [max_logit_rows, V]). extra:
+  // prompt logprob rows (their logits go through `logits` too). trace: rank 0's residual
+  // stream. graph_key (Model::graph_step; 0: none): meta is padded to its bucket, with
+  // graph_rows >= R logit rows; each rank launches its recording of the layers and lm_head
+  // (or records it, or runs it directly, as its backend's GraphCache says: the same on every
+  // rank), then the argmax / gather of the first R rows runs directly.
   void forward(const StepMeta& meta, int64_t R, ForwardTrace* trace, int32_t* argmax,
-               RowLogprobs* extra, Tensor& logits);
+               RowLogprobs* extra, Tensor& logits, int graph_key = 0, int64_t graph_rows = 0);
+  // Whether steps may be recorded: every rank's backend records steps and every communicator
+  // can be captured in a CUDA graph (NCCL; not the same-GPU group's host barriers).
+  bool graphs_ok() const { return graphs_ok_; }
   void copy_state_slot(int32_t src, int32_t dst);
   // After a distributed-argmax step: its logits [R, V] gathered into `logits` (rank 0's
   // workspace), for the logprobs of the tokens it picked (Model::logprobs); a no-op where
@@ -78,15 +85,22 @@ class TensorParallel {
   struct Rank;
 
  private:
-  void run_rank(Rank& k, const StepMeta& meta, int64_t R, ForwardTrace* trace, int32_t* argmax,
-                RowLogprobs* extra, Tensor& logits);
   // A step (gather false) or gather_logits' collective (gather true) on every rank.
   struct Job {
     int64_t R = 0;
     RowLogprobs* extra = nullptr;
     Tensor* logits = nullptr;
     bool gather = false;
+    int graph_key = 0;        // forward()'s
+    int64_t graph_rows = 0;
   };
+  // The step on rank k (k.meta): begin_step, its layers (recorded or not), the collective of
+  // the logit rows.
+  void run_rank(Rank& k, const Job& job, ForwardTrace* trace, int32_t* argmax);
+  // Embedding .. lm_head of T rows on rank k: the vocab shard of R logit rows into
+  // k.logits_part; extra's rows gathered into `logits` on the way.
+  void rank_layers(Rank& k, int64_t T, int64_t R, ForwardTrace* trace, RowLogprobs* extra,
+                   Tensor& logits);
   void run_all(const Job& job, ForwardTrace* trace, int32_t* argmax);
   void run_guarded(Rank& k, const Job& job, ForwardTrace* trace, int32_t* argmax);
   void worker(int r);  // the thread of rank r > 0
@@ -95,6 +109,7 @@ class TensorParallel {
   ModelLimits limits_;
   bool want_argmax_ = false;  // this step: the distributed argmax (set before the ranks run)
   bool sparse_split_ = true;  // KV heads split over the ranks (else the sparse mixer replicated)
+  bool graphs_ok_ = false;
   std::vector<std::unique_ptr<Rank>> ranks_;
   int64_t last_R_ = 0;           // the last step's logit rows
   bool logits_gathered_ = true;  // ... and whether `logits` holds them

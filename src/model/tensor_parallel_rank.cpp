@@ -5,14 +5,39 @@
 
 namespace sala {
 
-void TensorParallel::run_rank(Rank& k, const StepMeta& meta, int64_t R, ForwardTrace* trace,
-                              int32_t* argmax, RowLogprobs* extra, Tensor& logits) {
+void TensorParallel::run_rank(Rank& k, const Job& job, ForwardTrace* trace, int32_t* argmax) {
+  Backend& be = *k.be;
+  const int64_t T = k.meta.num_tokens();
+  be.begin_step(k.meta);
+  if (job.graph_key == 0) {
+    rank_layers(k, T, job.R, trace, job.extra, *job.logits);
+  } else if (!be.graph_launch(job.graph_key)) {
+    // Every rank sees the same steps, so all record a key at the same step (or all run it
+    // directly); NCCL's collectives are captured on each rank's stream.
+    const bool recording = be.graph_capture_begin(job.graph_key);
+    rank_layers(k, T, job.graph_rows, nullptr, nullptr, *job.logits);
+    if (recording) be.graph_capture_end(job.graph_key);
+  }
+  if (job.R == 0) return;
+  // The first R rows' vocab shards: the distributed argmax (rank 0's host ids), or gathered into
+  // rank 0's logits. Not part of a recording (the argmax ends on the host).
+  const Tensor part{k.logits_part.data, DType::F32, job.R, k.vocab1 - k.vocab0};
+  // Every rank knows whether rank 0 wants the argmax only: forward() sets the same flag.
+  if (want_argmax_) {
+    k.comm->argmax_rows(part, k.vocab0, argmax, 0);
+  } else {
+    Tensor out{job.logits->data, DType::F32, job.R, cfg_.vocab_size};
+    k.comm->gather_cols(part, out, 0);
+  }
+}
+
+void TensorParallel::rank_layers(Rank& k, int64_t T, int64_t R, ForwardTrace* trace,
+                                 RowLogprobs* extra, Tensor& logits) {
   Backend& be = *k.be;
   Communicator& comm = *k.comm;
   const ModelConfig& c = cfg_;
   const ModelWeights& w = *k.w;
   const int n = size();
-  const int64_t T = meta.num_tokens();
   const float eps = float(c.rms_norm_eps), alpha = c.residual_scale();
   const int64_t qd = int64_t(c.num_attention_heads) * c.head_dim;
   const int64_t kvd = int64_t(c.num_key_value_heads) * c.head_dim;
@@ -27,7 +52,6 @@ void TensorParallel::run_rank(Rank& k, const StepMeta& meta, int64_t R, ForwardT
   Tensor h = rows(k.h, c.hidden_size), x = rows(k.x, c.hidden_size), mix = rows(k.mix, c.hidden_size);
   Tensor g = rows(k.g, c.intermediate_size / n), u = rows(k.u, c.intermediate_size / n);
 
-  be.begin_step(meta);
   be.embedding(w.embed_tokens, float(c.scale_emb), h);
   trace_rows(h);
   be.rmsnorm(h, w.layers[0].input_layernorm, eps, x);
@@ -116,13 +140,6 @@ void TensorParallel::run_rank(Rank& k, const StepMeta& meta, int64_t R, ForwardT
   be.div_scalar(z, c.logit_divisor());
   Tensor part{k.logits_part.data, DType::F32, R, Vn};
   be.linear(z, w.lm_head, part);
-  // Every rank knows whether rank 0 wants the argmax only: forward() passes the same flag.
-  if (want_argmax_) {
-    comm.argmax_rows(part, k.vocab0, argmax, 0);
-  } else {
-    Tensor out{logits.data, DType::F32, R, c.vocab_size};
-    comm.gather_cols(part, out, 0);
-  }
 }
 
 }  // namespace sala

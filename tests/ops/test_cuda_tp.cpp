@@ -8,7 +8,9 @@
 //     bounds: the row-parallel K-halves are summed apart), the same bits run to run, and the
 //     distributed argmax equal to the argmax of the gathered logits;
 //   - with two GPUs or more: NCCL (a GPU per rank) gives the same-GPU group's logits bit for
-//     bit (the same kernels and shapes; two ranks' bf16 sums are one rounding either way).
+//     bit (the same kernels and shapes; two ranks' bf16 sums are one rounding either way),
+//     for a prefill and for decode steps that NCCL's model records as CUDA graphs and the
+//     same-GPU group runs directly.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -98,11 +100,16 @@ std::unique_ptr<Model> load(const std::string& dir, Ranks ranks) {
   return std::make_unique<Model>(cfg, make_backend("cuda", bo), ckpt, lim, std::move(peers));
 }
 
+std::vector<int32_t> pages_of(int32_t slot) {
+  std::vector<int32_t> pages(64);
+  for (int32_t i = 0; i < 64; ++i) pages[size_t(i)] = slot * 64 + i;
+  return pages;
+}
+
 // Every row's logits of one prefill of `ids` on state slot `slot` (pages slot*64..).
 std::vector<float> prefill(Model& m, const std::vector<int32_t>& ids, int32_t slot,
                            std::vector<int32_t>* argmax_rows = nullptr) {
-  std::vector<int32_t> pages(64);
-  for (int32_t i = 0; i < 64; ++i) pages[size_t(i)] = slot * 64 + i;
+  const std::vector<int32_t> pages = pages_of(slot);
   StepMeta meta;
   meta.add_seq(ids.data(), int32_t(ids.size()), 0, slot, pages, true, false);
   std::vector<float> logits;
@@ -113,6 +120,19 @@ std::vector<float> prefill(Model& m, const std::vector<int32_t>& ids, int32_t sl
     m.forward(meta, logits);
   }
   return logits;
+}
+
+// After prefill(ids) on slot 0: one one-row decode step per token of `next` (recorded CUDA
+// graphs where the model records steps), every step's logits in a row.
+std::vector<float> decode(Model& m, int64_t past, const std::vector<int32_t>& next) {
+  std::vector<float> all, logits;
+  for (size_t i = 0; i < next.size(); ++i) {
+    StepMeta meta;
+    meta.add_seq(&next[i], 1, past + int64_t(i), 0, pages_of(0), false, true);
+    m.forward(meta, logits);
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  return all;
 }
 
 std::vector<double> row_cos(const std::vector<float>& a, const std::vector<float>& b,
@@ -186,6 +206,12 @@ TEST(CudaTp, NcclMatchesSameGpuBitForBit) {
     const std::vector<float> a = prefill(*same, ids, 0), b = prefill(*nccl, ids, 0);
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << dir;
+    // Decode steps: NCCL's recorded (the first of a bucket direct, then recorded, then
+    // replayed), the same-GPU group's direct: the same bits.
+    const std::vector<int32_t> next{5, 17, 9, 33, 5, 12};
+    const std::vector<float> da = decode(*same, 300, next), db = decode(*nccl, 300, next);
+    ASSERT_EQ(da.size(), db.size());
+    EXPECT_EQ(std::memcmp(da.data(), db.data(), da.size() * 4), 0) << dir << " decode";
   }
 }
 

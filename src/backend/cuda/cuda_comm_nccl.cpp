@@ -112,9 +112,11 @@ class NcclComm : public Communicator {
         stream_(be.stream()), scratch_(be.cuda_device()) {}
   int rank() const override { return rank_; }
   int size() const override { return n_; }
+  bool capturable() const override { return true; }
 
   void reserve_scratch(size_t full_bytes, int64_t max_rows) override {
-    scratch_.reserve(std::max(full_bytes, size_t(n_) * size_t(max_rows) * 8));
+    // The argmax: ids and values of this rank, then of all ranks ([R] int32 + [R] fp32 each).
+    scratch_.reserve(std::max(full_bytes, size_t(n_ + 1) * size_t(max_rows) * 8));
   }
 
   void all_reduce_sum(Tensor& x) override {
