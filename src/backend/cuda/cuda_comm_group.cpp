@@ -23,8 +23,11 @@ void CommScratch::reserve(size_t bytes) {
   if (bytes <= bytes_) return;
   SALA_CHECK(p_ == nullptr, "a communicator's scratch reserved twice ({} then {} bytes)", bytes_,
              bytes);
+  int caller = 0;
+  CUDA_CHECK(cudaGetDevice(&caller));
   CUDA_CHECK(cudaSetDevice(device_));
   CUDA_CHECK(cudaMalloc(&p_, bytes));
+  CUDA_CHECK(cudaSetDevice(caller));  // the calling thread stays on its device
   bytes_ = bytes;
 }
 
