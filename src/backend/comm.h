@@ -35,7 +35,7 @@ class Communicator {
   // first maximum, as torch.argmax on the whole row).
   virtual void argmax_rows(const Tensor& local, int64_t vocab_offset, int32_t* out, int root) = 0;
   virtual void barrier() = 0;
-  // The largest `full` tensor (bytes) any later gather writes (with max_rows, the most rows
+  // The largest tensor (bytes) any later collective writes or sums (with max_rows, the most rows
   // an argmax_rows call has): a device communicator allocates its staging buffer once here,
   // none in the step loop. Host groups need none.
   virtual void reserve_scratch(size_t /*full_bytes*/, int64_t /*max_rows*/) {}
