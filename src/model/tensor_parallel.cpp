@@ -139,7 +139,8 @@ TensorParallel::TensorParallel(const ModelConfig& cfg, const Checkpoint& ckpt, B
   graphs_ok_ = true;
   for (int r = 0; r < n; ++r) {
     comms[size_t(r)]->reserve_scratch(full_bytes, limits.max_logit_rows);
-    graphs_ok_ = graphs_ok_ && comms[size_t(r)]->capturable() && ranks_[size_t(r)]->be->graphs_enabled();
+    graphs_ok_ = graphs_ok_ && comms[size_t(r)]->capturable() &&
+                 ranks_[size_t(r)]->be->graphs_enabled();
     ranks_[size_t(r)]->comm = std::move(comms[size_t(r)]);
   }
   for (int r = 1; r < n; ++r) workers_.emplace_back([this, r] { worker(r); });
