@@ -41,13 +41,8 @@ std::vector<std::unique_ptr<Backend>> make_tp_peers(const std::string& device,
   return peers;
 }
 
-namespace {
-
-// Rank r's share of a config: its heads and intermediate columns (what its backend's caches
-// and attention ops see). Sparse layers whose KV heads do not split over the ranks (the tiny
-// golden models' one KV head) keep all their heads: replicated on every rank. The
-// vocabulary stays whole (the embedding is replicated).
-ModelConfig shard_config(const ModelConfig& c, int n) {
+ModelConfig tp_rank_config(const ModelConfig& c, int n) {
+  check_tp_config(c, n);
   ModelConfig s = c;
   if (c.num_key_value_heads % n == 0) {
     s.num_attention_heads /= n;
@@ -58,8 +53,6 @@ ModelConfig shard_config(const ModelConfig& c, int n) {
   s.intermediate_size /= n;
   return s;
 }
-
-}  // namespace
 
 WeightShard tp_shard(const ModelConfig& c, int n, int r) {
   WeightShard s;
@@ -78,7 +71,7 @@ TensorParallel::TensorParallel(const ModelConfig& cfg, const Checkpoint& ckpt, B
     : cfg_(cfg), limits_(limits) {
   const int n = 1 + int(peers.size());
   check_tp_config(cfg, n);
-  const ModelConfig sc = shard_config(cfg, n);
+  const ModelConfig sc = tp_rank_config(cfg, n);
   const std::vector<float> slopes = cfg.lightning_slopes();
   const int64_t T = limits.max_step_tokens, H = cfg.hidden_size, I = cfg.intermediate_size;
   const int64_t qd = int64_t(cfg.num_attention_heads) * cfg.head_dim;

@@ -45,6 +45,12 @@ void check_tp_config(const ModelConfig& cfg, int size);
 // The first vocabulary id of rank r's lm_head slice (r == n: V): slices of ceil(V / n), the
 // last rank the rest (the real model: 73448 -> 36724 + 36724).
 int64_t vocab_begin(int64_t V, int n, int r);
+// One rank's share of a config under `size`-way tensor parallelism (check_tp_config first):
+// its heads and intermediate columns, what its backend's caches and attention ops see (and
+// what a GPU's memory is planned for). Sparse layers whose KV heads do not split over the
+// ranks (the tiny golden models' one KV head) keep all their heads: replicated on every
+// rank. The vocabulary stays whole (the embedding is replicated).
+ModelConfig tp_rank_config(const ModelConfig& cfg, int size);
 // Rank r's share of the weights (model/weights.h) under `size`-way tensor parallelism.
 WeightShard tp_shard(const ModelConfig& cfg, int size, int r);
 // The backends of ranks 1..tp_size-1 (Model's `peers`) for `--tp-size tp_size` on `device`:

@@ -354,6 +354,24 @@ TEST(TensorParallel, VocabSlices) {
             std::string::npos);
 }
 
+// What one rank's backend (and a GPU's memory plan) sees: its share of the heads.
+TEST(TensorParallel, RankConfigIsOneRanksShare) {
+  const ModelConfig two = load_model_config(two_kv_dir());  // 32 query heads, 2 KV heads
+  const ModelConfig r2 = tp_rank_config(two, 2);
+  EXPECT_EQ(r2.num_attention_heads, 16);
+  EXPECT_EQ(r2.num_key_value_heads, 1);
+  EXPECT_EQ(r2.lightning_nh, two.lightning_nh / 2);
+  EXPECT_EQ(r2.intermediate_size, two.intermediate_size / 2);
+  EXPECT_EQ(r2.hidden_size, two.hidden_size);
+  EXPECT_EQ(r2.vocab_size, two.vocab_size);
+  // One KV head does not split: the sparse mixer is replicated, its heads all kept.
+  const ModelConfig one = load_model_config(golden("tiny-sparse"));
+  EXPECT_EQ(tp_rank_config(one, 2).num_attention_heads, one.num_attention_heads);
+  EXPECT_EQ(tp_rank_config(one, 2).num_key_value_heads, 1);
+  EXPECT_NE(error_of([&] { tp_rank_config(one, 3); }).find("not divisible by --tp-size 3"),
+            std::string::npos);
+}
+
 TEST(TensorParallel, RefusesWhatItCannotSplit) {
   // A rank's GPU that does not exist (rank r on GPU cuda_device + r), or no CUDA backend in
   // this build: refused with a clear message.

@@ -27,6 +27,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <mutex>
 #include <type_traits>
 
@@ -233,6 +234,9 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<Cud
     fail("NCCL could not make a communicator over {} GPUs: {}", devices.size(),
          api.error_string(r));
   }
+  int version = 0;
+  api.get_version(&version);
+  std::fprintf(stderr, "tensor parallelism: NCCL %d over %zu GPUs\n", version, devices.size());
   std::vector<std::unique_ptr<Communicator>> comms;
   for (size_t k = 0; k < ranks.size(); ++k)
     comms.push_back(std::make_unique<NcclComm>(g, int(k), *ranks[k]));
