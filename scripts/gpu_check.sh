@@ -97,6 +97,7 @@ OP_TESTS=${OP_TESTS:-"test_cuda_ops test_cuda_sparse test_cuda_f32"}
 # kernel with 4 warps exchanging P, V and partial outputs through shared memory (racecheck).
 SAN_FILTER_OPS=${SAN_FILTER_OPS:-"CudaOps.Embedding:CudaOps.RmsNorm:CudaOps.AddScaledRmsNorm:\
 CudaOps.Elementwise:CudaOps.RopeAndGather:CudaOps.LightningTiny:CudaOps.LightningHead64:\
+CudaOps.SplitRmsNormMulSigmoid:\
 CudaOps.LinearMulti:\
 CudaOps.LinearSiluMul:CudaOps.WideDecodeSteps:CudaOps.QkNormRope:\
 CudaFused.RmsNormMulSigmoid:CudaFused.LightningQkAttentionHead16:CudaSample.SameDrawSmall:CudaLogprobs.Small"}

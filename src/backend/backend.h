@@ -177,6 +177,16 @@ class Backend {
     rmsnorm(a, w, eps, out);
     mul_sigmoid(out, gate, out);
   }
+  // Tensor parallelism's split o_norm (model/tensor_parallel.h): the lightning o_norm is one
+  // RMSNorm over all nh*d columns, and a rank holds only its heads' columns. ss[T, 1] fp32 =
+  // Σ a[t, :]² over the rank's columns (the ranks' partials, all-reduced, are the row's).
+  virtual void row_sum_squares(const Tensor& a, Tensor& ss) = 0;
+  // rmsnorm_mul_sigmoid's numbers for the rank's columns with the whole row's Σ x² given:
+  // inv = 1 / sqrt(ss[t] / n + eps); out = T(T(T(a · inv) · w) · T(sigmoid(gate))), w the
+  // rank's columns of the norm weight ([a.cols]), gate [T, a.cols]. out may be a, not gate.
+  virtual void rmsnorm_mul_sigmoid_ss(const Tensor& a, const Tensor& ss, int64_t n,
+                                      const Tensor& w, float eps, const Tensor& gate,
+                                      Tensor& out) = 0;
   // x /= d (the logit divisor hidden/dim_model_base; SPEC §5 divides)
   virtual void div_scalar(Tensor& x, float d) = 0;
   // Rotate-half RoPE in place on [T, heads*head_dim] at the step's positions (SPEC §7).

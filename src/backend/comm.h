@@ -30,6 +30,9 @@ class Communicator {
   // x = x_0 + x_1 + ... + x_{size-1}, summed in rank order on every rank (fixed bits, the same
   // on every rank and from run to run). fp32 (rounded to bf16 where the group emulates bf16).
   virtual void all_reduce_sum(Tensor& x) = 0;
+  // The same sum of an fp32 tensor, never rounded to bf16 (a sum of squares; the CPU's bf16
+  // emulation rounds only activations). A device group's fp32 sums are never rounded.
+  virtual void all_reduce_sum_f32(Tensor& x) { all_reduce_sum(x); }
   // Greedy token of vocab-parallel logits: local[R, Vr] is rank r's vocab slice starting at
   // id vocab_offset; out[R] (on `root` only) = the global argmax, ties to the lowest id (the
   // first maximum, as torch.argmax on the whole row).

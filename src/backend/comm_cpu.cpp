@@ -39,7 +39,10 @@ class CpuComm : public Communicator {
     gather(local, full, root);
   }
 
-  void all_reduce_sum(Tensor& x) override {
+  void all_reduce_sum(Tensor& x) override { sum(x, s_.round_bf16); }
+  void all_reduce_sum_f32(Tensor& x) override { sum(x, false); }
+
+  void sum(Tensor& x, bool round_bf16) {
     SALA_CHECK(x.dtype == DType::F32, "all_reduce_sum of {}", dtype_name(x.dtype));
     s_.ptr[size_t(rank_)] = x.data;
     barrier();
@@ -50,8 +53,8 @@ class CpuComm : public Communicator {
       const float* p = static_cast<const float*>(s_.ptr[size_t(r)]);
       for (size_t i = 0; i < n; ++i) scratch_[i] += p[i];
     }
-    if (s_.round_bf16)
-      for (float& v : scratch_) v = round_bf16(v);
+    if (round_bf16)
+      for (float& v : scratch_) v = sala::round_bf16(v);
     barrier();
     std::memcpy(x.data, scratch_.data(), n * sizeof(float));
   }

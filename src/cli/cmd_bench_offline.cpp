@@ -47,6 +47,7 @@ struct Args {
   std::vector<int> decode_batches{1, 8, 64}, prefill_batches{1, 8};
   int decode_in = 128, decode_out = 512, prefill_in = 4096, threads = 0;
   int tp_size = 1;  // tensor-parallel ranks (model/tensor_parallel.h)
+  bool tp_gather_o_norm = false;  // ModelLimits::tp_gather_o_norm (an A/B)
   bool bf16 = false;
   bool disable_cuda_graph = false;
   std::string quantization;  // "" | fp8 (BackendOptions::fp8_weights) | w4a16 (int4_group_size)
@@ -321,7 +322,8 @@ int run(const Args& a) {
         a.decode_grammar, a.grammar_tokenizer.empty() ? a.model : a.grammar_tokenizer, cfg);
     fmt::print("decode grammar: {} over {}\n", grammar->label(), grammar->vocabulary());
   }
-  const sala::ModelLimits lim = plan_limits(a, cfg);
+  sala::ModelLimits lim = plan_limits(a, cfg);
+  lim.tp_gather_o_norm = a.tp_gather_o_norm;
   // The GPU path is bf16 by contract; the CPU reference is fp32 unless --bf16 asks for emulation.
   const bool bf16 = a.bf16 || a.device == "cuda";
   sala::BackendOptions bo{bf16 ? sala::NumericMode::BF16 : sala::NumericMode::F32, a.threads};
@@ -498,6 +500,8 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
   app.add_option("--tp-size", a->tp_size,
                  "tensor-parallel ranks (CUDA: one GPU each); floors are one rank's share")
       ->check(CLI::Range(1, 8));
+  app.add_flag("--tp-gather-o-norm", a->tp_gather_o_norm,
+               "TP: the lightning o_norm by all-gathering the heads, not the split norm (A/B)");
   app.add_flag("--bf16", a->bf16, "CPU: emulate bf16 rounding");
   app.add_option("--quantization", a->quantization,
                  "fp8: W8A8 e4m3 projections quantized at load (BackendOptions::fp8_weights); "

@@ -19,6 +19,12 @@ struct ModelLimits {
   // (StepMeta::keep_lightning_rows) for rollback_state; 0: none kept (a rollback recomputes).
   int32_t keep_verify_rows = 0;
   CacheShape caches;
+  // Tensor parallelism's lightning o_norm (one RMSNorm over all heads, the heads split over
+  // the ranks): false, the split norm (each rank's Σ x² of its columns, one all-reduce of [T]
+  // floats, each rank norms its own columns); true, all-gather the heads and the z gate, norm
+  // the whole row as one rank does, take the rank's columns back (TP=1's numbers exactly; two
+  // all-gathers of [T, nh*d/n] per layer). An A/B until measured over NCCL.
+  bool tp_gather_o_norm = false;
 };
 
 // Optional per-layer trace for golden debugging: residual stream rows (fp32).

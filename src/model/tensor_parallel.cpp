@@ -112,6 +112,7 @@ TensorParallel::TensorParallel(const ModelConfig& cfg, const Checkpoint& ckpt, B
     k->attn_full = be.alloc(T, std::max(qd, ld), a);
     k->gate_full = be.alloc(T, ld, a);  // lightning only
     k->mix = be.alloc(T, H, a);
+    k->sum_squares = be.alloc(T, 1, DType::F32);
     k->g = be.alloc(T, I / n, a);
     k->u = be.alloc(T, I / n, a);
     k->logit_in = be.alloc(limits.max_logit_rows, H, a);

@@ -77,15 +77,29 @@ void TensorParallel::rank_layers(Rank& k, int64_t T, int64_t R, ForwardTrace* tr
       }
     } else {
       // The rank's heads with their GLOBAL slopes (k.slopes), then the o_norm over all nh*d
-      // columns (not the shard's: SGLang's TP bug): the heads and the z gate all-gathered, the
-      // whole row normed (TP=1's numbers), the rank's columns taken back for o_proj.
+      // columns (not the shard's: SGLang's TP bug).
       be.lightning_qk_attention(ki, q, kk, v, l.q_norm, l.k_norm, eps, c.lightning_head_dim,
                                 c.rope_theta, k.slopes, float(c.lightning_scale), a);
-      Tensor z_full = rows(k.gate_full, od);
-      comm.all_gather_cols(a, a_full);
-      comm.all_gather_cols(gate, z_full);
-      be.rmsnorm_mul_sigmoid(a_full, l.o_norm, eps, z_full, a_full);
-      be.copy_cols(a_full, k.r * (od / n), a);
+      if (limits_.tp_gather_o_norm) {
+        // The heads and the z gate all-gathered, the whole row normed (TP=1's numbers), the
+        // rank's columns taken back for o_proj.
+        Tensor z_full = rows(k.gate_full, od);
+        comm.all_gather_cols(a, a_full);
+        comm.all_gather_cols(gate, z_full);
+        be.rmsnorm_mul_sigmoid(a_full, l.o_norm, eps, z_full, a_full);
+        be.copy_cols(a_full, k.r * (od / n), a);
+      } else {
+        // The split norm: the row's Σ x² from every rank's columns, then each rank norms and
+        // gates its own (its columns of o_norm's weight, its z columns).
+        Tensor ss = rows(k.sum_squares, 1);
+        be.row_sum_squares(a, ss);
+        comm.all_reduce_sum_f32(ss);
+        const int64_t cols = od / n;
+        const Tensor w_cols{static_cast<char*>(l.o_norm.data) +
+                                size_t(k.r * cols) * dtype_size(l.o_norm.dtype),
+                            l.o_norm.dtype, 1, cols};
+        be.rmsnorm_mul_sigmoid_ss(a, ss, od, w_cols, eps, gate, a);
+      }
     }
     // Row-parallel o_proj: the rank's [T, od/n] by its [H, od/n] slice, summed over the ranks.
     be.linear(a, l.o_proj, mix);

@@ -27,6 +27,7 @@ struct TensorParallel::Rank {
   // [T, wide]; g, u: [T, I/n]), the gathered / replicated mixer output attn_full and z gate
   // gate_full [T, max(qd, ld)], and the row-parallel partials / their all-reduced sum mix [T, H].
   Tensor h, x, q, k, v, gate, attn, attn_full, gate_full, mix, g, u;
+  Tensor sum_squares;  // [max_step_tokens, 1] fp32: the split o_norm's Σ x² of each row
   Tensor logit_in, logits_part;  // [max_logit_rows, H], [max_logit_rows, vocab1 - vocab0]
   StepMeta meta;
   BlockCapture cap;

@@ -139,6 +139,31 @@ void CudaBackend::rmsnorm_mul_sigmoid(const Tensor& a, const Tensor& w, float ep
   tick("rmsnorm_mul_sigmoid");
 }
 
+void CudaBackend::row_sum_squares(const Tensor& a, Tensor& ss) {
+  SALA_CHECK(is_act(a) && ss.dtype == DType::F32 && ss.rows == a.rows && ss.cols == 1,
+             "row sums of squares of [{}, {}] into [{}, {}]", a.rows, a.cols, ss.rows, ss.cols);
+  with_act_type(bf16_mode_, [&](auto tag) {
+    using T = tag_t<decltype(tag)>;
+    launch_row_sum_squares<T>(ptr<T>(a), int(a.cols), a.rows, ptr<float>(ss), st());
+  });
+  tick("row_sum_squares");
+}
+
+void CudaBackend::rmsnorm_mul_sigmoid_ss(const Tensor& a, const Tensor& ss, int64_t n,
+                                         const Tensor& w, float eps, const Tensor& gate,
+                                         Tensor& out) {
+  SALA_CHECK(ss.dtype == DType::F32 && ss.rows == a.rows && ss.cols == 1 &&
+             w.numel() == a.cols && n >= a.cols && gate.numel() == a.numel() &&
+             out.rows == a.rows && out.cols == a.cols && gate.data != out.data);
+  SALA_CHECK(is_act(a) && is_act(w) && is_act(gate) && is_act(out));
+  with_act_type(bf16_mode_, [&](auto tag) {
+    using T = tag_t<decltype(tag)>;
+    launch_rmsnorm_mul_sigmoid_ss<T>(ptr<T>(a), ptr<float>(ss), int(a.cols), n, ptr<T>(w),
+                                     ptr<T>(gate), a.rows, eps, ptr<T>(out), st());
+  });
+  tick("rmsnorm_mul_sigmoid_ss");
+}
+
 void CudaBackend::div_scalar(Tensor& x, float d) {
   if (!bf16_mode_) {  // fp32 mode: activations and logits fp32, not rounded
     SALA_CHECK(x.dtype == DType::F32);
