@@ -25,7 +25,9 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_comm_host.h"
 #include "core/config.h"
+#include "core/error.h"
 #include "core/safetensors.h"
 #include "cuda_test_util.h"
 #include "model/minicpm_sala.h"
@@ -159,6 +161,26 @@ std::vector<int32_t> tokens(int n, int vocab) {
     t.push_back(3 + int32_t((x >> 8) % uint32_t(vocab - 12)));
   }
   return t;
+}
+
+// NCCL is loaded at run time (no GPU needed to load it): where the loader finds
+// libnccl.so.2 its version is a 2.x one; where it does not, the error says what to do.
+TEST(CudaTp, NcclLoadsAtRunTime) {
+  int version = 0;
+  std::string error;
+  try {
+    version = cuda_host::nccl_version();
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  std::printf("NCCL: %s\n", error.empty() ? std::to_string(version).c_str() : error.c_str());
+  if (error.empty()) {
+    EXPECT_GE(version, 21000);  // 2.10 (bf16 collectives) or later
+    EXPECT_LT(version, 30000);
+  } else {
+    EXPECT_NE(error.find("libnccl.so.2"), std::string::npos) << error;
+    EXPECT_NE(error.find("LD_LIBRARY_PATH"), std::string::npos) << error;
+  }
 }
 
 TEST(CudaTp, SameGpuTp2MatchesTp1) {

@@ -48,5 +48,8 @@ std::vector<std::unique_ptr<Communicator>> make_same_gpu_comms(
     const std::vector<CudaBackend*>& ranks);
 // sala::Error where NCCL cannot be loaded (libnccl.so.2) or the build had no nccl.h.
 std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<CudaBackend*>& ranks);
+// The version of the NCCL library the loader finds (e.g. 22809 for 2.28.9), loading it as
+// make_nccl_comms does; the same sala::Error where it cannot. No GPU needed.
+int nccl_version();
 
 }  // namespace sala::cuda_host

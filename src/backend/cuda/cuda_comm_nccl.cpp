@@ -218,6 +218,13 @@ class NcclComm : public Communicator {
 
 }  // namespace
 
+int nccl_version() {
+  int version = 0;
+  const ncclResult_t r = nccl().get_version(&version);
+  if (r != ncclSuccess) fail("ncclGetVersion failed: {}", nccl().error_string(r));
+  return version;
+}
+
 std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<CudaBackend*>& ranks) {
   const NcclApi& api = nccl();
   setenv("NCCL_NVLS_ENABLE", "0", 0);  // (not overwritten where the environment sets it)
@@ -234,9 +241,8 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<Cud
     fail("NCCL could not make a communicator over {} GPUs: {}", devices.size(),
          api.error_string(r));
   }
-  int version = 0;
-  api.get_version(&version);
-  std::fprintf(stderr, "tensor parallelism: NCCL %d over %zu GPUs\n", version, devices.size());
+  std::fprintf(stderr, "tensor parallelism: NCCL %d over %zu GPUs\n", nccl_version(),
+               devices.size());
   std::vector<std::unique_ptr<Communicator>> comms;
   for (size_t k = 0; k < ranks.size(); ++k)
     comms.push_back(std::make_unique<NcclComm>(g, int(k), *ranks[k]));
@@ -252,6 +258,11 @@ namespace sala::cuda_host {
 std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<CudaBackend*>& ranks) {
   fail("tensor parallelism over {} GPUs needs NCCL, and this build found no nccl.h (configure "
        "with SALA_NCCL_INCLUDE_DIR set to NCCL's include folder)", ranks.size());
+}
+
+int nccl_version() {
+  fail("this build found no nccl.h (configure with SALA_NCCL_INCLUDE_DIR set to NCCL's include "
+       "folder)");
 }
 
 }  // namespace sala::cuda_host
