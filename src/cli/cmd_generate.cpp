@@ -67,7 +67,10 @@ int run_generate(const GenOpts& o) {
     ids = parse_ids(o.prompt_ids);
   } else if (o.chat) {
     if (!L.tmpl) sala::fail("--chat: the model has no usable chat template ({})", L.template_error);
-    ids = L.tok->encode(L.tmpl->render({{"user", o.prompt}}, true), false);
+    sala::ChatMessage user;
+    user.role = "user";
+    user.content = o.prompt;
+    ids = L.tok->encode(L.tmpl->render({user}, true), false);
   } else {
     ids = L.tok->encode(o.prompt, true);
   }

@@ -86,6 +86,7 @@ Loaded launch(const LaunchOptions& o) {
   if (o.device == "cuda") {
     bo.mode = NumericMode::BF16;  // the GPU path is bf16 by contract
     bo.cuda_graphs = o.cuda_graphs;
+    bo.cuda_device = o.base_gpu_id;
   }
   ModelConfig dcfg;
   const bool draft = !o.draft_model_path.empty();

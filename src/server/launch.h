@@ -29,6 +29,7 @@ struct LaunchOptions {
   size_t kv_memory_bytes = size_t(512) << 20;  // CPU: KV pool + state slots
   double mem_fraction_static = 0.88;  // GPU: weights + caches + workspaces, of total memory
   bool cuda_graphs = true;
+  int base_gpu_id = 0;  // BackendOptions::cuda_device of rank 0
   bool verbose = true;
 };
 

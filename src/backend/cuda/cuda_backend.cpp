@@ -262,9 +262,10 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts) {
 }
 
 size_t CudaBackend::device_memory_total() const {
-  size_t free_b = 0, total_b = 0;
-  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  return total_b;
+  // This backend's GPU whatever the calling thread's current device.
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device_.device()));
+  return prop.totalGlobalMem;
 }
 
 }  // namespace sala
