@@ -24,9 +24,7 @@ void check_tp_config(const ModelConfig& c, int n) {
     fail("{}: vocab_size = {} is too small for --tp-size {}", c.source, c.vocab_size, n);
 }
 
-int64_t vocab_begin(int64_t V, int n, int r) {
-  return std::min(V, r * ((V + n - 1) / n));
-}
+int64_t vocab_begin(int64_t V, int n, int r) { return gather_col(V, n, r); }
 
 std::vector<std::unique_ptr<Backend>> make_tp_peers(const std::string& device,
                                                     const BackendOptions& opts, int tp_size) {

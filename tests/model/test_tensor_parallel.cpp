@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "model/tensor_parallel.h"
+#include "row_cosine.h"
 #include "test_util.h"
 
 namespace sala::test {
@@ -169,24 +170,6 @@ std::string two_kv_dir() {
   return written;
 }
 
-// The smallest cosine similarity between rows of `cols` elements of a and b.
-// The cosine similarity between rows of `cols` elements of a and b, row by row.
-std::vector<double> row_cos(const std::vector<float>& a, const std::vector<float>& b, int64_t cols) {
-  EXPECT_EQ(a.size(), b.size());
-  std::vector<double> c;
-  for (size_t r = 0; (r + 1) * size_t(cols) <= std::min(a.size(), b.size()); ++r) {
-    double ab = 0, aa = 0, bb = 0;
-    for (size_t j = r * size_t(cols); j < (r + 1) * size_t(cols); ++j)
-      ab += double(a[j]) * b[j], aa += double(a[j]) * a[j], bb += double(b[j]) * b[j];
-    c.push_back(ab / std::sqrt(std::max(aa * bb, 1e-300)));
-  }
-  return c;
-}
-double min_of(std::vector<double> c) { return *std::min_element(c.begin(), c.end()); }
-double median_of(std::vector<double> c) {
-  std::nth_element(c.begin(), c.begin() + ptrdiff_t(c.size() / 2), c.end());
-  return c[c.size() / 2];
-}
 
 // TP=2's logits (or hidden states) against TP=1's, rows of `cols`. fp32: |a - b| / max|b|
 // below 2e-5 (the K-halves' sums differ from one dot product by a few ulps, grown over 4
@@ -199,6 +182,7 @@ void expect_close(const std::vector<float>& tp2, const std::vector<float>& tp1, 
   if (mode == NumericMode::F32)
     EXPECT_LT(max_rel_diff(tp2, tp1), 2e-5) << what;
   else {
+    EXPECT_EQ(tp2.size(), tp1.size()) << what;
     const auto c = row_cos(tp2, tp1, cols);
     EXPECT_GE(min_of(c), 0.95) << what;
     EXPECT_GE(median_of(c), 0.999) << what;
