@@ -4,8 +4,9 @@
 //
 // Implementations (make_communicators picks one): CpuCommGroup (one thread per rank in one
 // process, host memory, a barrier and shared pointers: the CPU backend's TP in CI); for CUDA
-// backends (backend/cuda/cuda_comm.h) NCCL where the ranks are on distinct GPUs, and a
-// same-GPU group (events and a host barrier) where they share one, as the tests on one GPU do.
+// backends (backend/cuda/cuda_comm_host.h) NCCL where the ranks are on distinct GPUs, and the
+// peer group (single kernels meeting on device flags) where they share one GPU, as the tests
+// on one GPU do, or on distinct GPUs when asked for.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -55,14 +56,16 @@ inline int64_t gather_col(int64_t W, int n, int r) {
 }
 
 // One communicator per rank of a group whose rank r runs on ranks[r] (backends of one kind):
-// the CPU group for CPU backends (round_bf16 for the bf16 emulation, "cpu-bf16"), the CUDA
-// ones for CUDA backends. sala::Error where the kind has none (or NCCL cannot be loaded).
-std::vector<std::unique_ptr<Communicator>> make_communicators(const std::vector<Backend*>& ranks);
+// the CPU group for CPU backends (rounding where they emulate bf16, "cpu-bf16"), the CUDA ones
+// for CUDA backends (prefer_peer: the peer group over distinct GPUs too, not NCCL).
+// sala::Error where the kind has none (or NCCL cannot be loaded, or GPUs lack peer access).
+std::vector<std::unique_ptr<Communicator>> make_communicators(const std::vector<Backend*>& ranks,
+                                                              bool prefer_peer = false);
 #ifdef SALA_HAVE_CUDA
-// The CUDA backends' (backend/cuda/cuda_comm_group.cpp): NCCL over distinct GPUs, the
-// same-GPU group over one.
+// The CUDA backends' (backend/cuda/cuda_comm_group.cpp): NCCL over distinct GPUs (the peer
+// group where prefer_peer), the peer group over one.
 std::vector<std::unique_ptr<Communicator>> make_cuda_communicators(
-    const std::vector<Backend*>& ranks);
+    const std::vector<Backend*>& ranks, bool prefer_peer);
 #endif
 
 // An in-process group of `size` ranks over host memory (fp32 tensors of the CPU backend):

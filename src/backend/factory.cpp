@@ -23,7 +23,8 @@ std::unique_ptr<Backend> make_backend(const std::string& device, const BackendOp
   fail("device '{}' is unknown (devices: {})", device, known);
 }
 
-std::vector<std::unique_ptr<Communicator>> make_communicators(const std::vector<Backend*>& ranks) {
+std::vector<std::unique_ptr<Communicator>> make_communicators(const std::vector<Backend*>& ranks,
+                                                              bool prefer_peer) {
   SALA_CHECK(!ranks.empty(), "a communicator group of no ranks");
   const std::string kind = ranks[0]->name();
   for (Backend* b : ranks)
@@ -35,7 +36,9 @@ std::vector<std::unique_ptr<Communicator>> make_communicators(const std::vector<
     return comms;
   }
 #ifdef SALA_HAVE_CUDA
-  if (kind == "cuda") return make_cuda_communicators(ranks);
+  if (kind == "cuda") return make_cuda_communicators(ranks, prefer_peer);
+#else
+  (void)prefer_peer;
 #endif
   fail("tensor parallelism: the {} backend has no communicator", kind);
 }

@@ -48,6 +48,7 @@ struct Args {
   int decode_in = 128, decode_out = 512, prefill_in = 4096, threads = 0;
   int tp_size = 1;  // tensor-parallel ranks (model/tensor_parallel.h)
   bool tp_gather_o_norm = false;  // ModelLimits::tp_gather_o_norm (an A/B)
+  bool tp_peer_comm = false;      // ModelLimits::tp_peer_comm (an A/B)
   bool bf16 = false;
   bool disable_cuda_graph = false;
   std::string quantization;  // "" | fp8 (BackendOptions::fp8_weights) | w4a16 (int4_group_size)
@@ -324,6 +325,7 @@ int run(const Args& a) {
   }
   sala::ModelLimits lim = plan_limits(a, cfg);
   lim.tp_gather_o_norm = a.tp_gather_o_norm;
+  lim.tp_peer_comm = a.tp_peer_comm;
   // The GPU path is bf16 by contract; the CPU reference is fp32 unless --bf16 asks for emulation.
   const bool bf16 = a.bf16 || a.device == "cuda";
   sala::BackendOptions bo{bf16 ? sala::NumericMode::BF16 : sala::NumericMode::F32, a.threads};
@@ -502,6 +504,8 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
       ->check(CLI::Range(1, 8));
   app.add_flag("--tp-gather-o-norm", a->tp_gather_o_norm,
                "TP: the lightning o_norm by all-gathering the heads, not the split norm (A/B)");
+  app.add_flag("--tp-peer-comm", a->tp_peer_comm,
+               "TP over GPUs: the peer-access communicator instead of NCCL (A/B)");
   app.add_flag("--bf16", a->bf16, "CPU: emulate bf16 rounding");
   app.add_option("--quantization", a->quantization,
                  "fp8: W8A8 e4m3 projections quantized at load (BackendOptions::fp8_weights); "

@@ -25,6 +25,10 @@ struct ModelLimits {
   // the whole row as one rank does, take the rank's columns back (TP=1's numbers exactly; two
   // all-gathers of [T, nh*d/n] per layer). An A/B until measured over NCCL.
   bool tp_gather_o_norm = false;
+  // Tensor parallelism over GPUs: the peer communicator (one kernel per collective, meeting on
+  // device flags over peer access; backend/cuda/cuda_comm_peer.cpp) instead of NCCL. Ranks on
+  // one GPU always use it. An A/B until measured on two GPUs.
+  bool tp_peer_comm = false;
 };
 
 // Optional per-layer trace for golden debugging: residual stream rows (fp32).

@@ -118,13 +118,14 @@ TensorParallel::TensorParallel(const ModelConfig& cfg, const Checkpoint& ckpt, B
     ranks_.push_back(std::move(k));
   }
   rank0.bind_thread();  // the caller's thread runs rank 0
-  // One communicator per rank (backend/comm.h: the CPU group, NCCL, or the same-GPU group),
+  // One communicator per rank (backend/comm.h: the CPU group, NCCL, or the peer group),
   // its staging buffer sized for the largest collective: the lightning o_norm's rows [T, ld]
-  // or the mixer's [T, qd], the all-reduced [T, H] (the same-GPU group sums into it), and the
+  // or the mixer's [T, qd], the all-reduced [T, H] (the peer group stages it), and the
   // logits [max_logit_rows, V] fp32.
   std::vector<Backend*> backends;
   for (auto& k : ranks_) backends.push_back(k->be);
-  std::vector<std::unique_ptr<Communicator>> comms = make_communicators(backends);
+  std::vector<std::unique_ptr<Communicator>> comms =
+      make_communicators(backends, limits.tp_peer_comm);
   const size_t act_bytes = dtype_size(rank0.act_dtype());
   const size_t full_bytes = std::max(size_t(T) * size_t(std::max({qd, ld, H})) * act_bytes,
                                      size_t(limits.max_logit_rows) * size_t(V) * 4);

@@ -80,7 +80,7 @@ class TensorParallel {
   void forward(const StepMeta& meta, int64_t R, ForwardTrace* trace, int32_t* argmax,
                RowLogprobs* extra, Tensor& logits, int graph_key = 0, int64_t graph_rows = 0);
   // Whether steps may be recorded: every rank's backend records steps and every communicator
-  // can be captured in a CUDA graph (NCCL; not the same-GPU group's host barriers).
+  // can be captured in a CUDA graph (NCCL's and the peer group's can; the CPU group's not).
   bool graphs_ok() const { return graphs_ok_; }
   void copy_state_slot(int32_t src, int32_t dst);
   // After a distributed-argmax step: its logits [R, V] gathered into `logits` (rank 0's

@@ -1,16 +1,17 @@
-// Tensor parallelism on the CUDA backend (issue 24), bf16 mode, on the tiny golden models and
-// on a variant of tiny-sparse whose sparse layers have 2 KV heads of 16 query heads each (as
-// the real model's 32 / 2), so TP=2 splits them (one KV head per rank) instead of
-// replicating the golden models' one KV head:
-//   - TP=2 with both ranks on ONE GPU (the same-GPU communicator, cuda_comm_same_gpu.cpp)
-//     against TP=1 on the GPU: every logit row of a 300-token prefill within the golden
-//     README's bf16 criteria (row cosine >= 0.95, median >= 0.999; the CPU's TP tests'
-//     bounds: the row-parallel K-halves are summed apart), the same bits run to run, and the
-//     distributed argmax equal to the argmax of the gathered logits;
-//   - with two GPUs or more: NCCL (a GPU per rank) gives the same-GPU group's logits bit for
-//     bit (the same kernels and shapes; two ranks' bf16 sums are one rounding either way),
-//     for a prefill and for decode steps that NCCL's model records as CUDA graphs and the
-//     same-GPU group runs directly.
+// Tensor parallelism on the CUDA backend (issue 24), bf16 mode.
+//   - The peer communicator's collectives on one GPU (3 ranks): the all-reduce against the host
+//     sum in rank order rounded once, the gathers bit for bit, the argmax's ties.
+//   - On the tiny golden models and on a variant of tiny-sparse whose sparse layers have 2 KV
+//     heads of 16 query heads each (as the real model's 32 / 2, so TP=2 splits them instead of
+//     replicating the golden models' one KV head): TP=2 with both ranks on ONE GPU (the peer
+//     communicator) against TP=1 on the GPU: every logit row of a 300-token prefill within the
+//     golden README's bf16 criteria (row cosine >= 0.95, median >= 0.999; the CPU's TP tests'
+//     bounds: the row-parallel K-halves are summed apart), the same bits run to run, the
+//     distributed argmax equal to the argmax of the gathered logits, and decode steps recorded
+//     as CUDA graphs (collectives inside) equal to the same steps run directly, bit for bit.
+//   - With two GPUs or more: NCCL (a GPU per rank) gives the peer group's logits bit for bit
+//     (the same kernels and shapes; two ranks' bf16 sums are one rounding either way), for a
+//     prefill and for recorded decode steps.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -21,12 +22,16 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/comm.h"
 #include "backend/cuda/cuda_comm_host.h"
 #include "core/config.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "cuda_test_util.h"
@@ -90,13 +95,14 @@ std::string two_kv_heads_dir() {
 
 enum class Ranks { One, TwoSameGpu, TwoNccl };
 
-std::unique_ptr<Model> load(const std::string& dir, Ranks ranks) {
+std::unique_ptr<Model> load(const std::string& dir, Ranks ranks, bool graphs = true) {
   const ModelConfig cfg = load_model_config(dir);
   Checkpoint ckpt(dir);
   ModelLimits lim;
   lim.max_step_tokens = lim.max_logit_rows = 320;
   lim.caches = {128, cfg.sparse.block_size, 2};
-  const BackendOptions bo{NumericMode::BF16, 0};
+  BackendOptions bo{NumericMode::BF16, 0};
+  bo.cuda_graphs = graphs;
   std::vector<std::unique_ptr<Backend>> peers;
   if (ranks == Ranks::TwoNccl) peers = make_tp_peers("cuda", bo, 2);  // rank 1 on GPU 1
   if (ranks == Ranks::TwoSameGpu) peers.push_back(make_backend("cuda", bo));
@@ -173,6 +179,112 @@ TEST(CudaTp, NcclLoadsAtRunTime) {
   }
 }
 
+// Runs f(r) on one thread per rank, each bound to its backend's device.
+void on_ranks(const std::vector<std::unique_ptr<Backend>>& be,
+              const std::function<void(int)>& f) {
+  std::vector<std::thread> th;
+  for (size_t r = 0; r < be.size(); ++r)
+    th.emplace_back([&, r] {
+      be[r]->bind_thread();
+      f(int(r));
+      be[r]->synchronize();
+    });
+  for (auto& t : th) t.join();
+}
+
+std::vector<uint16_t> download_bits(const Tensor& t) {
+  std::vector<uint16_t> h(size_t(t.numel()));
+  EXPECT_EQ(cudaMemcpy(h.data(), t.data, t.nbytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+  return h;
+}
+
+TEST(CudaTp, PeerCollectivesOnOneGpu) {
+  REQUIRE_GPU();
+  const int n = 3;
+  const int64_t T = 37, C = 300;
+  const BackendOptions bo{NumericMode::BF16, 0};
+  std::vector<std::unique_ptr<Backend>> be;
+  std::vector<Backend*> ptrs;
+  for (int r = 0; r < n; ++r) {
+    be.push_back(make_backend("cuda", bo));
+    ptrs.push_back(be.back().get());
+  }
+  auto comms = make_communicators(ptrs);
+  ASSERT_EQ(comms.size(), size_t(n));
+  for (auto& c : comms) {
+    EXPECT_TRUE(c->capturable());
+    c->reserve_scratch(size_t(T) * size_t(n * C) * 4, 64);
+  }
+  // Inputs: rank r's [T, C] bf16 (bits of N(0, 1) values), and its vocab slice for the gather.
+  std::vector<std::vector<uint16_t>> x(n);
+  std::vector<Tensor> xs(n), full(n);
+  for (int r = 0; r < n; ++r) {
+    const HostMat m = randn(T, C, 900 + uint32_t(r), 1.f);
+    x[size_t(r)] = m.bits;
+    xs[size_t(r)] = be[size_t(r)]->alloc(T, C, DType::BF16);
+    full[size_t(r)] = be[size_t(r)]->alloc(T, n * C, DType::BF16);
+    be[size_t(r)]->synchronize();
+    ASSERT_EQ(cudaMemcpy(xs[size_t(r)].data, m.bits.data(), xs[size_t(r)].nbytes(),
+                         cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  // all_gather_cols, then all_reduce_sum in place, each on every rank.
+  on_ranks(be, [&](int r) { comms[size_t(r)]->all_gather_cols(xs[size_t(r)], full[size_t(r)]); });
+  for (int r = 0; r < n; ++r) {
+    const std::vector<uint16_t> got = download_bits(full[size_t(r)]);
+    for (int64_t t = 0; t < T; ++t)
+      for (int k = 0; k < n; ++k)
+        ASSERT_EQ(std::memcmp(&got[size_t(t * n * C + k * C)], &x[size_t(k)][size_t(t * C)], C * 2),
+                  0) << "rank " << r << " row " << t << " part " << k;
+  }
+  for (int rep = 0; rep < 3; ++rep) {  // the staging halves alternate call by call
+    on_ranks(be, [&](int r) { comms[size_t(r)]->all_reduce_sum(xs[size_t(r)]); });
+    std::vector<uint16_t> want(size_t(T * C));
+    for (size_t i = 0; i < want.size(); ++i) {
+      float s = bf16_to_f32(x[0][i]);
+      for (int k = 1; k < n; ++k) s += bf16_to_f32(x[size_t(k)][i]);
+      want[i] = f32_to_bf16(s);
+    }
+    for (int r = 0; r < n; ++r) {
+      const std::vector<uint16_t> got = download_bits(xs[size_t(r)]);
+      EXPECT_EQ(got, want) << "rank " << r << " call " << rep;
+      x[size_t(r)] = got;  // the next call sums these
+    }
+  }
+  // gather_cols to rank 1 of vocab slices of W = 1000 fp32 columns (ceil(1000 / 3) = 334,
+  // the last rank 332), and the argmax with a tie across ranks at ids 333 and 334.
+  const int64_t W = 1000, R = 5;
+  std::vector<Tensor> part(n);
+  std::vector<std::vector<float>> vals(n);
+  Tensor all = be[1]->alloc(R, W, DType::F32);
+  for (int r = 0; r < n; ++r) {
+    const int64_t c0 = gather_col(W, n, r), w = gather_col(W, n, r + 1) - c0;
+    vals[size_t(r)].resize(size_t(R * w));
+    for (int64_t i = 0; i < R * w; ++i) vals[size_t(r)][size_t(i)] = float((i * 7919 + r) % 997);
+    for (int64_t t = 0; t < R; ++t)
+      if (r < 2) vals[size_t(r)][size_t(t * w + (r == 0 ? w - 1 : 0))] = 5000.f;  // a tie
+    part[size_t(r)] = be[size_t(r)]->alloc(R, w, DType::F32);
+    be[size_t(r)]->synchronize();
+    ASSERT_EQ(cudaMemcpy(part[size_t(r)].data, vals[size_t(r)].data(), size_t(R * w) * 4,
+                         cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  be[1]->synchronize();
+  on_ranks(be, [&](int r) { comms[size_t(r)]->gather_cols(part[size_t(r)], all, 1); });
+  std::vector<float> got(size_t(R * W));
+  ASSERT_EQ(cudaMemcpy(got.data(), all.data, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int r = 0; r < n; ++r) {
+    const int64_t c0 = gather_col(W, n, r), w = gather_col(W, n, r + 1) - c0;
+    for (int64_t t = 0; t < R; ++t)
+      for (int64_t c = 0; c < w; ++c)
+        ASSERT_EQ(got[size_t(t * W + c0 + c)], vals[size_t(r)][size_t(t * w + c)]);
+  }
+  std::vector<int32_t> ids(size_t(R), -1);
+  on_ranks(be, [&](int r) {
+    comms[size_t(r)]->argmax_rows(part[size_t(r)], gather_col(W, n, r),
+                                  r == 0 ? ids.data() : nullptr, 0);
+  });
+  for (int64_t t = 0; t < R; ++t) EXPECT_EQ(ids[size_t(t)], 333) << t;  // the lowest id of the tie
+}
+
 TEST(CudaTp, SameGpuTp2MatchesTp1) {
   REQUIRE_GPU();
   for (const std::string& dir : dirs()) {
@@ -192,6 +304,14 @@ TEST(CudaTp, SameGpuTp2MatchesTp1) {
     auto m3 = load(dir, Ranks::TwoSameGpu);
     const std::vector<float> l3 = prefill(*m3, ids, 0);
     EXPECT_EQ(std::memcmp(l3.data(), l2.data(), l2.size() * 4), 0) << dir;
+    // Decode steps recorded as CUDA graphs (with the collectives) == the same steps run
+    // directly (a model without graphs), bit for bit.
+    auto eager = load(dir, Ranks::TwoSameGpu, false);
+    ASSERT_EQ(std::memcmp(prefill(*eager, ids, 0).data(), l2.data(), l2.size() * 4), 0) << dir;
+    const std::vector<int32_t> next{5, 17, 9, 33, 5, 12};
+    const std::vector<float> dg = decode(*m2, 300, next), de = decode(*eager, 300, next);
+    ASSERT_EQ(dg.size(), de.size());
+    EXPECT_EQ(std::memcmp(dg.data(), de.data(), dg.size() * 4), 0) << dir << " graph == eager";
     // The distributed argmax (slot 1: the same numbers) == the gathered logits' argmax.
     std::vector<int32_t> am;
     prefill(*m2, ids, 1, &am);
@@ -204,7 +324,7 @@ TEST(CudaTp, SameGpuTp2MatchesTp1) {
   }
 }
 
-TEST(CudaTp, NcclMatchesSameGpuBitForBit) {
+TEST(CudaTp, NcclMatchesPeerBitForBit) {
   REQUIRE_GPU();
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2)
@@ -216,8 +336,8 @@ TEST(CudaTp, NcclMatchesSameGpuBitForBit) {
     const std::vector<float> a = prefill(*same, ids, 0), b = prefill(*nccl, ids, 0);
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << dir;
-    // Decode steps: NCCL's recorded (the first of a bucket direct, then recorded, then
-    // replayed), the same-GPU group's direct: the same bits.
+    // Decode steps, both recorded (the first of a bucket direct, then recorded, then
+    // replayed): the same bits.
     const std::vector<int32_t> next{5, 17, 9, 33, 5, 12};
     const std::vector<float> da = decode(*same, 300, next), db = decode(*nccl, 300, next);
     ASSERT_EQ(da.size(), db.size());

@@ -15,6 +15,7 @@ CommScratch::~CommScratch() {
   int caller = 0;
   cudaGetDevice(&caller);
   cudaSetDevice(device_);
+  cudaDeviceSynchronize();  // no collective still reads or writes it
   cudaFree(p_);
   cudaSetDevice(caller);
 }
@@ -69,7 +70,7 @@ void combine_argmax(const int32_t* ids, const float* vals, int n, int64_t R, int
 }  // namespace cuda_host
 
 std::vector<std::unique_ptr<Communicator>> make_cuda_communicators(
-    const std::vector<Backend*>& ranks) {
+    const std::vector<Backend*>& ranks, bool prefer_peer) {
   std::vector<CudaBackend*> cuda;
   std::set<int> devices;
   for (Backend* b : ranks) {
@@ -78,7 +79,8 @@ std::vector<std::unique_ptr<Communicator>> make_cuda_communicators(
     cuda.push_back(c);
     devices.insert(c->cuda_device());
   }
-  if (devices.size() == 1) return cuda_host::make_same_gpu_comms(cuda);
+  if (devices.size() == 1 || (prefer_peer && devices.size() == ranks.size()))
+    return cuda_host::make_peer_comms(cuda);
   if (devices.size() == ranks.size()) return cuda_host::make_nccl_comms(cuda);
   fail("tensor parallelism over {} ranks on {} GPUs: every rank needs its own GPU (or all one, "
        "as the tests on one GPU run)", ranks.size(), devices.size());

@@ -1,6 +1,6 @@
 // Host side shared by the CUDA communicators of tensor parallelism (backend/comm.h's
-// interface; cuda_comm_group.cpp makes them): the same-GPU group (cuda_comm_same_gpu.cpp) and
-// NCCL (cuda_comm_nccl.cpp). Every call of a rank's communicator runs on its rank's thread,
+// interface; cuda_comm_group.cpp makes them): the peer group (cuda_comm_peer.cpp) and NCCL
+// (cuda_comm_nccl.cpp). Every call of a rank's communicator runs on its rank's thread,
 // bound to its backend's GPU, and queues its work on that backend's stream.
 #pragma once
 #include <cuda_runtime.h>
@@ -44,8 +44,8 @@ std::vector<int64_t> gather_bounds(int64_t W, int n);
 // value (ties to the lowest id).
 void combine_argmax(const int32_t* ids, const float* vals, int n, int64_t R, int32_t* out);
 
-std::vector<std::unique_ptr<Communicator>> make_same_gpu_comms(
-    const std::vector<CudaBackend*>& ranks);
+// Ranks on one GPU, or on GPUs with peer access (sala::Error where two cannot reach each other).
+std::vector<std::unique_ptr<Communicator>> make_peer_comms(const std::vector<CudaBackend*>& ranks);
 // sala::Error where NCCL cannot be loaded (libnccl.so.2) or the build had no nccl.h.
 std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<CudaBackend*>& ranks);
 // The version of the NCCL library the loader finds (e.g. 22809 for 2.28.9), loading it as

@@ -12,7 +12,7 @@
 // host's GPUs out of service.
 //
 // Numbers: all_reduce_sum is NCCL's sum; for two ranks a bf16 sum is one rounding of a + b on
-// both ranks, the CPU emulation's and the same-GPU group's (cuda_comm_same_gpu.cpp). For more
+// both ranks, the CPU emulation's and the peer group's (cuda_comm_peer.cpp). For more
 // ranks NCCL's ring adds in its own order with a rounding per hop: the same bits on every
 // rank, not the CPU emulation's.
 #include <cstdlib>
