@@ -221,8 +221,8 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
   const GraphStep g = extra ? GraphStep{} : graph_step(meta, trace, keep_asked);
   kept_calls_.clear();
   if (tp_) {
-    // Recorded steps (NCCL) run the padded step; the collective of the logit rows after the
-    // recording covers the step's own R rows.
+    // Recorded steps (NCCL, the peer group) run the padded step; the collective of the logit
+    // rows after the recording covers the step's own R rows.
     const StepMeta& run = g.key ? padded_step(step, g) : step;
     const int64_t rows = g.key ? run.num_tokens() : 0;
     // Greedy steps without masks take the distributed argmax over the vocab shards; every
