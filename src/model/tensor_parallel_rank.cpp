@@ -13,7 +13,7 @@ void TensorParallel::run_rank(Rank& k, const Job& job, ForwardTrace* trace, int3
     rank_layers(k, T, job.R, trace, job.extra, *job.logits);
   } else if (!be.graph_launch(job.graph_key)) {
     // Every rank sees the same steps, so all record a key at the same step (or all run it
-    // directly); NCCL's collectives are captured on each rank's stream.
+    // directly); the collectives (NCCL's, the peer group's) are captured on its stream.
     const bool recording = be.graph_capture_begin(job.graph_key);
     rank_layers(k, T, job.graph_rows, nullptr, nullptr, *job.logits);
     if (recording) be.graph_capture_end(job.graph_key);
