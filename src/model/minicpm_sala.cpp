@@ -13,11 +13,13 @@ Model::Model(ModelConfig cfg, std::unique_ptr<Backend> backend, const Checkpoint
     : cfg_(std::move(cfg)), limits_(limits), backend_(std::move(backend)) {
   backend_->bind_thread();  // this thread's calls below go to its device
   if (!peers.empty()) {
-    // Tensor parallelism (model/tensor_parallel.h): each rank loads its shard of the dense
-    // weights into its own backend (the CPU's, or one GPU each over NCCL).
+    // Tensor parallelism (model/tensor_parallel.h): each rank loads its shard of the weights
+    // into its own backend (the CPU's, or one GPU each over NCCL): dense, or a quantized
+    // checkpoint's codes and scales. Load-time quantization would see part of a row.
     const int n = 1 + int(peers.size());
-    if (backend_->linear_format() != backend_->weight_format() || cfg_.quantization.any())
-      fail("--tp-size {}: tensor parallelism splits dense weights only (no FP8 / W4A16)", n);
+    if (backend_->linear_format() != backend_->weight_format())
+      fail("--tp-size {}: --quantization (quantizing at load) is not split over ranks; write a "
+           "quantized checkpoint with `sala quantize` and serve that", n);
     check_tp_config(cfg_, n);
   }
   // With tensor parallelism, w_ is rank 0's shard (TensorParallel loads the other ranks').

@@ -62,8 +62,8 @@ class Model {
   static constexpr int kGraphMaxCallRows = 16;
   // peers: tensor parallelism (model/tensor_parallel.h) over 1 + peers.size() ranks, `backend`
   // rank 0 and peers ranks 1.. (backends of the same kind and options); empty: one rank.
-  // sala::Error where the weights cannot be split (dense weights only; heads etc. divisible
-  // by the rank count) or the ranks have no communicator (backend/comm.h). Steps of more than
+  // sala::Error where the weights cannot be split (no load-time quantization; heads etc.
+  // divisible by the rank count; W4A16 groups whole) or the ranks have no communicator (backend/comm.h). Steps of more than
   // one rank are recorded where every communicator can be captured (NCCL).
   Model(ModelConfig cfg, std::unique_ptr<Backend> backend, const Checkpoint& ckpt,
         const ModelLimits& limits, std::vector<std::unique_ptr<Backend>> peers = {});

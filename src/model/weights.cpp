@@ -276,9 +276,15 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
   const int n_ranks = shard.size;
   SALA_CHECK(n_ranks >= 1 && shard.rank >= 0 && shard.rank < n_ranks, "shard {} of {}",
              shard.rank, n_ranks);
-  SALA_CHECK(n_ranks == 1 || (!c.quantization.any() &&
-                              backend.linear_format() == backend.weight_format()),
-             "tensor-parallel shards of quantized weights");
+  // Tensor-parallel shards of a quantized checkpoint keep its codes and scales (rows or
+  // columns of them); load-time quantization of a shard would see part of a row (refused by
+  // Model). lm_head is split by vocabulary, so a quantized one is refused here.
+  SALA_CHECK(n_ranks == 1 || backend.linear_format() == backend.weight_format(),
+             "load-time quantization of tensor-parallel shards");
+  if (n_ranks > 1 && !c.tie_word_embeddings &&
+      stored_scheme(c, "lm_head.weight", 2).scheme != QuantScheme::None)
+    fail("{}: lm_head is quantized; tensor parallelism splits a dense lm_head only (quantize "
+         "without --quantize-lm-head)", c.source);
   // The rank's part of a projection (WeightShard): its output rows, its input columns (a copy
   // in col_buf, valid until the next one), or the whole weight.
   enum class Split { Whole, OutRows, InCols };
@@ -311,11 +317,42 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
   auto group_of = [&](const std::string& name) {
     return int4_group(c, scheme(name), module_of(name), packed_of(name).shape[1] * 8);
   };
+  // The rank's scales of a quantized projection [N rows, S per row] (FP8: S = 1, per output
+  // channel; W4A16: S = K / group): its rows' (OutRows), its groups' (InCols: an FP8 row's one
+  // scale stays whole), or all.
+  auto shard_scales = [&](const std::string& name, Split split) {
+    std::vector<float> v = scales_of(name);
+    if (n_ranks == 1 || split == Split::Whole) return v;
+    const TensorView& st = ckpt.get(module_of(name) + ".weight_scale");
+    const int64_t N = st.shape[0], S = st.numel() / N;
+    if (split == Split::OutRows) {
+      const int64_t rows = N / n_ranks;
+      return std::vector<float>(v.begin() + shard.rank * rows * S,
+                                v.begin() + (shard.rank + 1) * rows * S);
+    }
+    if (S == 1) return v;
+    std::vector<float> out;
+    const int64_t cols = S / n_ranks;
+    for (int64_t r = 0; r < N; ++r)
+      out.insert(out.end(), v.begin() + r * S + shard.rank * cols,
+                 v.begin() + r * S + (shard.rank + 1) * cols);
+    return out;
+  };
+  // A W4A16 projection's input columns split over the ranks must keep whole groups and words.
+  auto check_int4_cols = [&](const std::string& name) {
+    const int64_t K = packed_of(name).shape[1] * 8, g = group_of(name);
+    if (K % (int64_t(n_ranks) * g) != 0)
+      fail("{}: module '{}' has {} input columns in groups of {}: --tp-size {} would split a "
+           "group", c.source, module_of(name), K, g, n_ranks);
+  };
   auto up_linear = [&](const std::string& name, WeightFormat f, Split split = Split::Whole) {
-    if (scheme(name).scheme == QuantScheme::W4A16)
-      return backend.upload_int4(packed_of(name), scales_of(name), group_of(name));
+    if (scheme(name).scheme == QuantScheme::W4A16) {
+      if (n_ranks > 1 && split == Split::InCols) check_int4_cols(name);
+      return backend.upload_int4(sharded(packed_of(name), split), shard_scales(name, split),
+                                 group_of(name));
+    }
     const TensorView t = sharded(ckpt.get(name), split);
-    return t.dtype == DType::F8_E4M3 ? backend.upload_fp8(t, scales_of(name))
+    return t.dtype == DType::F8_E4M3 ? backend.upload_fp8(t, shard_scales(name, split))
                                       : backend.upload_linear(t, f);
   };
   // Several [N_i, K] weights stacked into one [Σ N_i, K] upload (one dtype: the checkpoint's
@@ -330,7 +367,7 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
              module_of(n), scheme_name(scheme(n)));
     const bool int4 = scheme(names[0]).scheme == QuantScheme::W4A16;
     std::vector<TensorView> part_views;  // the rank's rows of each
-    for (auto& n : names) part_views.push_back(int4 ? packed_of(n) : sharded(ckpt.get(n), split));
+    for (auto& n : names) part_views.push_back(sharded(int4 ? packed_of(n) : ckpt.get(n), split));
     std::vector<const TensorView*> parts;
     for (const TensorView& t : part_views) parts.push_back(&t);
     bool same = true;
@@ -363,7 +400,7 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
     std::vector<float> scales;
     if (fp8 || int4)
       for (auto& n : names) {
-        const std::vector<float> s = scales_of(n);
+        const std::vector<float> s = shard_scales(n, split);
         scales.insert(scales.end(), s.begin(), s.end());
       }
     Weight all = int4  ? backend.upload_int4(v, scales, group_of(names[0]))

@@ -17,6 +17,7 @@
 #include "backend/comm.h"
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "model/quantize.h"
 #include "model/tensor_parallel.h"
 #include "row_cosine.h"
 #include "test_util.h"
@@ -388,7 +389,59 @@ TEST(TensorParallel, RefusesWhatItCannotSplit) {
               lim.caches = {4, 64, 1};
               Model m(load_model_config(dir), make_backend("cpu", bo), Checkpoint(dir), lim,
                       make_tp_peers("cpu", bo, 2));
-            }).find("dense weights only"),
+            }).find("quantizing at load"),
+            std::string::npos);
+}
+
+// A quantized checkpoint splits too: each rank loads its rows / input columns of the codes
+// and their scales (W4A16: whole groups). W4A16 keeps TP's fp32 bound (activations are not
+// quantized: the K-halves are summed apart, as dense). W8A8 quantizes each rank's input of a
+// row-parallel projection with that rank's own per-token scale (as vLLM's TP does), so FP8's
+// TP=2 is near TP=1 by the golden README's bf16 criteria, not to fp32 rounding.
+TEST(TensorParallel, QuantizedCheckpointsSplit) {
+  const std::string src = golden("tiny-sparse");
+  const ModelConfig cfg = load_model_config(src);
+  for (const ModuleQuant q : {ModuleQuant{QuantScheme::W4A16, 128},
+                              ModuleQuant{QuantScheme::FP8_W8A8, 0}}) {
+    const bool int4 = q.scheme == QuantScheme::W4A16;
+    const TempDir out(int4 ? "tp_w4" : "tp_fp8");
+    write_quantized_checkpoint(src, out.str(), uniform_plan(cfg, q, {}), {}, {}, {});
+    auto m1 = load_tiny(out.str(), 512, 64, 2, NumericMode::F32);
+    auto m2 = load_tiny(out.str(), 512, 64, 2, NumericMode::F32, nullptr, KvCacheDtype::Auto, 2);
+    ASSERT_EQ(m2->tp_size(), 2);
+    const auto ids = random_tokens(300, cfg.vocab_size, 13);
+    StepMeta meta;
+    meta.add_seq(ids.data(), int32_t(ids.size()), 0, 0, page_range(0, 64), true, false);
+    std::vector<float> l1, l2;
+    m1->forward(meta, l1);
+    m2->forward(meta, l2);
+    ASSERT_EQ(l1.size(), l2.size());
+    const std::vector<double> c = row_cos(l2, l1, cfg.vocab_size);
+    std::printf("%s: TP=2 vs TP=1, 300-row prefill: max rel diff %.3g, row cosine min %.7f "
+                "median %.7f\n", int4 ? "W4A16" : "FP8", max_rel_diff(l2, l1), min_of(c),
+                median_of(c));
+    if (int4) {
+      EXPECT_LT(max_rel_diff(l2, l1), 2e-5);
+    } else {
+      // Within FP8's own noise: TP=2 is no further from TP=1 than TP=1's FP8 is from the
+      // dense model (the per-rank scales are another, finer, quantization of the same rows).
+      auto dense = load_tiny(src, 512, 64, 2, NumericMode::F32);
+      std::vector<float> ld;
+      dense->forward(meta, ld);
+      const std::vector<double> cd = row_cos(l1, ld, cfg.vocab_size);
+      std::printf("FP8 TP=1 vs the dense model: row cosine min %.7f median %.7f\n", min_of(cd),
+                  median_of(cd));
+      EXPECT_GE(min_of(c), min_of(cd));
+      EXPECT_GE(median_of(c), median_of(cd));
+    }
+  }
+  // A W4A16 group cut by the split is refused, naming the module.
+  const TempDir out("tp_w4_g");
+  write_quantized_checkpoint(src, out.str(), uniform_plan(cfg, {QuantScheme::W4A16, 256}, {}), {},
+                             {}, {});
+  EXPECT_NE(error_of([&] {
+              load_tiny(out.str(), 64, 8, 1, NumericMode::F32, nullptr, KvCacheDtype::Auto, 2);
+            }).find("would split a group"),
             std::string::npos);
 }
 
