@@ -84,8 +84,10 @@ std::vector<KvScales> load_kv_scales(const ModelConfig& c, const Checkpoint& ckp
 //   down_proj.
 // - lm_head: rows [vocab0, vocab1) (vocab-parallel; with tied embeddings, a row slice of the
 //   whole embedding). Norms and the embedding: whole.
-// size 1: the whole model. Dense checkpoints only (a split checkpoint's per-channel FP8
-// scales would differ from the whole row's).
+// size 1: the whole model. A quantized checkpoint's codes and scales split the same way (FP8:
+// an output channel's scale goes with its row, whole under a column split; W4A16: whole
+// groups only); not load-time quantization (a rank would quantize part of a row), nor a
+// quantized lm_head.
 struct WeightShard {
   int rank = 0, size = 1;
   bool sparse_split = true;
