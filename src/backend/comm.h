@@ -44,7 +44,7 @@ class Communicator {
   // none in the step loop. Host groups need none.
   virtual void reserve_scratch(size_t /*full_bytes*/, int64_t /*max_rows*/) {}
   // Whether the collectives (all but argmax_rows and barrier, which end on the host) can be
-  // recorded in a CUDA graph of the rank's stream (NCCL's can).
+  // recorded in a CUDA graph of the rank's stream (NCCL's and the peer group's can).
   virtual bool capturable() const { return false; }
 };
 

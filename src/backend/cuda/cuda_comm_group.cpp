@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "backend/cuda/cuda_comm.h"
 #include "backend/cuda/cuda_comm_host.h"
 #include "core/check.h"
 #include "core/error.h"
@@ -38,24 +39,37 @@ char* CommScratch::get(size_t bytes) const {
   return p_;
 }
 
-std::vector<int64_t> gather_bounds(int64_t W, int n) {
-  std::vector<int64_t> col0;
-  for (int k = 0; k <= n; ++k) col0.push_back(gather_col(W, n, k));
-  return col0;
+void gather_bounds(int64_t W, int n, int64_t* col0) {
+  for (int k = 0; k <= n; ++k) col0[k] = gather_col(W, n, k);
 }
 
-void copy_parts_into_cols(const std::vector<const void*>& parts, const std::vector<int64_t>& col0,
+void copy_parts_into_cols(const void* const* parts, const int64_t* col0, int n,
                           const Tensor& full, cudaStream_t stream) {
-  SALA_CHECK(col0.size() == parts.size() + 1 && col0.back() == full.cols,
-             "{} parts into {} columns", parts.size(), full.cols);
+  SALA_CHECK(n >= 1 && n <= cuda::kMaxCommRanks && col0[n] == full.cols,
+             "{} parts into {} columns", n, full.cols);
   const size_t es = dtype_size(full.dtype);
-  for (size_t k = 0; k < parts.size(); ++k) {
+  for (int k = 0; k < n; ++k) {
     const int64_t w = col0[k + 1] - col0[k];
     if (!parts[k] || w == 0 || full.rows == 0) continue;
     CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(full.data) + size_t(col0[k]) * es,
                                  size_t(full.cols) * es, parts[k], size_t(w) * es, size_t(w) * es,
                                  size_t(full.rows), cudaMemcpyDefault, stream));
   }
+}
+
+void ArgmaxHost::reserve(int n, int64_t max_rows) {
+  ids.resize(size_t(n) * size_t(max_rows));
+  vals.resize(size_t(n) * size_t(max_rows));
+}
+
+void ArgmaxHost::fetch(const void* dev_ids, const void* dev_vals, int n, int64_t R,
+                       cudaStream_t stream) {
+  const size_t count = size_t(n) * size_t(R);
+  SALA_CHECK(count <= ids.size(), "argmax of {} rows on {} ranks; {} reserved", R, n,
+             ids.size());
+  CUDA_CHECK(cudaMemcpyAsync(ids.data(), dev_ids, count * 4, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaMemcpyAsync(vals.data(), dev_vals, count * 4, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 void combine_argmax(const int32_t* ids, const float* vals, int n, int64_t R, int32_t* out) {

@@ -32,17 +32,27 @@ class CommScratch {
   size_t bytes_ = 0;
 };
 
-// full[T, W]'s columns from the ranks' contiguous parts: part k ([T, w_k] at parts[k], null:
+// full[T, W]'s columns from the n ranks' contiguous parts: part k ([T, w_k] at parts[k], null:
 // skipped) into columns [c_k, c_k + w_k) with c_k = col0[k], w_k = col0[k + 1] - col0[k]; one
-// 2-D copy each on `stream`.
-void copy_parts_into_cols(const std::vector<const void*>& parts, const std::vector<int64_t>& col0,
+// 2-D copy each on `stream`. Fixed-size arrays (n <= cuda::kMaxCommRanks): no allocation in a
+// step.
+void copy_parts_into_cols(const void* const* parts, const int64_t* col0, int n,
                           const Tensor& full, cudaStream_t stream);
-// The column boundaries of a gather into W columns over n ranks (gather_col; n + 1 entries).
-std::vector<int64_t> gather_bounds(int64_t W, int n);
+// The column boundaries of a gather into W columns over n ranks: col0[0 .. n] (gather_col).
+void gather_bounds(int64_t W, int n, int64_t* col0);
 // The root's half of the vocab-parallel argmax: ids / vals [n, R] (rank-major, host) → out[R];
 // ranks hold ascending vocabulary slices, so a later rank wins only with a strictly larger
 // value (ties to the lowest id).
 void combine_argmax(const int32_t* ids, const float* vals, int n, int64_t R, int32_t* out);
+// The root's host copies of every rank's argmax ids and values, sized once at start
+// (reserve_scratch) for max_rows rows, so a step allocates nothing; fetch() copies n · R of
+// each from the device (ids then values, each rank-major) and waits for them.
+struct ArgmaxHost {
+  std::vector<int32_t> ids;
+  std::vector<float> vals;
+  void reserve(int n, int64_t max_rows);
+  void fetch(const void* dev_ids, const void* dev_vals, int n, int64_t R, cudaStream_t stream);
+};
 
 // Ranks on one GPU, or on GPUs with peer access (sala::Error where two cannot reach each other).
 std::vector<std::unique_ptr<Communicator>> make_peer_comms(const std::vector<CudaBackend*>& ranks);

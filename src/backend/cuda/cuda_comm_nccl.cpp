@@ -118,6 +118,7 @@ class NcclComm : public Communicator {
   void reserve_scratch(size_t full_bytes, int64_t max_rows) override {
     // The argmax: ids and values of this rank, then of all ranks ([R] int32 + [R] fp32 each).
     scratch_.reserve(std::max(full_bytes, size_t(n_ + 1) * size_t(max_rows) * 8));
+    if (rank_ == 0) host_.reserve(n_, max_rows);  // the root of the model's argmax
   }
 
   void all_reduce_sum(Tensor& x) override {
@@ -134,13 +135,11 @@ class NcclComm : public Communicator {
     char* stage = scratch_.get(full.nbytes());
     NCCL_CHECK(nccl().all_gather(local.data, stage, size_t(local.numel()), nccl_type(local.dtype),
                                  comm_, stream_));
-    std::vector<const void*> parts;
-    std::vector<int64_t> col0{0};
-    for (int k = 0; k < n_; ++k) {
-      parts.push_back(stage + size_t(k) * local.nbytes());
-      col0.push_back((k + 1) * local.cols);
-    }
-    copy_parts_into_cols(parts, col0, full, stream_);
+    const void* parts[cuda::kMaxCommRanks];
+    int64_t col0[cuda::kMaxCommRanks + 1];
+    for (int k = 0; k <= n_; ++k) col0[k] = k * local.cols;
+    for (int k = 0; k < n_; ++k) parts[k] = stage + size_t(k) * local.nbytes();
+    copy_parts_into_cols(parts, col0, n_, full, stream_);
   }
 
   // Point to point: every rank sends its [T, w_r] to the root, which stages them in rank
@@ -154,25 +153,26 @@ class NcclComm : public Communicator {
     }
     SALA_CHECK(full.rows == local.rows && full.dtype == local.dtype,
                "gather of [{}, {}] into [{}, {}]", local.rows, local.cols, full.rows, full.cols);
-    const std::vector<int64_t> col0 = gather_bounds(full.cols, n_);
-    SALA_CHECK(local.cols == col0[size_t(rank_) + 1] - col0[size_t(rank_)],
-               "root's {} columns of {}", local.cols, full.cols);
+    int64_t col0[cuda::kMaxCommRanks + 1];
+    gather_bounds(full.cols, n_, col0);
+    SALA_CHECK(local.cols == col0[rank_ + 1] - col0[rank_], "root's {} columns of {}",
+               local.cols, full.cols);
     char* stage = scratch_.get(full.nbytes());
     const size_t es = dtype_size(full.dtype);
-    std::vector<const void*> parts;
+    const void* parts[cuda::kMaxCommRanks];
     NCCL_CHECK(nccl().group_start());
     for (int k = 0; k < n_; ++k) {
-      char* p = stage + size_t(col0[size_t(k)]) * size_t(full.rows) * es;
-      const size_t count = size_t(col0[size_t(k) + 1] - col0[size_t(k)]) * size_t(full.rows);
+      char* p = stage + size_t(col0[k]) * size_t(full.rows) * es;
+      const size_t count = size_t(col0[k + 1] - col0[k]) * size_t(full.rows);
       if (k == root) {
-        parts.push_back(local.data);
+        parts[k] = local.data;
       } else {
         NCCL_CHECK(nccl().recv(p, count, type, k, comm_, stream_));
-        parts.push_back(p);
+        parts[k] = p;
       }
     }
     NCCL_CHECK(nccl().group_end());
-    copy_parts_into_cols(parts, col0, full, stream_);
+    copy_parts_into_cols(parts, col0, n_, full, stream_);
   }
 
   // Each rank's (id, value) per row, all-gathered; the root combines them on the host.
@@ -192,14 +192,9 @@ class NcclComm : public Communicator {
     NCCL_CHECK(nccl().all_gather(vals, all_vals, size_t(R), ncclFloat32, comm_, stream_));
     NCCL_CHECK(nccl().group_end());
     if (rank_ != root) return;
-    std::vector<int32_t> h_ids(size_t(n_ * R));
-    std::vector<float> h_vals(size_t(n_ * R));
-    CUDA_CHECK(cudaMemcpyAsync(h_ids.data(), all_ids, size_t(n_) * rb, cudaMemcpyDeviceToHost,
-                               stream_));
-    CUDA_CHECK(cudaMemcpyAsync(h_vals.data(), all_vals, size_t(n_) * rb, cudaMemcpyDeviceToHost,
-                               stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    combine_argmax(h_ids.data(), h_vals.data(), n_, R, out);
+    if (host_.ids.size() < size_t(n_) * size_t(R)) host_.reserve(n_, R);  // a root other than 0
+    host_.fetch(all_ids, all_vals, n_, R, stream_);
+    combine_argmax(host_.ids.data(), host_.vals.data(), n_, R, out);
   }
 
   void barrier() override {
@@ -214,6 +209,7 @@ class NcclComm : public Communicator {
   int rank_, n_;
   cudaStream_t stream_;
   CommScratch scratch_;
+  ArgmaxHost host_;
 };
 
 }  // namespace
@@ -226,6 +222,8 @@ int nccl_version() {
 }
 
 std::vector<std::unique_ptr<Communicator>> make_nccl_comms(const std::vector<CudaBackend*>& ranks) {
+  SALA_CHECK(!ranks.empty() && ranks.size() <= size_t(cuda::kMaxCommRanks),
+             "an NCCL group of {} ranks", ranks.size());
   const NcclApi& api = nccl();
   setenv("NCCL_NVLS_ENABLE", "0", 0);  // (not overwritten where the environment sets it)
   std::vector<int> devices;

@@ -83,6 +83,7 @@ class PeerComm : public Communicator {
     CUDA_CHECK(cudaMalloc(&m.gathered, size_t(m.max_rows) * 8 * size()));
     CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaSetDevice(caller));
+    host_.reserve(size(), m.max_rows);
   }
 
   void all_reduce_sum(Tensor& x) override {
@@ -106,10 +107,9 @@ class PeerComm : public Communicator {
   void gather_cols(const Tensor& local, Tensor& full, int root) override {
     SALA_CHECK(root >= 0 && root < size(), "root {} of {} ranks", root, size());
     cuda::GatherCols g{};
-    const std::vector<int64_t> col0 = gather_bounds(full.cols, size());
-    std::copy(col0.begin(), col0.end(), g.col0);
+    gather_bounds(full.cols, size(), g.col0);
     g.rows = local.rows;
-    SALA_CHECK(local.cols == col0[size_t(rank_) + 1] - col0[size_t(rank_)] &&
+    SALA_CHECK(local.cols == g.col0[rank_ + 1] - g.col0[rank_] &&
                    (rank_ != root || (full.rows == local.rows && full.dtype == local.dtype)),
                "gather of [{}, {}] into [{}, {}]", local.rows, local.cols, full.rows, full.cols);
     gather(local, g, full.data, rank_ == root);
@@ -131,14 +131,8 @@ class PeerComm : public Communicator {
     const Tensor pairs{m.pairs, DType::F32, 2, R};
     gather(pairs, g, m.gathered, rank_ == root);
     if (rank_ != root) return;
-    std::vector<int32_t> h_ids(size_t(n * R));
-    std::vector<float> h_vals(size_t(n * R));
-    CUDA_CHECK(cudaMemcpyAsync(h_ids.data(), m.gathered, size_t(n * R) * 4,
-                               cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaMemcpyAsync(h_vals.data(), m.gathered + size_t(n * R) * 4, size_t(n * R) * 4,
-                               cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    combine_argmax(h_ids.data(), h_vals.data(), int(n), R, out);
+    host_.fetch(m.gathered, m.gathered + size_t(n * R) * 4, int(n), R, stream_);
+    combine_argmax(host_.ids.data(), host_.vals.data(), int(n), R, out);
   }
 
   void barrier() override {
@@ -176,6 +170,7 @@ class PeerComm : public Communicator {
   std::shared_ptr<PeerGroup> g_;
   int rank_;
   cudaStream_t stream_;
+  ArgmaxHost host_;  // as the root
 };
 
 }  // namespace
