@@ -286,6 +286,10 @@ void launch_compress_fp8(int kf, const StepRows& s, const CacheGeom& g, KvScale 
 // (the device conversions of cuda_kv_fp8.cuh, against backend/kv_cache_dtype.h).
 void launch_kv_fp8_roundtrip(int kf, const float* x, int64_t n, float scale, uint8_t* codes,
                              float* back, cudaStream_t st);
+// Tests: codes [8 n8] (8-byte aligned) -> out [8 n8] bf16 bits through kv_codes8_bf16 (the
+// code values the attention kernels feed to the tensor cores).
+void launch_kv_codes8_bf16(int kf, const uint8_t* codes, int64_t n8, uint16_t* out,
+                           cudaStream_t st);
 size_t attention_smem_bytes(int G, int d);
 // Dense rows (not sparse, fewer than flash_min tokens in their call): out[T, nh*d]. Rows of
 // split calls (DevSeq::split_row: decode and verify rows) are split over `splits` parts of
