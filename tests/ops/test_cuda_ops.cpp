@@ -9,6 +9,7 @@
 // different fp32 summation order. Without a GPU (CI) every test GTEST_SKIPs with a loud
 // message; with SALA_REQUIRE_GPU=1 the missing GPU is a failure (scripts/gpu_check.sh sets it).
 // A table of the measured errors is printed at the end.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -118,7 +119,12 @@ TEST(CudaOps, SplitRmsNormMulSigmoid) {
       const std::vector<float> c0 = p.download(s0).first, c1 = p.download(s1).first;
       std::vector<float> total(static_cast<size_t>(T));
       for (int64_t t = 0; t < T; ++t) total[size_t(t)] = c0[size_t(t)] + c1[size_t(t)];
-      auto ss = p.up(HostMatF32{T, 1, total});
+      // F32 on both (p.up would store a "checkpoint" F32 tensor as bf16 on the GPU).
+      auto ss = p.out(T, 1, DType::F32);
+      std::memcpy(ss.c.data, total.data(), total.size() * sizeof(float));
+      ASSERT_EQ(cudaMemcpy(ss.g.data, total.data(), total.size() * sizeof(float),
+                           cudaMemcpyHostToDevice),
+                cudaSuccess);
       auto o = p.out(T, half);
       p.cpu->rmsnorm_mul_sigmoid_ss(a0.c, ss.c, cols, w.c, 1e-6f, z.c, o.c);
       p.gpu->rmsnorm_mul_sigmoid_ss(a0.g, ss.g, cols, w.g, 1e-6f, z.g, o.g);
