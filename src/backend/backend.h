@@ -125,7 +125,10 @@ class Backend {
   virtual size_t device_memory_total() const { return 0; }
 
   // ---- per step ----
-  virtual void begin_step(const StepMeta& meta) = 0;  // uploads ids/positions/tables once
+  // Uploads ids / positions / tables once. The backend keeps `meta`'s address until the next
+  // begin_step (the GEMM runs and the ops read it), so a temporary is refused at compile time.
+  virtual void begin_step(const StepMeta& meta) = 0;
+  void begin_step(const StepMeta&& meta) = delete;
 
   // out[T, H] = table[ids] * scale
   virtual void embedding(const Tensor& table, float scale, Tensor& out) = 0;
