@@ -31,7 +31,8 @@
 # AB_NCU_SECTIONS (default "SpeedOfLight ComputeWorkloadAnalysis"; e.g. add WarpStateStats
 # SchedulerStats), clocks left alone, kernels matching AB_NCU_KERNELS (a
 # regex; default "select_|sparse_attn|gla_"), CSV to $OUT/ncu_BUILD.csv; empty: no ncu),
-# AB_BENCH_EXTRA (more `bench offline` options, e.g. "--long-decode-contexts 131072
+# AB_BUILDS (a space-separated subset of the packed builds to run, in the packed order; default
+# all), AB_BENCH_EXTRA (more `bench offline` options, e.g. "--long-decode-contexts 131072
 # --long-decode-batches 1,8"), AB_BENCH_ON_FAIL=1 (bench a build whose tests failed, not one
 # that hung: when several changes share a build, one failing test need not lose the others'
 # numbers).
@@ -138,6 +139,7 @@ run() {
     "$dir/$first/bin/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" \
       --out "$MODEL_DIR" 2>&1 | tail -1
   while read -r b; do
+    case " ${AB_BUILDS:-$b} " in *" $b "*) ;; *) continue ;; esac
     echo "== $b: $(cut -c1-100 "$dir/$b/commit")"
     rc=0
     : >"$OUT/tests_$b.txt"
