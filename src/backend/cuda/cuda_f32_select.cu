@@ -16,6 +16,7 @@
 
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/cuda_smem_optin.h"
 
 namespace sala::cuda {
 namespace {
@@ -194,12 +195,8 @@ void launch_f32_select(const float* q, const StepRows& s, const float* c1, const
   if (s.T == 0) return;
   const int G = p.nh / p.g.kvh, r = p.g.bs / p.g.s1;
   const size_t smem = f32_select_smem_bytes(G, p.g.d, p.nb_stride, r);
-  static size_t smem_set = 48 * 1024;
-  if (smem > smem_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(f32_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    max_smem));
-    smem_set = size_t(max_smem);
-  }
+  static SmemOptIn optin;  // per device
+  if (smem > 48 * 1024) optin.raise(f32_select_kernel, size_t(max_smem));
   launch_pdl(f32_select_kernel, dim3(unsigned(s.T), unsigned(p.g.kvh)), kThreads, smem, st, q, s,
              c1, c2, p, p.nb_stride * r, sel, sel_cnt);
   CUDA_CHECK_LAUNCH();

@@ -56,6 +56,7 @@
 #include "backend/cuda/cuda_gemv_ring.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_smem_optin.h"
 
 namespace sala::cuda {
 namespace {
@@ -317,8 +318,9 @@ struct Setup {
   int sms;
 };
 
-// Once per process, for the current device (the engine uses one): call gemv_fp8_supported
-// (or launch once) outside any stream capture first.
+// The device's properties once per process (the GPUs of one process are alike); the kernels'
+// shared-memory attributes once per device: call gemv_fp8_init (or gemv_fp8_supported, or
+// launch once) outside any stream capture first.
 const Setup& setup() {
   static const Setup s = [] {
     int dev = 0, optin = 0, sms = 0;
@@ -327,12 +329,15 @@ const Setup& setup() {
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     Setup r{optin >= kRingSmem, sms};
     if (r.ring) pdl_launch_enabled();  // decided now, outside any capture
-    if (r.ring)
+    return r;
+  }();
+  static OncePerDevice attributes;  // per device: a TP rank's backend may run on another GPU
+  if (s.ring)
+    attributes([] {
       for (auto* k : {gemv8_ring_kernel<1>, gemv8_ring_kernel<2>, gemv8_ring_kernel<4>,
                       gemv8_ring_kernel<8>})
         CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingSmem));
-    return r;
-  }();
+    });
   return s;
 }
 

@@ -52,6 +52,7 @@
 #include "backend/cuda/cuda_gemv_ring.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_smem_optin.h"
 
 namespace sala::cuda {
 namespace {
@@ -336,12 +337,15 @@ const Setup& setup() {
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     Setup r{optin >= kRingSmem, sms};
     if (r.ring) pdl_launch_enabled();  // decided now, outside any capture
-    if (r.ring)
+    return r;
+  }();
+  static OncePerDevice attributes;  // per device: a TP rank's backend may run on another GPU
+  if (s.ring)
+    attributes([] {
       for (auto* k : {gemv4_ring_kernel<1>, gemv4_ring_kernel<2>, gemv4_ring_kernel<4>,
                       gemv4_ring_kernel<8>})
         CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingSmem));
-    return r;
-  }();
+    });
   return s;
 }
 

@@ -34,6 +34,7 @@
 #include "backend/cuda/cuda_kv_fp8.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/cuda_smem_optin.h"
 
 namespace sala::cuda {
 namespace {
@@ -333,12 +334,8 @@ void launch_d(const bf16* q, const StepRows& s, const int2* tiles, int n_tiles, 
   const size_t smem = sparse_attn_smem_bytes(D, p);
   // The kernel's static shared memory counts against the opt-in limit too: ask for what
   // this launch needs, not the device maximum.
-  static size_t smem_set = 48 * 1024;
-  if (smem > smem_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(sparse_attn_kernel<D, KF>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    smem_set = smem;
-  }
+  static SmemOptIn optin;  // per device
+  optin.raise(sparse_attn_kernel<D, KF>, smem);
   const unsigned gz = unsigned((p.splits + p.spb - 1) / p.spb);
   launch_pdl(sparse_attn_kernel<D, KF>, dim3(unsigned(n_tiles), unsigned(p.g.kvh), gz),
              kThreads, smem, st, q, s, tiles, static_cast<const KvElem<KF>*>(kc),

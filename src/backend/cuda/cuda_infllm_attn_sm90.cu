@@ -40,6 +40,7 @@
 
 #include "backend/cuda/cuda_infllm_attn_sm90_ring.cuh"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/cuda_smem_optin.h"
 
 namespace sala::cuda {
 namespace {
@@ -421,19 +422,14 @@ void launch_sparse_attention_sm90(const bf16* q, const StepRows& s, const int2* 
     std::memcpy(&km, maps->k, sizeof(km));
     std::memcpy(&vm, maps->v, sizeof(vm));
   }
-  auto go = [&](auto kernel, size_t& smem_set) {
-    if (smem > smem_set) {
-      CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      smem_set = smem;
-    }
+  auto go = [&](auto kernel, SmemOptIn& optin) {
+    optin.raise(kernel, smem);
     launch_pdl(kernel, dim3(unsigned(n_tiles), unsigned(p.g.kvh)), kThreads, smem, st, q, s,
                tiles, static_cast<const bf16*>(kc), static_cast<const bf16*>(vc), km, vm, sel,
                sel_cnt, p, out);
     CUDA_CHECK_LAUNCH();
   };
-  static size_t smem_tma = 48 * 1024, smem_cp = 48 * 1024, smem_e4m3 = 48 * 1024,
-                smem_e5m2 = 48 * 1024;
+  static SmemOptIn smem_tma, smem_cp, smem_e4m3, smem_e5m2;  // per kernel and device
   if (p.kv_fmt == kKvE4m3)
     go(sparse_attn_sm90_kernel<kKvE4m3, true>, smem_e4m3);
   else if (p.kv_fmt == kKvE5m2)

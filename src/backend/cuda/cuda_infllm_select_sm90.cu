@@ -31,6 +31,7 @@
 #include "backend/cuda/cuda_kv_fp8.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_tma_sm90.cuh"
+#include "backend/cuda/cuda_smem_optin.h"
 
 namespace sala::cuda {
 namespace {
@@ -247,17 +248,13 @@ void launch_select_score_sm90(const bf16* q, const StepRows& s, const int2* tile
     std::abort();
   }
   const int pparts = score_entry_parts(1LL * n_tiles * p.g.kvh, kMinBlocks);
-  auto go = [&](auto kernel, auto cache, bool& smem_set) {
-    if (!smem_set) {
-      CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
-      smem_set = true;
-    }
+  auto go = [&](auto kernel, auto cache, SmemOptIn& optin) {
+    optin.raise(kernel, size_t(kSmem));
     launch_pdl(kernel, dim3(unsigned(n_tiles), unsigned(p.g.kvh), unsigned(pparts)), kThreads,
                kSmem, st, q, s, tiles, tile_begin, cache, p, pparts, w.ml, w.bscore, w.edge);
     CUDA_CHECK_LAUNCH();
   };
-  static bool set_bf16 = false, set_e4m3 = false, set_e5m2 = false;
+  static SmemOptIn set_bf16, set_e4m3, set_e5m2;  // per kernel and device
   if (kf == kKvE4m3)
     go(select_score_sm90_kernel<kKvE4m3>, static_cast<const KvElem<kKvE4m3>*>(c1), set_e4m3);
   else if (kf == kKvE5m2)

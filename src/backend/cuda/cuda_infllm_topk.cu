@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/cuda_smem_optin.h"
 
 namespace sala::cuda {
 namespace {
@@ -141,12 +142,8 @@ void launch_topk(const StepRows& s, const int2* tiles, int tile_begin, int n_til
                  const SelectParams& p, const SelectWork& w, int32_t* sel, int32_t* sel_cnt,
                  cudaStream_t st) {
   const size_t smem = select_topk_smem_bytes(p.nb_stride);
-  static size_t smem_set = 48 * 1024;  // static shared memory counts too: ask for what is needed
-  if (smem > smem_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(select_topk_kernel<NT>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    smem_set = smem;
-  }
+  static SmemOptIn optin;  // per device; static shared memory counts too: ask for what is needed
+  optin.raise(select_topk_kernel<NT>, smem);
   launch_pdl(select_topk_kernel<NT>, dim3(unsigned(n_tiles * kW), unsigned(p.g.kvh)), NT, smem, st,
              s, tiles, tile_begin, p, w.bscore, w.edge, sel, sel_cnt);
   CUDA_CHECK_LAUNCH();

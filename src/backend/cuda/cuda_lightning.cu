@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_norm.cuh"
+#include "backend/cuda/cuda_smem_optin.h"
 
 namespace sala::cuda {
 
@@ -262,12 +263,8 @@ void launch_gla_d(const GlaArgs<T>& a, const int32_t* short_list, int n_short, c
   // The serial form: no workspace (fp32 mode) or unaligned rows.
   constexpr int VS = D >= 32 ? 32 : D;
   using L = ChunkSmem<D, VS>;
-  static bool attr_set = false;
-  if (!attr_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(gla_chunked_kernel<T, D, VS>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kBytes)));
-    attr_set = true;
-  }
+  static SmemOptIn optin;  // per device
+  optin.raise(gla_chunked_kernel<T, D, VS>, L::kBytes);
   gla_chunked_kernel<T, D, VS><<<dim3(unsigned(a.nh), unsigned(n_long), unsigned(D / VS)), 256,
                               L::kBytes, st>>>(a.q, a.k, a.v, a.stride, a.seqs, long_list,
                                                a.states, a.slot_stride, a.layer_off, a.decay,

@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/gla.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_smem_optin.h"
 
 namespace sala::cuda {
 
@@ -299,14 +300,9 @@ template <int D>
 void launch_gla_chunk3(const GlaArgs<float>& a, const int32_t* long_list, int n_long, cudaStream_t st) {
   using T = float;
   using L = Chunk3<D>;
-  static bool attr_set = false;
-  if (!attr_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(gla_chunk_state_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(L::kP1Floats * 4)));
-    CUDA_CHECK(cudaFuncSetAttribute(gla_chunk_out_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(L::kP3Floats * 4)));
-    attr_set = true;
-  }
+  static SmemOptIn state_optin, out_optin;  // per device
+  state_optin.raise(gla_chunk_state_kernel<T, D>, size_t(L::kP1Floats) * 4);
+  out_optin.raise(gla_chunk_out_kernel<T, D>, size_t(L::kP3Floats) * 4);
   const int64_t per_state = int64_t(a.nh) * D * D;
   const int group = int(std::max<int64_t>(1, std::min<int64_t>(n_long, a.ws_floats / per_state)));
   const int window = int(std::max<int64_t>(1, std::min<int64_t>(a.max_chunks, a.ws_floats / (per_state * group))));

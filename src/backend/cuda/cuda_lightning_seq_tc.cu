@@ -30,6 +30,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/cuda_smem_optin.h"
 #include "backend/gla.h"
 
 namespace sala::cuda {
@@ -331,11 +332,8 @@ __global__ void __launch_bounds__(SeqTc<D>::NW * 32) gla_seq_tc_kernel(
 template <int D>
 void launch_gla_seq_tc(const GlaArgs<bf16>& a, const int32_t* list, int n, cudaStream_t st) {
   using L = SeqTc<D>;
-  static bool attr_set = false;
-  if (!attr_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(gla_seq_tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
-    attr_set = true;
-  }
+  static SmemOptIn optin;  // per device
+  optin.raise(gla_seq_tc_kernel<D>, size_t(L::kBytes));
   gla_seq_tc_kernel<D><<<dim3(unsigned(D / L::CB), unsigned(a.nh), unsigned(n)), L::NW * 32, L::kBytes, st>>>(
       a.q, a.k, a.v, a.stride, a.seqs, list, a.states, a.slot_stride, a.layer_off, a.decay, a.scale, a.out,
       a.ostride);

@@ -40,6 +40,7 @@
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_skinny_sm90.h"
 #include "backend/cuda/cuda_tma_sm90.cuh"
+#include "backend/cuda/cuda_smem_optin.h"
 
 namespace sala::cuda {
 namespace {
@@ -399,10 +400,13 @@ bool skinny_sm90_available() {
 
 void skinny_sm90_init() {
   if (!skinny_sm90_available()) return;
-  CUDA_CHECK(cudaFuncSetAttribute(skinny_sm90_kernel<false>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
-  CUDA_CHECK(cudaFuncSetAttribute(skinny_sm90_kernel<true>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+  static OncePerDevice attributes;  // kernel attributes are per device (TP ranks on several GPUs)
+  attributes([] {
+    CUDA_CHECK(cudaFuncSetAttribute(skinny_sm90_kernel<false>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+    CUDA_CHECK(cudaFuncSetAttribute(skinny_sm90_kernel<true>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+  });
   (void)num_sms();
 }
 

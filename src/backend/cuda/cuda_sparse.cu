@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_norm.cuh"
+#include "backend/cuda/cuda_smem_optin.h"
 
 namespace sala::cuda {
 
@@ -349,12 +350,8 @@ void attention_launch(const T* q, const StepRows& s, const KvElem<KF, T>* kc,
                       int max_smem, cudaStream_t st) {
   if (s.T == 0) return;
   const size_t smem = attention_smem_bytes(p.G, p.g.d);
-  static size_t smem_set = 48 * 1024;  // one per instantiation
-  if (smem > smem_set) {
-    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<T, kSel, KF>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
-    smem_set = size_t(max_smem);
-  }
+  static SmemOptIn optin;  // one per instantiation, per device
+  if (smem > 48 * 1024) optin.raise(attention_kernel<T, kSel, KF>, size_t(max_smem));
   launch_pdl(attention_kernel<T, kSel, KF>, dim3(unsigned(s.T), unsigned(p.g.kvh), unsigned(splits)),
              256, smem, st, q, s.row_seq, s.seqs, s.page_table, kc, vc, p, sel, sel_cnt, out, part,
              ml);
