@@ -379,8 +379,11 @@ kv8_bench() {
 
 tp() {
   setup
-  run_logged "$OUT/tp_ops.log" "$BIN/test_cuda_ops" --gtest_filter='CudaTp.*' \
-    --gtest_output="json:$OUT/tp_ops.json"
+  # Eager module loading: ranks sharing one GPU spin in a collective until the other rank's
+  # kernel runs, and loading that kernel lazily may need a context synchronisation (CUDA's
+  # lazy-loading guide: a deadlock between kernels that wait for each other).
+  CUDA_MODULE_LOADING=EAGER run_logged "$OUT/tp_ops.log" "$BIN/test_cuda_ops" \
+    --gtest_filter='CudaTp.*' --gtest_output="json:$OUT/tp_ops.json"
   cat "$OUT/tp_ops.log"
   $SUM gtest "$OUT/checks.jsonl" "tp op tests" "$OUT/tp_ops.json" "$RC" "$SECS"
   local gpus tp

@@ -227,6 +227,9 @@ TEST(CudaTp, PeerCollectivesOnOneGpu) {
     ASSERT_EQ(cudaMemcpy(xs[size_t(r)].data, m.bits.data(), xs[size_t(r)].nbytes(),
                          cudaMemcpyHostToDevice), cudaSuccess);
   }
+  // A pageable copy may return before its DMA lands, and the ranks' streams do not wait for
+  // the legacy stream.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   // all_gather_cols, then all_reduce_sum in place, each on every rank.
   on_ranks(be, [&](int r) { comms[size_t(r)]->all_gather_cols(xs[size_t(r)], full[size_t(r)]); });
   for (int r = 0; r < n; ++r) {
@@ -250,6 +253,52 @@ TEST(CudaTp, PeerCollectivesOnOneGpu) {
       x[size_t(r)] = got;  // the next call sums these
     }
   }
+  // Back to back on each rank's stream, no host synchronisation in between: a 37-value fp32
+  // all-reduce, the [T, C] bf16 one, the fp32 one again, an all-gather (calls of different
+  // sizes share the staging halves; PeerView's comment in cuda_comm.h).
+  std::vector<std::vector<float>> f(n);
+  std::vector<Tensor> fs(n);
+  for (int r = 0; r < n; ++r) {
+    f[size_t(r)].resize(size_t(T));
+    for (int64_t t = 0; t < T; ++t) f[size_t(r)][size_t(t)] = 0.37f * float(t) - 1.3f * float(r);
+    fs[size_t(r)] = be[size_t(r)]->alloc(T, 1, DType::F32);
+    be[size_t(r)]->synchronize();
+    ASSERT_EQ(cudaMemcpy(fs[size_t(r)].data, f[size_t(r)].data(), size_t(T) * 4,
+                         cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  on_ranks(be, [&](int r) {
+    comms[size_t(r)]->all_reduce_sum_f32(fs[size_t(r)]);
+    comms[size_t(r)]->all_reduce_sum(xs[size_t(r)]);
+    comms[size_t(r)]->all_reduce_sum_f32(fs[size_t(r)]);
+    comms[size_t(r)]->all_gather_cols(xs[size_t(r)], full[size_t(r)]);
+  });
+  std::vector<float> fwant(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    float s1 = f[0][size_t(t)];  // in rank order, as the kernel
+    for (int k = 1; k < n; ++k) s1 += f[size_t(k)][size_t(t)];
+    float s2 = s1;
+    for (int k = 1; k < n; ++k) s2 += s1;
+    fwant[size_t(t)] = s2;
+  }
+  std::vector<uint16_t> want(size_t(T * C));
+  for (size_t i = 0; i < want.size(); ++i) {
+    float s = bf16_to_f32(x[0][i]);
+    for (int k = 1; k < n; ++k) s += bf16_to_f32(x[size_t(k)][i]);
+    want[i] = f32_to_bf16(s);
+  }
+  for (int r = 0; r < n; ++r) {
+    std::vector<float> fgot(static_cast<size_t>(T));
+    ASSERT_EQ(cudaMemcpy(fgot.data(), fs[size_t(r)].data, size_t(T) * 4, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(fgot, fwant) << "rank " << r << ": fp32 all-reduce, back to back";
+    EXPECT_EQ(download_bits(xs[size_t(r)]), want) << "rank " << r << ": bf16, back to back";
+    const std::vector<uint16_t> got = download_bits(full[size_t(r)]);
+    for (int64_t t = 0; t < T; ++t)
+      for (int k = 0; k < n; ++k)
+        ASSERT_EQ(std::memcmp(&got[size_t(t * n * C + k * C)], &want[size_t(t * C)], C * 2), 0)
+            << "rank " << r << " row " << t << " part " << k << ", back to back";
+  }
   // gather_cols to rank 1 of vocab slices of W = 1000 fp32 columns (ceil(1000 / 3) = 334,
   // the last rank 332), and the argmax with a tie across ranks at ids 333 and 334.
   const int64_t W = 1000, R = 5;
@@ -267,7 +316,7 @@ TEST(CudaTp, PeerCollectivesOnOneGpu) {
     ASSERT_EQ(cudaMemcpy(part[size_t(r)].data, vals[size_t(r)].data(), size_t(R * w) * 4,
                          cudaMemcpyHostToDevice), cudaSuccess);
   }
-  be[1]->synchronize();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the pageable copies have landed
   on_ranks(be, [&](int r) { comms[size_t(r)]->gather_cols(part[size_t(r)], all, 1); });
   std::vector<float> got(size_t(R * W));
   ASSERT_EQ(cudaMemcpy(got.data(), all.data, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);

@@ -37,7 +37,7 @@ void* DeviceArena::try_device(size_t bytes) {
 }
 
 void DeviceArena::release(void* p) {
-  if (!p) return;
+  if (!p || retain_) return;
   CUDA_CHECK(cudaFree(p));
   forget(device_, p);
 }
@@ -50,7 +50,7 @@ void* DeviceArena::pinned(size_t bytes) {
 }
 
 void DeviceArena::release_pinned(void* p) {
-  if (!p) return;
+  if (!p || retain_) return;
   CUDA_CHECK(cudaFreeHost(p));
   forget(pinned_, p);
 }

@@ -21,12 +21,16 @@ class DeviceArena {
   // Exactly `bytes` of device memory, or nullptr when the device has no room (the caller
   // has a path that needs none).
   void* try_device(size_t bytes);
-  void release(void* p);  // frees p (from device / try_device) now
+  void release(void* p);  // frees p (from device / try_device) now, unless retain_released
   void* pinned(size_t bytes);  // page-locked host memory (fast copies to and from the device)
   void release_pinned(void* p);
+  // From now on release / release_pinned free nothing before the destructor: cudaFree and
+  // cudaFreeHost synchronise the whole device (CudaBackend::share_device_with_ranks).
+  void retain_released() { retain_ = true; }
 
  private:
   std::vector<void*> device_, pinned_;
+  bool retain_ = false;
 };
 
 }  // namespace sala::cuda_host

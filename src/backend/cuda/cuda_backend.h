@@ -145,6 +145,10 @@ class CudaBackend : public Backend {
   void bind_thread() override { device_.bind(); }
   // The GPU and the stream of every op (tensor parallelism's communicators, cuda_comm.h).
   int cuda_device() const { return device_.device(); }
+  // Tensor-parallel ranks sharing this GPU (the tests on one GPU): a workspace that grows keeps
+  // its old buffer until the backend goes, since cudaFree waits for the whole device, where
+  // another rank's collective spins until this rank's next kernel (a deadlock).
+  void share_device_with_ranks() { arena_.retain_released(); }
   cudaStream_t stream() const { return stream_.get(); }
   void report_op_profile(const std::string& label) override;
 

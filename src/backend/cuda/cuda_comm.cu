@@ -3,7 +3,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 
 #include "backend/cuda/cuda_argmax.h"
 #include "backend/cuda/cuda_check.h"
@@ -13,9 +12,16 @@ namespace sala::cuda {
 namespace {
 
 constexpr int kThreads = 512;
-// Polls of a peer's flag before a block gives up (a missing rank: __trap, a CUDA error, rather
-// than a hang); a poll takes ~0.5-2 µs, so this is tens of seconds.
-constexpr uint64_t kMaxPolls = uint64_t(1) << 25;
+// How long a block waits for a peer's flag before it gives up (a missing rank: __trap, a CUDA
+// error, rather than a hang). In time, not polls: a same-GPU poll is an L2 round trip, and the
+// other rank's first steps may legitimately take seconds (module loading, graph instantiation).
+constexpr uint64_t kMaxWaitNs = uint64_t(120) * 1000 * 1000 * 1000;
+
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 
 __device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t* p) {
   uint32_t v;
@@ -35,9 +41,10 @@ __device__ void peer_barrier(const PeerView& v, uint32_t epoch) {
     st_release_sys(v.flags[v.rank] + blockIdx.x, epoch);
     for (int k = 0; k < v.ranks; ++k) {
       if (k == v.rank) continue;
-      uint64_t polls = 0;
+      const uint64_t t0 = global_ns();
+      uint32_t polls = 0;
       while (int32_t(ld_acquire_sys(v.flags[k] + blockIdx.x) - epoch) < 0)
-        if (++polls > kMaxPolls) __trap();
+        if ((++polls & 1023u) == 0 && global_ns() - t0 > kMaxWaitNs) __trap();
     }
   }
   __syncthreads();
@@ -124,8 +131,8 @@ __global__ void argmax_values_kernel(const float* __restrict__ logits, int64_t r
 
 void launch_peer_all_reduce(const PeerView& v, void* x, int64_t n, bool bf16, cudaStream_t st) {
   if (n == 0) return;
-  // The same grid on every rank (block b meets block b): from n alone.
-  const unsigned blocks = unsigned(std::clamp<int64_t>((n + 8191) / 8192, 1, kPeerMaxBlocks));
+  // The same grid on every rank and every call (block b meets block b; PeerView's comment).
+  const unsigned blocks = kPeerMaxBlocks;
   if (bf16)
     peer_all_reduce_kernel<<<blocks, kThreads, 0, st>>>(v, static_cast<__nv_bfloat16*>(x), n);
   else
@@ -135,7 +142,7 @@ void launch_peer_all_reduce(const PeerView& v, void* x, int64_t n, bool bf16, cu
 
 void launch_peer_gather(const PeerView& v, const void* local, const GatherCols& g,
                         int elem_bytes, void* full, bool receive, cudaStream_t st) {
-  // A fixed grid: a non-receiving rank does not know the others' widths.
+  // The same grid on every rank and every call (PeerView's comment).
   const unsigned blocks = kPeerMaxBlocks;
   if (elem_bytes == 2)
     peer_gather_kernel<<<blocks, kThreads, 0, st>>>(v, static_cast<const uint16_t*>(local), g,

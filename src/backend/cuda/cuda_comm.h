@@ -16,6 +16,12 @@ inline constexpr int kPeerMaxBlocks = 64;
 // rank may fill the next call's half while the others still read this one's) and flags
 // ([kPeerMaxBlocks] uint32, one per block), all readable from this rank's GPU (the same GPU,
 // or peer access); this rank's per-block call counters ([kPeerMaxBlocks], the epochs).
+// Every collective runs kPeerMaxBlocks blocks, whatever its size (blocks with an empty slice
+// still meet): so all blocks' epochs move together, and a rank writing call X's half has met
+// every rank in call X - 1, whose kernels (every block) have then finished reading the other
+// half of call X - 2 -- which is call X's half. With grids sized by n, a block of call X could
+// overwrite a region another block of a peer was still reading for call X - 1 (helper-35's
+// desk review, session 32).
 struct PeerView {
   char* staging[kMaxCommRanks];
   uint32_t* flags[kMaxCommRanks];

@@ -93,6 +93,8 @@ std::vector<std::unique_ptr<Communicator>> make_cuda_communicators(
     cuda.push_back(c);
     devices.insert(c->cuda_device());
   }
+  if (devices.size() == 1 && cuda.size() > 1)
+    for (CudaBackend* c : cuda) c->share_device_with_ranks();
   if (devices.size() == 1 || (prefer_peer && devices.size() == ranks.size()))
     return cuda_host::make_peer_comms(cuda);
   if (devices.size() == ranks.size()) return cuda_host::make_nccl_comms(cuda);
