@@ -24,9 +24,10 @@ class Communicator {
   // full[T, n·C] on every rank: rank r's local[T, C] (contiguous) at columns [r·C, (r+1)·C).
   // Exact (copies), so a column-sharded tensor gathered is bit-identical to the unsharded one.
   virtual void all_gather_cols(const Tensor& local, Tensor& full) = 0;
-  // Into rank `root`'s full[T, W] only (other ranks pass any tensor; it is not written), with
-  // vocab-parallel widths: rank r's local holds columns [gather_col(W, n, r), gather_col(W, n,
-  // r + 1)), slices of ceil(W / n) and the last rank the rest.
+  // Into rank `root`'s full[T, W] only (every rank passes a full of W columns, which sets the
+  // split; only the root's is written), with vocab-parallel widths: rank r's local holds
+  // columns [gather_col(W, n, r), gather_col(W, n, r + 1)), slices of ceil(W / n) and the last
+  // rank the rest.
   virtual void gather_cols(const Tensor& local, Tensor& full, int root) = 0;
   // x = x_0 + x_1 + ... + x_{size-1}, summed in rank order on every rank (fixed bits, the same
   // on every rank and from run to run). fp32 (rounded to bf16 where the group emulates bf16).
