@@ -1,6 +1,7 @@
 // Tensor parallelism on the CUDA backend (issue 24), bf16 mode.
-//   - The peer communicator's collectives on one GPU (3 ranks): the all-reduce against the host
-//     sum in rank order rounded once, the gathers bit for bit, the argmax's ties.
+//   - The peer communicator's collectives on one GPU (3 ranks), and with two GPUs NCCL's and
+//     the peer group's across them (2 ranks): the all-reduce against the host sum in rank order
+//     rounded once, the gathers bit for bit, the argmax's ties.
 //   - On the tiny golden models and on a variant of tiny-sparse whose sparse layers have 2 KV
 //     heads of 16 query heads each (as the real model's 32 / 2, so TP=2 splits them instead of
 //     replicating the golden models' one KV head): TP=2 with both ranks on ONE GPU (the peer
@@ -198,18 +199,32 @@ std::vector<uint16_t> download_bits(const Tensor& t) {
   return h;
 }
 
-TEST(CudaTp, PeerCollectivesOnOneGpu) {
-  REQUIRE_GPU();
-  const int n = 3;
+// Every GPU's work done (cudaDeviceSynchronize waits for the current device only).
+void sync_gpus() {
+  int cur = 0, gpus = 0;
+  ASSERT_EQ(cudaGetDevice(&cur), cudaSuccess);
+  ASSERT_EQ(cudaGetDeviceCount(&gpus), cudaSuccess);
+  for (int d = 0; d < gpus; ++d) {
+    ASSERT_EQ(cudaSetDevice(d), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+  ASSERT_EQ(cudaSetDevice(cur), cudaSuccess);
+}
+
+// The collectives of the group make_communicators picks for n CUDA backends, rank r on GPU
+// gpu_of(r): exact gathers, sums in rank order rounded once (for NCCL: n = 2, one rounding
+// either way), the argmax's ties.
+void check_collectives(int n, const std::function<int(int)>& gpu_of, bool prefer_peer) {
   const int64_t T = 37, C = 300;
-  const BackendOptions bo{NumericMode::BF16, 0};
   std::vector<std::unique_ptr<Backend>> be;
   std::vector<Backend*> ptrs;
   for (int r = 0; r < n; ++r) {
+    BackendOptions bo{NumericMode::BF16, 0};
+    bo.cuda_device = gpu_of(r);
     be.push_back(make_backend("cuda", bo));
     ptrs.push_back(be.back().get());
   }
-  auto comms = make_communicators(ptrs);
+  auto comms = make_communicators(ptrs, prefer_peer);
   ASSERT_EQ(comms.size(), size_t(n));
   for (auto& c : comms) {
     EXPECT_TRUE(c->capturable());
@@ -229,7 +244,7 @@ TEST(CudaTp, PeerCollectivesOnOneGpu) {
   }
   // A pageable copy may return before its DMA lands, and the ranks' streams do not wait for
   // the legacy stream.
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  sync_gpus();
   // all_gather_cols, then all_reduce_sum in place, each on every rank.
   on_ranks(be, [&](int r) { comms[size_t(r)]->all_gather_cols(xs[size_t(r)], full[size_t(r)]); });
   for (int r = 0; r < n; ++r) {
@@ -266,7 +281,7 @@ TEST(CudaTp, PeerCollectivesOnOneGpu) {
     ASSERT_EQ(cudaMemcpy(fs[size_t(r)].data, f[size_t(r)].data(), size_t(T) * 4,
                          cudaMemcpyHostToDevice), cudaSuccess);
   }
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  sync_gpus();
   on_ranks(be, [&](int r) {
     comms[size_t(r)]->all_reduce_sum_f32(fs[size_t(r)]);
     comms[size_t(r)]->all_reduce_sum(xs[size_t(r)]);
@@ -316,7 +331,7 @@ TEST(CudaTp, PeerCollectivesOnOneGpu) {
     ASSERT_EQ(cudaMemcpy(part[size_t(r)].data, vals[size_t(r)].data(), size_t(R * w) * 4,
                          cudaMemcpyHostToDevice), cudaSuccess);
   }
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the pageable copies have landed
+  sync_gpus();  // the pageable copies have landed
   on_ranks(be, [&](int r) { comms[size_t(r)]->gather_cols(part[size_t(r)], all, 1); });
   std::vector<float> got(size_t(R * W));
   ASSERT_EQ(cudaMemcpy(got.data(), all.data, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -332,6 +347,27 @@ TEST(CudaTp, PeerCollectivesOnOneGpu) {
                                   r == 0 ? ids.data() : nullptr, 0);
   });
   for (int64_t t = 0; t < R; ++t) EXPECT_EQ(ids[size_t(t)], 333) << t;  // the lowest id of the tie
+}
+
+int gpu_count() {
+  int gpus = 0;
+  return cudaGetDeviceCount(&gpus) == cudaSuccess ? gpus : 0;
+}
+
+TEST(CudaTp, PeerCollectivesOnOneGpu) {
+  REQUIRE_GPU();
+  check_collectives(3, [](int) { return 0; }, false);
+}
+
+TEST(CudaTp, CollectivesOnTwoGpus) {  // NCCL, then the peer group across the two GPUs
+  REQUIRE_GPU();
+  if (gpu_count() < 2) GTEST_SKIP() << "*** ONE GPU: collectives across GPUs NOT RUN (needs 2) ***";
+  {
+    SCOPED_TRACE("NCCL");
+    check_collectives(2, [](int r) { return r; }, false);
+  }
+  SCOPED_TRACE("peer group");
+  check_collectives(2, [](int r) { return r; }, true);
 }
 
 TEST(CudaTp, SameGpuTp2MatchesTp1) {
@@ -375,9 +411,7 @@ TEST(CudaTp, SameGpuTp2MatchesTp1) {
 
 TEST(CudaTp, NcclMatchesPeerBitForBit) {
   REQUIRE_GPU();
-  int gpus = 0;
-  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2)
-    GTEST_SKIP() << "*** ONE GPU: NCCL tensor parallelism NOT RUN (needs 2) ***";
+  if (gpu_count() < 2) GTEST_SKIP() << "*** ONE GPU: NCCL tensor parallelism NOT RUN (needs 2) ***";
   for (const std::string& dir : dirs()) {
     auto same = load(dir, Ranks::TwoSameGpu);
     auto nccl = load(dir, Ranks::TwoNccl);
