@@ -211,6 +211,17 @@ void sync_gpus() {
   ASSERT_EQ(cudaSetDevice(cur), cudaSuccess);
 }
 
+// The ranks' bf16 values summed in rank order in fp32, rounded once (the all-reduce's bits).
+std::vector<uint16_t> bf16_rank_sum(const std::vector<std::vector<uint16_t>>& x) {
+  std::vector<uint16_t> sum(x[0].size());
+  for (size_t i = 0; i < sum.size(); ++i) {
+    float s = bf16_to_f32(x[0][i]);
+    for (size_t k = 1; k < x.size(); ++k) s += bf16_to_f32(x[k][i]);
+    sum[i] = f32_to_bf16(s);
+  }
+  return sum;
+}
+
 // The collectives of the group make_communicators picks for n CUDA backends, rank r on GPU
 // gpu_of(r): exact gathers, sums in rank order rounded once (for NCCL: n = 2, one rounding
 // either way), the argmax's ties.
@@ -256,12 +267,7 @@ void check_collectives(int n, const std::function<int(int)>& gpu_of, bool prefer
   }
   for (int rep = 0; rep < 3; ++rep) {  // the staging halves alternate call by call
     on_ranks(be, [&](int r) { comms[size_t(r)]->all_reduce_sum(xs[size_t(r)]); });
-    std::vector<uint16_t> want(size_t(T * C));
-    for (size_t i = 0; i < want.size(); ++i) {
-      float s = bf16_to_f32(x[0][i]);
-      for (int k = 1; k < n; ++k) s += bf16_to_f32(x[size_t(k)][i]);
-      want[i] = f32_to_bf16(s);
-    }
+    const std::vector<uint16_t> want = bf16_rank_sum(x);
     for (int r = 0; r < n; ++r) {
       const std::vector<uint16_t> got = download_bits(xs[size_t(r)]);
       EXPECT_EQ(got, want) << "rank " << r << " call " << rep;
@@ -296,12 +302,7 @@ void check_collectives(int n, const std::function<int(int)>& gpu_of, bool prefer
     for (int k = 1; k < n; ++k) s2 += s1;
     fwant[size_t(t)] = s2;
   }
-  std::vector<uint16_t> want(size_t(T * C));
-  for (size_t i = 0; i < want.size(); ++i) {
-    float s = bf16_to_f32(x[0][i]);
-    for (int k = 1; k < n; ++k) s += bf16_to_f32(x[size_t(k)][i]);
-    want[i] = f32_to_bf16(s);
-  }
+  const std::vector<uint16_t> want = bf16_rank_sum(x);
   for (int r = 0; r < n; ++r) {
     std::vector<float> fgot(static_cast<size_t>(T));
     ASSERT_EQ(cudaMemcpy(fgot.data(), fs[size_t(r)].data, size_t(T) * 4, cudaMemcpyDeviceToHost),
