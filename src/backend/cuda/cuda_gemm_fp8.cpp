@@ -54,6 +54,7 @@ void GemmDispatch::grow_fp8_ws(size_t codes, int64_t rows) {
              "recording (a recorded shape runs eagerly first)",
              codes, rows);
   graphs_.drop();  // recordings hold the old workspace's address
+  fp8_prepared_ = {};  // codes a producer wrote there are gone: the next GEMM quantizes x itself
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   arena_.release(fp8_ws_);
   fp8_codes_cap_ = round_up(codes);
