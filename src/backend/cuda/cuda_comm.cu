@@ -3,7 +3,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-
 #include "backend/cuda/cuda_argmax.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_comm.h"
