@@ -37,7 +37,8 @@ class SmemOptIn {
  public:
   template <class Kernel>
   void raise(Kernel* kernel, size_t bytes) {
-    if (bytes <= kDefaultBytes) return;
+    // No early return at 48 KB: a kernel's static shared memory counts against the same
+    // limit, so some launches of <= 48 KB dynamic memory need the opt-in too.
     std::atomic<size_t>& set = set_[size_t(current_cuda_device())];
     if (set.load(std::memory_order_acquire) >= bytes) return;
     const std::lock_guard<std::mutex> lock(mu_);  // no smaller size may overwrite a larger one
@@ -48,7 +49,6 @@ class SmemOptIn {
   }
 
  private:
-  static constexpr size_t kDefaultBytes = 48 * 1024;  // what every kernel may use unasked
   std::array<std::atomic<size_t>, kMaxCudaDevices> set_{};
   std::mutex mu_;
 };
