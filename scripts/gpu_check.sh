@@ -9,9 +9,10 @@
 #                                     .gpu/ is git-ignored and travels with `carry`), with the
 #                                     commit they were built from. Nothing can be fetched on
 #                                     the GPU machine, so build where the C++ packages are.
-#                                     A/B of two builds in one command: pack one, move it to
-#                                     .gpu/b.tar.xz after packing the other, then run a mode
-#                                     twice, the second time with PACK=$PWD/.gpu/b.tar.xz.
+#                                     Only .gpu/pack.tar.xz is replaced. A/B of two builds in
+#                                     one command: pack one, move it to .gpu/b.tar.xz, pack the
+#                                     other, then run a mode twice, the second time with
+#                                     PACK=$PWD/.gpu/b.tar.xz.
 #   scripts/gpu_check.sh correctness  (GPU machine) every check below; exit 1 if any
 #                                     fails:
 #       op tests     every binary of OP_TESTS, --gtest_output=json (CUDA vs CPU, both modes)
@@ -134,16 +135,19 @@ copy_libs() {
 pack() {
   build
   set -e
-  local g=$ROOT/.gpu
-  rm -rf "$g" && mkdir -p "$g/bin" "$g/lib"
-  cp "$BUILD/src/cli/sala" "$g/bin/"
-  for t in $OP_TESTS; do cp "$BUILD/tests/ops/$t" "$g/bin/"; done
-  copy_libs "$g/lib" "$g"/bin/*
-  strip "$g"/bin/*
-  commit_stamp >"$g/commit"
-  tar -C "$g" -cJf "$ROOT/.gpu.pack.tar.xz" bin lib commit
-  rm -rf "$g" && mkdir -p "$g" && mv "$ROOT/.gpu.pack.tar.xz" "$g/pack.tar.xz"
-  du -sh "$g"
+  # Staged outside .gpu/, which may hold other packs and notes (only pack.tar.xz is replaced;
+  # what travels is all of .gpu/: carry at most 64 MiB with the tree).
+  local g=$ROOT/.gpu st
+  st=$(mktemp -d)
+  mkdir -p "$g" "$st/bin" "$st/lib"
+  cp "$BUILD/src/cli/sala" "$st/bin/"
+  for t in $OP_TESTS; do cp "$BUILD/tests/ops/$t" "$st/bin/"; done
+  copy_libs "$st/lib" "$st"/bin/*
+  strip "$st"/bin/*
+  commit_stamp >"$st/commit"
+  tar -C "$st" -cJf "$g/pack.tar.xz" bin lib commit
+  rm -rf "$st"
+  du -sh "$g"/*
   set +e
 }
 
