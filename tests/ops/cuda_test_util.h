@@ -104,6 +104,7 @@ struct Pair {
   }
   NumericMode mode;
   std::unique_ptr<Backend> cpu, gpu;
+  StepMeta meta;  // the current step's, see begin()
   struct T2 {
     Tensor c, g;
   };
@@ -118,9 +119,12 @@ struct Pair {
   T2 out(int64_t rows, int64_t cols, DType gpu_dtype) {
     return {cpu->alloc(rows, cols, DType::F32), gpu->alloc(rows, cols, gpu_dtype)};
   }
+  // The backends keep the StepMeta's address for the step: the Pair holds its own copy, so a
+  // caller's local meta (begin_decode_step's) may die before the step's ops run.
   void begin(const StepMeta& m) {
-    cpu->begin_step(m);
-    gpu->begin_step(m);
+    meta = m;
+    cpu->begin_step(meta);
+    gpu->begin_step(meta);
   }
   // A decode-only step: T sequences of one row each (no KV pages).
   void begin_decode_step(int64_t T) {
