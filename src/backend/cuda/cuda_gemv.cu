@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < kStages - 1; ++i) issue_stage(wk, cur, ring, s, wb, row_bytes, N);
   pdl_wait();  // every CTA, tiles or not: x and y only after the preceding grid completed
   const XRows xr{reinterpret_cast<const uint8_t*>(x), ldx * 2, M, g};
-  const uint4 z = make_uint4(0, 0, 0, 0);
+  const uint32_t lo = lane_off(g, t);
   int u = 0;
   for (int ti = 0; ti < wk.ntc; ++ti) {
     float acc[2][NT][4] = {};
@@ -128,8 +128,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int v = 0; v < 4; ++v) {
           const int cl = 4 * v + t;
           const bool ok = c0 + cl < s.ce;
-          A[rt][v] = ok ? lds(base + row_off(rt * 16 + g) + cl * 16) : z;
-          B[rt][v] = ok ? lds(base + row_off(rt * 16 + g + 8) + cl * 16) : z;
+          A[rt][v] = lds_or_zero(base + lo + row_off(rt * 16) + v * 64, ok);
+          B[rt][v] = lds_or_zero(base + lo + row_off(rt * 16 + 8) + v * 64, ok);
         }
 #pragma unroll
       for (int q = 0; q < NG; ++q) {

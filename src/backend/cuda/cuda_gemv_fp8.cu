@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   pdl_wait();  // every CTA, tiles or not: x and y only after the preceding grid completed
   load_row_scales(sx, M, sxs);
   const XRows xr{x, ldx, M, g};
-  const uint4 z = make_uint4(0, 0, 0, 0);
+  const uint32_t lo = lane_off(g, t);
   // M <= 16 (one n-tile group): stage u's x is loaded during stage u - 1 (from L2: its latency
   // is then hidden behind that stage's MMAs). Wider M: group 0's at the top of stage u, in
   // flight while waiting for W (a second set of fragments would spill).
@@ -238,8 +238,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int v = 0; v < 4; ++v) {
             const int cl = 4 * v + t;
             const bool ok = c0 + cl < s.ce;
-            W0[v] = ok ? lds(base + row_off(rt * 16 + g) + cl * 16) : z;
-            W8[v] = ok ? lds(base + row_off(rt * 16 + g + 8) + cl * 16) : z;
+            W0[v] = lds_or_zero(base + lo + row_off(rt * 16) + v * 64, ok);
+            W8[v] = lds_or_zero(base + lo + row_off(rt * 16 + 8) + v * 64, ok);
           }
 #pragma unroll
           for (int j = 0; j < G; ++j)
@@ -261,8 +261,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int rt = 0; rt < 2; ++rt) {
             const int cl = 4 * v + t;
             const bool ok = c0 + cl < s.ce;
-            const uint4 W0 = ok ? lds(base + row_off(rt * 16 + g) + cl * 16) : z;
-            const uint4 W8 = ok ? lds(base + row_off(rt * 16 + g + 8) + cl * 16) : z;
+            const uint4 W0 = lds_or_zero(base + lo + row_off(rt * 16) + v * 64, ok);
+            const uint4 W8 = lds_or_zero(base + lo + row_off(rt * 16 + 8) + v * 64, ok);
             chunk_mma(part[rt], W0, W8, X, v);
           }
         add_part(acc[0], G * q, part[0]);

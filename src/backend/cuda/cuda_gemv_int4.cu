@@ -102,41 +102,18 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// *p through the non-coherent path when ok; otherwise the registers are left undefined (the
-// caller never uses them). A predicated load rather than `ok ? __ldg(p) : 0`: the compiler
-// turns that into a branch per load, recomputes the address inside each branch and zeroes
-// the registers first (SASS of session 30: ~40 + 8 instructions per chunk group).
-__device__ __forceinline__ uint4 ldg_if(const uint4* p, bool ok) {
-  uint4 v;
-  asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %5, 0;\n\t"
-      "@q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "r"(int(ok)));
-  return v;
-}
-
-// The x rows of lane row g: chunk c (4 uint4 = 32 k) of n-tiles nt0 .. nt0 + G - 1 when ok,
-// undefined registers otherwise (a chunk past the warp's K slice: never multiplied). A row
-// past M reads row 0 instead: an x row only feeds its own mma column (B column g), and the
-// columns of rows past M are never stored, so no zeros are needed. From L1/L2: x is small
-// and read by every CTA. The lane's row address is computed once per kernel.
-struct XLane {
-  const uint8_t* row0;  // x row g, or row 0 when g >= M
-  int64_t step;         // bytes between n-tiles: 8 rows
-  int M, g;
-  __device__ XLane(const uint8_t* x, int64_t ldb, int M_, int g_)
-      : row0(x + (g_ < M_ ? g_ : 0) * ldb), step(8 * ldb), M(M_), g(g_) {}
-  template <int G>
-  __device__ __forceinline__ void load(uint4 (&X)[G][4], int nt0, int c, bool ok) const {
+// x of chunk c (4 uint4 = 32 k) of n-tiles nt0 .. nt0 + G - 1 when ok, undefined registers
+// otherwise (a chunk past the warp's K slice: the chunk loop stops before using it).
+template <int G>
+__device__ __forceinline__ void load_x(uint4 (&X)[G][4], const XLane& xl, int nt0, int c,
+                                       bool ok) {
 #pragma unroll
-    for (int j = 0; j < G; ++j) {
-      const bool in = g + 8 * (nt0 + j) < M;
-      const uint4* r = reinterpret_cast<const uint4*>(in ? row0 + (nt0 + j) * step : row0) + 4 * c;
+  for (int j = 0; j < G; ++j) {
+    const uint4* r = xl.row(nt0 + j) + 4 * c;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) X[j][i] = ldg_if(r + i, ok);
-    }
+    for (int i = 0; i < 4; ++i) X[j][i] = ldg_if(r + i, ok);
   }
-};
+}
 
 // One 16-row half's chunk: the raw words of rows g / g + 8 as bf16 code pairs a[i][j] / b[i][j]
 // (word i, pair j).
@@ -237,9 +214,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < kStages - 1; ++i) issue_stage(wk, cur, ring, s, wb, row_bytes, N, scales);
   pdl_wait();  // every CTA, tiles or not: x and y only after the preceding grid completed
   const XLane xl(reinterpret_cast<const uint8_t*>(x), ldx * 2, M, g);
-  // This lane's chunk t of row g in a stage; the other rows and chunk groups are constants
-  // apart (rt · 16 + 8 h is even), so the ring reads take immediate offsets.
-  const uint32_t lane_off = row_off(g) + t * 16;
+  const uint32_t lo = lane_off(g, t);  // ring reads at immediate offsets from it
   int u = 0;
   for (int ti = 0; ti < wk.ntc; ++ti) {
     float acc[2][NT][4] = {};
@@ -247,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int c0 = s.cb + st * kCps;
       uint4 X[G][4];
       if constexpr (NG == 1)  // chunk group 0, in flight while waiting for the stage
-        xl.load<G>(X, 0, c0 + t, c0 < s.ce);
+        load_x<G>(X, xl, 0, c0 + t, c0 < s.ce);
       cp_wait<kStages - 2>();
       __syncwarp();  // every lane's copies of stage u landed; slot (u - 1) % S read
       issue_stage(wk, cur, ring, s, wb, row_bytes, N, scales);  // stage u + 2
@@ -263,13 +238,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int rt = 0; rt < 2; ++rt)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const int r = rt * 16 + g + 8 * h;  // row_off(r) = row_off(g) + row_off(r - g)
-            Wr[rt][h] = lds(base + lane_off + row_off(rt * 16 + 8 * h) + v * 64);
+            const int r = rt * 16 + g + 8 * h;
+            Wr[rt][h] = lds(base + lo + row_off(rt * 16 + 8 * h) + v * 64);
             sc[rt][h] = lds_f32(sbase + r * 16 + v * 4);
           }
         [[maybe_unused]] uint4 Xn[G][4];
         if constexpr (NG == 1)  // the next chunk group's x while this one computes
-          xl.load<G>(Xn, 0, c0 + 4 * (v + 1) + t, v < 3 && c0 + 4 * (v + 1) < s.ce);
+          load_x<G>(Xn, xl, 0, c0 + 4 * (v + 1) + t, v < 3 && c0 + 4 * (v + 1) < s.ce);
         // Each half's codes are dequantized once per chunk group; M > 16: its n-tile groups
         // then load their x in turn (from L1 again for the second half, which costs less than
         // dequantizing per n-tile group).
@@ -280,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int q = 0; q < NG; ++q) {
             if (8 * G * q >= M) break;  // n-tiles wholly past M (uniform)
-            if constexpr (NG > 1) xl.load<G>(X, G * q, c0 + cl, true);
+            if constexpr (NG > 1) load_x<G>(X, xl, G * q, c0 + cl, true);
             float part[G][4] = {};
             chunk_mma<G>(part, a, b, X);
             add_scaled<G>(acc[rt], G * q, part, sc[rt]);
