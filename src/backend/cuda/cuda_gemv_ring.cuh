@@ -110,9 +110,10 @@ struct XLane {
 // B fragments (bf16 and FP8 GEMVs): chunks c0 + 4u + t, u < 4, of the slice ending at ce, of
 // n-tiles nt0 .. nt0 + G - 1; zeros past the slice (their W fragments are multiplied too).
 // From L1/L2: x is small and read by every CTA.
+// kFull: the caller knows every chunk is inside the slice (a full stage): plain loads.
 struct XRows : XLane {
   using XLane::XLane;
-  template <int G>
+  template <int G, bool kFull = false>
   __device__ __forceinline__ void load(uint4 (&X)[G][4], int nt0, int c0, int t, int ce) const {
 #pragma unroll
     for (int j = 0; j < G; ++j) {
@@ -120,7 +121,7 @@ struct XRows : XLane {
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         const int c = c0 + 4 * u + t;
-        X[j][u] = ldg_or_zero(r + c, c < ce);
+        X[j][u] = kFull ? __ldg(r + c) : ldg_or_zero(r + c, c < ce);
       }
     }
   }
@@ -164,7 +165,7 @@ __device__ __forceinline__ uint32_t row_off(int r) {
 __device__ __forceinline__ uint32_t lane_off(int g, int t) { return row_off(g) + t * 16; }
 
 // A ring read (16 bytes at shared address a) when ok, else zeros; volatile and ordered like
-// lds (the slot is refilled by cp.async).
+// lds (the slot is refilled by cp.async). kFull: ok is known to hold (a plain lds).
 __device__ __forceinline__ uint4 lds_or_zero(uint32_t a, bool ok) {
   uint4 v;
   asm volatile(
@@ -175,6 +176,11 @@ __device__ __forceinline__ uint4 lds_or_zero(uint32_t a, bool ok) {
       : "r"(a), "r"(int(ok))
       : "memory");
   return v;
+}
+template <bool kFull>
+__device__ __forceinline__ uint4 ring_read(uint32_t a, bool ok) {
+  if constexpr (kFull) return lds(a);
+  return lds_or_zero(a, ok);
 }
 
 // What a tile's epilogue does with its values (GemvOut::silu_pair: the gate tile parks them
