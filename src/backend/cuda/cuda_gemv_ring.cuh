@@ -165,7 +165,7 @@ __device__ __forceinline__ uint32_t row_off(int r) {
 __device__ __forceinline__ uint32_t lane_off(int g, int t) { return row_off(g) + t * 16; }
 
 // A ring read (16 bytes at shared address a) when ok, else zeros; volatile and ordered like
-// lds (the slot is refilled by cp.async). kFull: ok is known to hold (a plain lds).
+// lds (the slot is refilled by cp.async).
 __device__ __forceinline__ uint4 lds_or_zero(uint32_t a, bool ok) {
   uint4 v;
   asm volatile(
@@ -177,6 +177,7 @@ __device__ __forceinline__ uint4 lds_or_zero(uint32_t a, bool ok) {
       : "memory");
   return v;
 }
+// kFull: ok is known to hold (a full stage): a plain lds.
 template <bool kFull>
 __device__ __forceinline__ uint4 ring_read(uint32_t a, bool ok) {
   if constexpr (kFull) return lds(a);
