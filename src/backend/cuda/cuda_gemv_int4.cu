@@ -34,8 +34,9 @@
 // Streaming: cuda_gemv.cu's persistent ring (cuda_gemv_ring.cuh: one CTA per SM, each warp its
 // fixed K slice through a private 3-stage cp.async ring of 32 rows x 256 B = 512 k), plus a
 // second small ring for the scales: with every stage, each lane copies the four group scales
-// of one of the stage's 32 rows (cp.async 4 B), so a scale is in shared memory when its stage
-// is (a register prefetch would have to rotate registers that loads are still writing). The
+// of one of the stage's 32 rows (one cp.async of 16 B with group 128 and aligned rows, else
+// four of 4 B), so a scale is in shared memory when its stage is (a register prefetch would
+// have to rotate registers that loads are still writing). The
 // epilogue runs in passes of 8 columns (finish<..., 8>) to make room: 229,376 B in all.
 // M <= 16: x of the next chunk group is loaded during the current one; M > 16: per n-tile
 // group and 16-row half (from L1), the codes of each half dequantized once.
@@ -101,17 +102,16 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// x of chunk c (4 uint4 = 32 k) of the input rows of n-tiles nt0 .. nt0 + G - 1 of lane row g;
-// zeros past M or when !ok. From L1/L2: x is small and read by every CTA.
+// x of chunk c (4 uint4 = 32 k) of n-tiles nt0 .. nt0 + G - 1 when ok, undefined registers
+// otherwise (a chunk past the warp's K slice: the chunk loop stops before using it).
 template <int G>
-__device__ __forceinline__ void load_x(uint4 (&X)[G][4], const uint8_t* x, int64_t ldb, int M,
-                                       int g, int nt0, int c, bool ok) {
+__device__ __forceinline__ void load_x(uint4 (&X)[G][4], const XLane& xl, int nt0, int c,
+                                       bool ok) {
 #pragma unroll
   for (int j = 0; j < G; ++j) {
-    const int row = g + 8 * (nt0 + j);
-    const uint4* r = reinterpret_cast<const uint4*>(x + int64_t(row < M ? row : 0) * ldb) + 4 * c;
+    const uint4* r = xl.row(nt0 + j) + 4 * c;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) X[j][i] = ok && row < M ? __ldg(r + i) : make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < 4; ++i) X[j][i] = ldg_if(r + i, ok);
   }
 }
 
@@ -166,11 +166,17 @@ struct ScaleCopies {
   const float* __restrict__ ws;
   int64_t gpr, N;
   int a, qb, rb;
+  bool vec;  // a == 1 and a full stage's 4 scales are one 16-byte aligned run: one copy
   __device__ __forceinline__ void operator()(Cursor& cur, int64_t n0, int, int nv) const {
     const int lane = threadIdx.x % 32;
     if (cur.st == 0) cur.q = qb, cur.r = rb;
     const uint32_t sd = sring + cur.slot * kScaleStage + lane * 16;
     const float* srow = ws + min(n0 + lane, N - 1) * gpr;
+    if (vec && nv == kCps) {  // group 128 (the 9B's shapes): q advances by 1 per chunk group
+      cp16(sd, srow + cur.q);
+      cur.q += 4;
+      return;
+    }
 #pragma unroll
     for (int v = 0; v < 4; ++v) {
       if (4 * v < nv) cp4(sd + 4 * v, srow + cur.q);
@@ -200,13 +206,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto* wb = reinterpret_cast<const uint8_t*>(w);
   const int64_t row_bytes = K / 2, gpr = K / group;
   const int a = group / kGroupK, cgb = s.cb / 4;
-  const ScaleCopies scales{sring, ws, gpr, N, a, cgb / a, cgb % a};
+  const bool vec = a == 1 && gpr % 4 == 0 && cgb % 4 == 0 &&
+                   (reinterpret_cast<uintptr_t>(ws) & 15) == 0;
+  const ScaleCopies scales{sring, ws, gpr, N, a, cgb / a, cgb % a, vec};
   Cursor cur;
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) issue_stage(wk, cur, ring, s, wb, row_bytes, N, scales);
   pdl_wait();  // every CTA, tiles or not: x and y only after the preceding grid completed
-  const auto* xb = reinterpret_cast<const uint8_t*>(x);
-  const int64_t ldb = ldx * 2;
+  const XLane xl(reinterpret_cast<const uint8_t*>(x), ldx * 2, M, g);
+  const uint32_t lo = lane_off(g, t);  // ring reads at immediate offsets from it
   int u = 0;
   for (int ti = 0; ti < wk.ntc; ++ti) {
     float acc[2][NT][4] = {};
@@ -214,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int c0 = s.cb + st * kCps;
       uint4 X[G][4];
       if constexpr (NG == 1)  // chunk group 0, in flight while waiting for the stage
-        load_x<G>(X, xb, ldb, M, g, 0, c0 + t, c0 < s.ce);
+        load_x<G>(X, xl, 0, c0 + t, c0 < s.ce);
       cp_wait<kStages - 2>();
       __syncwarp();  // every lane's copies of stage u landed; slot (u - 1) % S read
       issue_stage(wk, cur, ring, s, wb, row_bytes, N, scales);  // stage u + 2
@@ -231,12 +239,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = rt * 16 + g + 8 * h;
-            Wr[rt][h] = lds(base + row_off(r) + cl * 16);
+            Wr[rt][h] = lds(base + lo + row_off(rt * 16 + 8 * h) + v * 64);
             sc[rt][h] = lds_f32(sbase + r * 16 + v * 4);
           }
         [[maybe_unused]] uint4 Xn[G][4];
         if constexpr (NG == 1)  // the next chunk group's x while this one computes
-          load_x<G>(Xn, xb, ldb, M, g, 0, c0 + 4 * (v + 1) + t, v < 3 && c0 + 4 * (v + 1) < s.ce);
+          load_x<G>(Xn, xl, 0, c0 + 4 * (v + 1) + t, v < 3 && c0 + 4 * (v + 1) < s.ce);
         // Each half's codes are dequantized once per chunk group; M > 16: its n-tile groups
         // then load their x in turn (from L1 again for the second half, which costs less than
         // dequantizing per n-tile group).
@@ -247,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int q = 0; q < NG; ++q) {
             if (8 * G * q >= M) break;  // n-tiles wholly past M (uniform)
-            if constexpr (NG > 1) load_x<G>(X, xb, ldb, M, g, G * q, c0 + cl, true);
+            if constexpr (NG > 1) load_x<G>(X, xl, G * q, c0 + cl, true);
             float part[G][4] = {};
             chunk_mma<G>(part, a, b, X);
             add_scaled<G>(acc[rt], G * q, part, sc[rt]);
