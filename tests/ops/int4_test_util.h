@@ -115,4 +115,41 @@ struct SpeedShape {
 inline constexpr SpeedShape kShapes[] = {
     {4096, 4096, 32}, {8704, 4096, 8}, {16384, 4096, 24}, {32768, 4096, 32}, {4096, 16384, 32}};
 
+// The packed codes and group-128 scales (1e-3) of an [N, K] weight for the speed tests, in
+// enough copies to rotate over more than the L2 (400 MB): copy 0 random codes (so that printed
+// output bits depend on every weight), the others 0x5a bytes.
+struct Int4SpeedWeights {
+  int64_t packed, scales;
+  int copies;
+  void* w = nullptr;
+  void* sc = nullptr;
+  Int4SpeedWeights(int64_t N, int64_t K)
+      : packed(N * K / 2), scales(N * (K / 128) * 4),
+        copies(int(std::max<int64_t>(2, (400ll << 20) / (packed + scales) + 1))) {
+    EXPECT_EQ(cudaMalloc(&w, size_t(packed) * copies), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&sc, size_t(scales) * copies), cudaSuccess);
+    cudaMemset(w, 0x5a, size_t(packed) * copies);
+    std::vector<uint32_t> codes(size_t(packed / 4));
+    uint32_t r = 12345u + uint32_t(N);
+    for (uint32_t& c : codes) c = r = r * 1664525u + 1013904223u;
+    cudaMemcpy(w, codes.data(), size_t(packed), cudaMemcpyHostToDevice);
+    std::vector<float> one(size_t(scales / 4), 1e-3f);
+    for (int c = 0; c < copies; ++c)
+      cudaMemcpy(static_cast<char*>(sc) + size_t(c) * scales, one.data(), size_t(scales),
+                 cudaMemcpyHostToDevice);
+  }
+  ~Int4SpeedWeights() {
+    cudaFree(w);
+    cudaFree(sc);
+  }
+  Int4SpeedWeights(const Int4SpeedWeights&) = delete;
+  Int4SpeedWeights& operator=(const Int4SpeedWeights&) = delete;
+  const uint32_t* words(int i) const {
+    return reinterpret_cast<const uint32_t*>(static_cast<char*>(w) + size_t(i % copies) * packed);
+  }
+  const float* scale(int i) const {
+    return reinterpret_cast<const float*>(static_cast<char*>(sc) + size_t(i % copies) * scales);
+  }
+};
+
 }  // namespace sala::test

@@ -304,51 +304,29 @@ TEST(CudaInt4Gemv, Speed) {
   cudaMalloc(&y, size_t(kRowsMax) * 32768 * 2);
   double step_us = 0;
   for (const SpeedShape s : kShapes) {
-    const int64_t packed = s.N * s.K / 2, scales = s.N * (s.K / 128) * 4;
-    const int copies = int(std::max<int64_t>(2, (400ll << 20) / (packed + scales) + 1));
-    void *w = nullptr, *sc = nullptr;
-    ASSERT_EQ(cudaMalloc(&w, size_t(packed) * copies), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&sc, size_t(scales) * copies), cudaSuccess);
-    cudaMemset(w, 0x5a, size_t(packed) * copies);
-    {  // copy 0 holds random codes: the output bits printed below depend on every weight
-      std::vector<uint32_t> codes(size_t(packed / 4));
-      uint32_t r = 12345u + uint32_t(s.N);
-      for (uint32_t& c : codes) c = r = r * 1664525u + 1013904223u;
-      cudaMemcpy(w, codes.data(), size_t(packed), cudaMemcpyHostToDevice);
-    }
-    std::vector<float> one(size_t(scales / 4), 1e-3f);
-    for (int c = 0; c < copies; ++c)
-      cudaMemcpy(static_cast<char*>(sc) + size_t(c) * scales, one.data(), size_t(scales),
-                 cudaMemcpyHostToDevice);
+    const Int4SpeedWeights sw(s.N, s.K);
     cuda::GemvOut o{};
     o.y[0] = y, o.end[0] = s.N, o.cols[0] = s.N, o.nparts = 1;
     for (int M : {1, 8, 16, 64}) {
       const double us = time_us(
           [&](int i) {
-            cuda::launch_gemv_int4(static_cast<const cuda::bf16*>(x), s.K,
-                                   reinterpret_cast<const uint32_t*>(static_cast<char*>(w) +
-                                                                     size_t(i % copies) * packed),
-                                   reinterpret_cast<const float*>(static_cast<char*>(sc) +
-                                                                  size_t(i % copies) * scales),
-                                   s.N, int(s.K), 128, M, o, 0);
+            cuda::launch_gemv_int4(static_cast<const cuda::bf16*>(x), s.K, sw.words(i),
+                                   sw.scale(i), s.N, int(s.K), 128, M, o, 0);
           },
           60);
       if (M == 1) step_us += us * s.per_forward;
       // The output bits of copy 0 (FNV-1a of the bf16 outputs): equal across builds whose
       // kernels do the same arithmetic, so an A/B run shows whether a change kept the bits.
-      cuda::launch_gemv_int4(static_cast<const cuda::bf16*>(x), s.K,
-                             static_cast<const uint32_t*>(w), static_cast<const float*>(sc),
+      cuda::launch_gemv_int4(static_cast<const cuda::bf16*>(x), s.K, sw.words(0), sw.scale(0),
                              s.N, int(s.K), 128, M, o, 0);
       std::vector<uint16_t> out(size_t(M * s.N));
       cudaMemcpy(out.data(), y, out.size() * 2, cudaMemcpyDeviceToHost);
       uint64_t h = 1469598103934665603ull;
       for (uint16_t v : out) h = (h ^ v) * 1099511628211ull;
       std::printf("[ gemv int4 ] %8lld x %-12lld %4d %10.2f %12.0f %12.0f  bits %016llx\n",
-                  (long long)s.N, (long long)s.K, M, us, double(packed) / us / 1e3,
-                  double(packed + scales) / us / 1e3, (unsigned long long)h);
+                  (long long)s.N, (long long)s.K, M, us, double(sw.packed) / us / 1e3,
+                  double(sw.packed + sw.scales) / us / 1e3, (unsigned long long)h);
     }
-    cudaFree(w);
-    cudaFree(sc);
   }
   std::printf("[ gemv int4 ] 9B projections at M = 1, one decode step: %.3f ms of GEMVs\n",
               step_us / 1e3);

@@ -144,44 +144,27 @@ TEST(CudaInt4Skinny, Speed) {
   cuda::gemv_int4_init();
   double step_us = 0, gemv_step_us = 0;
   for (const SpeedShape s : kShapes) {
-    const int64_t packed = s.N * s.K / 2, scales = s.N * (s.K / 128) * 4;
-    const int copies = int(std::max<int64_t>(2, (400ll << 20) / (packed + scales) + 1));
-    void *w = nullptr, *sc = nullptr;
-    ASSERT_EQ(cudaMalloc(&w, size_t(packed) * copies), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&sc, size_t(scales) * copies), cudaSuccess);
-    cudaMemset(w, 0x5a, size_t(packed) * copies);
-    std::vector<float> one(size_t(scales / 4), 1e-3f);
-    for (int c = 0; c < copies; ++c)
-      cudaMemcpy(static_cast<char*>(sc) + size_t(c) * scales, one.data(), size_t(scales),
-                 cudaMemcpyHostToDevice);
+    const Int4SpeedWeights sw(s.N, s.K);
     cuda::GemvOut o{};
     o.y[0] = y, o.end[0] = s.N, o.cols[0] = s.N, o.nparts = 1;
-    auto wi = [&](int i) {
-      return reinterpret_cast<const uint32_t*>(static_cast<char*>(w) + size_t(i % copies) * packed);
-    };
-    auto si = [&](int i) {
-      return reinterpret_cast<const float*>(static_cast<char*>(sc) + size_t(i % copies) * scales);
-    };
     for (int M : {17, 32, 64}) {
       const double us = time_us(
           [&](int i) {
-            cuda::launch_skinny_int4_sm90(static_cast<const cuda::bf16*>(x), s.K, wi(i), si(i), s.N,
-                                          int(s.K), 128, M, o, ws, 0);
+            cuda::launch_skinny_int4_sm90(static_cast<const cuda::bf16*>(x), s.K, sw.words(i),
+                                          sw.scale(i), s.N, int(s.K), 128, M, o, ws, 0);
           },
           60);
       const double gemv = time_us(
           [&](int i) {
-            cuda::launch_gemv_int4(static_cast<const cuda::bf16*>(x), s.K, wi(i), si(i), s.N,
-                                   int(s.K), 128, M, o, 0);
+            cuda::launch_gemv_int4(static_cast<const cuda::bf16*>(x), s.K, sw.words(i), sw.scale(i),
+                                   s.N, int(s.K), 128, M, o, 0);
           },
           60);
       if (M == 64)
         step_us += us * double(s.per_forward), gemv_step_us += gemv * double(s.per_forward);
       std::printf("[ skinny int4 ] %8lld x %-8lld %4d %10.2f %10.2f %12.0f\n", (long long)s.N,
-                  (long long)s.K, M, us, gemv, double(packed) / us / 1e3);
+                  (long long)s.K, M, us, gemv, double(sw.packed) / us / 1e3);
     }
-    cudaFree(w);
-    cudaFree(sc);
   }
   std::printf(
       "[ skinny int4 ] 9B projections at M = 64, one decode step: %.3f ms (int4 GEMV: "

@@ -87,58 +87,25 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* empty = full + kStages;
   int* last_flag = reinterpret_cast<int*>(empty + kStages);
   const int tid = threadIdx.x, wg = tid / 128;
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 8);  // lane 0 of each consumer warp
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
+  init_ring<kStages>(full, empty);
   pdl_trigger();
   constexpr int SK = kStageK<kFp8>;
   const int units = a.tiles * a.splits, nk = a.k_per_split / SK;
 
   if (wg == 0) {
     if (tid != 0) return;
-    // Producer. The first kStages stages' weights go out before waiting for the previous
-    // kernel; their x loads (x may be its output) after.
-    int stage = 0, it = 0, deferred[kStages];
-    uint32_t phase = 0;
-    for (int u = blockIdx.x; u < units; u += gridDim.x) {
-      const int tile = u / a.splits, split = u % a.splits;
-      for (int kb = 0; kb < nk; ++kb) {
-        const int kc = split * a.k_per_split + kb * SK;
-        mbar_wait(&empty[stage], phase ^ 1);
-        mbar_expect_tx(&full[stage], kStageW + a.x_bytes);
-        if (a.o.silu_pair) {  // the map's box is 64 rows: the gate half, then the up half
-          for (int c = 0; c < 2; ++c)
-            tma_load_2d(sw + size_t(stage) * kStageW + c * (kStageW / 2), &tm_w, kc,
-                        int(half_row0(a, tile, c)), &full[stage]);
-        } else {  // one box of 128 rows (two boxes of 64 cost ~2-3 µs per launch, session 20)
-          tma_load_2d(sw + size_t(stage) * kStageW, &tm_w, kc, tile * kBM, &full[stage]);
-        }
-        if (it < kStages) {
-          deferred[it] = kc;
-        } else {
-          tma_load_2d(sx + size_t(stage) * kStageX, &tm_x, kc, 0, &full[stage]);
-        }
-        if (++it == kStages) {
-          pdl_wait();
-          for (int s = 0; s < kStages; ++s)
-            tma_load_2d(sx + size_t(s) * kStageX, &tm_x, deferred[s], 0, &full[s]);
-        }
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
-      }
-    }
-    if (it < kStages) {
-      pdl_wait();
-      for (int s = 0; s < it; ++s)
-        tma_load_2d(sx + size_t(s) * kStageX, &tm_x, deferred[s], 0, &full[s]);
-    }
+    produce<kStages>(a, units, nk, SK, kStageW, &tm_x, sx, kStageX, full, empty,
+                     [&](int stage, int kc, int tile) {
+                       if (a.o.silu_pair) {  // the map's box is 64 rows: gate half, up half
+                         for (int c = 0; c < 2; ++c)
+                           tma_load_2d(sw + size_t(stage) * kStageW + c * (kStageW / 2), &tm_w,
+                                       kc, int(half_row0(a, tile, c)), &full[stage]);
+                       } else {  // one box of 128 rows (two boxes of 64 cost ~2-3 µs per
+                                 // launch, session 20)
+                         tma_load_2d(sw + size_t(stage) * kStageW, &tm_w, kc, tile * kBM,
+                                     &full[stage]);
+                       }
+                     });
     return;
   }
 

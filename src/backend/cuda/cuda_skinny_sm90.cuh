@@ -12,6 +12,8 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_gemv_ring.cuh"  // store_gemv_out, silu_pair_value
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_launch.cuh"  // pdl_wait
+#include "backend/cuda/cuda_tma_sm90.cuh"
 
 namespace sala::cuda::skinny {
 
@@ -163,6 +165,64 @@ __device__ __forceinline__ void finish_unit(const SkinnyArgs& a, int tile, int c
   }
   asm volatile("bar.sync 1, 256;\n" ::: "memory");  // last_flag reused by the next unit
 }
+
+#ifdef SALA_SM90A_DEVICE
+// The ring's barriers (thread 0, then the whole CTA waits): full[s] completes on the producer's
+// arrival and its TMA bytes, empty[s] on one arrival per consumer warp (lane 0 of 8).
+template <int S>
+__device__ __forceinline__ void init_ring(uint64_t* full, uint64_t* empty) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 8);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+}
+
+// The producer thread (warp 0 of warpgroup 0): per stage of every unit, wait for the slot,
+// expect its bytes (W's w_bytes + x's a.x_bytes), load_w(stage, kc, tile) issues the weight
+// boxes and x's box [a.x_bytes / 128 rows, 128 bytes] at k = kc goes to sx + stage * x_stage.
+// The first S stages' weights go out before waiting for the previous kernel; their x loads (x
+// may be its output) after.
+template <int S, class LoadW>
+__device__ __forceinline__ void produce(const SkinnyArgs& a, int units, int nk, int stage_k,
+                                        uint32_t w_bytes, const CUtensorMap* tm_x, uint8_t* sx,
+                                        int x_stage, uint64_t* full, uint64_t* empty,
+                                        LoadW&& load_w) {
+  int stage = 0, it = 0, deferred[S];
+  uint32_t phase = 0;
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    const int tile = u / a.splits, split = u % a.splits;
+    for (int kb = 0; kb < nk; ++kb) {
+      const int kc = split * a.k_per_split + kb * stage_k;
+      mbar_wait(&empty[stage], phase ^ 1);
+      mbar_expect_tx(&full[stage], w_bytes + a.x_bytes);
+      load_w(stage, kc, tile);
+      if (it < S) {
+        deferred[it] = kc;
+      } else {
+        tma_load_2d(sx + size_t(stage) * x_stage, tm_x, kc, 0, &full[stage]);
+      }
+      if (++it == S) {
+        pdl_wait();
+        for (int s = 0; s < S; ++s)
+          tma_load_2d(sx + size_t(s) * x_stage, tm_x, deferred[s], 0, &full[s]);
+      }
+      if (++stage == S) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+  }
+  if (it < S) {
+    pdl_wait();
+    for (int s = 0; s < it; ++s)
+      tma_load_2d(sx + size_t(s) * x_stage, tm_x, deferred[s], 0, &full[s]);
+  }
+}
+#endif
 
 // ---- host ----
 inline int num_sms() {
