@@ -6,7 +6,7 @@
 //                  linear_silu_mul (bf16(bf16(silu(g)) · u)) against the CPU's composition
 //   SplitsAndRows  direct launches: every K split gives the bits of the automatic one, and
 //                  row r of M rows equals row r of 17 rows (the bits depend only on the row)
-//   Speed          µs per launch at M = 17, 32, 64 on the 9B's projections beside the int4
+//   Speed          µs per launch at M = 8, 16, 17, 32, 64 on the 9B's projections beside the int4
 //                  GEMV's at the same M; the 9B's projections per 64-row decode step
 // Skips without an sm_90 GPU: the kernel is Hopper-only (elsewhere the GEMV takes these rows).
 #include <cuda_runtime.h>
@@ -147,7 +147,7 @@ TEST(CudaInt4Skinny, Speed) {
     const Int4SpeedWeights sw(s.N, s.K);
     cuda::GemvOut o{};
     o.y[0] = y, o.end[0] = s.N, o.cols[0] = s.N, o.nparts = 1;
-    for (int M : {17, 32, 64}) {
+    for (int M : {8, 16, 17, 32, 64}) {  // 8, 16: where the GEMV takes the rows, for the crossover
       const double us = time_us(
           [&](int i) {
             cuda::launch_skinny_int4_sm90(static_cast<const cuda::bf16*>(x), s.K, sw.words(i),
