@@ -5,9 +5,9 @@
 //                  bf16-rounded values), linear_multi parts (== the plain outputs, bit for bit),
 //                  linear_silu_mul (bf16(bf16(silu(g)) · u)) against the CPU's composition
 //   SplitsAndRows  direct launches: every K split gives the bits of the automatic one, and
-//                  row r of M rows equals row r of 17 rows (the bits depend only on the row)
-//   Speed          µs per launch at M = 8, 16, 17, 32, 64 on the 9B's projections beside the int4
-//                  GEMV's at the same M; the 9B's projections per 64-row decode step
+//                  the rows of M = 1, 9, 17 equal those of 64 (the bits depend only on the row)
+//   Speed          µs per launch at M = 1, 8, 16, 17, 32, 64 on the 9B's projections beside the
+//                  int4 GEMV's at the same M; the 9B's projections per 1- and 64-row step
 // Skips without an sm_90 GPU: the kernel is Hopper-only (elsewhere the GEMV takes these rows).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -122,9 +122,11 @@ TEST(CudaInt4Skinny, SplitsAndRows) {
       if (K % (s * 512) != 0) continue;  // splits divide the 4 chunks of 64-k stages
       EXPECT_EQ(ref, launch(p, x.g, w, 64, s, ws)) << name << ": " << s << " splits";
     }
-    const std::vector<float> few = launch(p, x.g, w, 17, 0, ws);
-    EXPECT_EQ(0, std::memcmp(few.data(), ref.data(), few.size() * 4))
-        << name << ": rows 0..16 of M = 17 differ from M = 64";
+    for (int M : {1, 9, 17}) {
+      const std::vector<float> few = launch(p, x.g, w, M, 0, ws);
+      EXPECT_EQ(0, std::memcmp(few.data(), ref.data(), few.size() * 4))
+          << name << ": the rows of M = " << M << " differ from M = 64";
+    }
   }
   cudaFree(ws);
 }
@@ -142,12 +144,12 @@ TEST(CudaInt4Skinny, Speed) {
   cudaMemset(ws, 0, cuda::skinny_sm90_workspace_bytes());
   cuda::skinny_int4_sm90_init();
   cuda::gemv_int4_init();
-  double step_us = 0, gemv_step_us = 0;
+  double step_us[2] = {}, gemv_step_us[2] = {};  // per 9B decode step at M = 1, 64
   for (const SpeedShape s : kShapes) {
     const Int4SpeedWeights sw(s.N, s.K);
     cuda::GemvOut o{};
     o.y[0] = y, o.end[0] = s.N, o.cols[0] = s.N, o.nparts = 1;
-    for (int M : {8, 16, 17, 32, 64}) {  // 8, 16: where the GEMV takes the rows, for the crossover
+    for (int M : {1, 8, 16, 17, 32, 64}) {  // 1..16: the GEMV's rows, for the crossover
       const double us = time_us(
           [&](int i) {
             cuda::launch_skinny_int4_sm90(static_cast<const cuda::bf16*>(x), s.K, sw.words(i),
@@ -160,16 +162,19 @@ TEST(CudaInt4Skinny, Speed) {
                                    s.N, int(s.K), 128, M, o, 0);
           },
           60);
-      if (M == 64)
-        step_us += us * double(s.per_forward), gemv_step_us += gemv * double(s.per_forward);
+      if (M == 1 || M == 64) {
+        step_us[M == 64] += us * double(s.per_forward);
+        gemv_step_us[M == 64] += gemv * double(s.per_forward);
+      }
       std::printf("[ skinny int4 ] %8lld x %-8lld %4d %10.2f %10.2f %12.0f\n", (long long)s.N,
                   (long long)s.K, M, us, gemv, double(sw.packed) / us / 1e3);
     }
   }
-  std::printf(
-      "[ skinny int4 ] 9B projections at M = 64, one decode step: %.3f ms (int4 GEMV: "
-      "%.3f ms)\n",
-      step_us / 1e3, gemv_step_us / 1e3);
+  for (int b = 0; b < 2; ++b)
+    std::printf(
+        "[ skinny int4 ] 9B projections at M = %d, one decode step: %.3f ms (int4 GEMV: "
+        "%.3f ms)\n",
+        b ? 64 : 1, step_us[b] / 1e3, gemv_step_us[b] / 1e3);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   cudaFree(x);
   cudaFree(y);
