@@ -179,6 +179,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                       smem_addr(sx + size_t(stage) * kStageX), r, shift);
             if (prev >= 0) {
               wgmma_wait<1>();
+              pin_regs(A[b ^ 1]);  // the retired stage's A: not reused before this point
               if (lane == 0) mbar_arrive(&empty[prev]);
             }
             prev = stage;
@@ -186,6 +187,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
         wgmma_wait<0>();
+        pin_regs(A[1]);
+        pin_regs(e);  // read e only after its MMAs completed
         if (lane == 0) mbar_arrive(&empty[prev]);
         for_each_acc(warp, lane,
                      [&](int i, int, int) { d[i] = fmaf(e[i], (i / 2) % 2 ? s1 : s0, d[i]); });

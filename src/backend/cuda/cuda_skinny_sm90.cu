@@ -144,6 +144,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        if constexpr (kFp8)  // the accumulators are read only after the wait
+          pin_regs(e);
+        else
+          pin_regs(d);
         if constexpr (kFp8) {
 #pragma unroll
           for (int i = 0; i < 32; ++i) d[i] += e[i];

@@ -123,6 +123,23 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t da, ui
 #undef SALA_WGMMA_D32
 #undef SALA_WGMMA_D32_REGS
 
+// The compiler knows nothing of asynchronous wgmma: pinning registers with an empty asm that
+// "modifies" them keeps an accumulator from being read before the wgmma.wait that follows
+// its MMAs (call it after the wait), and a register A operand from being reused for other
+// values while its MMA may still read it (call it after the wait that retires that MMA).
+template <int N>
+__device__ __forceinline__ void pin_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void pin_regs(uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
+
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
