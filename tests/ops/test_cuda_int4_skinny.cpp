@@ -33,9 +33,27 @@ namespace {
     if (!cuda::skinny_sm90_available()) GTEST_SKIP() << "no sm_90 GPU: no int4 skinny GEMM"; \
   } while (0)
 
+// y of a direct launch: [M, N] as floats (bf16 outputs).
+std::vector<float> launch(Pair& p, const Tensor& x, const Weight& w, int M, int splits, void* ws) {
+  Tensor y = p.gpu->alloc(M, w.rows, DType::BF16);
+  cuda::GemvOut o{};
+  o.y[0] = y.data, o.end[0] = w.rows, o.cols[0] = w.rows, o.nparts = 1;
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cuda::launch_skinny_int4_sm90(static_cast<const cuda::bf16*>(x.data), x.cols,
+                                static_cast<const uint32_t*>(w.data), w.scales, w.rows, int(w.cols),
+                                w.group, M, o, ws, 0, splits);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> r(size_t(M * w.rows));
+  p.gpu->download_f32(y, r.data());
+  return r;
+}
+
 TEST(CudaInt4Skinny, MatchesCpu) {
   REQUIRE_SM90();
   Pair p;
+  void* ws = nullptr;  // the direct launches' split workspace
+  ASSERT_EQ(cudaMalloc(&ws, cuda::skinny_sm90_workspace_bytes()), cudaSuccess);
+  ASSERT_EQ(cudaMemset(ws, 0, cuda::skinny_sm90_workspace_bytes()), cudaSuccess);
   uint32_t seed = 7100;
   struct S {
     int64_t N, K;
@@ -54,6 +72,8 @@ TEST(CudaInt4Skinny, MatchesCpu) {
       const std::vector<float> y = run_linear(*p.gpu, x.g, wg, 0, M, DType::BF16);
       expect_int4_close(name, y, run_linear(*p.cpu, x.c, wc, 0, M, DType::F32), M, s.N, true, 2);
       EXPECT_EQ(y, run_linear(*p.gpu, x.g, wg, 0, M, DType::F32)) << name << ": fp32 logits";
+      // The skinny kernel's own bits (a GEMV taking these rows would pass the bound above).
+      EXPECT_EQ(y, launch(p, x.g, wg, int(M), 0, ws)) << name << ": not the skinny kernel's";
       // Three parts of the outputs (the middle one inside a 128-row tile): the same values.
       const std::vector<int64_t> parts = {s.N / 2 - 13, 26, s.N - s.N / 2 - 13};
       std::vector<Tensor> ys;
@@ -88,21 +108,7 @@ TEST(CudaInt4Skinny, MatchesCpu) {
       expect_int4_close(shape("int4 skinny silu_pair", {M, K, I}), e, c, M, I, true, 2);
     }
   }
-}
-
-// y of a direct launch: [M, N] as floats (bf16 outputs).
-std::vector<float> launch(Pair& p, const Tensor& x, const Weight& w, int M, int splits, void* ws) {
-  Tensor y = p.gpu->alloc(M, w.rows, DType::BF16);
-  cuda::GemvOut o{};
-  o.y[0] = y.data, o.end[0] = w.rows, o.cols[0] = w.rows, o.nparts = 1;
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  cuda::launch_skinny_int4_sm90(static_cast<const cuda::bf16*>(x.data), x.cols,
-                                static_cast<const uint32_t*>(w.data), w.scales, w.rows, int(w.cols),
-                                w.group, M, o, ws, 0, splits);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<float> r(size_t(M * w.rows));
-  p.gpu->download_f32(y, r.data());
-  return r;
+  cudaFree(ws);
 }
 
 TEST(CudaInt4Skinny, SplitsAndRows) {
