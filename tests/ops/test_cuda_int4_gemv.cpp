@@ -10,7 +10,8 @@
 //                    linear_silu_mul (the GEMV's silu_pair) against the CPU's composition
 //   RowInvariance    every row of M = 2..64 bit-identical to the row alone (plain, fp32, parts,
 //                    silu_pair): what the speculative verify path relies on
-//   WideDecodeSteps  decode-only steps of 100 / 256 rows (GEMV runs of 64): rows == alone
+//   WideDecodeSteps  decode-only steps of 100 / 256 rows (runs of 64): rows independent of the
+//                    step's other rows
 //   Fp32Mode         fp32 mode (exact dequantization to fp32 + cuBLASLt fp32) at the fp32 level
 //   MixedFormats     int4, FP8 and bf16 weights on one backend, each through GemmDispatch
 //   UploadErrors     malformed codes / scales: sala::Error naming the tensor
@@ -36,84 +37,10 @@
 #include "core/error.h"
 #include "core/int4.h"
 #include "cuda_test_util.h"
+#include "int4_test_util.h"
 
 namespace sala::test {
 namespace {
-
-constexpr int64_t kRowsMax = cuda::kGemvMaxRows;
-
-uint16_t bf16_bits(float f) {  // nearest-even (finite values)
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-// Weights ~N(0, 1/64²), every 7th row x40 (groups of very different scales), one all-zero row
-// (scale = bf16 eps, codes 0), as the checkpoint's RTN codes with `group`.
-Int4Host weight(int64_t N, int64_t K, int32_t group, uint32_t seed) {
-  HostMat h = randn(N, K, seed, 1.f / 64.f);
-  const std::vector<float> f = h.f32();
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t k = 0; k < K; ++k) {
-      const size_t i = size_t(n * K + k);
-      if (n == N / 2) h.bits[i] = 0;
-      else if (n % 7 == 3) h.bits[i] = bf16_bits(f[i] * 40.f);
-    }
-  return int4_rtn(h, group);
-}
-
-// x [rows, K]: N(0, 1), row 3 zero, row 5 large (x100), row 11 tiny (x1e-4).
-HostMat activations(int64_t K, uint32_t seed, int64_t rows = kRowsMax) {
-  HostMat x = randn(rows, K, seed, 1.f);
-  const std::vector<float> f = x.f32();
-  auto set = [&](int64_t r, float s) {
-    for (int64_t k = 0; k < K; ++k) x.bits[size_t(r * K + k)] = bf16_bits(f[size_t(r * K + k)] * s);
-  };
-  set(3, 0.f);
-  set(5, 100.f);
-  set(11, 1e-4f);
-  return x;
-}
-
-// GPU e against CPU r ([M, N] of bf16 values). GEMV rows: both sum exact products in fp32 in
-// different orders, so an output is equal or `ulps` bf16 ulp apart (near-zero outputs: 1e-4 of
-// the row's largest), on at most 3 % of outputs. Dequantized rows (prefill): bf16(q · s) weights,
-// the GEMM contract (rel L2 4e-3, max 1.6e-2).
-void expect_int4_close(const std::string& name, const std::vector<float>& e,
-                       const std::vector<float>& r, int64_t M, int64_t N, bool gemv, double ulps) {
-  ASSERT_EQ(e.size(), r.size()) << name;
-  const Stat st = compare(name, e, r);
-  expect_close(st, 4e-3, 1.6e-2);
-  if (!gemv) return;
-  int64_t bad = 0, diff = 0, worst = -1;
-  for (int64_t m = 0; m < M; ++m) {
-    double rowmax = 0;
-    for (int64_t n = 0; n < N; ++n) rowmax = std::max(rowmax, std::fabs(double(r[size_t(m * N + n)])));
-    for (int64_t n = 0; n < N; ++n) {
-      const size_t i = size_t(m * N + n);
-      const double d = std::fabs(double(e[i]) - double(r[i]));
-      if (!(d == 0)) ++diff;
-      if (!(d <= std::max(ulps * bf16_ulp(std::fabs(double(r[i]))), 1e-4 * rowmax)))
-        ++bad, worst = worst < 0 ? int64_t(i) : worst;
-    }
-  }
-  EXPECT_EQ(bad, 0) << name << ": " << bad << " of " << M * N << " outside the bound; first at m="
-                    << (worst < 0 ? -1 : worst / N) << " n=" << (worst < 0 ? -1 : worst % N)
-                    << " gpu=" << (worst < 0 ? 0.f : e[size_t(worst)])
-                    << " cpu=" << (worst < 0 ? 0.f : r[size_t(worst)]);
-  EXPECT_LE(double(diff), 0.03 * double(M * N)) << name << ": " << diff << " of " << M * N
-                                                << " differ (max ulp " << st.max_ulp << ")";
-}
-
-// y = x[r0, r0 + M) · Wᵀ on one backend, as fp32 [M, N]; yt: the output type.
-std::vector<float> run_linear(Backend& be, const Tensor& x, const Weight& w, int64_t r0,
-                              int64_t M, DType yt) {
-  Tensor y = be.alloc(M, w.rows, yt);
-  be.linear(x.slice_rows(r0, M), w, y);
-  std::vector<float> r(size_t(M * w.rows));
-  be.download_f32(y, r.data());
-  return r;
-}
 
 TEST(CudaInt4Gemv, MatchesCpu) {
   REQUIRE_GPU();
@@ -305,31 +232,33 @@ TEST(CudaInt4Gemv, MixedFormats) {
   }
 }
 
-// Decode-only steps of 65..256 rows run the GEMV 64 rows at a time: every row equals the row
-// in a one-row step, bit for bit (and stays close to the CPU).
+// Decode-only steps of 65..256 rows run in runs of 64 rows (on Hopper the W4A16 skinny GEMM,
+// else the GEMV): every row of a 100-row step equals the same row in a 256-row step, bit for
+// bit (a row's bits do not depend on the step's other rows), and stays close to the CPU.
 TEST(CudaInt4Gemv, WideDecodeSteps) {
   REQUIRE_GPU();
   Pair p;
   const int64_t K = 4096, N = 1536;
   const Int4Host q = weight(N, K, 128, 4900);
   const Weight wc = upload_int4_host(*p.cpu, q), wg = upload_int4_host(*p.gpu, q);
-  for (int32_t B : {100, 256}) {
-    auto x = p.up(randn(B, K, 4901 + uint32_t(B), 1.f));
-    StepMeta m;
-    std::vector<int32_t> id(1, 5);
-    for (int32_t i = 0; i < B; ++i) m.add_seq(id.data(), 1, 10 + i, i, {}, false, true);
-    p.begin(m);
+  auto x = p.up(randn(256, K, 4901, 1.f));
+  std::vector<float> wide;
+  for (int32_t B : {256, 100}) {
+    p.begin_decode_step(B);
     const std::vector<float> step = run_linear(*p.gpu, x.g, wg, 0, B, DType::BF16);
     expect_int4_close(shape("int4 wide decode step", {B, K, N}), step,
-                      run_linear(*p.cpu, x.c, wc, 0, B, DType::F32), B, N, true, 1);
-    int bad = 0;
-    for (int32_t r = 0; r < B; ++r) {
-      const StepMeta alone_meta = rows_meta(1, 10 + r);  // lives through the GEMM
-      p.gpu->begin_step(alone_meta);
-      const std::vector<float> alone = run_linear(*p.gpu, x.g, wg, r, 1, DType::BF16);
-      if (std::memcmp(alone.data(), step.data() + int64_t(r) * N, size_t(N) * 4) != 0 && bad++ < 4)
-        ADD_FAILURE() << "decode step of " << B << " rows: row " << r << " differs from alone";
+                      run_linear(*p.cpu, x.c, wc, 0, B, DType::F32), B, N, true, 2);
+    if (wide.empty()) {
+      wide = step;
+      continue;
     }
+    int bad = 0;
+    for (int32_t r = 0; r < B; ++r)
+      if (std::memcmp(wide.data() + int64_t(r) * N, step.data() + int64_t(r) * N,
+                      size_t(N) * 4) != 0 &&
+          bad++ < 4)
+        ADD_FAILURE() << "row " << r << " of a " << B << "-row decode step differs from the "
+                      << "same row in a 256-row step";
     EXPECT_EQ(bad, 0) << "decode step of " << B << " rows";
   }
 }
@@ -363,25 +292,6 @@ TEST(CudaInt4Gemv, UploadErrors) {
   expect_error(q, DType::F32, "F32 words");
 }
 
-double time_us(const std::function<void(int)>& launch, int iters) {
-  for (int i = 0; i < 3; ++i) launch(i);
-  cudaDeviceSynchronize();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) launch(i);
-  cudaDeviceSynchronize();
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-         iters;
-}
-
-struct SpeedShape {
-  int64_t N, K;
-  int per_forward;  // how often the 9B model's forward runs this shape (stacked weights)
-};
-// configs/minicpm-sala-9b.json: 24 lightning layers (q/k/v/gate 4 x 4096 stacked), 8 sparse
-// layers (q 4096 + k 256 + v 256 + gate 4096), o_proj, gate_up, down in all 32.
-constexpr SpeedShape kShapes[] = {
-    {4096, 4096, 32}, {8704, 4096, 8}, {16384, 4096, 24}, {32768, 4096, 32}, {4096, 16384, 32}};
-
 // Packed weights rotated over more than the L2 (random codes; scales 1e-3); bf16 output.
 TEST(CudaInt4Gemv, Speed) {
   REQUIRE_GPU();
@@ -394,51 +304,29 @@ TEST(CudaInt4Gemv, Speed) {
   cudaMalloc(&y, size_t(kRowsMax) * 32768 * 2);
   double step_us = 0;
   for (const SpeedShape s : kShapes) {
-    const int64_t packed = s.N * s.K / 2, scales = s.N * (s.K / 128) * 4;
-    const int copies = int(std::max<int64_t>(2, (400ll << 20) / (packed + scales) + 1));
-    void *w = nullptr, *sc = nullptr;
-    ASSERT_EQ(cudaMalloc(&w, size_t(packed) * copies), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&sc, size_t(scales) * copies), cudaSuccess);
-    cudaMemset(w, 0x5a, size_t(packed) * copies);
-    {  // copy 0 holds random codes: the output bits printed below depend on every weight
-      std::vector<uint32_t> codes(size_t(packed / 4));
-      uint32_t r = 12345u + uint32_t(s.N);
-      for (uint32_t& c : codes) c = r = r * 1664525u + 1013904223u;
-      cudaMemcpy(w, codes.data(), size_t(packed), cudaMemcpyHostToDevice);
-    }
-    std::vector<float> one(size_t(scales / 4), 1e-3f);
-    for (int c = 0; c < copies; ++c)
-      cudaMemcpy(static_cast<char*>(sc) + size_t(c) * scales, one.data(), size_t(scales),
-                 cudaMemcpyHostToDevice);
+    const Int4SpeedWeights sw(s.N, s.K);
     cuda::GemvOut o{};
     o.y[0] = y, o.end[0] = s.N, o.cols[0] = s.N, o.nparts = 1;
     for (int M : {1, 8, 16, 64}) {
       const double us = time_us(
           [&](int i) {
-            cuda::launch_gemv_int4(static_cast<const cuda::bf16*>(x), s.K,
-                                   reinterpret_cast<const uint32_t*>(static_cast<char*>(w) +
-                                                                     size_t(i % copies) * packed),
-                                   reinterpret_cast<const float*>(static_cast<char*>(sc) +
-                                                                  size_t(i % copies) * scales),
-                                   s.N, int(s.K), 128, M, o, 0);
+            cuda::launch_gemv_int4(static_cast<const cuda::bf16*>(x), s.K, sw.words(i),
+                                   sw.scale(i), s.N, int(s.K), 128, M, o, 0);
           },
           60);
       if (M == 1) step_us += us * s.per_forward;
       // The output bits of copy 0 (FNV-1a of the bf16 outputs): equal across builds whose
       // kernels do the same arithmetic, so an A/B run shows whether a change kept the bits.
-      cuda::launch_gemv_int4(static_cast<const cuda::bf16*>(x), s.K,
-                             static_cast<const uint32_t*>(w), static_cast<const float*>(sc),
+      cuda::launch_gemv_int4(static_cast<const cuda::bf16*>(x), s.K, sw.words(0), sw.scale(0),
                              s.N, int(s.K), 128, M, o, 0);
       std::vector<uint16_t> out(size_t(M * s.N));
       cudaMemcpy(out.data(), y, out.size() * 2, cudaMemcpyDeviceToHost);
       uint64_t h = 1469598103934665603ull;
       for (uint16_t v : out) h = (h ^ v) * 1099511628211ull;
       std::printf("[ gemv int4 ] %8lld x %-12lld %4d %10.2f %12.0f %12.0f  bits %016llx\n",
-                  (long long)s.N, (long long)s.K, M, us, double(packed) / us / 1e3,
-                  double(packed + scales) / us / 1e3, (unsigned long long)h);
+                  (long long)s.N, (long long)s.K, M, us, double(sw.packed) / us / 1e3,
+                  double(sw.packed + sw.scales) / us / 1e3, (unsigned long long)h);
     }
-    cudaFree(w);
-    cudaFree(sc);
   }
   std::printf("[ gemv int4 ] 9B projections at M = 1, one decode step: %.3f ms of GEMVs\n",
               step_us / 1e3);

@@ -21,6 +21,7 @@ GemmDispatch::GemmDispatch(bool bf16_mode, cudaStream_t stream, DeviceArena& are
   skinny_ok_ = bf16_ && skinny_sm90_available();
   if (skinny_ok_) {
     skinny_sm90_init();
+    skinny_int4_sm90_init();
     skinny_ws_ = arena_.device(skinny_sm90_workspace_bytes());
     CUDA_CHECK(cudaMemset(skinny_ws_, 0, skinny_sm90_workspace_bytes()));
   }
@@ -337,9 +338,15 @@ bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g,
   // W4A16: the int4 GEMV's silu_pair epilogue where the GEMV takes the rows; otherwise
   // Backend's composition (linear_multi: one dequantization per half, then silu_mul).
   if (wt.format == WeightFormat::INT4_GROUPED) {
-    if (!(is_bf16(g) && g.rows == x.rows && wt.rows == 2 * g.cols &&
-          gemv_int4_silu_pair_supported(wt.rows) && int4_gemv_ok(x, wt, {&g})))
-      return false;
+    if (!(is_bf16(g) && g.rows == x.rows && wt.rows == 2 * g.cols)) return false;
+    if (int4_skinny_ok(x, wt, {&g})) {
+      launch_skinny_int4_sm90(ptr<bf16>(x), x.cols, static_cast<const uint32_t*>(wt.data),
+                              wt.scales, wt.rows, int(x.cols), wt.group, int(x.rows),
+                              gemv_silu_pair(g), skinny_ws_, stream_);
+      timer_.tick("skinny int4 gate_up+silu");
+      return true;
+    }
+    if (!(gemv_int4_silu_pair_supported(wt.rows) && int4_gemv_ok(x, wt, {&g}))) return false;
     launch_gemv_int4(ptr<bf16>(x), x.cols, static_cast<const uint32_t*>(wt.data), wt.scales,
                      wt.rows, int(x.cols), wt.group, int(x.rows), gemv_silu_pair(g), stream_);
     timer_.tick("gemv int4 gate_up+silu");

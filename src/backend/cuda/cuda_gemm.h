@@ -108,6 +108,8 @@ class GemmDispatch {
   // The int4 GEMV takes the rows of x (all of a call's, or one run of them) into outputs of
   // these types.
   bool int4_gemv_ok(const Tensor& x, const Weight& w, const std::vector<Tensor*>& ys) const;
+  // The W4A16 skinny GEMM (Hopper) takes them instead: a decode-only run of 17..64 rows.
+  bool int4_skinny_ok(const Tensor& x, const Weight& w, const std::vector<Tensor*>& ys) const;
   // W (an INT4_GROUPED weight or a row slice of one) as a dense [rows, cols] matrix of the
   // activation type in the scratch (overwritten by the next call, in stream order).
   Tensor dequantize_int4(const Weight& w);

@@ -2,12 +2,12 @@
 // fp32 scale per `group` input columns; device layout in cuda_kernels.h), the numbers of the CPU
 // oracle (backend/cpu/cpu_int4.cpp: W = q · s exactly in fp32, then an fp32 GEMM) up to the fp32
 // summation order:
-//  - runs of <= kGemvMaxRows rows (bf16 mode; decode steps of any row count up to 64, verify
-//    steps, short prefill runs): the int4 GEMV (cuda_gemv_int4.cu), one pass over the packed
-//    weights for all rows, every part in one launch, row-invariant. Decode steps of 17..64 rows
-//    stay on it too: unlike the bf16 GEMV (which loses to the stacked cuBLASLt GEMM there) it
-//    reads a quarter of the bytes of any dense path; decode-only steps of up to
-//    kInt4DecodeGemvRows rows run it on 64 rows at a time;
+//  - runs of <= kGemvMaxRows rows (bf16 mode; decode steps up to 64 rows, verify steps, short
+//    prefill runs): the int4 GEMV (cuda_gemv_int4.cu), one pass over the packed weights for
+//    all rows, every part in one launch, row-invariant; except decode-only runs of 17..64 rows
+//    on Hopper, which take the W4A16 skinny GEMM (cuda_skinny_int4_sm90.cu: each weight
+//    dequantized once for all the rows; int4_skinny_ok). Decode-only steps of up to
+//    kInt4DecodeGemvRows rows run in runs of 64;
 //  - longer runs (prefill), shapes the GEMV does not take (K or group not multiples of 128, a
 //    GPU without its shared memory) and fp32 mode: each output part of the weight is dequantized
 //    once per call into a scratch matrix (launch_int4_dequantize: bf16(q · s) in bf16 mode, the
@@ -23,6 +23,7 @@
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_host_util.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_skinny_sm90.h"
 #include "core/check.h"
 
 namespace sala::cuda_host {
@@ -47,6 +48,22 @@ bool GemmDispatch::int4_gemv_ok(const Tensor& x, const Weight& w,
   for (const Tensor* y : ys)  // (their rows: the caller's; x may be one run of them)
     if (!(is_bf16(*y) || (ys.size() == 1 && y->dtype == DType::F32))) return false;
   return gemv_int4_supported(w.data, w.cols, w.group, x.rows);
+}
+
+// Decode-only runs of kDecodeGemvRows + 1 .. kGemvMaxRows rows on Hopper: the W4A16 skinny
+// GEMM (cuda_skinny_int4_sm90.cu) dequantizes each weight once for all the rows, where the
+// GEMV's cost grows with them (a 9B decode step at 64 rows: 17.1 ms, H200, session 16). Its
+// rows' bits do not depend on the step's other rows, but are not the GEMV's: as bf16 and FP8
+// weights, a decode step of more than 16 rows gives a sequence other bits than a step of <= 16.
+bool GemmDispatch::int4_skinny_ok(const Tensor& x, const Weight& w,
+                                  const std::vector<Tensor*>& ys) const {
+  if (!(skinny_ok_ && decode_only_step() && x.rows > kDecodeGemvRows && x.rows <= kGemvMaxRows &&
+        is_bf16(x) && x.cols == w.cols && ys.size() <= 4 &&
+        skinny_int4_sm90_supported(x.data, x.cols, w.data, w.cols, w.group, x.rows)))
+    return false;
+  for (const Tensor* y : ys)
+    if (!(is_bf16(*y) || (ys.size() == 1 && y->dtype == DType::F32))) return false;
+  return true;
 }
 
 Tensor GemmDispatch::dequantize_int4(const Weight& w) {
@@ -81,16 +98,20 @@ void GemmDispatch::linear_int4(const Tensor& x, const Weight& w, const std::vect
   SALA_CHECK(n == w.rows, "int4 linear: weight [{},{}] for {} output columns", w.rows, w.cols, n);
   if (x.rows == 0) return;
   std::vector<std::pair<int64_t, int64_t>> dense_runs;  // (first row, rows)
-  // Decode-only steps of kGemvMaxRows + 1 .. kInt4DecodeGemvRows rows: GEMV runs of 64 rows.
-  // Bytes per step: each run streams the packed weights (~0.28 B per weight with scales) at
-  // an ALU-heavier NT = 8, while the dense path writes and reads a bf16 copy (~4.5 B per
-  // weight) before its GEMM; and every decode row keeps the bits it has at any batch size.
+  // Decode-only steps of kGemvMaxRows + 1 .. kInt4DecodeGemvRows rows: runs of 64 rows. Bytes
+  // per step: each run streams the packed weights (~0.28 B per weight with scales), while the
+  // dense path writes and reads a bf16 copy (~4.5 B per weight) before its GEMM.
   const int64_t split = decode_only_step() && x.rows <= kInt4DecodeGemvRows ? kGemvMaxRows : 0;
   for_each_run(x.rows, [&](int64_t r0, int64_t T) {
     for (int64_t c = 0; c < T; c += split > 0 ? split : T) {
       const int64_t n = split > 0 ? std::min(split, T - c) : T;
       const Tensor xr = x.slice_rows(r0 + c, n);
-      if (int4_gemv_ok(xr, w, ys)) {
+      if (int4_skinny_ok(xr, w, ys)) {
+        launch_skinny_int4_sm90(ptr<bf16>(xr), x.cols, static_cast<const uint32_t*>(w.data),
+                                w.scales, w.rows, int(x.cols), w.group, int(n),
+                                gemv_parts(ys, r0 + c), skinny_ws_, stream_);
+        timer_.tick("skinny int4");
+      } else if (int4_gemv_ok(xr, w, ys)) {
         const GemvOut o = gemv_parts(ys, r0 + c);
         launch_gemv_int4(ptr<bf16>(xr), x.cols, static_cast<const uint32_t*>(w.data), w.scales,
                          w.rows, int(x.cols), w.group, int(n), o, stream_);

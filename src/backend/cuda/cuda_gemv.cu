@@ -110,35 +110,43 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < kStages - 1; ++i) issue_stage(wk, cur, ring, s, wb, row_bytes, N);
   pdl_wait();  // every CTA, tiles or not: x and y only after the preceding grid completed
   const XRows xr{reinterpret_cast<const uint8_t*>(x), ldx * 2, M, g};
-  const uint4 z = make_uint4(0, 0, 0, 0);
+  const uint32_t lo = lane_off(g, t);
   int u = 0;
   for (int ti = 0; ti < wk.ntc; ++ti) {
     float acc[2][NT][4] = {};
     for (int st = 0; st < wk.nst; ++st, ++u) {
       const int c0 = s.cb + st * kCps;
-      uint4 X[2][G][4];  // two n-tile groups' fragments: group q + 1's load overlaps q's MMAs
-      xr.load(X[0], 0, c0, t, s.ce);  // group 0 from L1/L2, in flight while waiting for W
-      cp_wait<kStages - 2>();
-      __syncwarp();  // every lane's copies of stage u landed; slot (u - 1) % S read
-      issue_stage(wk, cur, ring, s, wb, row_bytes, N);  // stage u + 2: kStages - 1 in flight
-      const uint32_t base = ring + (u % kStages) * kStage;
-      uint4 A[2][4], B[2][4];
+      // kFull: every chunk of the stage is inside the slice (every stage of the 9B's shapes),
+      // so no load needs a bound or zeros; a slice's partial last stage takes the other copy.
+      auto stage = [&]<bool kFull>() {
+        uint4 X[2][G][4];  // two n-tile groups' fragments: group q + 1's load overlaps q's MMAs
+        xr.load<G, kFull>(X[0], 0, c0, t, s.ce);  // group 0, in flight while waiting for W
+        cp_wait<kStages - 2>();
+        __syncwarp();  // every lane's copies of stage u landed; slot (u - 1) % S read
+        issue_stage(wk, cur, ring, s, wb, row_bytes, N);  // stage u + 2: kStages - 1 in flight
+        const uint32_t base = ring + (u % kStages) * kStage;
+        uint4 A[2][4], B[2][4];
 #pragma unroll
-      for (int rt = 0; rt < 2; ++rt)
+        for (int rt = 0; rt < 2; ++rt)
 #pragma unroll
-        for (int v = 0; v < 4; ++v) {
-          const int cl = 4 * v + t;
-          const bool ok = c0 + cl < s.ce;
-          A[rt][v] = ok ? lds(base + row_off(rt * 16 + g) + cl * 16) : z;
-          B[rt][v] = ok ? lds(base + row_off(rt * 16 + g + 8) + cl * 16) : z;
+          for (int v = 0; v < 4; ++v) {
+            const bool ok = c0 + 4 * v + t < s.ce;
+            A[rt][v] = ring_read<kFull>(base + lo + row_off(rt * 16) + v * 64, ok);
+            B[rt][v] = ring_read<kFull>(base + lo + row_off(rt * 16 + 8) + v * 64, ok);
+          }
+#pragma unroll
+        for (int q = 0; q < NG; ++q) {
+          if (8 * G * q >= M) break;  // n-tiles wholly past M (uniform)
+          if (q + 1 < NG && 8 * G * (q + 1) < M)
+            xr.load<G, kFull>(X[(q + 1) & 1], G * (q + 1), c0, t, s.ce);
+#pragma unroll
+          for (int rt = 0; rt < 2; ++rt) group_mma<G>(acc[rt], G * q, A[rt], B[rt], X[q & 1]);
         }
-#pragma unroll
-      for (int q = 0; q < NG; ++q) {
-        if (8 * G * q >= M) break;  // n-tiles wholly past M (uniform)
-        if (q + 1 < NG && 8 * G * (q + 1) < M) xr.load(X[(q + 1) & 1], G * (q + 1), c0, t, s.ce);
-#pragma unroll
-        for (int rt = 0; rt < 2; ++rt) group_mma<G>(acc[rt], G * q, A[rt], B[rt], X[q & 1]);
-      }
+      };
+      if (c0 + kCps <= s.ce)
+        stage.template operator()<true>();
+      else
+        stage.template operator()<false>();
     }
     finish<kRows>(red, acc, int64_t(wk.tile(ti)) * kRows, N, M, o, wk.epi(ti), gate, NoScale{});
     __syncthreads();  // red is reused by the next tile

@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   pdl_wait();  // every CTA, tiles or not: x and y only after the preceding grid completed
   load_row_scales(sx, M, sxs);
   const XRows xr{x, ldx, M, g};
-  const uint4 z = make_uint4(0, 0, 0, 0);
+  const uint32_t lo = lane_off(g, t);
   // M <= 16 (one n-tile group): stage u's x is loaded during stage u - 1 (from L2: its latency
   // is then hidden behind that stage's MMAs). Wider M: group 0's at the top of stage u, in
   // flight while waiting for W (a second set of fragments would spill).
@@ -206,60 +206,70 @@ __global__ void __launch_bounds__(kThreads, 1)
       __syncwarp();  // every lane's reads of slot (u - 1) % S (iteration u - 1) done
       issue_stage(wk, cur, ring, s, w, K, N);  // refill it (stage u + 2): u .. u + 2 in flight
       [[maybe_unused]] uint4 Xn[G][4];  // stage u + 1's: the next chunks, or the next tile's
-      if constexpr (kAhead)
-        xr.load(Xn, 0, st + 1 < wk.nst ? c0 + kCps : s.cb, t, u + 1 < wk.U ? s.ce : 0);
-      else
-        xr.load(X, 0, c0, t, s.ce);
-      cp_wait<kStages - 1>();  // this lane's copies of stage u landed
-      __syncwarp();            // and every other lane's
-      const uint32_t base = ring + (u % kStages) * kStage;
-      // The W fragments are read from the ring per n-tile group and chunk, both 16-row halves
-      // of a chunk together (ld.shared is volatile: never merged into one set per stage). A
-      // stage's W operands kept in registers across the groups spilled at NT >= 4 on sm_90a,
-      // where the e4m3 mma.sync takes far more registers than on sm_89 (ptxas -v: 250 vs 164
-      // at NT = 8 in this form), apparently lowered through conversions.
       if constexpr (kAhead) {
-        // One n-tile group (M <= 16): a 16-row half's 8 W fragments are read before its MMAs
-        // (as before the 64-row restructuring: interleaving each chunk's reads with its MMAs
-        // cost 36.9 -> 39.5 us at 32768 x 4096, M = 1, ~3.5 % of an FP8 decode step).
-        float part[G][4];
-#pragma unroll
-        for (int rt = 0; rt < 2; ++rt) {
-          uint4 W0[4], W8[4];
-#pragma unroll
-          for (int v = 0; v < 4; ++v) {
-            const int cl = 4 * v + t;
-            const bool ok = c0 + cl < s.ce;
-            W0[v] = ok ? lds(base + row_off(rt * 16 + g) + cl * 16) : z;
-            W8[v] = ok ? lds(base + row_off(rt * 16 + g + 8) + cl * 16) : z;
-          }
-#pragma unroll
-          for (int j = 0; j < G; ++j)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) part[j][i] = 0.f;
-#pragma unroll
-          for (int v = 0; v < 4; ++v) chunk_mma(part, W0[v], W8[v], X, v);
-          add_part(acc[rt], 0, part);
-        }
+        const int nc0 = st + 1 < wk.nst ? c0 + kCps : s.cb, nce = u + 1 < wk.U ? s.ce : 0;
+        if (nc0 + kCps <= nce)  // a full next stage: no bounds, no zeros
+          xr.load<G, true>(Xn, 0, nc0, t, nce);
+        else
+          xr.load(Xn, 0, nc0, t, nce);
       }
-#pragma unroll
-      for (int q = 0; q < (kAhead ? 0 : NG); ++q) {
-        if (8 * G * q >= M) break;  // n-tiles wholly past M (uniform)
-        if (q > 0) xr.load(X, G * q, c0, t, s.ce);
-        float part[2][G][4] = {};
-#pragma unroll
-        for (int v = 0; v < 4; ++v)
+      // kFull: every chunk of the stage is inside the slice (every stage of the 9B's shapes),
+      // so no read needs a bound or zeros; a slice's partial last stage takes the other copy.
+      auto stage = [&]<bool kFull>() {
+        if constexpr (!kAhead) xr.load<G, kFull>(X, 0, c0, t, s.ce);
+        cp_wait<kStages - 1>();  // this lane's copies of stage u landed
+        __syncwarp();            // and every other lane's
+        const uint32_t base = ring + (u % kStages) * kStage;
+        // The W fragments are read from the ring per n-tile group and chunk, both 16-row
+        // halves of a chunk together (ld.shared is volatile: never merged into one set per
+        // stage). A stage's W operands kept in registers across the groups spilled at NT >= 4
+        // on sm_90a (ptxas -v: 250 vs 164 registers at NT = 8 on sm_89 in that form).
+        if constexpr (kAhead) {
+          // One n-tile group (M <= 16): a 16-row half's 8 W fragments are read before its MMAs
+          // (as before the 64-row restructuring: interleaving each chunk's reads with its MMAs
+          // cost 36.9 -> 39.5 us at 32768 x 4096, M = 1, ~3.5 % of an FP8 decode step).
+          float part[G][4];
 #pragma unroll
           for (int rt = 0; rt < 2; ++rt) {
-            const int cl = 4 * v + t;
-            const bool ok = c0 + cl < s.ce;
-            const uint4 W0 = ok ? lds(base + row_off(rt * 16 + g) + cl * 16) : z;
-            const uint4 W8 = ok ? lds(base + row_off(rt * 16 + g + 8) + cl * 16) : z;
-            chunk_mma(part[rt], W0, W8, X, v);
+            uint4 W0[4], W8[4];
+#pragma unroll
+            for (int v = 0; v < 4; ++v) {
+              const bool ok = c0 + 4 * v + t < s.ce;
+              W0[v] = ring_read<kFull>(base + lo + row_off(rt * 16) + v * 64, ok);
+              W8[v] = ring_read<kFull>(base + lo + row_off(rt * 16 + 8) + v * 64, ok);
+            }
+#pragma unroll
+            for (int j = 0; j < G; ++j)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) part[j][i] = 0.f;
+#pragma unroll
+            for (int v = 0; v < 4; ++v) chunk_mma(part, W0[v], W8[v], X, v);
+            add_part(acc[rt], 0, part);
           }
-        add_part(acc[0], G * q, part[0]);
-        add_part(acc[1], G * q, part[1]);
-      }
+        }
+#pragma unroll
+        for (int q = 0; q < (kAhead ? 0 : NG); ++q) {
+          if (8 * G * q >= M) break;  // n-tiles wholly past M (uniform)
+          if (q > 0) xr.load<G, kFull>(X, G * q, c0, t, s.ce);
+          float part[2][G][4] = {};
+#pragma unroll
+          for (int v = 0; v < 4; ++v)
+#pragma unroll
+            for (int rt = 0; rt < 2; ++rt) {
+              const bool ok = c0 + 4 * v + t < s.ce;
+              const uint4 W0 = ring_read<kFull>(base + lo + row_off(rt * 16) + v * 64, ok);
+              const uint4 W8 = ring_read<kFull>(base + lo + row_off(rt * 16 + 8) + v * 64, ok);
+              chunk_mma(part[rt], W0, W8, X, v);
+            }
+          add_part(acc[0], G * q, part[0]);
+          add_part(acc[1], G * q, part[1]);
+        }
+      };
+      // (M > 16: one copy; two made ptxas spill at NT >= 4 with the e4m3 MMAs' registers)
+      if (kAhead && c0 + kCps <= s.ce)
+        stage.template operator()<kAhead>();
+      else
+        stage.template operator()<false>();
       if constexpr (kAhead)
 #pragma unroll
         for (int j = 0; j < G; ++j)

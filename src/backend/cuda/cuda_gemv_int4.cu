@@ -34,8 +34,9 @@
 // Streaming: cuda_gemv.cu's persistent ring (cuda_gemv_ring.cuh: one CTA per SM, each warp its
 // fixed K slice through a private 3-stage cp.async ring of 32 rows x 256 B = 512 k), plus a
 // second small ring for the scales: with every stage, each lane copies the four group scales
-// of one of the stage's 32 rows (cp.async 4 B), so a scale is in shared memory when its stage
-// is (a register prefetch would have to rotate registers that loads are still writing). The
+// of one of the stage's 32 rows (one cp.async of 16 B with group 128 and aligned rows, else
+// four of 4 B), so a scale is in shared memory when its stage is (a register prefetch would
+// have to rotate registers that loads are still writing). The
 // epilogue runs in passes of 8 columns (finish<..., 8>) to make room: 229,376 B in all.
 // M <= 16: x of the next chunk group is loaded during the current one; M > 16: per n-tile
 // group and 16-row half (from L1), the codes of each half dequantized once.
@@ -102,17 +103,16 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// x of chunk c (4 uint4 = 32 k) of the input rows of n-tiles nt0 .. nt0 + G - 1 of lane row g;
-// zeros past M or when !ok. From L1/L2: x is small and read by every CTA.
+// x of chunk c (4 uint4 = 32 k) of n-tiles nt0 .. nt0 + G - 1 when ok, undefined registers
+// otherwise (a chunk past the warp's K slice: the chunk loop stops before using it).
 template <int G>
-__device__ __forceinline__ void load_x(uint4 (&X)[G][4], const uint8_t* x, int64_t ldb, int M,
-                                       int g, int nt0, int c, bool ok) {
+__device__ __forceinline__ void load_x(uint4 (&X)[G][4], const XLane& xl, int nt0, int c,
+                                       bool ok) {
 #pragma unroll
   for (int j = 0; j < G; ++j) {
-    const int row = g + 8 * (nt0 + j);
-    const uint4* r = reinterpret_cast<const uint4*>(x + int64_t(row < M ? row : 0) * ldb) + 4 * c;
+    const uint4* r = xl.row(nt0 + j) + 4 * c;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) X[j][i] = ok && row < M ? __ldg(r + i) : make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < 4; ++i) X[j][i] = ldg_if(r + i, ok);
   }
 }
 
@@ -167,11 +167,17 @@ struct ScaleCopies {
   const float* __restrict__ ws;
   int64_t gpr, N;
   int a, qb, rb;
+  bool vec;  // a == 1 and a full stage's 4 scales are one 16-byte aligned run: one copy
   __device__ __forceinline__ void operator()(Cursor& cur, int64_t n0, int, int nv) const {
     const int lane = threadIdx.x % 32;
     if (cur.st == 0) cur.q = qb, cur.r = rb;
     const uint32_t sd = sring + cur.slot * kScaleStage + lane * 16;
     const float* srow = ws + min(n0 + lane, N - 1) * gpr;
+    if (vec && nv == kCps) {  // group 128 (the 9B's shapes): q advances by 1 per chunk group
+      cp16(sd, srow + cur.q);
+      cur.q += 4;
+      return;
+    }
 #pragma unroll
     for (int v = 0; v < 4; ++v) {
       if (4 * v < nv) cp4(sd + 4 * v, srow + cur.q);
@@ -201,13 +207,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto* wb = reinterpret_cast<const uint8_t*>(w);
   const int64_t row_bytes = K / 2, gpr = K / group;
   const int a = group / kGroupK, cgb = s.cb / 4;
-  const ScaleCopies scales{sring, ws, gpr, N, a, cgb / a, cgb % a};
+  const bool vec = a == 1 && gpr % 4 == 0 && cgb % 4 == 0 &&
+                   (reinterpret_cast<uintptr_t>(ws) & 15) == 0;
+  const ScaleCopies scales{sring, ws, gpr, N, a, cgb / a, cgb % a, vec};
   Cursor cur;
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) issue_stage(wk, cur, ring, s, wb, row_bytes, N, scales);
   pdl_wait();  // every CTA, tiles or not: x and y only after the preceding grid completed
-  const auto* xb = reinterpret_cast<const uint8_t*>(x);
-  const int64_t ldb = ldx * 2;
+  const XLane xl(reinterpret_cast<const uint8_t*>(x), ldx * 2, M, g);
+  const uint32_t lo = lane_off(g, t);  // ring reads at immediate offsets from it
   int u = 0;
   for (int ti = 0; ti < wk.ntc; ++ti) {
     float acc[2][NT][4] = {};
@@ -215,7 +223,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int c0 = s.cb + st * kCps;
       uint4 X[G][4];
       if constexpr (NG == 1)  // chunk group 0, in flight while waiting for the stage
-        load_x<G>(X, xb, ldb, M, g, 0, c0 + t, c0 < s.ce);
+        load_x<G>(X, xl, 0, c0 + t, c0 < s.ce);
       cp_wait<kStages - 2>();
       __syncwarp();  // every lane's copies of stage u landed; slot (u - 1) % S read
       issue_stage(wk, cur, ring, s, wb, row_bytes, N, scales);  // stage u + 2
@@ -232,12 +240,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = rt * 16 + g + 8 * h;
-            Wr[rt][h] = lds(base + row_off(r) + cl * 16);
+            Wr[rt][h] = lds(base + lo + row_off(rt * 16 + 8 * h) + v * 64);
             sc[rt][h] = lds_f32(sbase + r * 16 + v * 4);
           }
         [[maybe_unused]] uint4 Xn[G][4];
         if constexpr (NG == 1)  // the next chunk group's x while this one computes
-          load_x<G>(Xn, xb, ldb, M, g, 0, c0 + 4 * (v + 1) + t, v < 3 && c0 + 4 * (v + 1) < s.ce);
+          load_x<G>(Xn, xl, 0, c0 + 4 * (v + 1) + t, v < 3 && c0 + 4 * (v + 1) < s.ce);
         // Each half's codes are dequantized once per chunk group; M > 16: its n-tile groups
         // then load their x in turn (from L1 again for the second half, which costs less than
         // dequantizing per n-tile group).
@@ -248,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int q = 0; q < NG; ++q) {
             if (8 * G * q >= M) break;  // n-tiles wholly past M (uniform)
-            if constexpr (NG > 1) load_x<G>(X, xb, ldb, M, g, G * q, c0 + cl, true);
+            if constexpr (NG > 1) load_x<G>(X, xl, G * q, c0 + cl, true);
             float part[G][4] = {};
             chunk_mma<G>(part, a, b, X);
             add_scaled<G>(acc[rt], G * q, part, sc[rt]);
@@ -316,6 +324,38 @@ __global__ void int4_dequant_kernel(const uint32_t* __restrict__ w, const float*
       } else {
         reinterpret_cast<float4*>(dst)[0] = *reinterpret_cast<const float4*>(v);
         reinterpret_cast<float4*>(dst)[1] = *reinterpret_cast<const float4*>(v + 4);
+      }
+    }
+  }
+}
+
+// The model's shapes (K and group multiples of 32): each thread takes 4 words (32 k of one
+// group: one 16-byte load, one scale, four or eight 16-byte stores) over the flattened
+// [rows, K / 32] index, the grid striding over it. The one-word-per-thread kernel above made
+// blocks of 1 KB of codes each; it ran a 9B forward's weights at ≈ 2.96 TB/s of reads plus
+// writes (7.78 ms, CudaInt4Gemv.DequantSpeed, session 11). The same values.
+template <typename T>
+__global__ void int4_dequant32_kernel(const uint4* __restrict__ w, const float* __restrict__ ws,
+                                      uint32_t rows, uint32_t cpr, int gpr, int group,
+                                      T* __restrict__ out) {
+  const uint32_t total = rows * cpr;  // < 2^31 (checked by the launcher)
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    const uint32_t r = i / cpr, c = i - r * cpr;
+    const uint4 q = w[i];  // words 4c .. 4c + 3 of row r: rows are cpr uint4 long
+    const float sc = ws[size_t(r) * gpr + (32 * c) / group];
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+    T* dst = out + size_t(i) * 32;  // row r, k 32 c: rows are 32 cpr = K long
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      alignas(16) T v[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k)
+        v[k] = cvt<T>(float(int((words[j] >> (4 * repacked_nibble(k))) & 0xfu) - 8) * sc);
+      if constexpr (sizeof(T) == 2) {
+        reinterpret_cast<uint4*>(dst)[j] = *reinterpret_cast<const uint4*>(v);
+      } else {
+        reinterpret_cast<float4*>(dst)[2 * j] = *reinterpret_cast<const float4*>(v);
+        reinterpret_cast<float4*>(dst)[2 * j + 1] = *reinterpret_cast<const float4*>(v + 4);
       }
     }
   }
@@ -396,6 +436,14 @@ void launch_int4_dequantize(const uint32_t* w, const float* w_scales, int64_t ro
     std::fprintf(stderr, "%s:%d: int4 dequantize: K = %lld, group = %d\n", __FILE__, __LINE__,
                  static_cast<long long>(K), group);
     std::abort();
+  }
+  if (K % 32 == 0 && group % 32 == 0 && rows * (K / 32) < (int64_t(1) << 31) && aligned16(w)) {
+    const int64_t total = rows * (K / 32);
+    int4_dequant32_kernel<T><<<grid_for(total), 256, 0, st>>>(
+        reinterpret_cast<const uint4*>(w), w_scales, uint32_t(rows), uint32_t(K / 32),
+        int(K / group), group, out);
+    CUDA_CHECK_LAUNCH();
+    return;
   }
   const int64_t wpr = K / 8;
   const dim3 grid(unsigned(std::min<int64_t>((wpr + 255) / 256, 64)),

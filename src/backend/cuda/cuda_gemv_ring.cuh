@@ -67,23 +67,61 @@ struct Slice {
   }
 };
 
-// B fragments: lane (g, t) feeds input row g + 8 nt of n-tile nt (x: rows of ld bytes); zeros
-// past M. load: chunks c0 + 4u + t, u < 4, of the slice ending at ce, of n-tiles nt0 ..
-// nt0 + G - 1 (from L1/L2: x is small and read by every CTA).
-struct XRows {
-  const uint8_t* x;
-  int64_t ld;
+// Predicated loads through the non-coherent path. `ok ? __ldg(p) : 0` compiles to a branch per
+// load with the address recomputed inside each branch (from the kernel parameters: ~40
+// instructions per chunk group of the int4 GEMV's stage loop, SASS of session 30); these
+// compute it once. ldg_or_zero: zeros when !ok; ldg_if: the registers are left undefined when
+// !ok (for loads whose values are then never used).
+__device__ __forceinline__ uint4 ldg_or_zero(const void* p, bool ok) {
+  uint4 v;
+  asm volatile(
+      "{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %5, 0;\n\t"
+      "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
+      "@q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"(int(ok)));
+  return v;
+}
+__device__ __forceinline__ uint4 ldg_if(const void* p, bool ok) {
+  uint4 v;
+  asm volatile(
+      "{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %5, 0;\n\t"
+      "@q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"(int(ok)));
+  return v;
+}
+
+// The x rows of lane row g: row g + 8 nt feeds n-tile nt's B column g. A row past M reads
+// row 0 instead of zeros: an x row only feeds its own mma column, and the columns of rows
+// past M are never stored. The row address is computed once (per kernel).
+struct XLane {
+  const uint8_t* row0;  // x row g, or row 0 when g >= M
+  int64_t step;         // bytes between n-tiles: 8 rows
   int M, g;
-  template <int G>
+  __device__ XLane(const uint8_t* x, int64_t ld, int M_, int g_)
+      : row0(x + (g_ < M_ ? g_ : 0) * ld), step(8 * ld), M(M_), g(g_) {}
+  // The 16-byte chunks of n-tile nt's row start at row(nt).
+  __device__ __forceinline__ const uint4* row(int nt) const {
+    return reinterpret_cast<const uint4*>(g + 8 * nt < M ? row0 + nt * step : row0);
+  }
+};
+
+// B fragments (bf16 and FP8 GEMVs): chunks c0 + 4u + t, u < 4, of the slice ending at ce, of
+// n-tiles nt0 .. nt0 + G - 1; zeros past the slice (their W fragments are multiplied too).
+// From L1/L2: x is small and read by every CTA.
+// kFull: the caller knows every chunk is inside the slice (a full stage): plain loads.
+struct XRows : XLane {
+  using XLane::XLane;
+  template <int G, bool kFull = false>
   __device__ __forceinline__ void load(uint4 (&X)[G][4], int nt0, int c0, int t, int ce) const {
 #pragma unroll
     for (int j = 0; j < G; ++j) {
-      const int row = g + 8 * (nt0 + j);
-      const uint4* r = reinterpret_cast<const uint4*>(x + int64_t(row < M ? row : 0) * ld);
+      const uint4* r = row(nt0 + j);
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         const int c = c0 + 4 * u + t;
-        X[j][u] = c < ce && row < M ? __ldg(r + c) : make_uint4(0, 0, 0, 0);
+        X[j][u] = kFull ? __ldg(r + c) : ldg_or_zero(r + c, c < ce);
       }
     }
   }
@@ -120,6 +158,30 @@ __device__ __forceinline__ bf16 silu_pair_value(float g, float u) {
 
 __device__ __forceinline__ uint32_t row_off(int r) {
   return (r & 1) * (kHalf + 64) + (r >> 1) * kCps * 16;
+}
+// Lane (g, t)'s chunk t of row g in a stage. Rows g + e (e even) and chunk groups v are
+// constants further, row_off(g + e) + 64 v = row_off(g) + row_off(e) + 64 v, so the ring
+// reads take immediate offsets instead of an address computation each.
+__device__ __forceinline__ uint32_t lane_off(int g, int t) { return row_off(g) + t * 16; }
+
+// A ring read (16 bytes at shared address a) when ok, else zeros; volatile and ordered like
+// lds (the slot is refilled by cp.async).
+__device__ __forceinline__ uint4 lds_or_zero(uint32_t a, bool ok) {
+  uint4 v;
+  asm volatile(
+      "{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %5, 0;\n\t"
+      "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
+      "@q ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "r"(a), "r"(int(ok))
+      : "memory");
+  return v;
+}
+// kFull: ok is known to hold (a full stage): a plain lds.
+template <bool kFull>
+__device__ __forceinline__ uint4 ring_read(uint32_t a, bool ok) {
+  if constexpr (kFull) return lds(a);
+  return lds_or_zero(a, ok);
 }
 
 // What a tile's epilogue does with its values (GemvOut::silu_pair: the gate tile parks them

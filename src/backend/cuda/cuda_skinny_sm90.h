@@ -43,4 +43,18 @@ void launch_skinny_fp8_sm90(const uint8_t* xq, int64_t ldq, const float* sx, con
                             const float* w_scales, int64_t N, int K, int M, const GemvOut& o,
                             void* ws, cudaStream_t st, int splits = 0);
 
+// W4A16 (cuda_skinny_int4_sm90.cu): w the int4 GEMV's device words [N, K / 8] (repacked at
+// upload) with fp32 scales [N, K / group]; y = Σ_g s_g Σ_{k in g} q_k x_k per output, rounded
+// once; outputs through o as launch_gemv_int4's. Supported: skinny_sm90_available, M in 1..64,
+// K and group multiples of 128, K's chunks holding whole groups, 16-byte aligned x rows and w.
+// skinny_int4_sm90_init: the kernel's attributes (outside any capture). splits: 0 for
+// skinny_int4_sm90_splits (a function of N and K only; the bits are the same for any split).
+bool skinny_int4_sm90_supported(const void* x, int64_t ldx, const void* w, int64_t K,
+                                int64_t group, int64_t M);
+void skinny_int4_sm90_init();
+int skinny_int4_sm90_splits(int64_t N, int64_t K);
+void launch_skinny_int4_sm90(const __nv_bfloat16* x, int64_t ldx, const uint32_t* w,
+                             const float* w_scales, int64_t N, int K, int group, int M,
+                             const GemvOut& o, void* ws, cudaStream_t st, int splits = 0);
+
 }  // namespace sala::cuda

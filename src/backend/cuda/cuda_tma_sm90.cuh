@@ -81,6 +81,16 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs_mn(float (&d)[32], const uint
                : SALA_WGMMA_D32
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
+// d += A·B over k = 16, A from registers (as above), B K-major in shared memory
+// (smem_desc_sw128): the int4 skinny GEMM's dequantized weights times the x rows.
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4],
+                                                   uint64_t db) {
+  asm volatile("{\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SALA_WGMMA_D32_REGS
+               ", {%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n}\n"
+               : SALA_WGMMA_D32
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
 #define SALA_WGMMA_D64 \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
   "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
@@ -113,6 +123,23 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t da, ui
 #undef SALA_WGMMA_D32
 #undef SALA_WGMMA_D32_REGS
 
+// The compiler knows nothing of asynchronous wgmma: pinning registers with an empty asm that
+// "modifies" them keeps an accumulator from being read before the wgmma.wait that follows
+// its MMAs (call it after the wait), and a register A operand from being reused for other
+// values while its MMA may still read it (call it after the wait that retires that MMA).
+template <int N>
+__device__ __forceinline__ void pin_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void pin_regs(uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
+
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
@@ -144,16 +171,18 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tma_encode_fn() {
 }
 
 // 2-D map of [rows, cols] elements of type dt, rows row_bytes apart, boxes of [box_rows,
-// box_cols] (box_cols x element size == 128 bytes: one swizzle row), 128-byte swizzle.
+// box_cols] (box_cols x element size == 128 bytes: one swizzle row), 128-byte swizzle; or no
+// swizzle (box rows of any multiple of 16 bytes, dense in shared memory).
 inline CUtensorMap make_tma_map_2d(const void* base, CUtensorMapDataType dt, int64_t rows,
-                                   int64_t cols, int64_t row_bytes, int box_cols, int box_rows) {
+                                   int64_t cols, int64_t row_bytes, int box_cols, int box_rows,
+                                   CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   CUtensorMap m;
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(row_bytes)};
   const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
   const cuuint32_t elem[2] = {1, 1};
   const CUresult r = tma_encode_fn()(&m, dt, 2, const_cast<void*>(base), dims, strides, box, elem,
-                                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                     CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
