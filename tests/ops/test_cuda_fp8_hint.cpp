@@ -54,7 +54,8 @@ StepMeta step_meta(StepKind kind, int64_t T) {
 }
 
 const char* kind_name(StepKind kind) {
-  return kind == StepKind::kDecode ? " decode" : kind == StepKind::kOneSeq ? " one seq" : " two seqs";
+  if (kind == StepKind::kDecode) return " decode";
+  return kind == StepKind::kOneSeq ? " one seq" : " two seqs";
 }
 
 // One backend, its weights, and a norm + GEMM run on fresh inputs.
@@ -211,10 +212,11 @@ TEST(CudaFp8Fused, BackendHint) {
 
 // linear_silu_mul(next = down) then down's GEMM on g == the same without the hint, bit for bit.
 // g's codes come from the SiLU product only where linear_silu_mul is Backend's composition on
-// FP8 weights; at these shapes it never is: the GEMV's silu_pair epilogue (<= 16 rows, and
-// one-sequence steps up to 64), the stacked GEMM of decode-only steps of 17..64 rows
-// (silu_mul_halves) and > 64 rows all leave the quantization to down's GEMM, so g zeroed
-// before it gives zeros (no stale codes are used).
+// FP8 weights and g's rows are one run: here 100 rows of decode or of one sequence, so g
+// zeroed before down's GEMM changes nothing. The GEMV's silu_pair epilogue (<= 16 rows, and
+// steps up to 64 rows that are not decode-only), the stacked GEMM of decode-only steps of
+// 17..64 rows (silu_mul_halves) and two sequences of 50 rows (two runs) leave the
+// quantization to down's GEMM, so g zeroed before it gives zeros (no stale codes are used).
 TEST(CudaFp8Fused, SiluMulHint) {
   REQUIRE_GPU();
   const int64_t K = 4096;
