@@ -15,13 +15,16 @@
 #       bench), and `sala bench offline --long-prefill AB_LENGTHS --profile-ops 1024` for each
 #       KV format of AB_KV; last, one table: build × KV × length → stage 1 ("sparse select"),
 #       stage 2 ("sparse attention"), lightning ("lightning chunked") GPU ms and the prefill's
-#       seconds. Logs under $OUT.
+#       seconds, then build × KV × batch → decode ms per step. Logs under $OUT.
 #
 # Settings (environment): AB_TESTS (default: the sparse and selection tests), AB_TEST_BIN
 # (test_cuda_sparse; a space-separated list runs AB_TESTS in each, e.g. "test_cuda_sparse
 # test_cuda_ops": a filter that matches nothing in a binary runs nothing there), AB_TEST_TIMEOUT (150 s), AB_LENGTHS (32768,131072), AB_KV (formats benched per build, default
 # "bf16": bf16 = bf16 weights and KV cache, fp8_e4m3 = bf16 weights + FP8 KV, fp8w = FP8
-# weights + FP8 KV, issue 18's FP8 rows), AB_BENCH_TIMEOUT (150 s per bench), MODEL_DIR
+# weights + FP8 KV, issue 18's FP8 rows, w4 = W4A16 RTN at load), AB_DECODE (the bench's decode
+# options, default "--decode-batches 1 --decode-input 128 --decode-output 4"; e.g. issue 20's
+# "--decode-batches 1,8,64 --decode-input 4096 --decode-output 128"), AB_LENGTHS empty: no
+# long prefill (decode only), AB_BENCH_TIMEOUT (150 s per bench), MODEL_DIR
 # (/tmp/sala_random_9b), OUT (/tmp/gpu_ab_out), AB_DEVICE (cuda; cpu with
 # MODEL_DIR=models/sala-tiny-chat and short AB_LENGTHS is a dry run of the script),
 # AB_NCU_TESTS (a gtest filter: also run those tests of each build under ncu's sections
@@ -29,18 +32,21 @@
 # SchedulerStats), clocks left alone, kernels matching AB_NCU_KERNELS (a
 # regex; default "select_|sparse_attn|gla_"), CSV to $OUT/ncu_BUILD.csv; empty: no ncu),
 # AB_BENCH_EXTRA (more `bench offline` options, e.g. "--long-decode-contexts 131072
-# --long-decode-batches 1,8").
+# --long-decode-batches 1,8"), AB_BENCH_ON_FAIL=1 (bench a build whose tests failed, not one
+# that hung: when several changes share a build, one failing test need not lose the others'
+# numbers).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 AB_TESTS=${AB_TESTS:-"CudaOps.Sparse*:CudaKvFp8.Sparse*:CudaFused.Sparse*:CudaInfllmSelect.*"}
 AB_TEST_BIN=${AB_TEST_BIN:-test_cuda_sparse}
 AB_TEST_TIMEOUT=${AB_TEST_TIMEOUT:-150}
-AB_LENGTHS=${AB_LENGTHS:-32768,131072}
+AB_LENGTHS=${AB_LENGTHS-32768,131072}  # set and empty: no long prefill
 AB_KV=${AB_KV:-bf16}
 AB_BENCH_TIMEOUT=${AB_BENCH_TIMEOUT:-150}
 AB_DEVICE=${AB_DEVICE:-cuda}
 AB_NCU_TESTS=${AB_NCU_TESTS:-}
 AB_BENCH_EXTRA=${AB_BENCH_EXTRA:-}
+AB_DECODE=${AB_DECODE:-"--decode-batches 1 --decode-input 128 --decode-output 4"}
 AB_NCU_SECTIONS=${AB_NCU_SECTIONS:-"SpeedOfLight ComputeWorkloadAnalysis"}
 AB_NCU_KERNELS=${AB_NCU_KERNELS:-"select_|sparse_attn|gla_"}
 MODEL_DIR=${MODEL_DIR:-/tmp/sala_random_9b}
@@ -97,6 +103,12 @@ table() {
         printf "%-12s %-10s %9s %12s %12s %12s %9s s\n", b, kv, l, (l in s1 ? s1[l] : "-"),
                (l in s2 ? s2[l] : "-"), (l in lt ? lt[l] : "-"), $4 }' "$f"
   done
+  printf '\n%-12s %-10s %6s %12s %10s\n' build kv batch "ms / step" "of floor"
+  for f in "$@"; do
+    b=$(basename "$f" .txt) && b=${b#bench_} && kv=${b#*.} && b=${b%%.*}
+    awk -v b="$b" -v kv="$kv" '/^decode +B=[0-9]+ +[0-9.]+ ms\/step/ { n = $2; sub("B=", "", n);
+      printf "%-12s %-10s %6s %12s %10s\n", b, kv, n, $3, $(NF - 2) }' "$f"
+  done
 }
 
 # $OUT/00_logs.tar.gz: every log so far, refreshed after each test run and bench (the device
@@ -137,7 +149,11 @@ run() {
     bundle
     grep -E '^\[  FAILED  \] [A-Za-z]' "$OUT/tests_$b.txt" | head -5
     grep -E '^\[ (select|gla tc) \]' "$OUT/tests_$b.txt" | head -12
-    [ "$rc" = 0 ] || { echo "$b: no bench (tests rc=$rc; 124 = timed out)"; continue; }
+    if [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "${AB_BENCH_ON_FAIL:-0}" = 1 ]; then
+      echo "$b: tests failed (rc=$rc); benched anyway (AB_BENCH_ON_FAIL=1)"
+    elif [ "$rc" != 0 ]; then
+      echo "$b: no bench (tests rc=$rc; 124 = timed out)"; continue
+    fi
     if [ -n "$AB_NCU_TESTS" ]; then
       : >"$OUT/ncu_$b.csv"
       for t in $AB_TEST_BIN; do
@@ -153,13 +169,14 @@ run() {
       case "$kv" in
         bf16) x="" ;;
         fp8w) x="--quantization fp8 --kv-cache-dtype fp8_e4m3" ;;
+        w4) x="--quantization w4a16" ;;
         *) x="--kv-cache-dtype $kv" ;;
       esac
-      # shellcheck disable=SC2086  # x, AB_BENCH_EXTRA: option lists
+      [ -n "$AB_LENGTHS" ] && x="$x --long-prefill $AB_LENGTHS"
+      # shellcheck disable=SC2086  # x, AB_DECODE, AB_BENCH_EXTRA: option lists
       timeout "$AB_BENCH_TIMEOUT" "$dir/$b/bin/sala" bench offline --model-path "$MODEL_DIR" \
-        --device "$AB_DEVICE" --decode-batches 1 --decode-input 128 --decode-output 4 \
-        --prefill-batches 1 --prefill-input 256 --profile-ops 1024 --long-prefill "$AB_LENGTHS" \
-        $x $AB_BENCH_EXTRA >"$OUT/bench_$b.$kv.txt" 2>&1
+        --device "$AB_DEVICE" $AB_DECODE --prefill-batches 1 --prefill-input 256 \
+        --profile-ops 1024 $x $AB_BENCH_EXTRA >"$OUT/bench_$b.$kv.txt" 2>&1
       echo "bench $kv rc=$?"
       bundle
       logs+=("$OUT/bench_$b.$kv.txt")

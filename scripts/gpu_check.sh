@@ -58,6 +58,14 @@
 #                                     tokens/s by task kind at concurrency 1 and 8), then the
 #                                     verify step vs the decode step (K = 1, 4; B = 1/8/64, 4K
 #                                     context) in bf16 and FP8 on the full-size checkpoint
+#   scripts/gpu_check.sh tp           (GPU machine) tensor parallelism (issue 24): the CudaTp.*
+#                                     op tests (the peer collectives; TP=2 on one GPU vs TP=1,
+#                                     recorded == direct; with two GPUs NCCL vs the peer group,
+#                                     bit for bit; `correctness` leaves them out); with two
+#                                     GPUs (kind nvidia-h200-x2) also tiny-chat's greedy answers with
+#                                     --tp-size 2 vs 1 (tests/e2e/tiny_chat_tp.py, cuda) and the
+#                                     bench at TP=1 and TP=2: decode B=1/8/64 at 4K, prefill 4K
+#                                     and 128K. NCCL: libnccl.so.2 from the nvidia-nccl wheel.
 #   scripts/gpu_check.sh ncu-decode   ncu kernel times of the InfLLM-v2 decode path at 128K
 #   scripts/gpu_check.sh ncu-prefill  ncu of late prefill chunks of a long prompt (stage 1,
 #                                     stage 2, the lightning chunk kernels): time, throughputs,
@@ -90,6 +98,7 @@ OP_TESTS=${OP_TESTS:-"test_cuda_ops test_cuda_sparse test_cuda_f32"}
 # kernel with 4 warps exchanging P, V and partial outputs through shared memory (racecheck).
 SAN_FILTER_OPS=${SAN_FILTER_OPS:-"CudaOps.Embedding:CudaOps.RmsNorm:CudaOps.AddScaledRmsNorm:\
 CudaOps.Elementwise:CudaOps.RopeAndGather:CudaOps.LightningTiny:CudaOps.LightningHead64:\
+CudaOps.SplitRmsNormMulSigmoid:\
 CudaOps.LinearMulti:\
 CudaOps.LinearSiluMul:CudaOps.WideDecodeSteps:CudaOps.QkNormRope:\
 CudaFused.RmsNormMulSigmoid:CudaFused.LightningQkAttentionHead16:CudaSample.SameDrawSmall:CudaLogprobs.Small"}
@@ -189,6 +198,12 @@ setup() {
   export LD_LIBRARY_PATH="$LIBS$cuda_libs:${LD_LIBRARY_PATH:-}"
   [ "$DEVICE" = cuda ] && export SALA_REQUIRE_GPU=1
   export SALA_GOLDEN_DIR=$GOLDEN_ROOT  # tiny-dense / tiny-sparse for graph == eager
+  # NCCL for --tp-size over GPUs (loaded at run time): the pip wheel PyTorch uses. NVLink
+  # multicast stays off (the machines' rule; cuda_comm_nccl.cpp also keeps it off).
+  local nccl
+  nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))'     2>/dev/null)
+  [ -n "$nccl" ] && [ -e "$nccl/libnccl.so.2" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$nccl"
+  export NCCL_NVLS_ENABLE=0
   echo "machine: $(machine); commit: $(commit_stamp); binaries: $BIN"
   if ldd "$BIN/sala" 2>&1 | grep -i "not found"; then echo "MISSING LIBRARIES"; fi
 }
@@ -213,7 +228,10 @@ correctness() {
   local t c mode tool filter report
   for t in $OP_TESTS; do
     echo "== $t"
-    run_logged "$OUT/$t.log" "$BIN/$t" --gtest_output="json:$OUT/$t.json"
+    # Tensor parallelism's tests run in their own mode (`tp`): a collective that never meets
+    # its peer traps and would end the binary with the tests after it unrun.
+    run_logged "$OUT/$t.log" "$BIN/$t" --gtest_output="json:$OUT/$t.json" \
+      --gtest_filter='-CudaTp.*'
     $SUM gtest "$OUT/checks.jsonl" "op tests $t" "$OUT/$t.json" "$RC" "$SECS"
     if [ "$t" = test_cuda_ops ]; then
       $SUM gtest "$OUT/checks.jsonl" "graph == eager" "$OUT/$t.json" "$RC" 0 \
@@ -359,6 +377,30 @@ kv8_bench() {
   done
 }
 
+tp() {
+  setup
+  run_logged "$OUT/tp_ops.log" "$BIN/test_cuda_ops" --gtest_filter='CudaTp.*' \
+    --gtest_output="json:$OUT/tp_ops.json"
+  cat "$OUT/tp_ops.log"
+  $SUM gtest "$OUT/checks.jsonl" "tp op tests" "$OUT/tp_ops.json" "$RC" "$SECS"
+  local gpus tp
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  if [ "${gpus:-0}" -ge 2 ]; then
+    run_logged "$OUT/tp_e2e.log" python3 "$ROOT/tests/e2e/tiny_chat_tp.py" "$BIN/sala" \
+      "$ROOT/tests/fixtures/eval" "$OUT/tp_e2e" "$DEVICE"
+    cat "$OUT/tp_e2e.log"
+    $SUM lines "$OUT/checks.jsonl" "tiny-chat TP=2 vs TP=1" "$OUT/tp_e2e.log" "$RC" "$SECS" \
+      "accuracy|differs|OK"
+    for tp in 1 2; do
+      OUT=$OUT/tp$tp BENCH_ARGS="$DECODE4K_BENCH_ARGS --long-prefill 131072 --tp-size $tp" \
+        bench "tp $tp" | grep -E "^(decode|prefill|long)"
+    done
+  else
+    echo "one GPU: NCCL, tiny-chat TP=2 and the TP bench not run (kind nvidia-h200-x2)"
+  fi
+  finish tp
+}
+
 spec() {
   setup
   run_logged "$OUT/spec_equality.log" python3 "$ROOT/scripts/spec_equality_check.py" \
@@ -451,6 +493,7 @@ case "${1:-}" in
   long) PROFILE_OPS=${PROFILE_OPS:-2048} BENCH_ARGS=${BENCH_ARGS:-$LONG_BENCH_ARGS} bench long ;;
   decode4k) BENCH_ARGS=${BENCH_ARGS:-$DECODE4K_BENCH_ARGS} bench decode4k ;;
   grammar) BENCH_ARGS=${BENCH_ARGS:-$GRAMMAR_BENCH_ARGS} bench grammar ;;
+  tp) tp ;;
   ncu-decode) ncu_decode ;;
   ncu-prefill) ncu_prefill ;;
   spec) spec ;;

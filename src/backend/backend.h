@@ -125,7 +125,10 @@ class Backend {
   virtual size_t device_memory_total() const { return 0; }
 
   // ---- per step ----
-  virtual void begin_step(const StepMeta& meta) = 0;  // uploads ids/positions/tables once
+  // Uploads ids / positions / tables once. The backend keeps `meta`'s address until the next
+  // begin_step (the GEMM runs and the ops read it), so a temporary is refused at compile time.
+  virtual void begin_step(const StepMeta& meta) = 0;
+  void begin_step(const StepMeta&& meta) = delete;
 
   // out[T, H] = table[ids] * scale
   virtual void embedding(const Tensor& table, float scale, Tensor& out) = 0;
@@ -177,6 +180,16 @@ class Backend {
     rmsnorm(a, w, eps, out);
     mul_sigmoid(out, gate, out);
   }
+  // Tensor parallelism's split o_norm (model/tensor_parallel.h): the lightning o_norm is one
+  // RMSNorm over all nh*d columns, and a rank holds only its heads' columns. ss[T, 1] fp32 =
+  // Σ a[t, :]² over the rank's columns (the ranks' partials, all-reduced, are the row's).
+  virtual void row_sum_squares(const Tensor& a, Tensor& ss) = 0;
+  // rmsnorm_mul_sigmoid's numbers for the rank's columns with the whole row's Σ x² given:
+  // inv = 1 / sqrt(ss[t] / n + eps); out = T(T(T(a · inv) · w) · T(sigmoid(gate))), w the
+  // rank's columns of the norm weight ([a.cols]), gate [T, a.cols]. out may be a, not gate.
+  virtual void rmsnorm_mul_sigmoid_ss(const Tensor& a, const Tensor& ss, int64_t n,
+                                      const Tensor& w, float eps, const Tensor& gate,
+                                      Tensor& out) = 0;
   // x /= d (the logit divisor hidden/dim_model_base; SPEC §5 divides)
   virtual void div_scalar(Tensor& x, float d) = 0;
   // Rotate-half RoPE in place on [T, heads*head_dim] at the step's positions (SPEC §7).
@@ -221,6 +234,9 @@ class Backend {
   }
   // out[R, C] = x[logit_rows]
   virtual void gather_logit_rows(const Tensor& x, Tensor& out) = 0;
+  // dst[T, C] = src[:, c0 : c0 + C] (same dtype and rows): tensor parallelism takes a rank's
+  // columns back out of rows gathered from every rank (model/tensor_parallel.h).
+  virtual void copy_cols(const Tensor& src, int64_t c0, Tensor& dst) = 0;
   // Greedy decoding without moving logits to the host: out[r] = argmax of fp32 row r of
   // logits [R, V], ties to the lowest id (torch.argmax). The default downloads the rows.
   virtual void argmax_rows(const Tensor& logits, int32_t* out) {
@@ -278,6 +294,10 @@ class Backend {
   // Whether sample_rows / load_penalties are implemented.
   virtual bool samples_rows() const { return false; }
   virtual void synchronize() {}
+  // Makes the calling thread's later calls run on this backend's device (CUDA: cudaSetDevice
+  // of BackendOptions::cuda_device). Tensor parallelism calls it on each rank's thread and
+  // before it loads a rank's weights; a backend on the host needs nothing.
+  virtual void bind_thread() {}
   // BackendOptions::profile_ops: print the GPU time per op of the steps since the last call
   // under `label` and start a new table (no-op where nothing is profiled).
   virtual void report_op_profile(const std::string& /*label*/) {}
@@ -365,6 +385,11 @@ struct BackendOptions {
   // 0: 32 Mi (128 MB). The results do not depend on it; tests set small values to force
   // windows. bf16 mode allocates none (cuda_lightning_seq_tc.cu keeps the state in registers).
   int64_t gla_workspace_floats = 0;
+  // CUDA: the GPU this backend runs on (its ordinal). Every allocation, stream and kernel of
+  // the backend is on it; the constructor leaves the calling thread's current device as it
+  // found it, and bind_thread() switches a thread to it. Tensor parallelism puts rank r on
+  // GPU cuda_device + r (make_tp_peers). sala::Error where the GPU does not exist.
+  int cuda_device = 0;
 };
 
 // The backend of a device name ("cpu", "cuda"; backend/factory.cpp): the one factory every

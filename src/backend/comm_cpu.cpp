@@ -23,18 +23,26 @@ namespace {
 
 class CpuComm : public Communicator {
  public:
-  CpuComm(CpuCommGroup::State& s, int rank) : s_(s), rank_(rank) {}
+  CpuComm(std::shared_ptr<CpuCommGroup::State> state, int rank)
+      : state_(std::move(state)), s_(*state_), rank_(rank) {}
   int rank() const override { return rank_; }
   int size() const override { return s_.n; }
   void barrier() override { s_.bar.arrive_and_wait(); }
 
-  void all_gather_cols(const Tensor& local, Tensor& full) override { gather(local, full, -1); }
+  void all_gather_cols(const Tensor& local, Tensor& full) override {
+    SALA_CHECK(full.cols == s_.n * local.cols, "all-gather of [{}, {}] into [{}, {}]: {} ranks",
+               local.rows, local.cols, full.rows, full.cols, s_.n);
+    gather(local, full, -1);
+  }
   void gather_cols(const Tensor& local, Tensor& full, int root) override {
     SALA_CHECK(root >= 0 && root < s_.n, "root {} of {} ranks", root, s_.n);
     gather(local, full, root);
   }
 
-  void all_reduce_sum(Tensor& x) override {
+  void all_reduce_sum(Tensor& x) override { sum(x, s_.round_bf16); }
+  void all_reduce_sum_f32(Tensor& x) override { sum(x, false); }
+
+  void sum(Tensor& x, bool round_bf16) {
     SALA_CHECK(x.dtype == DType::F32, "all_reduce_sum of {}", dtype_name(x.dtype));
     s_.ptr[size_t(rank_)] = x.data;
     barrier();
@@ -45,8 +53,8 @@ class CpuComm : public Communicator {
       const float* p = static_cast<const float*>(s_.ptr[size_t(r)]);
       for (size_t i = 0; i < n; ++i) scratch_[i] += p[i];
     }
-    if (s_.round_bf16)
-      for (float& v : scratch_) v = round_bf16(v);
+    if (round_bf16)
+      for (float& v : scratch_) v = sala::round_bf16(v);
     barrier();
     std::memcpy(x.data, scratch_.data(), n * sizeof(float));
   }
@@ -91,6 +99,9 @@ class CpuComm : public Communicator {
       for (int k = 0; k < s_.n; ++k) {
         const Tensor& src = *static_cast<const Tensor*>(s_.ptr[size_t(k)]);
         const int64_t C = src.cols;
+        // The widths a device communicator assumes (it sends no widths).
+        SALA_CHECK(C == gather_col(full.cols, s_.n, k + 1) - gather_col(full.cols, s_.n, k),
+                   "rank {}'s {} columns of {} over {} ranks", k, C, full.cols, s_.n);
         SALA_CHECK(src.rows == local.rows && c0 + C <= full.cols,
                    "rank {}'s [{}, {}] does not fit columns {}.. of [{}, {}]", k, src.rows, C, c0,
                    full.rows, full.cols);
@@ -104,6 +115,7 @@ class CpuComm : public Communicator {
     barrier();
   }
 
+  std::shared_ptr<CpuCommGroup::State> state_;
   CpuCommGroup::State& s_;
   int rank_;
   std::vector<float> scratch_;
@@ -113,14 +125,14 @@ class CpuComm : public Communicator {
 
 CpuCommGroup::CpuCommGroup(int size, bool round_bf16) {
   SALA_CHECK(size >= 1, "a communicator group of {} ranks", size);
-  s_ = std::make_unique<State>(size, round_bf16);
+  s_ = std::make_shared<State>(size, round_bf16);
 }
 CpuCommGroup::~CpuCommGroup() = default;
 int CpuCommGroup::size() const { return s_->n; }
 
 std::unique_ptr<Communicator> CpuCommGroup::comm(int rank) {
   SALA_CHECK(rank >= 0 && rank < s_->n, "rank {} of {}", rank, s_->n);
-  return std::make_unique<CpuComm>(*s_, rank);
+  return std::make_unique<CpuComm>(s_, rank);
 }
 
 }  // namespace sala

@@ -36,6 +36,7 @@
 #include "engine/engine.h"  // kv_bytes_per_page
 #include "engine/request_check.h"
 #include "model/minicpm_sala.h"
+#include "model/tensor_parallel.h"
 
 namespace {
 
@@ -45,6 +46,9 @@ struct Args {
   std::string model, device = "cpu", out_json;
   std::vector<int> decode_batches{1, 8, 64}, prefill_batches{1, 8};
   int decode_in = 128, decode_out = 512, prefill_in = 4096, threads = 0;
+  int tp_size = 1;  // tensor-parallel ranks (model/tensor_parallel.h)
+  bool tp_gather_o_norm = false;  // ModelLimits::tp_gather_o_norm (an A/B)
+  bool tp_peer_comm = false;      // ModelLimits::tp_peer_comm (an A/B)
   bool bf16 = false;
   bool disable_cuda_graph = false;
   std::string quantization;  // "" | fp8 (BackendOptions::fp8_weights) | w4a16 (int4_group_size)
@@ -105,6 +109,9 @@ struct Bench {
   double body_params = 0;       // linear_params without lm_head: what every prefill token needs
   double linear_bytes = 0;      // bytes of the linear weights as stored: what a decode step reads
   double peak_flops = kPeakFlops;  // of the projections' format: bf16, or FP8 with fp8 weights
+  // Tensor parallelism: every floor is one rank's share (its weights, heads and FLOPs; the
+  // ranks run side by side), so it is divided by this; communication is not counted.
+  double ranks = 1;
   nlohmann::json results = nlohmann::json::array();
   std::vector<std::string> table;
 
@@ -154,7 +161,7 @@ void bench_long_prefill(Bench& b) {
     fmt::print(stderr, "\n");
     const double linear_flops = 2 * b.body_params * double(L) + 2 * b.head_params;
     const double attn_flops = prefill_attention_flops(b.cfg, L, b.a.chunk);
-    const double floor_s = linear_flops / b.peak_flops + attn_flops / kPeakFlops;
+    const double floor_s = (linear_flops / b.peak_flops + attn_flops / kPeakFlops) / b.ranks;
     b.add({{"kind", "long_prefill"}, {"batch", 1}, {"input_len", L}, {"chunk", b.a.chunk},
            {"seconds", sec}, {"tok_s", double(L) / sec}, {"floor_seconds", floor_s},
            {"floor_linear_flops", linear_flops}, {"floor_attention_flops", attn_flops},
@@ -203,7 +210,7 @@ void bench_long_decode(Bench& b) {
       fmt::print(stderr, "\n");
       std::sort(step_ms.begin(), step_ms.end());
       const double med = step_ms[step_ms.size() / 2];
-      const double floor_ms = (b.linear_bytes + B * seq_bytes) / kPeakBytes * 1e3;
+      const double floor_ms = (b.linear_bytes + B * seq_bytes / b.ranks) / kPeakBytes * 1e3;
       b.add({{"kind", "long_decode"}, {"batch", B}, {"context", C}, {"steps", steps},
              {"ms_per_step", med}, {"tok_s", B * 1e3 / med}, {"floor_ms", floor_ms},
              {"floor_seq_bytes", seq_bytes}, {"fraction_of_floor", floor_ms / med}},
@@ -316,7 +323,9 @@ int run(const Args& a) {
         a.decode_grammar, a.grammar_tokenizer.empty() ? a.model : a.grammar_tokenizer, cfg);
     fmt::print("decode grammar: {} over {}\n", grammar->label(), grammar->vocabulary());
   }
-  const sala::ModelLimits lim = plan_limits(a, cfg);
+  sala::ModelLimits lim = plan_limits(a, cfg);
+  lim.tp_gather_o_norm = a.tp_gather_o_norm;
+  lim.tp_peer_comm = a.tp_peer_comm;
   // The GPU path is bf16 by contract; the CPU reference is fp32 unless --bf16 asks for emulation.
   const bool bf16 = a.bf16 || a.device == "cuda";
   sala::BackendOptions bo{bf16 ? sala::NumericMode::BF16 : sala::NumericMode::F32, a.threads};
@@ -342,7 +351,7 @@ int run(const Args& a) {
   }
   fmt::print("loading {} on {} ...\n", a.model, be->name());
   auto t_load = Clock::now();
-  sala::Model model(cfg, std::move(be), ckpt, lim);
+  sala::Model model(cfg, std::move(be), ckpt, lim, sala::make_tp_peers(a.device, bo, a.tp_size));
   fmt::print("loaded in {:.1f} s\n", since(t_load));
 
   Bench bench(a, cfg, model);
@@ -352,13 +361,15 @@ int run(const Args& a) {
     if (name != "model.embed_tokens.weight" && t->shape.size() == 2)
       bench.linear_params += double(t->numel());
   const double linear_params = bench.linear_params;
+  // With tensor parallelism, model.weights() is rank 0's shard: one rank's bytes per step.
   bench.linear_bytes = double(model.weights().linear_bytes());
+  bench.ranks = model.tp_size();
   const double decode_floor_ms = bench.linear_bytes / kPeakBytes * 1e3;
   // Prefill: the projections at their format's peak (attention is not counted here; the long
   // prefill rows add it at the bf16 peak).
   const sala::WeightFormat body_format = model.weights().layers.at(0).down_proj.format;
   if (body_format == sala::WeightFormat::FP8_E4M3) bench.peak_flops = kPeakFlopsFp8;
-  const double prefill_ceiling_tok_s = bench.peak_flops / (2 * linear_params);
+  const double prefill_ceiling_tok_s = bench.ranks * bench.peak_flops / (2 * linear_params);
   const int64_t V = cfg.vocab_size;
   // A prefill needs lm_head for its one logit row only; every token goes through the rest.
   bench.head_params = double(V) * cfg.hidden_size;
@@ -439,9 +450,12 @@ int run(const Args& a) {
   }
   bench_long_prefill(bench);
   bench_long_decode(bench);
-  fmt::print("\n{} ({}; {:.3f} B linear params, {:.3f} GB as {})\n", a.model, model.backend().name(),
-             linear_params / 1e9, bench.linear_bytes / 1e9,
-             sala::weight_format_name(model.weights().layers.at(0).down_proj.format));
+  fmt::print("\n{} ({}; {:.3f} B linear params, {:.3f} GB as {}{})\n", a.model,
+             model.backend().name(), linear_params / 1e9, bench.linear_bytes / 1e9,
+             sala::weight_format_name(model.weights().layers.at(0).down_proj.format),
+             model.tp_size() > 1
+                 ? fmt::format(" per rank; TP={}: floors are one rank's share", model.tp_size())
+                 : "");
   for (auto& l : bench.table) fmt::print("{}\n", l);
   if (!a.out_json.empty()) std::ofstream(a.out_json) << bench.results.dump(2) << "\n";
   return 0;
@@ -485,6 +499,13 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
                  "repetition_penalty frequency_penalty presence_penalty seed); prints the ratio "
                  "to the greedy step of the same run");
   app.add_option("--threads", a->threads, "CPU threads (0 = all)");
+  app.add_option("--tp-size", a->tp_size,
+                 "tensor-parallel ranks (CUDA: one GPU each); floors are one rank's share")
+      ->check(CLI::Range(1, 8));
+  app.add_flag("--tp-gather-o-norm", a->tp_gather_o_norm,
+               "TP: the lightning o_norm by all-gathering the heads, not the split norm (A/B)");
+  app.add_flag("--tp-peer-comm", a->tp_peer_comm,
+               "TP over GPUs: the peer-access communicator instead of NCCL (A/B)");
   app.add_flag("--bf16", a->bf16, "CPU: emulate bf16 rounding");
   app.add_option("--quantization", a->quantization,
                  "fp8: W8A8 e4m3 projections quantized at load (BackendOptions::fp8_weights); "

@@ -67,7 +67,10 @@ int run_generate(const GenOpts& o) {
     ids = parse_ids(o.prompt_ids);
   } else if (o.chat) {
     if (!L.tmpl) sala::fail("--chat: the model has no usable chat template ({})", L.template_error);
-    ids = L.tok->encode(L.tmpl->render({{"user", o.prompt}}, true), false);
+    sala::ChatMessage user;
+    user.role = "user";
+    user.content = o.prompt;
+    ids = L.tok->encode(L.tmpl->render({user}, true), false);
   } else {
     ids = L.tok->encode(o.prompt, true);
   }
@@ -141,7 +144,7 @@ sala::cli::Registrar reg("generate", "Generate from one prompt through the engin
   app.add_option("--device", o->device, "cpu | cuda")->capture_default_str();
   app.add_option("--dtype", o->dtype, "auto | float32 | bfloat16")->capture_default_str();
   app.add_option("--cpu-threads", o->cpu_threads, "CPU backend threads (0: all cores)");
-  app.add_option("--tp-size", o->tp_size, "tensor-parallel ranks (CPU backend: one thread each)");
+  app.add_option("--tp-size", o->tp_size, "tensor-parallel ranks, one thread each (CUDA: one GPU each, over NCCL)");
   app.add_option("--context-length", o->context_length, "Max prompt + output tokens");
   return sala::cli::Run([o] { return run_generate(*o); });
 });

@@ -54,7 +54,7 @@ sala::cli::Registrar reg("golden", "Run a golden case directory and compare with
                            app.add_flag("--hidden", a->hidden, "also compare per-layer hidden states");
                            app.add_option("--threads", a->threads, "CPU threads (0 = all)");
                            app.add_option("--tp-size", a->tp_size,
-                                          "tensor-parallel ranks (CPU: one thread each)");
+                                          "tensor-parallel ranks, one thread each (CUDA: one GPU each)");
                            return [a] { return run(*a); };
                          });
 

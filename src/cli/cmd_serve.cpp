@@ -44,6 +44,7 @@ struct ServeOpts {
   int stream_interval = 1;
   int cpu_threads = 0;
   int tp_size = 1;
+  int base_gpu_id = 0;  // SGLang's --base-gpu-id: the first GPU (rank r on base + r)
   int http_threads = 512;
   int kv_memory_mb = 512;
   bool disable_radix_cache = false, disable_cuda_graph = false, skip_server_warmup = false;
@@ -129,6 +130,9 @@ int run_serve(const ServeOpts& o) {
   lo.kv_cache_dtype = o.kv_cache_dtype;
   lo.cpu_threads = o.cpu_threads;
   lo.tp_size = o.tp_size;
+  if (o.base_gpu_id < 0) sala::fail("--base-gpu-id {} must be >= 0", o.base_gpu_id);
+  if (o.base_gpu_id != 0 && o.device != "cuda") warn("--base-gpu-id ignored on this device");
+  lo.base_gpu_id = o.base_gpu_id;
   lo.engine.max_running_requests = o.max_running_requests;
   lo.engine.chunked_prefill_size = o.chunked_prefill_size;
   lo.engine.max_step_tokens = o.chunked_prefill_size + o.max_running_requests;
@@ -201,7 +205,8 @@ int run_serve(const ServeOpts& o) {
       {"speculative_draft_model_path", o.speculative_draft_model_path.empty()
                                            ? nlohmann::json(nullptr)
                                            : nlohmann::json(o.speculative_draft_model_path)},
-      {"api_key_set", !api_key.empty()}, {"tp_size", o.tp_size}, {"dp_size", 1}};
+      {"api_key_set", !api_key.empty()}, {"tp_size", o.tp_size}, {"dp_size", 1},
+      {"base_gpu_id", o.base_gpu_id}};
 
   sala::server::HttpServer server(so, *L.engine, *L.tok, L.tmpl.get());
   const int port = server.bind();
@@ -301,7 +306,10 @@ sala::cli::Registrar reg("serve", "Serve a model over HTTP (SGLang /generate + O
   app.add_option("--cpu-threads", o->cpu_threads, "CPU backend threads (0: all cores)")->capture_default_str();
   app.add_option("--http-threads", o->http_threads, "HTTP worker threads (>= max concurrent connections)")->capture_default_str();
   app.add_option("--log-level", o->log_level, "Log level")->capture_default_str();
-  app.add_option("--tp-size,--tp", o->tp_size, "Tensor-parallel ranks (CPU backend only: one thread each; CUDA: 1)");
+  app.add_option("--tp-size,--tp", o->tp_size,
+                 "Tensor-parallel ranks, one thread each (CUDA: one GPU each, over NCCL)");
+  app.add_option("--base-gpu-id", o->base_gpu_id,
+                 "CUDA: the GPU of rank 0 (rank r on GPU base + r), as SGLang's");
   app.add_option("--tokenizer-path", o->tokenizer_path, "Accepted for SGLang compatibility");
   app.add_option("--attention-backend", o->attention_backend, "Accepted for SGLang compatibility (ignored)");
   app.add_flag("--disable-radix-cache", o->disable_radix_cache, "Accepted for SGLang compatibility (no prefix cache)");

@@ -11,22 +11,30 @@ namespace sala {
 Model::Model(ModelConfig cfg, std::unique_ptr<Backend> backend, const Checkpoint& ckpt,
              const ModelLimits& limits, std::vector<std::unique_ptr<Backend>> peers)
     : cfg_(std::move(cfg)), limits_(limits), backend_(std::move(backend)) {
+  backend_->bind_thread();  // this thread's calls below go to its device
   if (!peers.empty()) {
-    // Tensor parallelism shares rank 0's host memory (the weights' row slices) and runs the
-    // CPU communicator: CPU backends with dense weights only, until an NCCL one exists.
+    // Tensor parallelism (model/tensor_parallel.h): each rank loads its shard of the weights
+    // into its own backend (the CPU's, or one GPU each over NCCL): dense, or a quantized
+    // checkpoint's codes and scales. Load-time quantization would see part of a row.
     const int n = 1 + int(peers.size());
-    if (backend_->name().rfind("cpu", 0) != 0)
-      fail("--tp-size {}: tensor parallelism runs on the CPU backend only (the {} backend has no "
-           "NCCL communicator yet)", n, backend_->name());
-    if (backend_->linear_format() != backend_->weight_format() || cfg_.quantization.any())
-      fail("--tp-size {}: tensor parallelism splits dense weights only (no FP8 / W4A16)", n);
+    if (backend_->linear_format() != backend_->weight_format())
+      fail("--tp-size {}: --quantization (quantizing at load) is not split over ranks; write a "
+           "quantized checkpoint with `sala quantize` and serve that", n);
     check_tp_config(cfg_, n);
   }
-  w_ = load_weights(cfg_, ckpt, *backend_, &unused_);
+  // With tensor parallelism, w_ is rank 0's shard (TensorParallel loads the other ranks').
+  const int n_ranks = 1 + int(peers.size());
+  w_ = load_weights(cfg_, ckpt, *backend_, &unused_, tp_shard(cfg_, n_ranks, 0));
   slopes_ = cfg_.lightning_slopes();
   if (!peers.empty()) {
-    tp_ = std::make_unique<TensorParallel>(cfg_, w_, *backend_, std::move(peers), limits_,
-                                           load_kv_scales(cfg_, ckpt));
+    // Recorded steps pad with a page and a slot past the engine's, on every rank.
+    ModelLimits rank_limits = limits_;
+    if (backend_->graphs_enabled()) {
+      scratch_page_ = rank_limits.caches.num_pages++;
+      scratch_slot_ = rank_limits.caches.num_slots++;
+    }
+    tp_ = std::make_unique<TensorParallel>(cfg_, ckpt, *backend_, w_, std::move(peers),
+                                           rank_limits, load_kv_scales(cfg_, ckpt));
     // Rank 0's full logits (gathered vocab shards) are the Model's workspace, as with one rank.
     logits_ = backend_->alloc(limits_.max_logit_rows, cfg_.vocab_size, DType::F32);
     iota_.resize(size_t(limits_.max_logit_rows));
@@ -149,7 +157,8 @@ static constexpr int kVerifyGraphKey = 1 << 20;
 static constexpr size_t kMaxVerifyGraphs = 128;
 
 Model::GraphStep Model::graph_step(const StepMeta& meta, ForwardTrace* trace, bool keep) {
-  if (!backend_->graphs_enabled() || trace || meta.capture || meta.dense_as_sparse) return {};
+  const bool records = tp_ ? tp_->graphs_ok() : backend_->graphs_enabled();
+  if (!records || trace || meta.capture || meta.dense_as_sparse) return {};
   const int S = int(meta.seqs.size()), T = meta.num_tokens();
   if (S == 0 || int(meta.logit_rows.size()) != T) return {};
   // Every row's logits, in order (decode: one row per call; verify: 1 + k rows per call).
@@ -187,6 +196,15 @@ Model::GraphStep Model::graph_step(const StepMeta& meta, ForwardTrace* trace, bo
   return {kVerifyGraphKey + it->second, b};
 }
 
+const StepMeta& Model::padded_step(const StepMeta& step, const GraphStep& g) {
+  padded_ = step;
+  const std::vector<int32_t> page{scratch_page_};
+  const int32_t tok = 0;
+  for (size_t i = step.seqs.size(); i < size_t(g.padded_seqs); ++i)
+    padded_.add_seq(&tok, 1, 0, scratch_slot_, page, false, true);
+  return padded_;
+}
+
 void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTrace* trace,
                     std::vector<int32_t>* argmax, RowLogprobs* extra, const LogitMasks* masks,
                     bool keep_logits) {
@@ -197,21 +215,26 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
   SALA_CHECK(R <= limits_.max_logit_rows, "step wants {} logit rows (max {})", R,
              limits_.max_logit_rows);
   Backend& be = *backend_;
+  be.bind_thread();  // the engine's thread on the backend's device (a no-op on the host)
   flush_state_advances();  // before this step reads the states
   const StepMeta& step = map_state_slots(meta);  // what the backend runs
   if (extra && extra->rows.empty()) extra = nullptr;
   const bool keep_asked = meta.keep_lightning_rows && !tp_ && keep_k_.data;
-  const GraphStep g = tp_ || extra ? GraphStep{} : graph_step(meta, trace, keep_asked);
+  const GraphStep g = extra ? GraphStep{} : graph_step(meta, trace, keep_asked);
   kept_calls_.clear();
   if (tp_) {
+    // Recorded steps (NCCL, the peer group) run the padded step; the collective of the logit
+    // rows after the recording covers the step's own R rows.
+    const StepMeta& run = g.key ? padded_step(step, g) : step;
+    const int64_t rows = g.key ? run.num_tokens() : 0;
     // Greedy steps without masks take the distributed argmax over the vocab shards; every
     // other step gathers the logits into logits_ and goes on as with one rank.
     if (argmax && !(masks && !masks->empty()) && R > 0) {
       argmax->resize(size_t(R));
-      tp_->forward(step, R, trace, argmax->data(), extra, logits_);
+      tp_->forward(run, R, trace, argmax->data(), extra, logits_, g.key, rows);
       return;
     }
-    tp_->forward(step, R, trace, nullptr, extra, logits_);
+    tp_->forward(run, R, trace, nullptr, extra, logits_, g.key, rows);
   } else if (g.key == 0) {
     const bool keep = keep_asked && T <= limits_.keep_verify_rows;
     if (keep) kept_calls_ = meta.seqs;  // the caller's slots (rollback_state)
@@ -221,11 +244,7 @@ void Model::forward(const StepMeta& meta, std::vector<float>& logits, ForwardTra
     // Decode or verify step: pad to the bucket with one-row calls that read and write only
     // the scratch page and slot (token 0 at position 0), then launch the key's recording
     // (made on its second occurrence; the first runs directly).
-    padded_ = step;
-    const std::vector<int32_t> page{scratch_page_};
-    const int32_t tok = 0;
-    for (size_t i = meta.seqs.size(); i < size_t(g.padded_seqs); ++i)
-      padded_.add_seq(&tok, 1, 0, scratch_slot_, page, false, true);
+    padded_step(step, g);
     const int64_t rows = padded_.num_tokens();
     if (keep_asked) kept_calls_ = meta.seqs;  // graph_step checked the rows
     be.begin_step(padded_);

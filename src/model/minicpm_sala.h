@@ -19,6 +19,16 @@ struct ModelLimits {
   // (StepMeta::keep_lightning_rows) for rollback_state; 0: none kept (a rollback recomputes).
   int32_t keep_verify_rows = 0;
   CacheShape caches;
+  // Tensor parallelism's lightning o_norm (one RMSNorm over all heads, the heads split over
+  // the ranks): false, the split norm (each rank's Σ x² of its columns, one all-reduce of [T]
+  // floats, each rank norms its own columns); true, all-gather the heads and the z gate, norm
+  // the whole row as one rank does, take the rank's columns back (TP=1's numbers exactly; two
+  // all-gathers of [T, nh*d/n] per layer). An A/B until measured over NCCL.
+  bool tp_gather_o_norm = false;
+  // Tensor parallelism over GPUs: the peer communicator (one kernel per collective, meeting on
+  // device flags over peer access; backend/cuda/cuda_comm_peer.cpp) instead of NCCL. Ranks on
+  // one GPU always use it. An A/B until measured on two GPUs.
+  bool tp_peer_comm = false;
 };
 
 // Optional per-layer trace for golden debugging: residual stream rows (fp32).
@@ -52,8 +62,9 @@ class Model {
   static constexpr int kGraphMaxCallRows = 16;
   // peers: tensor parallelism (model/tensor_parallel.h) over 1 + peers.size() ranks, `backend`
   // rank 0 and peers ranks 1.. (backends of the same kind and options); empty: one rank.
-  // sala::Error where the backend or the weights cannot be split (CPU backend, dense weights,
-  // no CUDA graphs; heads etc. divisible by the rank count).
+  // sala::Error where the weights cannot be split (no load-time quantization; heads etc.
+  // divisible by the rank count; W4A16 groups whole) or the ranks have no communicator (backend/comm.h). Steps of more than
+  // one rank are recorded where every communicator can be captured (NCCL).
   Model(ModelConfig cfg, std::unique_ptr<Backend> backend, const Checkpoint& ckpt,
         const ModelLimits& limits, std::vector<std::unique_ptr<Backend>> peers = {});
   ~Model();
@@ -129,6 +140,9 @@ class Model {
     int key = 0, padded_seqs = 0;
   };
   GraphStep graph_step(const StepMeta& meta, ForwardTrace* trace, bool keep);
+  // padded_ = step and the one-row calls that pad it to g's bucket (reading and writing only
+  // the scratch page and slot: token 0 at position 0).
+  const StepMeta& padded_step(const StepMeta& step, const GraphStep& g);
 
   ModelConfig cfg_;
   ModelLimits limits_;

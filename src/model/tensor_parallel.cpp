@@ -1,7 +1,5 @@
 #include "model/tensor_parallel.h"
 
-#include <cstring>
-
 #include <algorithm>
 #include <exception>
 
@@ -26,29 +24,23 @@ void check_tp_config(const ModelConfig& c, int n) {
     fail("{}: vocab_size = {} is too small for --tp-size {}", c.source, c.vocab_size, n);
 }
 
-int64_t vocab_begin(int64_t V, int n, int r) {
-  return std::min(V, r * ((V + n - 1) / n));
-}
+int64_t vocab_begin(int64_t V, int n, int r) { return gather_col(V, n, r); }
 
 std::vector<std::unique_ptr<Backend>> make_tp_peers(const std::string& device,
                                                     const BackendOptions& opts, int tp_size) {
   if (tp_size < 1) fail("--tp-size {} must be >= 1", tp_size);
   std::vector<std::unique_ptr<Backend>> peers;
   if (tp_size == 1) return peers;
-  if (device != "cpu")
-    fail("--tp-size {} on --device {}: tensor parallelism runs on the CPU backend only (the "
-         "NCCL communicator for GPUs does not exist yet)", tp_size, device);
-  for (int r = 1; r < tp_size; ++r) peers.push_back(make_backend(device, opts));
+  for (int r = 1; r < tp_size; ++r) {
+    BackendOptions o = opts;
+    o.cuda_device = opts.cuda_device + r;  // one GPU per rank (NCCL); ignored on the CPU
+    peers.push_back(make_backend(device, o));
+  }
   return peers;
 }
 
-namespace {
-
-// Rank r's share of a config: its heads and intermediate columns (what its backend's caches
-// and attention ops see). Sparse layers whose KV heads do not split over the ranks (the tiny
-// golden models' one KV head) keep all their heads: replicated on every rank. The
-// vocabulary stays whole (the embedding is replicated).
-ModelConfig shard_config(const ModelConfig& c, int n) {
+ModelConfig tp_rank_config(const ModelConfig& c, int n) {
+  check_tp_config(c, n);
   ModelConfig s = c;
   if (c.num_key_value_heads % n == 0) {
     s.num_attention_heads /= n;
@@ -60,48 +52,27 @@ ModelConfig shard_config(const ModelConfig& c, int n) {
   return s;
 }
 
-// Rank r's input columns [r*K/n, (r+1)*K/n) of a dense [N, K] weight: a row-parallel
-// linear's shard [N, K/n], copied into `be`'s memory (a column slice is no view of a
-// row-major matrix).
-Weight col_part(Backend& be, const Weight& w, int r, int n) {
-  SALA_CHECK(w.dense() && w.format == WeightFormat::F32, "row-parallel shard of a {} weight",
-             weight_format_name(w.format));
-  const int64_t kn = w.cols / n;
-  Tensor dst = be.alloc(w.rows, kn, DType::F32);
-  copy_cols(Tensor{w.data, DType::F32, w.rows, w.cols}, r * kn, dst);
-  Weight out = w;
-  out.data = dst.data;
-  out.cols = kn;
-  return out;
+WeightShard tp_shard(const ModelConfig& c, int n, int r) {
+  WeightShard s;
+  s.rank = r;
+  s.size = n;
+  s.sparse_split = c.num_key_value_heads % n == 0;
+  s.vocab0 = vocab_begin(c.vocab_size, n, r);
+  s.vocab1 = vocab_begin(c.vocab_size, n, r + 1);
+  return s;
 }
 
-}  // namespace
-
-void copy_cols(const Tensor& src, int64_t c0, Tensor& dst) {
-  SALA_CHECK(src.dtype == DType::F32 && dst.dtype == DType::F32 && src.rows == dst.rows &&
-                 c0 >= 0 && c0 + dst.cols <= src.cols,
-             "columns {}..{} of [{}, {}] into [{}, {}]", c0, c0 + dst.cols, src.rows, src.cols,
-             dst.rows, dst.cols);
-  for (int64_t t = 0; t < src.rows; ++t)
-    std::memcpy(static_cast<float*>(dst.data) + t * dst.cols,
-                static_cast<const float*>(src.data) + t * src.cols + c0,
-                size_t(dst.cols) * sizeof(float));
-}
-
-TensorParallel::TensorParallel(const ModelConfig& cfg, const ModelWeights& full, Backend& rank0,
+TensorParallel::TensorParallel(const ModelConfig& cfg, const Checkpoint& ckpt, Backend& rank0,
+                               const ModelWeights& rank0_weights,
                                std::vector<std::unique_ptr<Backend>> peers,
                                const ModelLimits& limits, const std::vector<KvScales>& kv_scales)
     : cfg_(cfg), limits_(limits) {
   const int n = 1 + int(peers.size());
   check_tp_config(cfg, n);
-  // The CPU backend's bf16 emulation (name "cpu-bf16") rounds the all-reduced sums to bf16,
-  // as NCCL's bf16 all-reduce of the GPU's bf16 partials returns bf16.
-  group_ = std::make_unique<CpuCommGroup>(n, rank0.name() == "cpu-bf16");
-  const ModelConfig sc = shard_config(cfg, n);
+  const ModelConfig sc = tp_rank_config(cfg, n);
   const std::vector<float> slopes = cfg.lightning_slopes();
   const int64_t T = limits.max_step_tokens, H = cfg.hidden_size, I = cfg.intermediate_size;
   const int64_t qd = int64_t(cfg.num_attention_heads) * cfg.head_dim;
-  const int64_t kvd = int64_t(cfg.num_key_value_heads) * cfg.head_dim;
   const int64_t ld = int64_t(cfg.lightning_nh) * cfg.lightning_head_dim;
   const int64_t V = cfg.vocab_size;
   const bool kv_split = cfg.num_key_value_heads % n == 0;
@@ -114,37 +85,20 @@ TensorParallel::TensorParallel(const ModelConfig& cfg, const ModelWeights& full,
     k->r = r;
     if (r == 0) {
       k->be = &rank0;
+      k->w = &rank0_weights;
     } else {
       k->owned = std::move(peers[size_t(r - 1)]);
       k->be = k->owned.get();
       SALA_CHECK(k->be->name() == rank0.name(), "rank {} backend {} != rank 0's {}", r,
                  k->be->name(), rank0.name());
+      k->be->bind_thread();  // this thread's calls below go to rank r's device
+      k->own = load_weights(cfg, ckpt, *k->be, nullptr, tp_shard(cfg, n, r));
+      k->w = &k->own;
     }
-    k->comm = group_->comm(r);
-    k->full = &full;
     Backend& be = *k->be;
-    // Every weight of the rank: rows [r*N/n, (r+1)*N/n) of the full [N, K] weight.
-    auto part = [&](const Weight& w, int64_t rows) { return w.slice_rows(r * rows / n, rows / n); };
-    for (const LayerWeights& l : full.layers) {
-      LayerShard s;
-      const bool sparse = l.type == MixerType::Sparse;
-      if (sparse && !kv_split) {
-        s.q = l.q_proj, s.k = l.k_proj, s.v = l.v_proj, s.gate = l.gate;  // replicated
-      } else {
-        s.q = part(l.q_proj, sparse ? qd : ld);
-        s.k = part(l.k_proj, sparse ? kvd : ld);
-        s.v = part(l.v_proj, sparse ? kvd : ld);
-        s.gate = part(l.gate, sparse ? qd : ld);
-      }
-      s.gate_proj = part(l.gate_proj, I);
-      s.up_proj = part(l.up_proj, I);
-      s.o_proj = col_part(be, l.o_proj, r, n);
-      s.down_proj = col_part(be, l.down_proj, r, n);
-      k->layers.push_back(s);
-    }
+    be.bind_thread();
     k->vocab0 = vocab_begin(V, n, r);
     k->vocab1 = vocab_begin(V, n, r + 1);
-    k->lm_head = full.lm_head.slice_rows(k->vocab0, k->vocab1 - k->vocab0);
     const int nh = sc.lightning_nh;
     k->slopes.assign(slopes.begin() + r * nh, slopes.begin() + (r + 1) * nh);
     be.set_kv_scales(kv_scales);
@@ -156,11 +110,31 @@ TensorParallel::TensorParallel(const ModelConfig& cfg, const ModelWeights& full,
     k->attn_full = be.alloc(T, std::max(qd, ld), a);
     k->gate_full = be.alloc(T, ld, a);  // lightning only
     k->mix = be.alloc(T, H, a);
+    k->sum_squares = be.alloc(T, 1, DType::F32);
     k->g = be.alloc(T, I / n, a);
     k->u = be.alloc(T, I / n, a);
     k->logit_in = be.alloc(limits.max_logit_rows, H, a);
     k->logits_part = be.alloc(limits.max_logit_rows, k->vocab1 - k->vocab0, DType::F32);
     ranks_.push_back(std::move(k));
+  }
+  rank0.bind_thread();  // the caller's thread runs rank 0
+  // One communicator per rank (backend/comm.h: the CPU group, NCCL, or the peer group),
+  // its staging buffer sized for the largest collective: the lightning o_norm's rows [T, ld]
+  // or the mixer's [T, qd], the all-reduced [T, H] (the peer group stages it), and the
+  // logits [max_logit_rows, V] fp32.
+  std::vector<Backend*> backends;
+  for (auto& k : ranks_) backends.push_back(k->be);
+  std::vector<std::unique_ptr<Communicator>> comms =
+      make_communicators(backends, limits.tp_peer_comm);
+  const size_t act_bytes = dtype_size(rank0.act_dtype());
+  const size_t full_bytes = std::max(size_t(T) * size_t(std::max({qd, ld, H})) * act_bytes,
+                                     size_t(limits.max_logit_rows) * size_t(V) * 4);
+  graphs_ok_ = true;
+  for (int r = 0; r < n; ++r) {
+    comms[size_t(r)]->reserve_scratch(full_bytes, limits.max_logit_rows);
+    graphs_ok_ = graphs_ok_ && comms[size_t(r)]->capturable() &&
+                 ranks_[size_t(r)]->be->graphs_enabled();
+    ranks_[size_t(r)]->comm = std::move(comms[size_t(r)]);
   }
   for (int r = 1; r < n; ++r) workers_.emplace_back([this, r] { worker(r); });
 }
@@ -172,19 +146,28 @@ TensorParallel::~TensorParallel() {
   }
   start_cv_.notify_all();
   for (std::thread& t : workers_) t.join();
+  // Each rank's communicator and backend released on its own device; rank 0's backend is the
+  // Model's (released after this).
+  for (size_t r = ranks_.size(); r-- > 0;) {
+    ranks_[r]->be->bind_thread();
+    ranks_[r]->comm.reset();
+    ranks_[r]->owned.reset();
+  }
+  if (!ranks_.empty()) ranks_[0]->be->bind_thread();
 }
 
 // An exception on a rank is a bug (bad input is refused before a step): the other ranks
 // would wait at a barrier for ever, so it ends the process.
 void TensorParallel::run_guarded(Rank& k, const Job& job, ForwardTrace* trace, int32_t* argmax) {
   try {
+    k.be->bind_thread();
     if (job.gather) {
       // The last step's vocab shards (left in logits_part by a distributed-argmax step).
       const Tensor part{k.logits_part.data, DType::F32, job.R, k.vocab1 - k.vocab0};
       Tensor out{job.logits->data, DType::F32, job.R, cfg_.vocab_size};
       k.comm->gather_cols(part, out, 0);
     } else {
-      run_rank(k, k.meta, job.R, trace, argmax, job.extra, *job.logits);
+      run_rank(k, job, trace, argmax);
     }
   } catch (const std::exception& e) {
     SALA_CHECK(false, "tensor-parallel rank {}: {}", k.r, e.what());
@@ -233,11 +216,17 @@ void TensorParallel::worker(int r) {
 }
 
 void TensorParallel::copy_state_slot(int32_t src, int32_t dst) {
-  for (auto& k : ranks_) k->be->copy_state_slot(src, dst);
+  for (size_t r = ranks_.size(); r-- > 0;) {  // each on its device; rank 0 (the caller's) last
+    ranks_[r]->be->bind_thread();
+    ranks_[r]->be->copy_state_slot(src, dst);
+  }
 }
 
 void TensorParallel::forward(const StepMeta& meta, int64_t R, ForwardTrace* trace,
-                             int32_t* argmax, RowLogprobs* extra, Tensor& logits) {
+                             int32_t* argmax, RowLogprobs* extra, Tensor& logits, int graph_key,
+                             int64_t graph_rows) {
+  SALA_CHECK(graph_key == 0 || (graphs_ok_ && graph_rows >= R && !extra && !trace),
+             "a recorded tensor-parallel step of {} rows ({} logit rows)", graph_rows, R);
   // Each rank its own copy of the step (its backend keeps a pointer to it) and its own block
   // capture (its KV heads), merged below into the caller's with global head indexes.
   for (auto& k : ranks_) {
@@ -249,7 +238,7 @@ void TensorParallel::forward(const StepMeta& meta, int64_t R, ForwardTrace* trac
     }
   }
   want_argmax_ = argmax != nullptr;
-  run_all(Job{R, extra, &logits, false}, trace, argmax);
+  run_all(Job{R, extra, &logits, false, graph_key, graph_rows}, trace, argmax);
   last_R_ = R;
   logits_gathered_ = argmax == nullptr;
   if (!meta.capture) return;

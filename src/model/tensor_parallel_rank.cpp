@@ -5,14 +5,39 @@
 
 namespace sala {
 
-void TensorParallel::run_rank(Rank& k, const StepMeta& meta, int64_t R, ForwardTrace* trace,
-                              int32_t* argmax, RowLogprobs* extra, Tensor& logits) {
+void TensorParallel::run_rank(Rank& k, const Job& job, ForwardTrace* trace, int32_t* argmax) {
+  Backend& be = *k.be;
+  const int64_t T = k.meta.num_tokens();
+  be.begin_step(k.meta);
+  if (job.graph_key == 0) {
+    rank_layers(k, T, job.R, trace, job.extra, *job.logits);
+  } else if (!be.graph_launch(job.graph_key)) {
+    // Every rank sees the same steps, so all record a key at the same step (or all run it
+    // directly); the collectives (NCCL's, the peer group's) are captured on its stream.
+    const bool recording = be.graph_capture_begin(job.graph_key);
+    rank_layers(k, T, job.graph_rows, nullptr, nullptr, *job.logits);
+    if (recording) be.graph_capture_end(job.graph_key);
+  }
+  if (job.R == 0) return;
+  // The first R rows' vocab shards: the distributed argmax (rank 0's host ids), or gathered into
+  // rank 0's logits. Not part of a recording (the argmax ends on the host).
+  const Tensor part{k.logits_part.data, DType::F32, job.R, k.vocab1 - k.vocab0};
+  // Every rank knows whether rank 0 wants the argmax only: forward() sets the same flag.
+  if (want_argmax_) {
+    k.comm->argmax_rows(part, k.vocab0, argmax, 0);
+  } else {
+    Tensor out{job.logits->data, DType::F32, job.R, cfg_.vocab_size};
+    k.comm->gather_cols(part, out, 0);
+  }
+}
+
+void TensorParallel::rank_layers(Rank& k, int64_t T, int64_t R, ForwardTrace* trace,
+                                 RowLogprobs* extra, Tensor& logits) {
   Backend& be = *k.be;
   Communicator& comm = *k.comm;
   const ModelConfig& c = cfg_;
-  const ModelWeights& w = *k.full;
+  const ModelWeights& w = *k.w;
   const int n = size();
-  const int64_t T = meta.num_tokens();
   const float eps = float(c.rms_norm_eps), alpha = c.residual_scale();
   const int64_t qd = int64_t(c.num_attention_heads) * c.head_dim;
   const int64_t kvd = int64_t(c.num_key_value_heads) * c.head_dim;
@@ -27,13 +52,11 @@ void TensorParallel::run_rank(Rank& k, const StepMeta& meta, int64_t R, ForwardT
   Tensor h = rows(k.h, c.hidden_size), x = rows(k.x, c.hidden_size), mix = rows(k.mix, c.hidden_size);
   Tensor g = rows(k.g, c.intermediate_size / n), u = rows(k.u, c.intermediate_size / n);
 
-  be.begin_step(meta);
   be.embedding(w.embed_tokens, float(c.scale_emb), h);
   trace_rows(h);
   be.rmsnorm(h, w.layers[0].input_layernorm, eps, x);
   for (int i = 0; i < c.num_hidden_layers; ++i) {
-    const LayerWeights& l = w.layers[size_t(i)];
-    const LayerShard& s = k.layers[size_t(i)];
+    const LayerWeights& l = w.layers[size_t(i)];  // the rank's shard
     const int ki = c.kind_index(i);
     const bool sparse = l.type == MixerType::Sparse;
     const int64_t od = sparse ? qd : ld;  // the mixer's output width (all heads)
@@ -42,40 +65,49 @@ void TensorParallel::run_rank(Rank& k, const StepMeta& meta, int64_t R, ForwardT
     Tensor v = rows(k.v, (sparse ? kvd : ld) / split), gate = rows(k.gate, od / split);
     // a: the rank's heads' columns [T, od/n], o_proj's row-parallel input.
     Tensor a = rows(k.attn, od / n), a_full = rows(k.attn_full, od);
-    be.linear(x, s.q, q);
-    be.linear(x, s.k, kk);
-    be.linear(x, s.v, v);
-    be.linear(x, s.gate, gate);
+    be.linear_multi(x, l.qkvg, {&q, &kk, &v, &gate});
     if (sparse) {
       // NoPE; then attention * sigmoid(o_gate(x)). Split: the rank's KV heads and their query
       // heads, straight into a. Replicated: all heads on every rank, then the rank's columns.
       if (split == 1) {
         be.sparse_attention_mul_sigmoid(ki, q, kk, v, gate, a_full);
-        copy_cols(a_full, k.r * (od / n), a);
+        be.copy_cols(a_full, k.r * (od / n), a);
       } else {
         be.sparse_attention_mul_sigmoid(ki, q, kk, v, gate, a);
       }
     } else {
       // The rank's heads with their GLOBAL slopes (k.slopes), then the o_norm over all nh*d
-      // columns (not the shard's: SGLang's TP bug): the heads and the z gate all-gathered, the
-      // whole row normed (TP=1's numbers), the rank's columns taken back for o_proj.
+      // columns (not the shard's: SGLang's TP bug).
       be.lightning_qk_attention(ki, q, kk, v, l.q_norm, l.k_norm, eps, c.lightning_head_dim,
                                 c.rope_theta, k.slopes, float(c.lightning_scale), a);
-      Tensor z_full = rows(k.gate_full, od);
-      comm.all_gather_cols(a, a_full);
-      comm.all_gather_cols(gate, z_full);
-      be.rmsnorm_mul_sigmoid(a_full, l.o_norm, eps, z_full, a_full);
-      copy_cols(a_full, k.r * (od / n), a);
+      if (limits_.tp_gather_o_norm) {
+        // The heads and the z gate all-gathered, the whole row normed (TP=1's numbers), the
+        // rank's columns taken back for o_proj.
+        Tensor z_full = rows(k.gate_full, od);
+        comm.all_gather_cols(a, a_full);
+        comm.all_gather_cols(gate, z_full);
+        be.rmsnorm_mul_sigmoid(a_full, l.o_norm, eps, z_full, a_full);
+        be.copy_cols(a_full, k.r * (od / n), a);
+      } else {
+        // The split norm: the row's Σ x² from every rank's columns, then each rank norms and
+        // gates its own (its columns of o_norm's weight, its z columns).
+        Tensor ss = rows(k.sum_squares, 1);
+        be.row_sum_squares(a, ss);
+        comm.all_reduce_sum_f32(ss);
+        const int64_t cols = od / n;
+        const Tensor w_cols{static_cast<char*>(l.o_norm.data) +
+                                size_t(k.r * cols) * dtype_size(l.o_norm.dtype),
+                            l.o_norm.dtype, 1, cols};
+        be.rmsnorm_mul_sigmoid_ss(a, ss, od, w_cols, eps, gate, a);
+      }
     }
     // Row-parallel o_proj: the rank's [T, od/n] by its [H, od/n] slice, summed over the ranks.
-    be.linear(a, s.o_proj, mix);
+    be.linear(a, l.o_proj, mix);
     comm.all_reduce_sum(mix);
     be.add_scaled_rmsnorm(h, mix, alpha, l.post_attention_layernorm, eps, x);
     // Column-parallel gate/up ([T, I/n] each), row-parallel down_proj, one all-reduce.
-    be.linear(x, s.gate_proj, g);
-    be.linear(x, s.up_proj, u);
-    be.silu_mul(g, u, g);
-    be.linear(g, s.down_proj, mix);
+    be.linear_silu_mul(x, l.gate_up, g, u);
+    be.linear(g, l.down_proj, mix);
     comm.all_reduce_sum(mix);
     const Tensor& next_norm =
         i + 1 < c.num_hidden_layers ? w.layers[size_t(i) + 1].input_layernorm : w.norm;
@@ -109,7 +141,7 @@ void TensorParallel::run_rank(Rank& k, const StepMeta& meta, int64_t R, ForwardT
       Tensor part{k.logits_part.data, DType::F32, m, Vn};
       Tensor out{logits.data, DType::F32, m, c.vocab_size};
       be.div_scalar(xs, c.logit_divisor());
-      be.linear(xs, k.lm_head, part);
+      be.linear(xs, w.lm_head, part);
       comm.gather_cols(part, out, 0);
       if (k.r == 0)
         be.logprobs_rows(out, iota.data(), extra->targets.data() + i, m, extra->top_n,
@@ -121,14 +153,7 @@ void TensorParallel::run_rank(Rank& k, const StepMeta& meta, int64_t R, ForwardT
   if (R == 0) return;
   be.div_scalar(z, c.logit_divisor());
   Tensor part{k.logits_part.data, DType::F32, R, Vn};
-  be.linear(z, k.lm_head, part);
-  // Every rank knows whether rank 0 wants the argmax only: forward() passes the same flag.
-  if (want_argmax_) {
-    comm.argmax_rows(part, k.vocab0, argmax, 0);
-  } else {
-    Tensor out{logits.data, DType::F32, R, c.vocab_size};
-    comm.gather_cols(part, out, 0);
-  }
+  be.linear(z, w.lm_head, part);
 }
 
 }  // namespace sala

@@ -209,8 +209,37 @@ static void check_int4_tensor(const ModelConfig& c, const Checkpoint& ckpt, cons
     }
 }
 
+// Rows [r0, r0 + n) of a 2-D checkpoint tensor: a view of the same bytes.
+static TensorView rows_of(const TensorView& t, int64_t r0, int64_t n) {
+  SALA_CHECK(t.shape.size() == 2 && r0 >= 0 && n >= 0 && r0 + n <= t.shape[0],
+             "rows [{}, {}) of '{}' {}", r0, r0 + n, t.name, t.shape_str());
+  const size_t row = size_t(t.shape[1]) * dtype_size(t.dtype);
+  TensorView v = t;
+  v.data = t.data + size_t(r0) * row;
+  v.shape = {n, t.shape[1]};
+  v.nbytes = size_t(n) * row;
+  return v;
+}
+
+// Columns [c0, c0 + n) of a 2-D checkpoint tensor, copied into buf (a column slice of a
+// row-major matrix is no view); valid while buf is.
+static TensorView cols_of(const TensorView& t, int64_t c0, int64_t n, std::vector<uint8_t>& buf) {
+  SALA_CHECK(t.shape.size() == 2 && c0 >= 0 && n >= 0 && c0 + n <= t.shape[1],
+             "columns [{}, {}) of '{}' {}", c0, c0 + n, t.name, t.shape_str());
+  const size_t es = dtype_size(t.dtype), rows = size_t(t.shape[0]), cols = size_t(t.shape[1]);
+  buf.resize(rows * size_t(n) * es);
+  for (size_t r = 0; r < rows; ++r)
+    std::memcpy(buf.data() + r * size_t(n) * es, t.data + (r * cols + size_t(c0)) * es,
+                size_t(n) * es);
+  TensorView v = t;
+  v.data = buf.data();
+  v.shape = {t.shape[0], n};
+  v.nbytes = buf.size();
+  return v;
+}
+
 ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend& backend,
-                          std::vector<std::string>* unused) {
+                          std::vector<std::string>* unused, const WeightShard& shard) {
   const auto expected = expected_tensors(c);
   std::set<std::string> wanted;
   for (auto& [name, shape] : expected) {
@@ -244,6 +273,31 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
     for (auto& [name, t] : ckpt.all())
       if (!wanted.count(name) && !is_rope_buffer(name)) unused->push_back(name);
 
+  const int n_ranks = shard.size;
+  SALA_CHECK(n_ranks >= 1 && shard.rank >= 0 && shard.rank < n_ranks, "shard {} of {}",
+             shard.rank, n_ranks);
+  // Tensor-parallel shards of a quantized checkpoint keep its codes and scales (rows or
+  // columns of them); load-time quantization of a shard would see part of a row (refused by
+  // Model). lm_head is split by vocabulary, so a quantized one is refused here.
+  SALA_CHECK(n_ranks == 1 || backend.linear_format() == backend.weight_format(),
+             "load-time quantization of tensor-parallel shards");
+  if (n_ranks > 1 && !c.tie_word_embeddings &&
+      stored_scheme(c, "lm_head.weight", 2).scheme != QuantScheme::None)
+    fail("{}: lm_head is quantized; tensor parallelism splits a dense lm_head only (quantize "
+         "without --quantize-lm-head)", c.source);
+  // The rank's part of a projection (WeightShard): its output rows, its input columns (a copy
+  // in col_buf, valid until the next one), or the whole weight.
+  enum class Split { Whole, OutRows, InCols };
+  std::vector<uint8_t> col_buf;
+  auto sharded = [&](const TensorView& t, Split split) {
+    if (n_ranks == 1 || split == Split::Whole) return t;
+    if (split == Split::OutRows) {
+      const int64_t rows = t.shape[0] / n_ranks;
+      return rows_of(t, shard.rank * rows, rows);
+    }
+    const int64_t cols = t.shape[1] / n_ranks;
+    return cols_of(t, shard.rank * cols, cols, col_buf);
+  };
   auto up = [&](const std::string& name) { return backend.upload_weight(ckpt.get(name)); };
   // Projections in the backend's linear format (quantized when BackendOptions asks); lm_head
   // stays in the dense format.
@@ -263,25 +317,59 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
   auto group_of = [&](const std::string& name) {
     return int4_group(c, scheme(name), module_of(name), packed_of(name).shape[1] * 8);
   };
-  auto up_linear = [&](const std::string& name, WeightFormat f) {
-    if (scheme(name).scheme == QuantScheme::W4A16)
-      return backend.upload_int4(packed_of(name), scales_of(name), group_of(name));
-    const TensorView& t = ckpt.get(name);
-    return t.dtype == DType::F8_E4M3 ? backend.upload_fp8(t, scales_of(name))
+  // The rank's scales of a quantized projection [N rows, S per row] (FP8: S = 1, per output
+  // channel; W4A16: S = K / group): its rows' (OutRows), its groups' (InCols: an FP8 row's one
+  // scale stays whole), or all.
+  auto shard_scales = [&](const std::string& name, Split split) {
+    std::vector<float> v = scales_of(name);
+    if (n_ranks == 1 || split == Split::Whole) return v;
+    const TensorView& st = ckpt.get(module_of(name) + ".weight_scale");
+    const int64_t N = st.shape[0], S = st.numel() / N;
+    if (split == Split::OutRows) {
+      const int64_t rows = N / n_ranks;
+      return std::vector<float>(v.begin() + shard.rank * rows * S,
+                                v.begin() + (shard.rank + 1) * rows * S);
+    }
+    if (S == 1) return v;
+    std::vector<float> out;
+    const int64_t cols = S / n_ranks;
+    for (int64_t r = 0; r < N; ++r)
+      out.insert(out.end(), v.begin() + r * S + shard.rank * cols,
+                 v.begin() + r * S + (shard.rank + 1) * cols);
+    return out;
+  };
+  // A W4A16 projection's input columns split over the ranks must keep whole groups and words.
+  auto check_int4_cols = [&](const std::string& name) {
+    const int64_t K = packed_of(name).shape[1] * 8, g = group_of(name);
+    if (K % (int64_t(n_ranks) * g) != 0)
+      fail("{}: module '{}' has {} input columns in groups of {}: --tp-size {} would split a "
+           "group", c.source, module_of(name), K, g, n_ranks);
+  };
+  auto up_linear = [&](const std::string& name, WeightFormat f, Split split = Split::Whole) {
+    if (scheme(name).scheme == QuantScheme::W4A16) {
+      if (n_ranks > 1 && split == Split::InCols) check_int4_cols(name);
+      return backend.upload_int4(sharded(packed_of(name), split), shard_scales(name, split),
+                                 group_of(name));
+    }
+    const TensorView t = sharded(ckpt.get(name), split);
+    return t.dtype == DType::F8_E4M3 ? backend.upload_fp8(t, shard_scales(name, split))
                                       : backend.upload_linear(t, f);
   };
   // Several [N_i, K] weights stacked into one [Σ N_i, K] upload (one dtype: the checkpoint's
   // if all parts share it, else fp32; W4A16 parts: their packed rows and scales stacked),
   // returned with its row-slice views.
-  auto up_stacked = [&](const std::vector<std::string>& names, std::vector<Weight*> views) {
+  auto up_stacked = [&](const std::vector<std::string>& names, std::vector<Weight*> views,
+                        Split split) {
     for (auto& n : names)
       if (!(scheme(n) == scheme(names[0])))
         fail("{}: '{}' ({}) and '{}' ({}) are stacked at load (one GEMM) and must share one "
              "quantization scheme", c.source, module_of(names[0]), scheme_name(scheme(names[0])),
              module_of(n), scheme_name(scheme(n)));
     const bool int4 = scheme(names[0]).scheme == QuantScheme::W4A16;
+    std::vector<TensorView> part_views;  // the rank's rows of each
+    for (auto& n : names) part_views.push_back(sharded(int4 ? packed_of(n) : ckpt.get(n), split));
     std::vector<const TensorView*> parts;
-    for (auto& n : names) parts.push_back(int4 ? &packed_of(n) : &ckpt.get(n));
+    for (const TensorView& t : part_views) parts.push_back(&t);
     bool same = true;
     for (auto* t : parts) same &= t->dtype == parts[0]->dtype;
     const bool fp8 = parts[0]->dtype == DType::F8_E4M3;
@@ -312,7 +400,7 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
     std::vector<float> scales;
     if (fp8 || int4)
       for (auto& n : names) {
-        const std::vector<float> s = scales_of(n);
+        const std::vector<float> s = shard_scales(n, split);
         scales.insert(scales.end(), s.begin(), s.end());
       }
     Weight all = int4  ? backend.upload_int4(v, scales, group_of(names[0]))
@@ -329,8 +417,18 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
   ModelWeights w;
   w.embed_tokens = up("model.embed_tokens.weight");
   w.norm = up("model.norm.weight");
-  w.lm_head = c.tie_word_embeddings ? Weight(w.embed_tokens)
-                                     : up_linear("lm_head.weight", backend.weight_format());
+  const int64_t v0 = shard.vocab0, v1 = shard.vocab1 < 0 ? c.vocab_size : shard.vocab1;
+  SALA_CHECK(v0 >= 0 && v0 < v1 && v1 <= c.vocab_size, "lm_head rows [{}, {}) of {}", v0, v1,
+             c.vocab_size);
+  if (c.tie_word_embeddings) {
+    w.lm_head = Weight(w.embed_tokens).slice_rows(v0, v1 - v0);
+  } else if (v0 == 0 && v1 == c.vocab_size) {
+    w.lm_head = up_linear("lm_head.weight", backend.weight_format());
+  } else {
+    SALA_CHECK(n_ranks > 1, "a vocabulary slice of lm_head without tensor parallelism");
+    w.lm_head = backend.upload_linear(rows_of(ckpt.get("lm_head.weight"), v0, v1 - v0),
+                                      backend.weight_format());
+  }
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
     LayerWeights l;
@@ -338,14 +436,18 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
     l.input_layernorm = up(p + "input_layernorm.weight");
     l.post_attention_layernorm = up(p + "post_attention_layernorm.weight");
     l.gate_up = up_stacked({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
-                           {&l.gate_proj, &l.up_proj});
-    l.down_proj = up_linear(p + "mlp.down_proj.weight", proj);
+                           {&l.gate_proj, &l.up_proj}, Split::OutRows);
+    l.down_proj = up_linear(p + "mlp.down_proj.weight", proj, Split::InCols);
     const std::string gate_name =
         p + (l.type == MixerType::Sparse ? "self_attn.o_gate.weight" : "self_attn.z_proj.weight");
+    // A sparse mixer whose KV heads do not split is replicated (all its heads on every rank).
+    const bool whole_mixer = l.type == MixerType::Sparse && !shard.sparse_split;
     l.qkvg = up_stacked({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
                          p + "self_attn.v_proj.weight", gate_name},
-                        {&l.q_proj, &l.k_proj, &l.v_proj, &l.gate});
-    l.o_proj = up_linear(p + "self_attn.o_proj.weight", proj);
+                        {&l.q_proj, &l.k_proj, &l.v_proj, &l.gate},
+                        whole_mixer ? Split::Whole : Split::OutRows);
+    // o_proj's input columns: the rank's heads (of all heads' output where replicated).
+    l.o_proj = up_linear(p + "self_attn.o_proj.weight", proj, Split::InCols);
     if (l.type != MixerType::Sparse) {
       l.q_norm = up(p + "self_attn.q_norm.weight");
       l.k_norm = up(p + "self_attn.k_norm.weight");

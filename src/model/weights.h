@@ -75,7 +75,26 @@ size_t planned_weight_bytes(const ModelConfig& c, WeightFormat linear, WeightFor
 // vLLM's default) where the checkpoint has neither. sala::Error for a malformed scale.
 std::vector<KvScales> load_kv_scales(const ModelConfig& c, const Checkpoint& ckpt);
 
+// One rank's share of the weights under tensor parallelism (model/tensor_parallel.h):
+// Megatron's split, read straight from the checkpoint into the rank's backend.
+// - Column-parallel (the rank's outputs, rows [rank·N/size, (rank+1)·N/size) of [N, K]):
+//   q/k/v/o_gate of the sparse layers where their heads split (sparse_split), q/k/v/z_proj of
+//   the lightning layers, gate_proj and up_proj. Stacked at load as with one rank.
+// - Row-parallel (the rank's inputs, columns [rank·K/size, ..) of [N, K], copied): o_proj and
+//   down_proj.
+// - lm_head: rows [vocab0, vocab1) (vocab-parallel; with tied embeddings, a row slice of the
+//   whole embedding). Norms and the embedding: whole.
+// size 1: the whole model. A quantized checkpoint's codes and scales split the same way (FP8:
+// an output channel's scale goes with its row, whole under a column split; W4A16: whole
+// groups only); not load-time quantization (a rank would quantize part of a row), nor a
+// quantized lm_head.
+struct WeightShard {
+  int rank = 0, size = 1;
+  bool sparse_split = true;
+  int64_t vocab0 = 0, vocab1 = -1;  // -1: the vocabulary's end
+};
+
 ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend& backend,
-                          std::vector<std::string>* unused);
+                          std::vector<std::string>* unused, const WeightShard& shard = {});
 
 }  // namespace sala

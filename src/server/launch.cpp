@@ -86,6 +86,7 @@ Loaded launch(const LaunchOptions& o) {
   if (o.device == "cuda") {
     bo.mode = NumericMode::BF16;  // the GPU path is bf16 by contract
     bo.cuda_graphs = o.cuda_graphs;
+    bo.cuda_device = o.base_gpu_id;
   }
   ModelConfig dcfg;
   const bool draft = !o.draft_model_path.empty();
@@ -97,12 +98,16 @@ Loaded launch(const LaunchOptions& o) {
   }
   std::unique_ptr<Backend> backend = make_backend(o.device, bo);
   size_t cache_budget = o.kv_memory_bytes;
+  // Tensor parallelism over GPUs: every GPU holds one rank's share (its heads' weights, KV
+  // pages and states), so its memory is planned for that share. CPU ranks share one memory.
+  const ModelConfig plan_cfg =
+      o.device == "cuda" && o.tp_size > 1 ? tp_rank_config(L.cfg, o.tp_size) : L.cfg;
   if (o.device == "cuda") {
     // SGLang's --mem-fraction-static: weights + KV pool + state slots take this fraction of
     // the GPU; activations, cuBLASLt workspace and graphs get a fixed reserve of the rest.
     // A draft model shares the device: its bf16 weights (no load-time quantization) count too.
     const size_t weight_bytes =
-        planned_weight_bytes(L.cfg, backend->linear_format(), backend->weight_format(),
+        planned_weight_bytes(plan_cfg, backend->linear_format(), backend->weight_format(),
                              bo.int4_group_size) +
         (draft ? planned_weight_bytes(dcfg, backend->weight_format(), backend->weight_format(), 0)
                : 0);
@@ -125,7 +130,7 @@ Loaded launch(const LaunchOptions& o) {
                o.engine.chunked_prefill_size, L.cfg.sparse.dense_len, L.cfg.sparse.dense_len,
                L.cfg.sparse.total_topk() * L.cfg.sparse.block_size, L.cfg.sparse.dense_len,
                L.cfg.sparse.dense_len - L.cfg.sparse.total_topk() * L.cfg.sparse.block_size);
-  ModelLimits lim = plan_limits(L.cfg, o.engine, cache_budget, o.max_total_tokens,
+  ModelLimits lim = plan_limits(plan_cfg, o.engine, cache_budget, o.max_total_tokens,
                                 backend->kv_element_bytes(), draft ? &dcfg : nullptr);
   std::unique_ptr<Model> draft_model;
   if (draft) {

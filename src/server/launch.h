@@ -18,7 +18,7 @@ struct LaunchOptions {
   std::string quantization;        // "" | fp8 (BackendOptions::fp8_weights; CPU, and CUDA in bf16 mode) | w4a16 (int4_group_size 128; CPU)
   std::string kv_cache_dtype = "auto";  // auto | fp8_e4m3 | fp8_e5m2 (BackendOptions::kv_cache_dtype)
   int cpu_threads = 0;             // 0: all cores
-  int tp_size = 1;                 // tensor-parallel ranks (model/tensor_parallel.h; CPU only)
+  int tp_size = 1;                 // tensor-parallel ranks (model/tensor_parallel.h)
   EngineOptions engine;
   // STANDALONE speculation's draft model (engine.speculative.draft_model): a SALA checkpoint
   // whose config vocabulary and tokenizer equal the target's (else sala::Error naming the
@@ -29,6 +29,7 @@ struct LaunchOptions {
   size_t kv_memory_bytes = size_t(512) << 20;  // CPU: KV pool + state slots
   double mem_fraction_static = 0.88;  // GPU: weights + caches + workspaces, of total memory
   bool cuda_graphs = true;
+  int base_gpu_id = 0;  // BackendOptions::cuda_device of rank 0
   bool verbose = true;
 };
 

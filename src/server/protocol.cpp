@@ -356,7 +356,10 @@ ChatRequest parse_chat(const json& body, const ProtocolLimits& lim) {
     } else {
       bad_request(where + ".content", fmt::format("'{}.content' must be a string or an array of text parts, got {}", where, type_name(*c)));
     }
-    r.messages.push_back({rs, std::move(content)});
+    ChatMessage msg;
+    msg.role = rs;
+    msg.content = std::move(content);
+    r.messages.push_back(std::move(msg));
     parse_message_tool_fields(m, where, r.messages.back());
   }
   refuse_openai_unsupported(body);

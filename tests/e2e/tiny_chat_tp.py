@@ -11,7 +11,9 @@ tests/fixtures/eval/tiny-chat.jsonl with requests batched (16 at a time).
   bf16 ulps of a logit below 16); at most 4 of the 160 may differ.
 - Seeded sampling (fp32, temperature 0.8): 8 prompts' texts equal.
 /get_server_info must report tp_size 2.
-Usage: tiny_chat_tp.py SALA_BINARY EVAL_DIR WORK_DIR"""
+With DEVICE cuda (two GPUs: rank r on GPU r over NCCL; scripts/gpu_check.sh tp) the bf16 run
+only (the CUDA backend's contract), on --device cuda.
+Usage: tiny_chat_tp.py SALA_BINARY EVAL_DIR WORK_DIR [DEVICE]"""
 import contextlib
 import json
 import os
@@ -21,6 +23,7 @@ import urllib.request
 from eval_server import run_eval, running_server, server_info
 
 sala, eval_dir, work = sys.argv[1:4]
+device = sys.argv[4] if len(sys.argv) > 4 else "cpu"
 os.makedirs(work, exist_ok=True)
 data = os.path.join(eval_dir, "tiny-chat.jsonl")
 questions = [json.loads(l)["question"] for l in open(data)]
@@ -51,8 +54,9 @@ def near_tie(urls, question):
 
 
 failures = []
-for name, flags, max_differ in (("fp32", [], 0),
-                                ("bf16-dense-as-sparse", ["--dtype", "bf16", "--dense-as-sparse"], 4)):
+runs = ((("fp32", [], 0), ("bf16-dense-as-sparse", ["--dtype", "bf16", "--dense-as-sparse"], 4))
+        if device == "cpu" else (("cuda-dense-as-sparse", ["--device", device, "--dense-as-sparse"], 4),))
+for name, flags, max_differ in runs:
     with contextlib.ExitStack() as stack:
         urls = [stack.enter_context(running_server(sala, f"{name}-tp{tp}", flags + ["--tp-size", str(tp)]))
                 for tp in (1, 2)]

@@ -17,7 +17,9 @@
 #include "backend/comm.h"
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "model/quantize.h"
 #include "model/tensor_parallel.h"
+#include "row_cosine.h"
 #include "test_util.h"
 
 namespace sala::test {
@@ -93,6 +95,28 @@ TEST(CpuComm, AllReduceRoundsToBf16WhenEmulatingIt) {
     }, bf16);
 }
 
+// make_communicators gives CPU backends the host group, rounding where they emulate bf16.
+TEST(CpuComm, MadeForTheBackendsMode) {
+  for (NumericMode mode : {NumericMode::F32, NumericMode::BF16}) {
+    BackendOptions bo;
+    bo.mode = mode;
+    auto a = make_cpu_backend(bo), b = make_cpu_backend(bo);
+    auto comms = make_communicators({a.get(), b.get()});
+    ASSERT_EQ(comms.size(), 2u);
+    float x[2] = {1.f, 1.f / 1024};
+    std::vector<std::thread> th;
+    for (int r = 0; r < 2; ++r)
+      th.emplace_back([&, r] {
+        EXPECT_EQ(comms[size_t(r)]->rank(), r);
+        Tensor t{&x[r], DType::F32, 1, 1};
+        comms[size_t(r)]->all_reduce_sum(t);
+      });
+    for (auto& t : th) t.join();
+    EXPECT_EQ(x[0], mode == NumericMode::BF16 ? 1.f : 1.f + 1.f / 1024);
+    EXPECT_EQ(x[1], x[0]);
+  }
+}
+
 TEST(CpuComm, ArgmaxTiesGoToTheLowestId) {
   on_ranks(2, [](Communicator& c) {
     // Row 0: the maximum 5 on both ranks (ids 1 and 4): id 1. Row 1: rank 1's 7 (id 5).
@@ -147,24 +171,6 @@ std::string two_kv_dir() {
   return written;
 }
 
-// The smallest cosine similarity between rows of `cols` elements of a and b.
-// The cosine similarity between rows of `cols` elements of a and b, row by row.
-std::vector<double> row_cos(const std::vector<float>& a, const std::vector<float>& b, int64_t cols) {
-  EXPECT_EQ(a.size(), b.size());
-  std::vector<double> c;
-  for (size_t r = 0; (r + 1) * size_t(cols) <= std::min(a.size(), b.size()); ++r) {
-    double ab = 0, aa = 0, bb = 0;
-    for (size_t j = r * size_t(cols); j < (r + 1) * size_t(cols); ++j)
-      ab += double(a[j]) * b[j], aa += double(a[j]) * a[j], bb += double(b[j]) * b[j];
-    c.push_back(ab / std::sqrt(std::max(aa * bb, 1e-300)));
-  }
-  return c;
-}
-double min_of(std::vector<double> c) { return *std::min_element(c.begin(), c.end()); }
-double median_of(std::vector<double> c) {
-  std::nth_element(c.begin(), c.begin() + ptrdiff_t(c.size() / 2), c.end());
-  return c[c.size() / 2];
-}
 
 // TP=2's logits (or hidden states) against TP=1's, rows of `cols`. fp32: |a - b| / max|b|
 // below 2e-5 (the K-halves' sums differ from one dot product by a few ulps, grown over 4
@@ -177,6 +183,7 @@ void expect_close(const std::vector<float>& tp2, const std::vector<float>& tp1, 
   if (mode == NumericMode::F32)
     EXPECT_LT(max_rel_diff(tp2, tp1), 2e-5) << what;
   else {
+    EXPECT_EQ(tp2.size(), tp1.size()) << what;
     const auto c = row_cos(tp2, tp1, cols);
     EXPECT_GE(min_of(c), 0.95) << what;
     EXPECT_GE(median_of(c), 0.999) << what;
@@ -332,10 +339,35 @@ TEST(TensorParallel, VocabSlices) {
             std::string::npos);
 }
 
-TEST(TensorParallel, RefusesWhatItCannotSplit) {
-  // No NCCL communicator: GPUs refused with a clear message.
-  EXPECT_NE(error_of([] { make_tp_peers("cuda", BackendOptions{}, 2); }).find("CPU backend only"),
+// What one rank's backend (and a GPU's memory plan) sees: its share of the heads.
+TEST(TensorParallel, RankConfigIsOneRanksShare) {
+  const ModelConfig two = load_model_config(two_kv_dir());  // 32 query heads, 2 KV heads
+  const ModelConfig r2 = tp_rank_config(two, 2);
+  EXPECT_EQ(r2.num_attention_heads, 16);
+  EXPECT_EQ(r2.num_key_value_heads, 1);
+  EXPECT_EQ(r2.lightning_nh, two.lightning_nh / 2);
+  EXPECT_EQ(r2.intermediate_size, two.intermediate_size / 2);
+  EXPECT_EQ(r2.hidden_size, two.hidden_size);
+  EXPECT_EQ(r2.vocab_size, two.vocab_size);
+  // One KV head does not split: the sparse mixer is replicated, its heads all kept.
+  const ModelConfig one = load_model_config(golden("tiny-sparse"));
+  EXPECT_EQ(tp_rank_config(one, 2).num_attention_heads, one.num_attention_heads);
+  EXPECT_EQ(tp_rank_config(one, 2).num_key_value_heads, 1);
+  EXPECT_NE(error_of([&] { tp_rank_config(one, 3); }).find("not divisible by --tp-size 3"),
             std::string::npos);
+}
+
+TEST(TensorParallel, RefusesWhatItCannotSplit) {
+  // A rank's GPU that does not exist (rank r on GPU cuda_device + r), or no CUDA backend in
+  // this build: refused with a clear message.
+  BackendOptions far;
+  far.cuda_device = 1000;
+  const std::string no_gpu = error_of([&] { make_tp_peers("cuda", far, 2); });
+#ifdef SALA_HAVE_CUDA
+  EXPECT_NE(no_gpu.find("CUDA device 1001 does not exist"), std::string::npos) << no_gpu;
+#else
+  EXPECT_NE(no_gpu.find("device 'cuda' is not available"), std::string::npos) << no_gpu;
+#endif
   EXPECT_NE(error_of([] { make_tp_peers("cpu", BackendOptions{}, 0); }).find("must be >= 1"),
             std::string::npos);
   EXPECT_TRUE(make_tp_peers("cpu", BackendOptions{}, 1).empty());
@@ -357,7 +389,59 @@ TEST(TensorParallel, RefusesWhatItCannotSplit) {
               lim.caches = {4, 64, 1};
               Model m(load_model_config(dir), make_backend("cpu", bo), Checkpoint(dir), lim,
                       make_tp_peers("cpu", bo, 2));
-            }).find("dense weights only"),
+            }).find("quantizing at load"),
+            std::string::npos);
+}
+
+// A quantized checkpoint splits too: each rank loads its rows / input columns of the codes
+// and their scales (W4A16: whole groups). W4A16 keeps TP's fp32 bound (activations are not
+// quantized: the K-halves are summed apart, as dense). W8A8 quantizes each rank's input of a
+// row-parallel projection with that rank's own per-token scale (as vLLM's TP does), so FP8's
+// TP=2 is near TP=1 by the golden README's bf16 criteria, not to fp32 rounding.
+TEST(TensorParallel, QuantizedCheckpointsSplit) {
+  const std::string src = golden("tiny-sparse");
+  const ModelConfig cfg = load_model_config(src);
+  for (const ModuleQuant q : {ModuleQuant{QuantScheme::W4A16, 128},
+                              ModuleQuant{QuantScheme::FP8_W8A8, 0}}) {
+    const bool int4 = q.scheme == QuantScheme::W4A16;
+    const TempDir out(int4 ? "tp_w4" : "tp_fp8");
+    write_quantized_checkpoint(src, out.str(), uniform_plan(cfg, q, {}), {}, {}, {});
+    auto m1 = load_tiny(out.str(), 512, 64, 2, NumericMode::F32);
+    auto m2 = load_tiny(out.str(), 512, 64, 2, NumericMode::F32, nullptr, KvCacheDtype::Auto, 2);
+    ASSERT_EQ(m2->tp_size(), 2);
+    const auto ids = random_tokens(300, cfg.vocab_size, 13);
+    StepMeta meta;
+    meta.add_seq(ids.data(), int32_t(ids.size()), 0, 0, page_range(0, 64), true, false);
+    std::vector<float> l1, l2;
+    m1->forward(meta, l1);
+    m2->forward(meta, l2);
+    ASSERT_EQ(l1.size(), l2.size());
+    const std::vector<double> c = row_cos(l2, l1, cfg.vocab_size);
+    std::printf("%s: TP=2 vs TP=1, 300-row prefill: max rel diff %.3g, row cosine min %.7f "
+                "median %.7f\n", int4 ? "W4A16" : "FP8", max_rel_diff(l2, l1), min_of(c),
+                median_of(c));
+    if (int4) {
+      EXPECT_LT(max_rel_diff(l2, l1), 2e-5);
+    } else {
+      // Within FP8's own noise: TP=2 is no further from TP=1 than TP=1's FP8 is from the
+      // dense model (the per-rank scales are another, finer, quantization of the same rows).
+      auto dense = load_tiny(src, 512, 64, 2, NumericMode::F32);
+      std::vector<float> ld;
+      dense->forward(meta, ld);
+      const std::vector<double> cd = row_cos(l1, ld, cfg.vocab_size);
+      std::printf("FP8 TP=1 vs the dense model: row cosine min %.7f median %.7f\n", min_of(cd),
+                  median_of(cd));
+      EXPECT_GE(min_of(c), min_of(cd));
+      EXPECT_GE(median_of(c), median_of(cd));
+    }
+  }
+  // A W4A16 group cut by the split is refused, naming the module.
+  const TempDir out("tp_w4_g");
+  write_quantized_checkpoint(src, out.str(), uniform_plan(cfg, {QuantScheme::W4A16, 256}, {}), {},
+                             {}, {});
+  EXPECT_NE(error_of([&] {
+              load_tiny(out.str(), 64, 8, 1, NumericMode::F32, nullptr, KvCacheDtype::Auto, 2);
+            }).find("would split a group"),
             std::string::npos);
 }
 

@@ -80,5 +80,73 @@ TEST(Weight, PlannedBytesMatchTheLoadedModel) {
   EXPECT_EQ(l.gate_proj.rows + l.up_proj.rows, l.gate_up.rows);
 }
 
+// The values of a CPU weight (fp32) as a [rows, cols] matrix.
+std::vector<float> values(const Weight& w) {
+  const float* p = static_cast<const float*>(w.data);
+  return {p, p + w.rows * w.cols};
+}
+
+// Rank r of 2's shard (WeightShard): the rows of its outputs, the columns of its inputs, its
+// vocabulary slice, and the norms whole, each equal to the whole model's values there.
+TEST(Weight, ShardHoldsTheRanksRowsColumnsAndVocabulary) {
+  const ModelConfig cfg = load_model_config(kTinyChat);
+  Checkpoint ckpt(kTinyChat);
+  auto be = make_cpu_backend({});
+  const ModelWeights whole = load_weights(cfg, ckpt, *be, nullptr);
+  const int64_t V = cfg.vocab_size, H = cfg.hidden_size;
+  for (int r = 0; r < 2; ++r) {
+    WeightShard sh;
+    sh.rank = r;
+    sh.size = 2;
+    sh.sparse_split = true;
+    sh.vocab0 = r == 0 ? 0 : V / 2;
+    sh.vocab1 = r == 0 ? V / 2 : V;
+    const ModelWeights part = load_weights(cfg, ckpt, *be, nullptr, sh);
+    auto rows_of = [&](const Weight& w, int64_t r0, int64_t n) {
+      const std::vector<float> all = values(w);
+      return std::vector<float>(all.begin() + r0 * w.cols, all.begin() + (r0 + n) * w.cols);
+    };
+    auto cols_of = [&](const Weight& w, int64_t c0, int64_t n) {
+      std::vector<float> out;
+      const std::vector<float> all = values(w);
+      for (int64_t i = 0; i < w.rows; ++i)
+        out.insert(out.end(), all.begin() + i * w.cols + c0, all.begin() + i * w.cols + c0 + n);
+      return out;
+    };
+    for (size_t i = 0; i < whole.layers.size(); ++i) {
+      SCOPED_TRACE(testing::Message() << "rank " << r << " layer " << i);
+      const LayerWeights& w = whole.layers[i];
+      const LayerWeights& p = part.layers[i];
+      for (auto [a, b] : {std::pair{&w.q_proj, &p.q_proj}, {&w.k_proj, &p.k_proj},
+                          {&w.v_proj, &p.v_proj}, {&w.gate, &p.gate},
+                          {&w.gate_proj, &p.gate_proj}, {&w.up_proj, &p.up_proj}}) {
+        ASSERT_EQ(b->rows * 2, a->rows);
+        EXPECT_EQ(values(*b), rows_of(*a, r * b->rows, b->rows));
+      }
+      for (auto [a, b] : {std::pair{&w.o_proj, &p.o_proj}, {&w.down_proj, &p.down_proj}}) {
+        ASSERT_EQ(b->cols * 2, a->cols);
+        ASSERT_EQ(b->rows, H);
+        EXPECT_EQ(values(*b), cols_of(*a, r * b->cols, b->cols));
+      }
+      EXPECT_EQ(p.q_proj.data, p.qkvg.data);  // still stacked: one GEMM per rank
+      if (w.type != MixerType::Sparse)
+        EXPECT_EQ(values(Weight(p.o_norm)), values(Weight(w.o_norm)));  // the whole row's
+    }
+    EXPECT_EQ(values(part.lm_head), rows_of(whole.lm_head, sh.vocab0, sh.vocab1 - sh.vocab0));
+    EXPECT_EQ(values(Weight(part.norm)), values(Weight(whole.norm)));
+  }
+  // A replicated sparse mixer (sparse_split false) keeps every head of its projections.
+  WeightShard rep;
+  rep.rank = 1;
+  rep.size = 2;
+  rep.sparse_split = false;
+  const ModelWeights part = load_weights(cfg, ckpt, *be, nullptr, rep);
+  for (size_t i = 0; i < whole.layers.size(); ++i)
+    if (whole.layers[i].type == MixerType::Sparse) {
+      EXPECT_EQ(values(part.layers[i].qkvg), values(whole.layers[i].qkvg));
+      EXPECT_EQ(part.layers[i].o_proj.cols * 2, whole.layers[i].o_proj.cols);
+    }
+}
+
 }  // namespace
 }  // namespace sala

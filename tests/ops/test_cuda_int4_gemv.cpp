@@ -324,7 +324,8 @@ TEST(CudaInt4Gemv, WideDecodeSteps) {
                       run_linear(*p.cpu, x.c, wc, 0, B, DType::F32), B, N, true, 1);
     int bad = 0;
     for (int32_t r = 0; r < B; ++r) {
-      p.gpu->begin_step(rows_meta(1, 10 + r));
+      const StepMeta alone_meta = rows_meta(1, 10 + r);  // lives through the GEMM
+      p.gpu->begin_step(alone_meta);
       const std::vector<float> alone = run_linear(*p.gpu, x.g, wg, r, 1, DType::BF16);
       if (std::memcmp(alone.data(), step.data() + int64_t(r) * N, size_t(N) * 4) != 0 && bad++ < 4)
         ADD_FAILURE() << "decode step of " << B << " rows: row " << r << " differs from alone";

@@ -96,6 +96,59 @@ TEST(CudaKvFp8, ConversionsBitExactWithCpu) {
   cudaFree(dcodes);
 }
 
+// kv_codes8_bf16, which stage 2's FP8 producers and the FP8 attention loaders feed to the
+// tensor cores: every code at each of the 8 positions of a group, beside other codes (NaN
+// among them, so groups take both e4m3 paths: the bit-level one and the exact per-code one
+// that keeps NaN), and random groups; each bf16 must be the CPU's code value (scale 1), which
+// bf16 holds exactly.
+TEST(CudaKvFp8, CodeGroupsToBf16Exact) {
+  REQUIRE_GPU();
+  std::vector<uint8_t> codes;
+  const uint8_t others[] = {0x00, 0x80, 0x01, 0x81, 0x08, 0x7e, 0xfe, 0x7f, 0x38, 0xc4, 0x07};
+  for (int pos = 0; pos < 8; ++pos)
+    for (int c = 0; c < 256; ++c)
+      for (uint8_t other : others)
+        for (int i = 0; i < 8; ++i) codes.push_back(i == pos ? uint8_t(c) : other);
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (int i = 0; i < 8 * 100000; ++i) codes.push_back(uint8_t(byte(rng)));
+  const int64_t n = int64_t(codes.size()), n8 = n / 8;
+  uint8_t* dcodes = nullptr;
+  uint16_t* dout = nullptr;
+  ASSERT_EQ(cudaMalloc(&dcodes, size_t(n)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dout, size_t(n) * 2), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dcodes, codes.data(), size_t(n), cudaMemcpyHostToDevice), cudaSuccess);
+  std::vector<uint16_t> out(static_cast<size_t>(n));
+  for (KvCacheDtype t : {KvCacheDtype::FP8_E4M3, KvCacheDtype::FP8_E5M2}) {
+    const int kf = t == KvCacheDtype::FP8_E4M3 ? cuda::kKvE4m3 : cuda::kKvE5m2;
+    cuda::launch_kv_codes8_bf16(kf, dcodes, n8, dout, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(out.data(), dout, size_t(n) * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    int64_t bad = 0, nans = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = kv_fp8_decode(codes[size_t(i)], t, 1.f);
+      const uint16_t got = out[size_t(i)];
+      bool ok = false;
+      if (std::isnan(want)) {
+        ok = (got & 0x7f80u) == 0x7f80u && (got & 0x7fu) != 0u;
+        ++nans;
+      } else {
+        const uint32_t w = std::bit_cast<uint32_t>(want);
+        ASSERT_EQ(w & 0xffffu, 0u) << "code " << int(codes[size_t(i)]) << " is not exact in bf16";
+        ok = got == uint16_t(w >> 16);
+      }
+      if (!ok && bad++ < 5)
+        ADD_FAILURE() << kv_cache_dtype_name(t) << ": code " << int(codes[size_t(i)])
+                      << " at position " << i % 8 << " gives bf16 bits " << got << ", want "
+                      << want;
+    }
+    EXPECT_EQ(bad, 0) << kv_cache_dtype_name(t) << " of " << n;
+    EXPECT_GT(nans, 0) << "the inputs must hold NaN codes";
+  }
+  cudaFree(dcodes);
+  cudaFree(dout);
+}
+
 // One byte per element on the GPU, so plan_limits fits twice the bf16 pages in a budget.
 TEST(CudaKvFp8, PoolCountsOneBytePerElement) {
   REQUIRE_GPU();

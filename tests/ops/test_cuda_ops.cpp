@@ -9,6 +9,7 @@
 // different fp32 summation order. Without a GPU (CI) every test GTEST_SKIPs with a loud
 // message; with SALA_REQUIRE_GPU=1 the missing GPU is a failure (scripts/gpu_check.sh sets it).
 // A table of the measured errors is printed at the end.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -93,6 +94,49 @@ TEST(CudaOps, AddScaledRmsNorm) {
     }
 }
 
+// Tensor parallelism's split o_norm: each rank's Σ x² of its columns, then the gated norm of
+// its columns with the whole row's sum (the model all-reduces the partials in between; here
+// the two halves of a row play two ranks).
+TEST(CudaOps, SplitRmsNormMulSigmoid) {
+  REQUIRE_GPU();
+  uint32_t seed = 700;
+  for (int64_t T : {1, 9, 130})
+    for (int64_t cols : {256, 4096}) {
+      Pair p;
+      const int64_t half = cols / 2;
+      auto a0 = p.up(randn(T, half, seed++, 2.f)), a1 = p.up(randn(T, half, seed++, 2.f));
+      auto z = p.up(randn(T, half, seed++, 1.f));
+      auto w = p.up(randn(1, half, seed++, 0.2f, 1.f));
+      StepMeta m = rows_meta(int(T));
+      p.begin(m);
+      auto s0 = p.out(T, 1, DType::F32), s1 = p.out(T, 1, DType::F32);
+      p.cpu->row_sum_squares(a0.c, s0.c);
+      p.gpu->row_sum_squares(a0.g, s0.g);
+      p.cpu->row_sum_squares(a1.c, s1.c);
+      p.gpu->row_sum_squares(a1.g, s1.g);
+      expect_close(p.cmp(shape("row_sum_squares", {T, half}), s0), 1e-6, 1e-6);
+      // The whole row's sum: the CPU's, on both (the op under test is the norm below).
+      const std::vector<float> c0 = p.download(s0).first, c1 = p.download(s1).first;
+      std::vector<float> total(static_cast<size_t>(T));
+      for (int64_t t = 0; t < T; ++t) total[size_t(t)] = c0[size_t(t)] + c1[size_t(t)];
+      // F32 on both (p.up would store a "checkpoint" F32 tensor as bf16 on the GPU).
+      auto ss = p.out(T, 1, DType::F32);
+      std::memcpy(ss.c.data, total.data(), total.size() * sizeof(float));
+      ASSERT_EQ(cudaMemcpy(ss.g.data, total.data(), total.size() * sizeof(float),
+                           cudaMemcpyHostToDevice),
+                cudaSuccess);
+      auto o = p.out(T, half);
+      p.cpu->rmsnorm_mul_sigmoid_ss(a0.c, ss.c, cols, w.c, 1e-6f, z.c, o.c);
+      p.gpu->rmsnorm_mul_sigmoid_ss(a0.g, ss.g, cols, w.g, 1e-6f, z.g, o.g);
+      // The same inv on both (the sum is given): the three roundings agree but for the fp32
+      // sigmoid (expf), which moves a bf16 gate by one ulp now and then (as mul_sigmoid).
+      expect_ulp(p.cmp(shape("rmsnorm_mul_sigmoid_ss", {T, cols}), o), 1, 0.01);
+      p.cpu->rmsnorm_mul_sigmoid_ss(a1.c, ss.c, cols, w.c, 1e-6f, z.c, a1.c);  // in place
+      p.gpu->rmsnorm_mul_sigmoid_ss(a1.g, ss.g, cols, w.g, 1e-6f, z.g, a1.g);
+      expect_ulp(p.cmp(shape("rmsnorm_mul_sigmoid_ss in-place", {T, cols}), a1), 1, 0.01);
+    }
+}
+
 TEST(CudaOps, Linear) {
   REQUIRE_GPU();
   struct S {
@@ -148,7 +192,8 @@ TEST(CudaOps, Elementwise) {
   }
 }
 
-// In both modes (fp32: inputs that are not bf16 values; fp32 bounds; gather bit-exact).
+// In both modes (fp32: inputs that are not bf16 values; fp32 bounds; gather and copy_cols
+// bit-exact).
 TEST(CudaOps, RopeAndGather) {
   REQUIRE_GPU();
   uint32_t seed = 400;
@@ -179,6 +224,13 @@ TEST(CudaOps, RopeAndGather) {
         p.gpu->gather_logit_rows(y.g, o.g);
         expect_ulp(p.cmp(shape(f32 ? "fp32 gather_logit_rows" : "gather_logit_rows", {3, C}), o), 0,
                    0);
+        // a rank's columns out of gathered rows (tensor parallelism): bit-exact copies
+        for (int64_t c0 : {int64_t(0), int64_t(hd), C / 2 - 3}) {
+          auto cols = p.out(T, C / 2);
+          p.cpu->copy_cols(y.c, c0, cols.c);
+          p.gpu->copy_cols(y.g, c0, cols.g);
+          expect_ulp(p.cmp(shape("copy_cols", {T, C, c0}), cols), 0, 0);
+        }
       }
 }
 

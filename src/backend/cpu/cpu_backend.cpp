@@ -137,6 +137,40 @@ void CpuBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& ou
   }
 }
 
+void CpuBackend::row_sum_squares(const Tensor& a, Tensor& ss) {
+  SALA_CHECK(ss.dtype == DType::F32 && ss.rows == a.rows && ss.cols == 1,
+             "row sums of squares of [{}, {}] into [{}, {}]", a.rows, a.cols, ss.rows, ss.cols);
+  const float* x = static_cast<const float*>(a.data);
+  float* out = static_cast<float*>(ss.data);
+  for (int64_t t = 0; t < a.rows; ++t) {
+    double s = 0;
+    for (int64_t c = 0; c < a.cols; ++c) s += double(x[t * a.cols + c]) * x[t * a.cols + c];
+    out[t] = float(s);
+  }
+}
+
+void CpuBackend::rmsnorm_mul_sigmoid_ss(const Tensor& a, const Tensor& ss, int64_t n,
+                                        const Tensor& w, float eps, const Tensor& gate,
+                                        Tensor& out) {
+  SALA_CHECK(ss.rows == a.rows && ss.cols == 1 && w.numel() == a.cols && n >= a.cols &&
+             gate.numel() == a.numel() && out.rows == a.rows && out.cols == a.cols &&
+             gate.data != out.data);
+  const float* x = static_cast<const float*>(a.data);
+  const float* s = static_cast<const float*>(ss.data);
+  const float* wp = static_cast<const float*>(w.data);
+  const float* gp = static_cast<const float*>(gate.data);
+  float* o = static_cast<float*>(out.data);
+  for (int64_t t = 0; t < a.rows; ++t) {
+    // rmsnorm's inv, from the whole row's sum; then mul_sigmoid's product.
+    const float inv = float(1.0 / std::sqrt(double(s[t]) / double(n) + double(eps)));
+    for (int64_t c = 0; c < a.cols; ++c) {
+      const int64_t i = t * a.cols + c;
+      const float y = r(r(x[i] * inv) * wp[c]);
+      o[i] = r(y * r(1.f / (1.f + std::exp(-gp[i]))));
+    }
+  }
+}
+
 void CpuBackend::add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, const Tensor& w,
                                     float eps, Tensor& out, const Weight* /*next*/) {
   SALA_CHECK(h.numel() == a.numel());
@@ -242,6 +276,18 @@ void CpuBackend::gather_logit_rows(const Tensor& x, Tensor& out) {
     std::memcpy(static_cast<float*>(out.data) + int64_t(i) * x.cols,
                 static_cast<const float*>(x.data) + int64_t(rows[i]) * x.cols,
                 size_t(x.cols) * 4);
+}
+
+void CpuBackend::copy_cols(const Tensor& src, int64_t c0, Tensor& dst) {
+  SALA_CHECK(src.dtype == dst.dtype && src.rows == dst.rows && c0 >= 0 &&
+                 c0 + dst.cols <= src.cols,
+             "columns {}..{} of [{}, {}] into [{}, {}]", c0, c0 + dst.cols, src.rows, src.cols,
+             dst.rows, dst.cols);
+  const size_t es = dtype_size(src.dtype);
+  for (int64_t t = 0; t < src.rows; ++t)
+    std::memcpy(static_cast<char*>(dst.data) + size_t(t * dst.cols) * es,
+                static_cast<const char*>(src.data) + size_t(t * src.cols + c0) * es,
+                size_t(dst.cols) * es);
 }
 
 void CpuBackend::argmax_rows(const Tensor& logits, int32_t* out) {

@@ -59,6 +59,11 @@ class CpuBackend : public Backend {
   void sparse_attention(int si, const Tensor& q, const Tensor& k, const Tensor& v,
                         Tensor& out) override;
   void gather_logit_rows(const Tensor& x, Tensor& out) override;
+  void copy_cols(const Tensor& src, int64_t c0, Tensor& dst) override;
+  // Σ x² in double per row (as rmsnorm's), stored as fp32.
+  void row_sum_squares(const Tensor& a, Tensor& ss) override;
+  void rmsnorm_mul_sigmoid_ss(const Tensor& a, const Tensor& ss, int64_t n, const Tensor& w,
+                              float eps, const Tensor& gate, Tensor& out) override;
   void argmax_rows(const Tensor& logits, int32_t* out) override;
   void mask_logits(Tensor& logits, const int32_t* rows, int64_t n, const uint32_t* masks,
                    int32_t words) override;

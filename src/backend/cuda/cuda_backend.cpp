@@ -33,7 +33,8 @@ int max_smem_optin() {
 // count, whose kernel choice depends on the rows, so a recording padded to its batch bucket
 // would not give the eager step's bits.
 CudaBackend::CudaBackend(const BackendOptions& opts)
-    : bf16_mode_(opts.mode == NumericMode::BF16),
+    : device_(opts.cuda_device),
+      bf16_mode_(opts.mode == NumericMode::BF16),
       fp8_(opts.fp8_weights),
       fp8_producer_codes_(opts.fp8_producer_codes),
       kv_fmt_(opts.kv_cache_dtype == KvCacheDtype::FP8_E4M3   ? kKvE4m3
@@ -49,9 +50,14 @@ CudaBackend::CudaBackend(const BackendOptions& opts)
       sparse_(bf16_mode_, max_smem_optin_, opts.attn_min_blocks, opts.sparse_attn_tma,
               stream_.get(), arena_, plan_, graphs_, timer_),
       lightning_(bf16_mode_, opts.gla_workspace_floats, stream_.get(),
-                 arena_, plan_, graphs_, timer_, rope_) {}
+                 arena_, plan_, graphs_, timer_, rope_) {
+  device_.restore();  // the caller's thread stays on its device (bind_thread switches it)
+}
 
-CudaBackend::~CudaBackend() { cudaStreamSynchronize(stream_.get()); }
+CudaBackend::~CudaBackend() {
+  device_.enter();  // the members are destroyed on this backend's GPU
+  cudaStreamSynchronize(stream_.get());
+}
 
 Tensor CudaBackend::alloc(int64_t rows, int64_t cols, DType dtype) {
   Tensor t{nullptr, dtype, rows, cols};
@@ -256,9 +262,10 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& opts) {
 }
 
 size_t CudaBackend::device_memory_total() const {
-  size_t free_b = 0, total_b = 0;
-  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  return total_b;
+  // This backend's GPU whatever the calling thread's current device.
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device_.device()));
+  return prop.totalGlobalMem;
 }
 
 }  // namespace sala

@@ -122,6 +122,10 @@ class CudaBackend : public Backend {
   void sparse_attention_mul_sigmoid(int si, const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& gate, Tensor& out) override;
   void gather_logit_rows(const Tensor& x, Tensor& out) override;
+  void copy_cols(const Tensor& src, int64_t c0, Tensor& dst) override;  // one 2-D async copy
+  void row_sum_squares(const Tensor& a, Tensor& ss) override;
+  void rmsnorm_mul_sigmoid_ss(const Tensor& a, const Tensor& ss, int64_t n, const Tensor& w,
+                              float eps, const Tensor& gate, Tensor& out) override;
   void argmax_rows(const Tensor& logits, int32_t* out) override;
   void mask_logits(Tensor& logits, const int32_t* rows, int64_t n, const uint32_t* masks,
                    int32_t words) override;
@@ -138,6 +142,10 @@ class CudaBackend : public Backend {
                      int top_n, float* logprob, int32_t* top_ids, float* top_logprobs) override;
   bool samples_rows() const override { return true; }
   void synchronize() override;
+  void bind_thread() override { device_.bind(); }
+  // The GPU and the stream of every op (tensor parallelism's communicators, cuda_comm.h).
+  int cuda_device() const { return device_.device(); }
+  cudaStream_t stream() const { return stream_.get(); }
   void report_op_profile(const std::string& label) override;
 
   bool graphs_enabled() const override { return graphs_.enabled(); }
@@ -162,6 +170,8 @@ class CudaBackend : public Backend {
   Weight upload_int4_words(const std::string& name, int64_t rows, int64_t cols, int32_t group,
                            const void* words, const float* scales);
 
+  // The GPU of every member: declared first, so made first and destroyed last.
+  cuda_host::DeviceSelect device_;
   bool bf16_mode_;
   bool fp8_;  // BackendOptions::fp8_weights
   bool fp8_producer_codes_;  // BackendOptions::fp8_producer_codes

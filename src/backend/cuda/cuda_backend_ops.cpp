@@ -139,6 +139,31 @@ void CudaBackend::rmsnorm_mul_sigmoid(const Tensor& a, const Tensor& w, float ep
   tick("rmsnorm_mul_sigmoid");
 }
 
+void CudaBackend::row_sum_squares(const Tensor& a, Tensor& ss) {
+  SALA_CHECK(is_act(a) && ss.dtype == DType::F32 && ss.rows == a.rows && ss.cols == 1,
+             "row sums of squares of [{}, {}] into [{}, {}]", a.rows, a.cols, ss.rows, ss.cols);
+  with_act_type(bf16_mode_, [&](auto tag) {
+    using T = tag_t<decltype(tag)>;
+    launch_row_sum_squares<T>(ptr<T>(a), int(a.cols), a.rows, ptr<float>(ss), st());
+  });
+  tick("row_sum_squares");
+}
+
+void CudaBackend::rmsnorm_mul_sigmoid_ss(const Tensor& a, const Tensor& ss, int64_t n,
+                                         const Tensor& w, float eps, const Tensor& gate,
+                                         Tensor& out) {
+  SALA_CHECK(ss.dtype == DType::F32 && ss.rows == a.rows && ss.cols == 1 &&
+             w.numel() == a.cols && n >= a.cols && gate.numel() == a.numel() &&
+             out.rows == a.rows && out.cols == a.cols && gate.data != out.data);
+  SALA_CHECK(is_act(a) && is_act(w) && is_act(gate) && is_act(out));
+  with_act_type(bf16_mode_, [&](auto tag) {
+    using T = tag_t<decltype(tag)>;
+    launch_rmsnorm_mul_sigmoid_ss<T>(ptr<T>(a), ptr<float>(ss), int(a.cols), n, ptr<T>(w),
+                                     ptr<T>(gate), a.rows, eps, ptr<T>(out), st());
+  });
+  tick("rmsnorm_mul_sigmoid_ss");
+}
+
 void CudaBackend::div_scalar(Tensor& x, float d) {
   if (!bf16_mode_) {  // fp32 mode: activations and logits fp32, not rounded
     SALA_CHECK(x.dtype == DType::F32);
@@ -183,6 +208,20 @@ void CudaBackend::gather_logit_rows(const Tensor& x, Tensor& out) {
   SALA_CHECK(out.rows >= R && out.cols == x.cols && out.dtype == x.dtype);
   launch_gather_rows(x.data, x.cols, int(dtype_size(x.dtype)), sd().logit_rows, R, out.data, st());
   tick("gather_logit_rows");
+}
+
+void CudaBackend::copy_cols(const Tensor& src, int64_t c0, Tensor& dst) {
+  SALA_CHECK(src.dtype == dst.dtype && src.rows == dst.rows && c0 >= 0 &&
+                 c0 + dst.cols <= src.cols,
+             "columns {}..{} of [{}, {}] into [{}, {}]", c0, c0 + dst.cols, src.rows, src.cols,
+             dst.rows, dst.cols);
+  if (src.rows == 0 || dst.cols == 0) return;
+  const size_t es = dtype_size(src.dtype);
+  CUDA_CHECK(cudaMemcpy2DAsync(dst.data, size_t(dst.cols) * es,
+                               static_cast<const char*>(src.data) + size_t(c0) * es,
+                               size_t(src.cols) * es, size_t(dst.cols) * es, size_t(src.rows),
+                               cudaMemcpyDeviceToDevice, st()));
+  tick("copy_cols");
 }
 
 void CudaBackend::argmax_rows(const Tensor& logits, int32_t* out) {

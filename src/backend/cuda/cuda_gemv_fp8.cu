@@ -8,14 +8,15 @@
 // codes it streams at 2–4 TB/s (docs/PERF.md). Shared machinery: cuda_gemv_ring.cuh.
 //
 // Numerics. (sum · sx[m]) · w_scales[n] in that order, rounded once to bf16 (o.f32: a
-// bf16-rounded fp32). Products of two e4m3 values are exact. sm_89+ (the H200): mma.sync
-// m16n8k32 e4m3 on the codes themselves (no conversion of the weights: a conversion per weight
-// byte made the kernel issue-bound at ~1.3 TB/s); the FP8 MMA's accumulator keeps fewer bits
-// than fp32, so each group of 256 k sums into fresh registers, added to the fp32 totals
-// (chunk_mma, add_part). Older GPUs (the sm_80 build): the codes as exact f16 values (e4m3 ⊂ f16)
-// through f16 MMAs with fp32 accumulation, the same grouping. Only the summation (and the FP8
-// MMA's internal rounding) differs from the CPU's sgemm. NaN weight codes (never produced by
-// the saturating quantizer) decode as 480 on the sm_80 path.
+// bf16-rounded fp32). Products of two e4m3 values are exact. The codes of W and x as their
+// exact f16 values (e4m3 ⊂ f16; sm_89+: the hardware conversion, older GPUs: integer
+// operations) through f16 MMAs with fp32 accumulation, each group of 256 k summed into fresh
+// registers and added to the fp32 totals (chunk_mma, add_part). On sm_90 this is what ptxas
+// made of the m16n8k32 e4m3 mma.sync used before (sm_90 has no FP8 mma.sync), minus the
+// FADDs of its per-MMA partials. (Converting the weights with integer operations instead had
+// made the kernel issue-bound at ~1.3 TB/s.) Only the summation order differs from the CPU's
+// sgemm. NaN weight codes (never produced by the saturating quantizer) decode as 480 on the
+// sm_80 path.
 //
 // Layout of the arithmetic (cuda_gemv.cu's, with 1-byte weights): a 16-byte chunk is 16 k.
 // W is the A operand (16 weight rows per m16 tile), the x rows B in NT n8 tiles (NT = 1, 2, 4,
@@ -66,21 +67,21 @@ constexpr int kRingSmem = kRingBytes + kRedBytes + kGateBytes + kSxBytes;  // 22
 static_assert(kRingSmem <= kRingMaxSmem, "the ring does not fit an sm_90 SM");
 
 // ---- e4m3 conversions and MMAs ----
+// Four e4m3 codes c (bytes 0..3: k, k+1, k+2, k+3) as two f16x2 of their exact values (e4m3 ⊂
+// f16): lo = (k, k+1), hi = (k+2, k+3), the lower k in the lower half.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-// D += A · B, m16n8k32, e4m3 x e4m3 -> fp32.
-__device__ __forceinline__ void mma_e4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+// sm_89+: the hardware conversion, one instruction per pair (F2FP.F16.E4M3.UNPACK_B).
+__device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t c, uint32_t& lo, uint32_t& hi) {
+  asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\t"
+      "cvt.rn.f16x2.e4m3x2 %0, l;\n\tcvt.rn.f16x2.e4m3x2 %1, h;\n\t}"
+      : "=r"(lo), "=r"(hi)
+      : "r"(c));
 }
 #else
-// GPUs without FP8 instructions (the sm_80 build): e4m3 values as exact f16, f16 MMAs.
-// Four e4m3 codes c (bytes 0..3: k, k+1, k+2, k+3) as two f16x2: lo = (k, k+1), hi = (k+2,
-// k+3), the lower k in the lower half. The code S.EEEE.MMM in the top byte of a half, then S
-// kept and EEEE.MMM moved right by one: the f16 S.0EEEE.MMM0000000, which is the e4m3 value ·
-// 2^-8 (subnormals included: f16 subnormal M·2^-17 = M·2^-9 · 2^-8); · 256 in f16 is exact.
+// GPUs without FP8 instructions (the sm_80 build): the code S.EEEE.MMM in the top byte of a
+// half, then S kept and EEEE.MMM moved right by one: the f16 S.0EEEE.MMM0000000, which is the
+// e4m3 value · 2^-8 (subnormals included: f16 subnormal M·2^-17 = M·2^-9 · 2^-8); · 256 in f16
+// is exact.
 __device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t c, uint32_t& lo, uint32_t& hi) {
   const auto f16 = [](uint32_t v) {
     const uint32_t h = (v & 0x80008000u) | ((v >> 1) & 0x3f803f80u);
@@ -91,6 +92,7 @@ __device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t c, uint32_t& lo, uint32
   lo = f16(__byte_perm(c, 0, 0x1404));  // byte 1 -> bits 31..24, byte 0 -> bits 15..8
   hi = f16(__byte_perm(c, 0, 0x3424));  // byte 3, byte 2
 }
+#endif
 
 __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                         uint32_t a3, uint32_t b0, uint32_t b1) {
@@ -99,7 +101,6 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1,
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-#endif
 
 // sx of the M rows into sxs[kGemvMaxRows] (1 past M), for every thread of the CTA.
 __device__ __forceinline__ void load_row_scales(const float* sx, int M, float* sxs) {
@@ -108,27 +109,18 @@ __device__ __forceinline__ void load_row_scales(const float* sx, int M, float* s
 }
 
 // The MMAs of one group (16 chunks: 256 k of the warp's slice) of a 16-row tile, n-tiles nt0 ..
-// nt0 + G - 1: fresh partials part[G][4], chunk_mma for v = 0..3, add_part.
-// sm_89+: two m16n8k32 e4m3 MMAs per chunk, the codes as they are (no conversion): step h uses
-// bytes 8h..8h+3 of the chunk as the fragment's k 4t..4t+3 and bytes 8h+4..8h+7 as k
-// 16+4t..16+4t+3, in W and x alike (the same permutation of k, so the same dot products). The
-// FP8 MMA's accumulator is not a full fp32 adder on Hopper (products are aligned to the
-// largest and low bits dropped), so each group sums into fresh registers that are then added
-// to acc in fp32: at most 256 products per rounding-limited partial sum.
-// Older GPUs: k16 step j of a chunk uses bytes 4j..4j+3 converted to f16 (W and x alike) as
-// the pairs 2j, 2j + 1 (f16 MMA, fp32 accumulation), summed the same way.
+// nt0 + G - 1: fresh partials part[G][4], chunk_mma for v = 0..3, add_part. k16 step j of a
+// chunk uses bytes 4j..4j+3 converted to f16 (W and x alike: the same permutation of k, so the
+// same dot products) as the pairs 2j, 2j + 1; f16 MMAs with fp32 accumulation chained within
+// the group, whose sum is then added to acc in fp32. sm_90 has no FP8 mma.sync: ptxas lowered
+// the m16n8k32 e4m3 form (used before session 30) into these same conversions and f16 MMAs,
+// each from a zero accumulator, plus 4 FADDs per MMA into the partials (72 of a stage's ~500
+// instructions at M = 1, SASS).
 // Chunk v of the group: W0 / W8 = chunk 4v + t of weight rows g / g + 8, X[j][v] the same
 // chunk of the x codes of n-tile j of the group, into the group's partials part[j].
 template <int G>
 __device__ __forceinline__ void chunk_mma(float (&part)[G][4], const uint4& W0, const uint4& W8,
                                           const uint4 (&X)[G][4], int v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-#pragma unroll
-  for (int j = 0; j < G; ++j) {
-    mma_e4m3(part[j], W0.x, W8.x, W0.y, W8.y, X[j][v].x, X[j][v].y);
-    mma_e4m3(part[j], W0.z, W8.z, W0.w, W8.w, X[j][v].z, X[j][v].w);
-  }
-#else
   const uint32_t a[4] = {W0.x, W0.y, W0.z, W0.w}, b[4] = {W8.x, W8.y, W8.z, W8.w};
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -143,7 +135,6 @@ __device__ __forceinline__ void chunk_mma(float (&part)[G][4], const uint4& W0, 
       mma_f16(part[j], a_lo, b_lo, a_hi, b_hi, x_lo, x_hi);
     }
   }
-#endif
 }
 
 // The group's partials added to the fp32 totals of n-tiles nt0 .. nt0 + G - 1.

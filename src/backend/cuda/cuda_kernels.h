@@ -44,6 +44,15 @@ void launch_rmsnorm_fp8(bf16* x, const bf16* a, float alpha, const bf16* w, cons
 template <typename T>
 void launch_rmsnorm_mul_sigmoid(T* x, const T* w, const T* gate, int n, int64_t groups, float eps,
                                 T* out, cudaStream_t st);
+// Tensor parallelism's split o_norm: ss[rows] (fp32) = Σ x² of each row of x [rows, n];
+// then out = launch_rmsnorm_mul_sigmoid's numbers for those columns with the whole row's
+// Σ x² given (inv = 1 / sqrt(ss / n_total + eps)); out may be x.
+template <typename T>
+void launch_row_sum_squares(const T* x, int n, int64_t rows, float* ss, cudaStream_t st);
+template <typename T>
+void launch_rmsnorm_mul_sigmoid_ss(const T* x, const float* ss, int n, int64_t n_total,
+                                   const T* w, const T* gate, int64_t rows, float eps, T* out,
+                                   cudaStream_t st);
 template <typename T>
 void launch_silu_mul(const T* g, const T* u, T* out, int64_t n, cudaStream_t st);
 // launch_silu_mul's out over rows of g, u, out [rows, cols] (out may be g), with the FP8 codes
@@ -277,6 +286,10 @@ void launch_compress_fp8(int kf, const StepRows& s, const CacheGeom& g, KvScale 
 // (the device conversions of cuda_kv_fp8.cuh, against backend/kv_cache_dtype.h).
 void launch_kv_fp8_roundtrip(int kf, const float* x, int64_t n, float scale, uint8_t* codes,
                              float* back, cudaStream_t st);
+// Tests: codes [8 n8] (8-byte aligned) -> out [8 n8] bf16 bits through kv_codes8_bf16 (the
+// code values the attention kernels feed to the tensor cores).
+void launch_kv_codes8_bf16(int kf, const uint8_t* codes, int64_t n8, uint16_t* out,
+                           cudaStream_t st);
 size_t attention_smem_bytes(int G, int d);
 // Dense rows (not sparse, fewer than flash_min tokens in their call): out[T, nh*d]. Rows of
 // split calls (DevSeq::split_row: decode and verify rows) are split over `splits` parts of

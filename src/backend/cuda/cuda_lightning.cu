@@ -33,9 +33,10 @@ constexpr int kDecayStride = kGlaDecayStride;  // decay[h][n] = exp(n g), n = 0.
 // rows are staged in shared memory first, then the recurrence runs over them with one block
 // barrier per row, so the rows of a speculative verify call wait on one round of loads.
 // kNormRope (launch_gla_norm_rope): the staging normalises and rotates each of the group's q
-// and k heads in place (one warp per head, qk_norm_rope_kernel's code: head_norm_rope with
-// rope_cos_sin at pos[row]), and the step takes the values stored: q, k, o and the
-// state are those of qk_norm_rope then this kernel without kNormRope.
+// and k heads in place (one warp per head, qk_norm_rope's code: head_norm_rope, or
+// head_norm_rope_regs for D = 64 / 128, with rope_cos_sin at pos[row]), and the step takes
+// the values stored: q, k, o and the state are those of qk_norm_rope then this kernel
+// without kNormRope.
 // The state comes from slot s.state_slot and goes to s.state_dst_slot (the same slot but in
 // speculative verify calls, whose state before the call stays where it was).
 constexpr int kGlaStageRows = 8;
@@ -53,7 +54,8 @@ __global__ void __launch_bounds__(4 * D) gla_recurrent_kernel(
   static_assert(!kNormRope || 4 * D >= 64, "kNormRope: a warp per head");
   __shared__ float qs[R][D], ks[R][D], vs[R][D], part[2][4][D];
   // kNormRope: cos / sin of each staged row's position; each warp's normalised head
-  __shared__ float cs[kNormRope ? R : 1][kNormRope ? D : 1], buf[kNormRope ? kWarps : 1][D];
+  __shared__ float cs[kNormRope ? R : 1][kNormRope ? D : 1];
+  __shared__ float buf[kNormRope && D != 64 && D != 128 ? kWarps : 1][D];  // head_norm_rope's
   const int h = blockIdx.x;
   const DevSeq s = seqs[list[blockIdx.y]];
   const int j = threadIdx.x % D, rg = threadIdx.x / D, warp = threadIdx.x / 32;
@@ -92,12 +94,18 @@ __global__ void __launch_bounds__(4 * D) gla_recurrent_kernel(
         const bool is_q = task % 2 == 0;
         T* x = (is_q ? q : k) + (row0 + r) * stride + int64_t(h) * D;
         float* xs = is_q ? qs[r] : ks[r];
-        head_norm_rope<T>(x, is_q ? nr.qn : nr.kn, D, nr.eps, cs[r], buf[warp],
-                          [&](int i, float y) {
-                            const T o = cvt<T>(y);
-                            x[i] = o;
-                            xs[i] = is_q ? ld(o) * scale : ld(o);  // as the loads above
-                          });
+        auto store = [&](int i, float y) {
+          const T o = cvt<T>(y);
+          x[i] = o;
+          xs[i] = is_q ? ld(o) * scale : ld(o);  // as the loads above
+        };
+        if constexpr (D == 64 || D == 128) {  // as qk_norm_rope_regs_kernel
+          float w[D / 32], c[D / 64], s[D / 64];
+          head_norm_rope_regs_load<T, D>(is_q ? nr.qn : nr.kn, cs[r], w, c, s);
+          head_norm_rope_regs<T, D>(x, w, nr.eps, c, s, store);
+        } else {
+          head_norm_rope<T>(x, is_q ? nr.qn : nr.kn, D, nr.eps, cs[r], buf[warp], store);
+        }
       }
     }
 #pragma unroll

@@ -213,7 +213,59 @@ void launch_rmsnorm_kernel(T* x, const T* a, float alpha, const T* w, const T* g
   CUDA_CHECK_LAUNCH();
 }
 
+// Tensor parallelism's split o_norm, one warp per row of n columns: Σ x² (fp32, as the norm
+// kernels sum), then the gated norm with the whole row's sum given.
+template <typename T>
+__global__ void row_sum_squares_kernel(const T* __restrict__ x, int n, int64_t rows,
+                                       float* __restrict__ ss) {
+  pdl_begin();  // launch_pdl: before any read or write
+  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  float s = 0.f;
+  for (int c = threadIdx.x % 32; c < n; c += 32) {
+    const float v = ld(x[row * n + c]);
+    s += v * v;
+  }
+  s = warp_sum(s);
+  if (threadIdx.x % 32 == 0) ss[row] = s;
+}
+
+template <typename T>
+__global__ void rmsnorm_ss_gate_kernel(const T* x, const float* __restrict__ ss, int n,
+                                       float n_total, const T* __restrict__ w,
+                                       const T* __restrict__ gate, int64_t rows, float eps,
+                                       T* out) {
+  pdl_begin();  // launch_pdl: before any read or write
+  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const float inv = 1.0f / sqrtf(ss[row] / n_total + eps);
+  for (int c = threadIdx.x % 32; c < n; c += 32) {
+    const int64_t i = row * n + c;
+    out[i] = cvt<T>(gated<T, true>(rnd<T>(ld(x[i]) * inv) * ld(w[c]), gate, i));
+  }
+}
+
 }  // namespace
+
+template <typename T>
+void launch_row_sum_squares(const T* x, int n, int64_t rows, float* ss, cudaStream_t st) {
+  if (rows == 0) return;
+  const int warps = 8;
+  launch_pdl(row_sum_squares_kernel<T>, unsigned((rows + warps - 1) / warps), warps * 32, 0, st,
+             x, n, rows, ss);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void launch_rmsnorm_mul_sigmoid_ss(const T* x, const float* ss, int n, int64_t n_total,
+                                   const T* w, const T* gate, int64_t rows, float eps, T* out,
+                                   cudaStream_t st) {
+  if (rows == 0) return;
+  const int warps = 8;
+  launch_pdl(rmsnorm_ss_gate_kernel<T>, unsigned((rows + warps - 1) / warps), warps * 32, 0, st,
+             x, ss, n, float(n_total), w, gate, rows, eps, out);
+  CUDA_CHECK_LAUNCH();
+}
 
 template <typename T>
 void launch_rmsnorm(T* x, const T* a, float alpha, const T* w, int n, int64_t groups, float eps,
@@ -251,7 +303,11 @@ void launch_rmsnorm_fp8(bf16* x, const bf16* a, float alpha, const bf16* w, cons
   template void launch_rmsnorm<T>(T*, const T*, float, const T*, int, int64_t, float, T*,      \
                                   cudaStream_t);                                               \
   template void launch_rmsnorm_mul_sigmoid<T>(T*, const T*, const T*, int, int64_t, float, T*, \
-                                              cudaStream_t);
+                                              cudaStream_t);                                   \
+  template void launch_row_sum_squares<T>(const T*, int, int64_t, float*, cudaStream_t);       \
+  template void launch_rmsnorm_mul_sigmoid_ss<T>(const T*, const float*, int, int64_t,         \
+                                                 const T*, const T*, int64_t, float, T*,       \
+                                                 cudaStream_t);
 SALA_NORM_INSTANTIATE(bf16)
 SALA_NORM_INSTANTIATE(float)
 #undef SALA_NORM_INSTANTIATE

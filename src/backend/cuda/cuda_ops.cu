@@ -210,6 +210,32 @@ __global__ void qk_norm_rope_kernel(T* q, T* k, const T* __restrict__ qn,
   }
 }
 
+// qk_norm_rope_kernel for head_dim D = 64 / 128 (head_norm_rope_regs): one block per row;
+// warps take the row's q heads, then its k heads, with the lane's norm weights and RoPE
+// factors in registers.                          grid: T, block: 256, smem: D floats (cs)
+template <typename T, int D>
+__global__ void qk_norm_rope_regs_kernel(T* q, T* k, const T* __restrict__ qn,
+                                         const T* __restrict__ kn, int64_t cols, float eps,
+                                         const int32_t* __restrict__ pos,
+                                         const float* __restrict__ inv_freq) {
+  pdl_begin();  // launch_pdl: before any read or write
+  __shared__ float cs[D];
+  const int warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  const int64_t t = blockIdx.x;
+  rope_table(cs, D / 2, pos[t], inv_freq);
+  const int heads = int(cols / D);
+#pragma unroll 1
+  for (int side = 0; side < 2; ++side) {
+    T* row = (side == 0 ? q : k) + t * cols;
+    float w[D / 32], c[D / 64], s[D / 64];
+    head_norm_rope_regs_load<T, D>(side == 0 ? qn : kn, cs, w, c, s);
+    for (int h = warp; h < heads; h += nwarps) {
+      T* v = row + h * D;
+      head_norm_rope_regs<T, D>(v, w, eps, c, s, [&](int i, float y) { v[i] = cvt<T>(y); });
+    }
+  }
+}
+
 template <typename T>
 __global__ void gather_rows_kernel(const T* x, int64_t cols, const int32_t* rows, T* out) {
   pdl_begin();  // launch_pdl: before any read or write
@@ -324,8 +350,15 @@ void launch_qk_norm_rope(T* q, T* k, const T* qn, const T* kn, int64_t rows, int
   if (rows == 0) return;
   constexpr int kThreads = 256;
   const size_t smem = size_t(1 + kThreads / 32) * size_t(head_dim) * 4;
-  launch_pdl(qk_norm_rope_kernel<T>, unsigned(rows), kThreads, smem, st, q, k, qn, kn, cols, head_dim,
-             eps, pos, inv_freq);
+  if (head_dim == 128)
+    launch_pdl(qk_norm_rope_regs_kernel<T, 128>, unsigned(rows), kThreads, 0, st, q, k, qn, kn,
+               cols, eps, pos, inv_freq);
+  else if (head_dim == 64)
+    launch_pdl(qk_norm_rope_regs_kernel<T, 64>, unsigned(rows), kThreads, 0, st, q, k, qn, kn,
+               cols, eps, pos, inv_freq);
+  else
+    launch_pdl(qk_norm_rope_kernel<T>, unsigned(rows), kThreads, smem, st, q, k, qn, kn, cols,
+               head_dim, eps, pos, inv_freq);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -85,6 +85,15 @@ __global__ void kv_fp8_roundtrip_kernel(const float* __restrict__ x, int64_t n, 
   }
 }
 
+// Tests: kv_codes8_bf16 on n8 groups of 8 codes -> out [8 n8] bf16 bits.  grid-stride, block 256
+template <int KF>
+__global__ void kv_codes8_kernel(const uint2* __restrict__ codes, int64_t n8,
+                                 uint4* __restrict__ out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n8;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = kv_codes8_bf16<KF>(codes[i]);
+}
+
 constexpr int kKeyTile = 64;
 
 // 3. Attention of the G query heads of one kv head for one dense row over its key blocks
@@ -312,6 +321,19 @@ void launch_kv_fp8_roundtrip(int kf, const float* x, int64_t n, float scale, uin
     kv_fp8_roundtrip_kernel<kKvE4m3><<<blocks, 256, 0, st>>>(x, n, scale, codes, back);
   else
     kv_fp8_roundtrip_kernel<kKvE5m2><<<blocks, 256, 0, st>>>(x, n, scale, codes, back);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_kv_codes8_bf16(int kf, const uint8_t* codes, int64_t n8, uint16_t* out,
+                           cudaStream_t st) {
+  if (n8 == 0) return;
+  const unsigned blocks = unsigned(std::min<int64_t>((n8 + 255) / 256, 4096));
+  const auto* c = reinterpret_cast<const uint2*>(codes);
+  auto* o = reinterpret_cast<uint4*>(out);
+  if (kf == kKvE4m3)
+    kv_codes8_kernel<kKvE4m3><<<blocks, 256, 0, st>>>(c, n8, o);
+  else
+    kv_codes8_kernel<kKvE5m2><<<blocks, 256, 0, st>>>(c, n8, o);
   CUDA_CHECK_LAUNCH();
 }
 
