@@ -173,7 +173,8 @@ TEST(CudaFp8Fused, BackendHint) {
       for (int64_t T : {1, 5, 16, 17, 40, 64, 100}) {
         if (K != 4096 && T != 1 && T != 17 && T != 64) continue;
         if (kind == StepKind::kTwoSeqs && T < 2) continue;
-        be.begin_step(step_meta(kind, T));
+        const StepMeta meta = step_meta(kind, T);  // the backend keeps its address
+        be.begin_step(meta);
         // Codes are prepared (and the quantize kernel skipped) for FP8 GEMMs whose rows are
         // one run: all but steps prefilling two sequences of > 64 rows in all.
         const bool fused = kind != StepKind::kTwoSeqs || T <= cuda::kGemvMaxRows;
@@ -230,7 +231,8 @@ TEST(CudaFp8Fused, SiluMulHint) {
     for (StepKind kind : {StepKind::kDecode, StepKind::kOneSeq, StepKind::kTwoSeqs})
       for (int64_t T : {1, 16, 17, 40, 64, 100}) {
         if (kind == StepKind::kTwoSeqs && T < 2) continue;
-        be.begin_step(step_meta(kind, T));
+        const StepMeta meta = step_meta(kind, T);  // the backend keeps its address
+        be.begin_step(meta);
         const HostMat hx = randn(T, K, seed++, 1.f), ha = randn(T, K, seed++, 1.f);
         // g and y = g · downᵀ after linear_silu_mul with or without the hint; zero_g: g zeroed
         // behind the backend's back before down's GEMM; between: another FP8 GEMM first.
