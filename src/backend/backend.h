@@ -361,7 +361,8 @@ struct BackendOptions {
   bool fp8_weights = false;
   // CUDA, FP8 projections (issue 17 item 5): a norm or SiLU kernel told which FP8 projection
   // reads its output next (Backend's `next` hint) writes that projection's per-token codes
-  // itself, so the GEMM launches no quantize kernel (the same bits; H200, CudaFp8Fused.Speed:
+  // itself where the GEMM multiplies all its rows as one run (decode steps, one-sequence prompt
+  // chunks), so the GEMM launches no quantize kernel (the same bits; H200, CudaFp8Fused.Speed:
   // 1-3.5 µs less per projection at 1-8 rows). false: every FP8 GEMM quantizes its input with
   // the separate kernel, the reference path that GraphReplayMatchesEagerFp8 compares with.
   bool fp8_producer_codes = true;

@@ -5,14 +5,15 @@
 // binary; the kernels: test_cuda_fp8_fused.cpp):
 //   BackendHint  norm(next = W) then W's GEMM (linear, linear_multi of 4 parts,
 //                linear_silu_mul) == norm without the hint then the GEMM: out, h and every
-//                output bit for bit, in decode-only steps (GEMV <= 16 rows, cuBLASLt 17..64)
-//                and one-sequence steps (GEMV up to 64 rows), K 4096 / 4112 / 512 (each norm
-//                kernel). That the prepared codes were used where they should be: out zeroed
-//                behind the backend's back after the norm changes nothing (<= 64 rows); and not
-//                where they should not: > 64 rows (all-zero outputs then), another FP8 GEMM in
-//                between, a bf16 next
+//                output bit for bit, in decode-only steps (GEMV <= 16 rows, cuBLASLt 17..64,
+//                100), one-sequence steps (GEMV up to 64 rows, a prefill GEMM at 100) and
+//                steps prefilling two sequences, K 4096 / 4112 / 512 (each norm kernel). That
+//                the prepared codes were used where they should be: out zeroed behind the
+//                backend's back after the norm changes nothing (the GEMM's rows are one run);
+//                and not where they should not: two sequences of 50 rows (two runs: all-zero
+//                outputs then), another FP8 GEMM in between, a bf16 next
 //   SiluMulHint  linear_silu_mul(next = down) then down's GEMM, likewise (codes from the SiLU
-//                product in decode-only steps of 17..64 rows only)
+//                product where linear_silu_mul is Backend's composition: > 64 rows in one run)
 // Without a GPU every test GTEST_SKIPs (cuda_test_util.h).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -32,6 +33,30 @@ namespace sala::test {
 namespace {
 
 enum class Consumer { kLinear, kMulti, kSiluMul };
+
+// The steps the tests run T rows in: T decode rows (T sequences), one sequence's T prompt rows,
+// or two sequences' prompts (T / 2 and T - T / 2 rows), which GemmDispatch multiplies as one
+// run each when there are more than 64 rows.
+enum class StepKind { kDecode, kOneSeq, kTwoSeqs };
+
+StepMeta step_meta(StepKind kind, int64_t T) {
+  StepMeta m;
+  const std::vector<int32_t> ids(size_t(T), 5);
+  if (kind == StepKind::kDecode) {
+    for (int64_t i = 0; i < T; ++i) m.add_seq(ids.data(), 1, 0, int32_t(i), {}, false, true);
+  } else if (kind == StepKind::kOneSeq) {
+    m = rows_meta(int(T));
+  } else {
+    m.add_seq(ids.data(), int(T / 2), 0, 0, {}, false, false);
+    m.add_seq(ids.data(), int(T - T / 2), 0, 1, {}, false, false);
+  }
+  return m;
+}
+
+const char* kind_name(StepKind kind) {
+  if (kind == StepKind::kDecode) return " decode";
+  return kind == StepKind::kOneSeq ? " one seq" : " two seqs";
+}
 
 // One backend, its weights, and a norm + GEMM run on fresh inputs.
 struct HintRig {
@@ -144,23 +169,19 @@ TEST(CudaFp8Fused, BackendHint) {
   for (int64_t K : {4096, 4112, 512}) {
     HintRig rig(K, seed += 50);
     Backend& be = *rig.be;
-    for (bool decode_only : {true, false})
+    for (StepKind kind : {StepKind::kDecode, StepKind::kOneSeq, StepKind::kTwoSeqs})
       for (int64_t T : {1, 5, 16, 17, 40, 64, 100}) {
         if (K != 4096 && T != 1 && T != 17 && T != 64) continue;
-        StepMeta m;
-        const int32_t id = 5;
-        if (decode_only)
-          for (int64_t i = 0; i < T; ++i) m.add_seq(&id, 1, 0, int32_t(i), {}, false, true);
-        else
-          m = rows_meta(int(T));
-        be.begin_step(m);
-        // Codes are prepared (and the quantize kernel skipped) for FP8 GEMMs of <= 64 rows.
-        const bool fused = T <= cuda::kGemvMaxRows;
+        if (kind == StepKind::kTwoSeqs && T < 2) continue;
+        const StepMeta meta = step_meta(kind, T);  // the backend keeps its address
+        be.begin_step(meta);
+        // Codes are prepared (and the quantize kernel skipped) for FP8 GEMMs whose rows are
+        // one run: all but steps prefilling two sequences of > 64 rows in all.
+        const bool fused = kind != StepKind::kTwoSeqs || T <= cuda::kGemvMaxRows;
         for (Producer pr : {Producer::kRmsnorm, Producer::kResidual, Producer::kGate})
           for (Consumer c : {Consumer::kLinear, Consumer::kMulti, Consumer::kSiluMul}) {
             const std::string name = std::string(producer_name(pr)) + " -> " +
-                                     std::to_string(int(c)) +
-                                     shape(decode_only ? " decode" : " one seq", {T, K});
+                                     std::to_string(int(c)) + shape(kind_name(kind), {T, K});
             const Weight& w = rig.weight(c);
             const uint32_t s = seed += 4;
             const HintRig::Run plain = rig.run(T, s, pr, c, w, nullptr, false, false);
@@ -175,7 +196,7 @@ TEST(CudaFp8Fused, BackendHint) {
               std::vector<float> y(size_t(zeroed.ys[0].numel()));
               be.download_f32(zeroed.ys[0], y.data());
               EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return v == 0.f; }))
-                  << name << ": > 64 rows quantize their input themselves";
+                  << name << ": two runs quantize their input themselves";
             }
             // Another GEMM between the norm and x's GEMM: the codes are forgotten.
             const HintRig::Run other = rig.run(T, s, pr, c, w, &w, false, true);
@@ -192,10 +213,11 @@ TEST(CudaFp8Fused, BackendHint) {
 
 // linear_silu_mul(next = down) then down's GEMM on g == the same without the hint, bit for bit.
 // g's codes come from the SiLU product only where linear_silu_mul is Backend's composition on
-// FP8 weights; at these shapes it never is: the GEMV's silu_pair epilogue (<= 16 rows, and
-// one-sequence steps up to 64), the stacked GEMM of decode-only steps of 17..64 rows
-// (silu_mul_halves) and > 64 rows all leave the quantization to down's GEMM, so g zeroed
-// before it gives zeros (no stale codes are used).
+// FP8 weights and g's rows are one run: here 100 rows of decode or of one sequence, so g
+// zeroed before down's GEMM changes nothing. The GEMV's silu_pair epilogue (<= 16 rows, and
+// steps up to 64 rows that are not decode-only), the stacked GEMM of decode-only steps of
+// 17..64 rows (silu_mul_halves) and two sequences of 50 rows (two runs) leave the
+// quantization to down's GEMM, so g zeroed before it gives zeros (no stale codes are used).
 TEST(CudaFp8Fused, SiluMulHint) {
   REQUIRE_GPU();
   const int64_t K = 4096;
@@ -206,15 +228,11 @@ TEST(CudaFp8Fused, SiluMulHint) {
     const Weight w_down = rig.fp8(512, I);
     Backend& be = *rig.be;
     uint32_t seed = 2200;
-    for (bool decode_only : {true, false})
+    for (StepKind kind : {StepKind::kDecode, StepKind::kOneSeq, StepKind::kTwoSeqs})
       for (int64_t T : {1, 16, 17, 40, 64, 100}) {
-        StepMeta m;
-        const int32_t id = 5;
-        if (decode_only)
-          for (int64_t i = 0; i < T; ++i) m.add_seq(&id, 1, 0, int32_t(i), {}, false, true);
-        else
-          m = rows_meta(int(T));
-        be.begin_step(m);
+        if (kind == StepKind::kTwoSeqs && T < 2) continue;
+        const StepMeta meta = step_meta(kind, T);  // the backend keeps its address
+        be.begin_step(meta);
         const HostMat hx = randn(T, K, seed++, 1.f), ha = randn(T, K, seed++, 1.f);
         // g and y = g · downᵀ after linear_silu_mul with or without the hint; zero_g: g zeroed
         // behind the backend's back before down's GEMM; between: another FP8 GEMM first.
@@ -239,16 +257,22 @@ TEST(CudaFp8Fused, SiluMulHint) {
           be.linear(g, w_down, y);
           return std::make_pair(keep, y);
         };
-        const std::string name = shape(decode_only ? "silu hint decode" : "silu hint one seq",
-                                       {T, K, I});
+        const std::string name = std::string("silu hint") + shape(kind_name(kind), {T, K, I});
         const auto plain = run(false, false, false), hinted = run(true, false, false);
         expect_same_bits(be, hinted.first, be, plain.first, name + " g");
         expect_same_bits(be, hinted.second, be, plain.second, name + " y");
+        // g's codes from the SiLU product: Backend's composition (more than 64 rows) with
+        // the rows as one run.
+        const bool silu_codes = T > cuda::kGemvMaxRows && kind != StepKind::kTwoSeqs;
         const auto zeroed = run(true, true, false);
-        std::vector<float> y(size_t(zeroed.second.numel()));
-        be.download_f32(zeroed.second, y.data());
-        EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return v == 0.f; }))
-            << name << ": down's GEMM quantizes g itself here";
+        if (silu_codes) {
+          expect_same_bits(be, zeroed.second, be, plain.second, name + " prepared codes used");
+        } else {
+          std::vector<float> y(size_t(zeroed.second.numel()));
+          be.download_f32(zeroed.second, y.data());
+          EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return v == 0.f; }))
+              << name << ": down's GEMM quantizes g itself here";
+        }
         const auto other = run(true, false, true);
         expect_same_bits(be, other.second, be, plain.second, name + " GEMM in between");
       }

@@ -69,6 +69,13 @@ void GemmDispatch::linear(const Tensor& x, const Weight& wt, Tensor& y) {
 // prompts) in groups of ≤ kSkinnyRows (kGemvMaxRows in bf16 mode, 16 in fp32 mode, which has
 // no skinny GEMM) through the skinny GEMM, whose rows do not depend on the group (one pass
 // over the weights per group). All-decode steps keep one GEMM.
+bool GemmDispatch::one_run(int64_t rows) const {
+  int runs = 0;
+  bool all = false;
+  for_each_run(rows, [&](int64_t r0, int64_t n) { ++runs, all = r0 == 0 && n == rows; });
+  return runs == 1 && all;
+}
+
 void GemmDispatch::for_each_run(int64_t rows,
                                 const std::function<void(int64_t, int64_t)>& f) const {
   const int64_t kSkinnyRows = bf16_ ? kGemvMaxRows : 16;

@@ -16,8 +16,9 @@
 // In steps that prefill, each sequence's rows are multiplied as they would be alone (batch
 // invariance: linear()).
 // FP8_E4M3 weights (W8A8, cuda_gemm_fp8.cpp): each run of rows is quantized per token into the
-// FP8 workspace (launch_quantize_rows_fp8; or, for inputs of <= 64 rows whose producing norm /
-// SiLU kernel was told this GEMM is next, by that kernel: prepare_fp8_input), then the FP8
+// FP8 workspace (launch_quantize_rows_fp8; or, for inputs multiplied as one run of rows whose
+// producing norm / SiLU kernel was told this GEMM is next, by that kernel: prepare_fp8_input),
+// then the FP8
 // GEMV where gemv_rows allows, else
 // one cuBLASLt FP8 GEMM per output part, which applies
 // the per-token x per-channel scales itself (outer-vector scaling), or, where this cuBLASLt
@@ -69,11 +70,13 @@ class GemmDispatch {
   void reserve_fp8_input(int64_t rows, int64_t cols);
   // FP8 activation handoff (issue 17, item 5): the kernel that makes x (an RMSNorm) writes
   // x's per-token codes and scales itself when the next GEMM to read x is `next`, FP8, and
-  // multiplies x's rows as one run (<= kGemvMaxRows rows). prepare_fp8_input returns where to
-  // write them ({nullptr, nullptr}: not here, the GEMM quantizes x itself) and remembers x; the
-  // next linear / linear_multi / linear_silu_mul on exactly x (data, rows, cols) then skips
-  // launch_quantize_rows_fp8. The first GEMM call after it, on x or not, forgets x. The caller
-  // guarantees that nothing writes x in between (Backend's `next` hint).
+  // multiplies x's rows as one run (one_run: decode steps, one-sequence prefill chunks; not a
+  // step that prefills several sequences, whose runs are per sequence). prepare_fp8_input
+  // returns where to write them ({nullptr, nullptr}: not here, the GEMM quantizes x itself)
+  // and remembers x; the next linear / linear_multi / linear_silu_mul on exactly x (data,
+  // rows, cols) then skips launch_quantize_rows_fp8. The first GEMM call after it, on x or
+  // not, forgets x. The caller guarantees that nothing writes x in between (Backend's `next`
+  // hint).
   struct Fp8Input {
     uint8_t* codes;
     float* scales;
@@ -101,6 +104,8 @@ class GemmDispatch {
   // step that prefills, one run per sequence longer than 16 rows and groups of <= 16 rows of
   // consecutive short sequences (linear()).
   void for_each_run(int64_t rows, const std::function<void(int64_t, int64_t)>& f) const;
+  // for_each_run(rows, ·) calls its function once, on all rows.
+  bool one_run(int64_t rows) const;
 
   // ---- W4A16 (cuda_gemm_int4.cpp) ----
   // ys[i] = x · W_iᵀ for the row slices W_i of w, per run of rows (for_each_run).
