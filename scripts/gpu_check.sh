@@ -15,7 +15,8 @@
 #                                     PACK=$PWD/.gpu/b.tar.xz.
 #   scripts/gpu_check.sh correctness  (GPU machine) every check below; exit 1 if any
 #                                     fails:
-#       op tests     every binary of OP_TESTS, --gtest_output=json (CUDA vs CPU, both modes)
+#       op tests     every binary of OP_TESTS, --gtest_output=json (CUDA vs CPU, both modes);
+#                    test_cuda_ops' CudaTp.* in a run of their own (as `tp` runs them)
 #       graph==eager the GraphReplayMatchesEager* tests of test_cuda_ops (their gtest JSON)
 #       golden       `sala golden CASE --device cuda --mode bf16|fp32` for every CASE under
 #                    $GOLDEN_ROOT holding a cases.json
@@ -240,6 +241,12 @@ correctness() {
     if [ "$t" = test_cuda_ops ]; then
       $SUM gtest "$OUT/checks.jsonl" "graph == eager" "$OUT/$t.json" "$RC" 0 \
         --only 'CudaOps.GraphReplayMatchesEager*'
+      # ... and then in a run of their own (eager module loading, as in `tp`), so that a
+      # trapped collective ends only that run.
+      echo "== $t CudaTp.*"
+      CUDA_MODULE_LOADING=EAGER run_logged "$OUT/tp_ops.log" "$BIN/$t" \
+        --gtest_filter='CudaTp.*' --gtest_output="json:$OUT/tp_ops.json"
+      $SUM gtest "$OUT/checks.jsonl" "tp op tests" "$OUT/tp_ops.json" "$RC" "$SECS"
     fi
   done
   local cases=()
