@@ -241,12 +241,9 @@ correctness() {
     if [ "$t" = test_cuda_ops ]; then
       $SUM gtest "$OUT/checks.jsonl" "graph == eager" "$OUT/$t.json" "$RC" 0 \
         --only 'CudaOps.GraphReplayMatchesEager*'
-      # ... and then in a run of their own (eager module loading, as in `tp`), so that a
-      # trapped collective ends only that run.
+      # ... and then in a run of their own, so that a trapped collective ends only that run.
       echo "== $t CudaTp.*"
-      CUDA_MODULE_LOADING=EAGER run_logged "$OUT/tp_ops.log" "$BIN/$t" \
-        --gtest_filter='CudaTp.*' --gtest_output="json:$OUT/tp_ops.json"
-      $SUM gtest "$OUT/checks.jsonl" "tp op tests" "$OUT/tp_ops.json" "$RC" "$SECS"
+      tp_op_tests
     fi
   done
   local cases=()
@@ -388,15 +385,20 @@ kv8_bench() {
   done
 }
 
-tp() {
-  setup
-  # Eager module loading: ranks sharing one GPU spin in a collective until the other rank's
-  # kernel runs, and loading that kernel lazily may need a context synchronisation (CUDA's
-  # lazy-loading guide: a deadlock between kernels that wait for each other).
+# test_cuda_ops' CudaTp.* (correctness and tp). Eager module loading: ranks sharing one GPU
+# spin in a collective until the other rank's kernel runs, and loading that kernel lazily may
+# need a context synchronisation (CUDA's lazy-loading guide: a deadlock between kernels that
+# wait for each other).
+tp_op_tests() {
   CUDA_MODULE_LOADING=EAGER run_logged "$OUT/tp_ops.log" "$BIN/test_cuda_ops" \
     --gtest_filter='CudaTp.*' --gtest_output="json:$OUT/tp_ops.json"
-  cat "$OUT/tp_ops.log"
   $SUM gtest "$OUT/checks.jsonl" "tp op tests" "$OUT/tp_ops.json" "$RC" "$SECS"
+}
+
+tp() {
+  setup
+  tp_op_tests
+  cat "$OUT/tp_ops.log"
   local gpus tp
   gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
   if [ "${gpus:-0}" -ge 2 ]; then
