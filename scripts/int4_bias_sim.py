@@ -10,6 +10,13 @@ exact bf16 products summed exactly per 16-k chunk, rounded to fp32, chunks added
   bias16  : the nibble in the mantissa's top bits instead (bf16 value 1 + q/16, the same lop3
             with the shift folded), acc" = Σ x·(1 + q/16), t = fma(−1.5, Σx, acc"),
             out = fma(t, 16·s, out): a bias 6x the signal's spread instead of 34x.
+  limbsL  : int8 tensor cores (session 34's design, docs/PERF.md): per group x in fixed point,
+            x_int = rint(x · 2^E) with E the largest power keeping |x_int| < 2^(8L − 2), as L
+            balanced base-256 digits d_l (s8); exact int32 sums a_l = Σ c·d_l − 8 Σ d_l of the
+            codes c = q + 8 (u8), then t = Σ_l a_l 2^(8l) by fp32 fmas from the top limb down
+            (L = 4: the prototype's pairs a_1·256 + a_0, a_3·256 + a_2 exact, then one fma),
+            out = fma(t, s · 2^−E, out). Only x's rounding to L·8 − 2 bits and the fp32 steps
+            are inexact.
 Each against the exact product (float64), both rounded to bf16: the share of outputs that
 differ by ≥ 1 bf16 ulp and the largest difference in ulps.
 Usage: int4_bias_sim.py [ROWS] [SEED]   (.venv's python: numpy)"""
@@ -48,6 +55,41 @@ def fma_rows(a, s, out):
     return (a.astype(np.float64) * s + out.astype(np.float64)).astype(np.float32)
 
 
+def f32(a):
+    return np.asarray(a, np.float64).astype(np.float32)
+
+
+def limbs(q, x, s, L):
+    """Emulates the int8 tensor-core arithmetic (see the docstring's limbsL) for codes q
+    [N, K] (0..15), x [K], group scales s [N, K/G]; returns fp32 outputs [N]."""
+    n, k = q.shape
+    out = np.zeros(n, np.float32)
+    xd = x.astype(np.float64)
+    for g in range(k // G):
+        xg = xd[g * G:(g + 1) * G]
+        amax = np.abs(xg).max()
+        E = 0 if amax == 0 else int(8 * L - 3 - np.floor(np.log2(amax)))
+        xi = np.rint(xg * 2.0 ** E).astype(np.int64)
+        assert np.abs(xi).max() < 2 ** (8 * L - 2)
+        digits, r = [], xi.copy()
+        for _ in range(L):
+            d = ((r + 128) & 255) - 128  # balanced digit, s8
+            digits.append(d)
+            r = (r - d) >> 8
+        assert np.all(r == 0)
+        qg = q[:, g * G:(g + 1) * G].astype(np.int64)
+        a = [qg @ d - 8 * d.sum() for d in digits]  # exact int32 sums per limb
+        if L == 4:  # the prototype's order: exact int32 pairs, then one fp32 fma
+            p0, p1 = f32(a[1] * 256 + a[0]), f32(a[3] * 256 + a[2])
+            t = f32(p1.astype(np.float64) * 65536.0 + p0)
+        else:
+            t = f32(a[L - 1])
+            for l in range(L - 2, -1, -1):  # t = fma(t, 256, a_l) in fp32
+                t = f32(t.astype(np.float64) * 256.0 + a[l])
+        out = fma_rows(t, f32(s[:, g].astype(np.float64) * 2.0 ** (-E)), out)
+    return out
+
+
 def run(x, K, label):
     rng = np.random.default_rng(SEED + K)
     w = rng.normal(0, 0.02, (ROWS, K)).astype(np.float32)
@@ -73,7 +115,9 @@ def run(x, K, label):
         out_b = fma_rows(t, s[:, g], out_b)
         t16 = (acc16[:, g].astype(np.float64) - 1.5 * sx[g]).astype(np.float32)
         out_16 = fma_rows(t16, 16.0 * s[:, g], out_16)
-    for name, out in (("current", out_c), ("bias-out", out_b), ("bias16", out_16)):
+    outs = [("current", out_c), ("bias-out", out_b), ("bias16", out_16)]
+    outs += [(f"limbs{L}", limbs(q, x, s, L)) for L in (2, 3, 4)]
+    for name, out in outs:
         u = ulps(bf16(out), ref)
         rel = np.abs(out.astype(np.float64) - exact) / np.maximum(np.abs(exact), 1e-30)
         print(f"{label:<28} K={K:<6} {name:<9} ≥1 ulp: {np.mean(u >= 1) * 100:6.3f} %  "

@@ -4,12 +4,14 @@
 // and times. Prints, per kernel, shape and row count M: the median µs of 30 launches (after 5
 // warm-ups) and an FNV-1a hash of the output bytes (the same hash in two builds: the same
 // bits). Inputs: fixed pseudo-random bf16 x and weights, int4 words repacked as at upload.
+// Usage: gemv_ab [bf16|int4] (default both).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "ab_util.h"
@@ -24,7 +26,8 @@ static uint64_t fnv(const std::vector<unsigned char>& b) {
   return h;
 }
 
-int main() {
+int main(int argc, char** argv) {
+  const char* only = argc > 1 ? argv[1] : "";
   const int shapes[][2] = {{4096, 4096}, {12288, 4096}, {16384, 4096}, {32768, 4096}, {4096, 16384}};
   const int rows[] = {1, 8, 16, 40, 64};
   const int kMaxN = 32768, kMaxK = 16384, kMaxM = 64;
@@ -56,7 +59,8 @@ int main() {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  for (int kind = 0; kind < 2; ++kind)
+  for (int kind = 0; kind < 2; ++kind) {
+    if (*only && std::string(only) != (kind == 0 ? "bf16" : "int4")) continue;
     for (const auto& sh : shapes)
       for (int M : rows) {
         const int N = sh[0], K = sh[1];
@@ -85,5 +89,6 @@ int main() {
         std::printf("%s %6d x %5d M=%2d %9.2f us  %016llx\n", kind == 0 ? "bf16" : "int4", N, K, M,
                     us[us.size() / 2], (unsigned long long)fnv(out));
       }
+  }
   return 0;
 }

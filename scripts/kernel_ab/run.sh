@@ -3,6 +3,7 @@
 # gemv_ab.cu against each SRC_DIR (a copy of the repository's src/ holding one variant of the
 # skinny GEMV kernels), runs the builds one after another twice (A B A B), and prints each
 # build's table; the hash column must agree across builds whose kernels promise the same bits.
+# AB_ARGS: arguments of every run (gemv_ab's: bf16 or int4 alone).
 set -eu
 out=$1; shift
 here=$(cd "$(dirname "$0")" && pwd)
@@ -17,5 +18,5 @@ done
 wait
 for rep in 1 2; do
   i=0
-  for src in "$@"; do echo "== $src (rep $rep)"; "$out/ab$i"; i=$((i + 1)); done
+  for src in "$@"; do echo "== $src (rep $rep)"; "$out/ab$i" ${AB_ARGS:-}; i=$((i + 1)); done
 done

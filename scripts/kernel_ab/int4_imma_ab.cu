@@ -1,0 +1,317 @@
+// Prototype, not product code (issue 22): the W4A16 decode GEMV on the int8 tensor cores, timed
+// against the production int4 ring GEMV (cuda_gemv_int4.cu) on the 9B's shapes at M = 1, 2.
+//
+// Why: the int4 GEMV streams 1.8-1.9 TB/s because it issues too many instructions per weight
+// (session 16's ncu); 11 of its ~20 SASS instructions per 256 weights turn codes into bf16
+// (3 SHF + 4 LOP3 + 4 HFMA2 per word of 8 codes). Here the codes stay integers: a word's low
+// and high nibbles ((w & 0x0f0f0f0f), (w >> 4) & 0x0f0f0f0f: 3 instructions per 8 codes) are
+// the u8 A operand of mma.m16n8k32.u8.s8 as they are, and x enters as exact fixed point: per
+// group of 128 k and x row, x_int = rint(x · 2^E) (E the largest power keeping |x_int| < 2^30:
+// bf16 values within 2^-22 of the group's largest are exact) as 4 balanced base-256 digits
+// d_l (s8), which are the B operand's columns 4m + l (so M <= 2 fills one n8 tile). The int32
+// sums a_l = Σ c·d_l − 8 Σ d_l (c = q + 8, the stored code) are exact, so are the pairs
+// a_1 256 + a_0 and a_3 256 + a_2 (int32); the group's value Σ q·x_int = Σ_l a_l 256^l is then
+// formed in fp32 (2 roundings) and added as fma(·, s · 2^−E, out).
+// Precision (scripts/int4_bias_sim.py "limbs4"): the production kernel's, ≤ 1 bf16 ulp.
+// Per 2,048 weights (16 rows x 128 k) a lane issues 4 IMMA + 24 dequantization + ~16
+// combination instructions instead of 8 HMMA + 88 + 4.
+//
+// The digits are prepared by a small kernel per x (limb_prep_kernel), timed alone and with the
+// GEMV; in a product kernel the producer of x would write them, or the GEMV would build them.
+// Ring, scale copies, tile walk and PDL are the production kernel's (this file includes it).
+//
+// Build (GPU machine or here): nvcc -O2 -std=c++20 --expt-relaxed-constexpr -gencode
+//   arch=compute_90a,code=sm_90a -I src scripts/kernel_ab/int4_imma_ab.cu
+//   src/backend/cuda/cuda_gemv.cu -o /tmp/int4_imma_ab
+// Prints per shape and M: µs per launch (20 back to back) of the production GEMV, of the
+// prototype alone and with its digit kernel, their TB/s, and each one's error against the exact
+// product (double) in bf16 ulps. Exit 1 when the prototype is off by more than 2 ulps.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "ab_util.h"
+#include "backend/cuda/cuda_gemv_int4.cu"  // the baseline and the ring machinery it uses
+
+namespace sala::cuda {
+namespace {
+using namespace gemv;
+
+constexpr int kImmaMaxRows = 2;  // x rows: 4 digit columns each in one n8 tile
+constexpr int kImmaSmem = kRingBytes + kScaleBytes + kWarps * kRows * kImmaMaxRows * 4;
+static_assert(kImmaSmem <= kRingMaxSmem, "the prototype's ring does not fit an sm_90 SM");
+
+// x's digits in B-fragment order: frag [K / 32][8 columns][4 words] of uint2 {b0, b1}, the B
+// registers of the IMMA of word i for lane (g = column, t = chunk % 4); corr [K / 128][4]:
+// lane t's bias 256 C(2t + 1) + C(2t) of its columns' C(j) = 8 · Σ of the group's digits of
+// column j; xs [K / 128][2]: 2^−E of x row m in the group.
+struct XDigits {
+  uint2* frag;
+  int* corr;
+  float* xs;
+};
+
+// Byte of uint2 {b0, b1} that holds the digit of word-local k (0..7). The repacked word's low
+// nibbles (bytes of w & 0x0f0f0f0f) are k 0, 4, 1, 5 (nibble j: k 2j, nibble j + 4: k 2j + 1),
+// its high nibbles k 2, 6, 3, 7: the A registers a0 / a2 of the IMMA; b0 / b1 must match.
+__host__ __device__ constexpr int digit_byte(int k8) {
+  return ((k8 & 2) ? 4 : 0) + (((k8 & 1) << 1) | ((k8 >> 2) & 1));
+}
+
+// One warp per (group of 128 k, x row m): lane l takes k 4l .. 4l + 3 of the group.
+__global__ void limb_prep_kernel(const bf16* __restrict__ x, int64_t ldx, XDigits xd) {
+  pdl_trigger();
+  pdl_wait();
+  const int grp = blockIdx.x, m = blockIdx.y, lane = threadIdx.x;
+  const int k0 = grp * 128 + lane * 4;
+  const uint2 raw = *reinterpret_cast<const uint2*>(x + m * ldx + k0);
+  const bf16* h = reinterpret_cast<const bf16*>(&raw);
+  float v[4], amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[i] = __bfloat162float(h[i]), amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+  for (int o = 16; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(~0u, amax, o));
+  const int E = amax > 0.f ? 29 - ilogbf(amax) : 0;  // |x| < 2^(e+1) -> |x_int| < 2^30
+  int sum[4] = {0, 0, 0, 0};
+  auto* f = reinterpret_cast<uint8_t*>(xd.frag);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    int r = __float2int_rn(ldexpf(v[i], E));
+    const int k = k0 + i, c = k >> 5, word = (k & 31) >> 3, k8 = k & 7;
+#pragma unroll
+    for (int l = 0; l < 4; ++l) {
+      const int d = ((r + 128) & 255) - 128;  // balanced digit: r = d + 256 r'
+      r = (r - d) >> 8;
+      sum[l] += d;
+      f[((int64_t(c) * 8 + 4 * m + l) * 4 + word) * 8 + digit_byte(k8)] = uint8_t(d);
+    }
+  }
+#pragma unroll
+  for (int l = 0; l < 4; ++l)
+#pragma unroll
+    for (int o = 16; o; o >>= 1) sum[l] += __shfl_xor_sync(~0u, sum[l], o);
+  if (lane < 2) xd.corr[grp * 4 + 2 * m + lane] = 8 * (256 * sum[2 * lane + 1] + sum[2 * lane]);
+  if (lane == 0) xd.xs[grp * 2 + m] = ldexpf(1.f, -E);
+}
+
+__device__ __forceinline__ void imma(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                     uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// y[m, n] = Σ_k q[n, k] s[n, k / 128] x[m, k] for M <= 2, group 128, K % 512 == 0. The ring,
+// slices, walk and scale copies of gemv4_ring_kernel; lane (g, t) holds the sums of weight rows
+// g, g + 8 of each 16-row half for x row t / 2 (lanes 2m and 2m + 1 hold the same values).
+__global__ void __launch_bounds__(kThreads, 1)
+    gemv4_imma_kernel(XDigits xd, const uint32_t* __restrict__ w, const float* __restrict__ ws,
+                      int64_t N, int K, int M, bf16* __restrict__ y, int64_t ldy, int ntiles) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  pdl_trigger();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const uint32_t sm0 = uint32_t(__cvta_generic_to_shared(smem));
+  const uint32_t ring = sm0 + warp * kStages * kStage;
+  const uint32_t sring = sm0 + kRingBytes + warp * kStages * kScaleStage;
+  auto red = reinterpret_cast<float(*)[kRows][kImmaMaxRows]>(smem + kRingBytes + kScaleBytes);
+  const Slice s(K / kChunkK, warp);
+  const Walk wk(ntiles, false, s);
+  const auto* wb = reinterpret_cast<const uint8_t*>(w);
+  const int64_t row_bytes = K / 2, gpr = K / kGroupK;
+  const int cgb = s.cb / 4;
+  const bool vec = gpr % 4 == 0 && cgb % 4 == 0 && (reinterpret_cast<uintptr_t>(ws) & 15) == 0;
+  const ScaleCopies scales{sring, ws, gpr, N, 1, cgb, 0, vec};
+  Cursor cur;
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) issue_stage(wk, cur, ring, s, wb, row_bytes, N, scales);
+  pdl_wait();
+  const uint32_t lo = lane_off(g, t);
+  const auto* frag = reinterpret_cast<const uint4*>(xd.frag);
+  const bool odd = t & 1;
+  int u = 0;
+  for (int ti = 0; ti < wk.ntc; ++ti) {
+    float out[2][2] = {};
+    for (int st = 0; st < wk.nst; ++st, ++u) {
+      const int c0 = s.cb + st * kCps;
+      cp_wait<kStages - 2>();
+      __syncwarp();
+      issue_stage(wk, cur, ring, s, wb, row_bytes, N, scales);
+      const uint32_t base = ring + (u % kStages) * kStage;
+      const uint32_t sbase = sring + (u % kStages) * kScaleStage;
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        if (c0 + 4 * v >= s.ce) break;  // uniform: the slice ends at a whole group
+        const int c = c0 + 4 * v + t, grp = c0 / 4 + v;
+        const uint4 b01 = __ldg(frag + (int64_t(c) * 8 + g) * 2);  // words 0, 1: b0 b1 b0 b1
+        const uint4 b23 = __ldg(frag + (int64_t(c) * 8 + g) * 2 + 1);
+        const int cr = __ldg(xd.corr + grp * 4 + t);  // columns 2t, 2t + 1
+        const float xs = __ldg(xd.xs + grp * 2 + t / 2);
+        const uint32_t b[4][2] = {{b01.x, b01.y}, {b01.z, b01.w}, {b23.x, b23.y}, {b23.z, b23.w}};
+#pragma unroll
+        for (int rt = 0; rt < 2; ++rt) {
+          const uint4 Wg = lds(base + lo + row_off(rt * 16) + v * 64);
+          const uint4 W8 = lds(base + lo + row_off(rt * 16 + 8) + v * 64);
+          const float sg = lds_f32(sbase + (rt * 16 + g) * 16 + v * 4);
+          const float s8 = lds_f32(sbase + (rt * 16 + g + 8) * 16 + v * 4);
+          const uint32_t wg[4] = {Wg.x, Wg.y, Wg.z, Wg.w}, w8[4] = {W8.x, W8.y, W8.z, W8.w};
+          int acc[4] = {0, 0, 0, 0};
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            imma(acc, wg[i] & 0x0f0f0f0fu, w8[i] & 0x0f0f0f0fu, (wg[i] >> 4) & 0x0f0f0f0fu,
+                 (w8[i] >> 4) & 0x0f0f0f0fu, b[i][0], b[i][1]);
+          // Columns 2t, 2t + 1: digits 2(t % 2), + 1 of x row t / 2. p = a_hi · 256 + a_lo,
+          // exact in int32 (|p| < 2^27); the row's value p_even + 65536 · p_odd in fp32, the
+          // same on both lanes of the pair.
+          const float pg = float(acc[1] * 256 + acc[0] - cr);
+          const float p8 = float(acc[3] * 256 + acc[2] - cr);
+          const float qg = __shfl_xor_sync(~0u, pg, 1), q8 = __shfl_xor_sync(~0u, p8, 1);
+          const float tg = odd ? fmaf(pg, 65536.f, qg) : fmaf(qg, 65536.f, pg);
+          const float t8 = odd ? fmaf(p8, 65536.f, q8) : fmaf(q8, 65536.f, p8);
+          out[rt][0] = fmaf(tg, sg * xs, out[rt][0]);
+          out[rt][1] = fmaf(t8, s8 * xs, out[rt][1]);
+        }
+      }
+    }
+    if (!odd)
+#pragma unroll
+      for (int rt = 0; rt < 2; ++rt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) red[warp][rt * 16 + g + 8 * h][t / 2] = out[rt][h];
+    __syncthreads();
+    const int64_t n0 = int64_t(wk.tile(ti)) * kRows;
+    if (int(threadIdx.x) < kRows * M) {
+      const int nl = threadIdx.x % kRows, m = threadIdx.x / kRows;
+      if (n0 + nl < N) {
+        float v = red[0][nl][m];
+#pragma unroll
+        for (int q = 1; q < kWarps; ++q) v += red[q][nl][m];
+        y[m * ldy + n0 + nl] = f2b(v);
+      }
+    }
+    __syncthreads();  // red is reused by the next tile
+  }
+  cp_wait<0>();
+}
+
+}  // namespace
+}  // namespace sala::cuda
+
+using namespace sala::cuda;
+using kernel_ab::median_us;
+using kernel_ab::rng;
+
+// Largest |got − ref| in bf16 ulps of ref, and the share of outputs ≥ 1 ulp off.
+static void ulps(const std::vector<__nv_bfloat16>& got, const std::vector<double>& ref,
+                 double* worst, double* share) {
+  int off = 0;
+  *worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double r = double(__bfloat162float(__float2bfloat16_rn(float(ref[i]))));
+    const double e = std::floor(std::log2(std::max(std::fabs(r), 1e-30)));
+    const double u = std::fabs(double(__bfloat162float(got[i])) - r) / std::exp2(e - 7);
+    *worst = std::max(*worst, u);
+    off += u >= 1;
+  }
+  *share = 100.0 * off / double(ref.size());
+}
+
+int main() {
+  const int shapes[][2] = {{4096, 4096},  {12288, 4096}, {16384, 4096},
+                           {32768, 4096}, {4096, 16384}};
+  const int kMaxWords = 32768 * 4096 / 8, kMaxK = 16384;
+  uint64_t s = 2026;
+  std::vector<uint32_t> hq(kMaxWords);
+  for (auto& v : hq) v = rng(s);
+  std::vector<float> hs(kMaxWords / 16);
+  for (auto& v : hs) v = float(1 + rng(s) % 1000) / 50000.f;
+  std::vector<__nv_bfloat16> hx(size_t(kImmaMaxRows) * kMaxK);
+  for (size_t i = 0; i < hx.size(); ++i) {  // N(0, 1)-like with every 16th value tiny
+    const float u = float(int(rng(s) % 2001) - 1000) / 500.f;
+    hx[i] = __float2bfloat16(i % 16 == 5 ? u * 1e-5f : u);
+  }
+  uint32_t* q;
+  float* sc;
+  __nv_bfloat16 *x, *y0, *y1;
+  XDigits xd{};
+  CK(cudaMalloc(&q, hq.size() * 4));
+  CK(cudaMalloc(&sc, hs.size() * 4));
+  CK(cudaMalloc(&x, hx.size() * 2));
+  CK(cudaMalloc(&y0, size_t(kImmaMaxRows) * 32768 * 2));
+  CK(cudaMalloc(&y1, size_t(kImmaMaxRows) * 32768 * 2));
+  CK(cudaMalloc(&xd.frag, size_t(kMaxK) * 8));
+  CK(cudaMalloc(&xd.corr, size_t(kMaxK / 128) * 4 * 4));
+  CK(cudaMalloc(&xd.xs, size_t(kMaxK / 128) * 2 * 4));
+  CK(cudaMemcpy(q, hq.data(), hq.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(sc, hs.data(), hs.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+  cudaStream_t st;
+  CK(cudaStreamCreate(&st));
+  launch_int4_repack(q, int64_t(hq.size()), st);
+  gemv_init();
+  gemv_int4_init();
+  CK(cudaFuncSetAttribute(gemv4_imma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          kImmaSmem));
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  bool ok = true;
+  std::printf("%-14s %s %9s %9s %9s %7s %7s %7s  %-16s %-16s\n", "shape", "M", "prod us",
+              "imma us", "+prep us", "prod", "imma", "+prep", "prod ulp (%>=1)", "imma ulp");
+  for (const auto& sh : shapes)
+    for (int M = 1; M <= kImmaMaxRows; ++M) {
+      const int N = sh[0], K = sh[1], ntiles = (N + kRows - 1) / kRows;
+      CK(cudaMemsetAsync(xd.frag, 0, size_t(K) * 8, st));
+      CK(cudaMemsetAsync(xd.corr, 0, size_t(K / 128) * 4 * 4, st));
+      CK(cudaMemsetAsync(xd.xs, 0, size_t(K / 128) * 2 * 4, st));
+      GemvOut o{};
+      o.y[0] = y0;
+      o.end[0] = N;
+      o.cols[0] = N;
+      o.nparts = 1;
+      auto prod = [&] { launch_gemv_int4(x, K, q, sc, N, K, 128, M, o, st); };
+      auto prep = [&] {
+        launch_pdl(limb_prep_kernel, dim3(unsigned(K / 128), unsigned(M)), dim3(32), 0, st,
+                   (const bf16*)x, int64_t(K), xd);
+      };
+      auto imma = [&] {
+        launch_pdl(gemv4_imma_kernel, dim3(unsigned(std::min(ntiles, sms))), dim3(kThreads),
+                   size_t(kImmaSmem), st, xd, (const uint32_t*)q, (const float*)sc, int64_t(N),
+                   K, M, (bf16*)y1, int64_t(N), ntiles);
+      };
+      prep();
+      const float t0 = median_us(prod, st, 20);
+      const float t1 = median_us(imma, st, 20);
+      const float t2 = median_us([&] { prep(); imma(); }, st, 20);
+      CK(cudaStreamSynchronize(st));
+      std::vector<__nv_bfloat16> g0(size_t(M) * N), g1(size_t(M) * N);
+      CK(cudaMemcpy(g0.data(), y0, g0.size() * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(g1.data(), y1, g1.size() * 2, cudaMemcpyDeviceToHost));
+      std::vector<double> ref(size_t(M) * N);
+      for (int m = 0; m < M; ++m)
+        for (int n = 0; n < N; ++n) {
+          double acc = 0;
+          for (int k = 0; k < K; ++k) {
+            const int code = int((hq[(size_t(n) * K + k) / 8] >> (4 * (k % 8))) & 15u);
+            acc += double(code - 8) * hs[size_t(n) * (K / 128) + k / 128] *
+                   double(__bfloat162float(hx[size_t(m) * K + k]));
+          }
+          ref[size_t(m) * N + n] = acc;
+        }
+      double w0, f0, w1, f1;
+      ulps(g0, ref, &w0, &f0);
+      ulps(g1, ref, &w1, &f1);
+      const double gb = (double(N) * K / 2 + double(N) * (K / 128) * 4) / 1e3;  // bytes / 1e3
+      std::printf("%6d x %5d  %d %9.2f %9.2f %9.2f %7.2f %7.2f %7.2f  %4.1f (%6.3f %%)  "
+                  "%4.1f (%6.3f %%)\n",
+                  N, K, M, t0, t1, t2, gb / t0 / 1e3, gb / t1 / 1e3, gb / t2 / 1e3, w0, f0, w1, f1);
+      if (w1 > 2) ok = false;
+    }
+  std::printf("TB/s: weight + scale bytes per µs / 1e6. %s\n",
+              ok ? "imma within 2 ulps everywhere" : "IMMA OFF BY MORE THAN 2 ULPS");
+  return ok ? 0 : 1;
+}
