@@ -1,5 +1,5 @@
 // Prototype, not product code (issue 22): the W4A16 decode GEMV on the int8 tensor cores, timed
-// against the production int4 ring GEMV (cuda_gemv_int4.cu) on the 9B's shapes at M = 1, 2.
+// against the production int4 ring GEMV (cuda_gemv_int4.cu) on the 9B's shapes at M = 1..8.
 //
 // Why: the int4 GEMV streams 1.8-1.9 TB/s because it issues too many instructions per weight
 // (session 16's ncu); 11 of its ~20 SASS instructions per 256 weights turn codes into bf16
@@ -8,13 +8,15 @@
 // the u8 A operand of mma.m16n8k32.u8.s8 as they are, and x enters as exact fixed point: per
 // group of 128 k and x row, x_int = rint(x · 2^E) (E the largest power keeping |x_int| < 2^30:
 // bf16 values within 2^-22 of the group's largest are exact) as 4 balanced base-256 digits
-// d_l (s8), which are the B operand's columns 4m + l (so M <= 2 fills one n8 tile). The int32
-// sums a_l = Σ c·d_l − 8 Σ d_l (c = q + 8, the stored code) are exact, so are the pairs
-// a_1 256 + a_0 and a_3 256 + a_2 (int32); the group's value Σ q·x_int = Σ_l a_l 256^l is then
-// formed in fp32 (2 roundings) and added as fma(·, s · 2^−E, out).
-// Precision (scripts/int4_bias_sim.py "limbs4"): the production kernel's, ≤ 1 bf16 ulp.
-// Per 2,048 weights (16 rows x 128 k) a lane issues 4 IMMA + 24 dequantization + ~16
-// combination instructions instead of 8 HMMA + 88 + 4.
+// d_l (s8), which are the B operand's columns 4m + l (two x rows per n8 tile: one IMMA per
+// 16 x 32 weights at M <= 2, four at M = 8). The int32 sums a_l = Σ c·d_l − 8 Σ d_l
+// (c = q + 8, the stored code) are exact, so are the pairs a_1 256 + a_0 and a_3 256 + a_2
+// (int32); the group's value Σ q·x_int = Σ_l a_l 256^l is then formed in fp32 (2 roundings)
+// and added as fma(·, s · 2^−E, out). Precision (scripts/int4_bias_sim.py "limbs4"): the
+// production kernel's, ≤ 1 bf16 ulp. Per 2,048 weights (16 rows x 128 k) and n8 tile a lane
+// issues 4 IMMA + 24 dequantization (shared by the tiles) + ~14 combination instructions;
+// the production kernel 8 HMMA per tile + 88 + 4. So the prototype should win at M <= 2 and
+// tie near M = 8 (SASS stage loop at M <= 2: 844 static instructions vs 1,267).
 //
 // The digits are prepared by a small kernel per x (limb_prep_kernel), timed alone and with the
 // GEMV; in a product kernel the producer of x would write them, or the GEMV would build them.
@@ -42,18 +44,24 @@ namespace sala::cuda {
 namespace {
 using namespace gemv;
 
-constexpr int kImmaMaxRows = 2;  // x rows: 4 digit columns each in one n8 tile
-constexpr int kImmaSmem = kRingBytes + kScaleBytes + kWarps * kRows * kImmaMaxRows * 4;
-static_assert(kImmaSmem <= kRingMaxSmem, "the prototype's ring does not fit an sm_90 SM");
+// x rows per n8 tile of the B operand: 4 digit columns each. NT tiles take M <= 2 NT rows.
+constexpr int kRowsPerTile = 2;
+template <int NT>
+constexpr int imma_smem() {
+  return kRingBytes + kScaleBytes + kWarps * kRows * kRowsPerTile * NT * 4;
+}
+static_assert(imma_smem<4>() <= kRingMaxSmem, "the prototype's ring does not fit an sm_90 SM");
 
-// x's digits in B-fragment order: frag [K / 32][8 columns][4 words] of uint2 {b0, b1}, the B
-// registers of the IMMA of word i for lane (g = column, t = chunk % 4); corr [K / 128][4]:
-// lane t's bias 256 C(2t + 1) + C(2t) of its columns' C(j) = 8 · Σ of the group's digits of
-// column j; xs [K / 128][2]: 2^−E of x row m in the group.
+// x's digits in B-fragment order. frag [K / 32][cols = 8 NT][4 words] of uint2 {b0, b1}: the B
+// registers of the IMMA of word i for lane (g, t = chunk % 4) of n-tile nt, column 8 nt + g =
+// digit l of x row m at column 4m + l. corr [K / 128][4 NT]: lane t of n-tile nt's bias
+// 256 C(j + 1) + C(j), j = 8 nt + 2t, of C(j) = 8 · Σ of the group's digits of column j.
+// xs [K / 128][2 NT]: 2^−E of x row m in the group.
 struct XDigits {
   uint2* frag;
   int* corr;
   float* xs;
+  int nt;  // n8 tiles
 };
 
 // Byte of uint2 {b0, b1} that holds the digit of word-local k (0..7). The repacked word's low
@@ -67,7 +75,7 @@ __host__ __device__ constexpr int digit_byte(int k8) {
 __global__ void limb_prep_kernel(const bf16* __restrict__ x, int64_t ldx, XDigits xd) {
   pdl_trigger();
   pdl_wait();
-  const int grp = blockIdx.x, m = blockIdx.y, lane = threadIdx.x;
+  const int grp = blockIdx.x, m = blockIdx.y, lane = threadIdx.x, cols = 8 * xd.nt;
   const int k0 = grp * 128 + lane * 4;
   const uint2 raw = *reinterpret_cast<const uint2*>(x + m * ldx + k0);
   const bf16* h = reinterpret_cast<const bf16*>(&raw);
@@ -88,15 +96,16 @@ __global__ void limb_prep_kernel(const bf16* __restrict__ x, int64_t ldx, XDigit
       const int d = ((r + 128) & 255) - 128;  // balanced digit: r = d + 256 r'
       r = (r - d) >> 8;
       sum[l] += d;
-      f[((int64_t(c) * 8 + 4 * m + l) * 4 + word) * 8 + digit_byte(k8)] = uint8_t(d);
+      f[((int64_t(c) * cols + 4 * m + l) * 4 + word) * 8 + digit_byte(k8)] = uint8_t(d);
     }
   }
 #pragma unroll
   for (int l = 0; l < 4; ++l)
 #pragma unroll
     for (int o = 16; o; o >>= 1) sum[l] += __shfl_xor_sync(~0u, sum[l], o);
-  if (lane < 2) xd.corr[grp * 4 + 2 * m + lane] = 8 * (256 * sum[2 * lane + 1] + sum[2 * lane]);
-  if (lane == 0) xd.xs[grp * 2 + m] = ldexpf(1.f, -E);
+  if (lane < 2)
+    xd.corr[grp * 4 * xd.nt + 2 * m + lane] = 8 * (256 * sum[2 * lane + 1] + sum[2 * lane]);
+  if (lane == 0) xd.xs[grp * 2 * xd.nt + m] = ldexpf(1.f, -E);
 }
 
 __device__ __forceinline__ void imma(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -107,19 +116,22 @@ __device__ __forceinline__ void imma(int (&c)[4], uint32_t a0, uint32_t a1, uint
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// y[m, n] = Σ_k q[n, k] s[n, k / 128] x[m, k] for M <= 2, group 128, K % 512 == 0. The ring,
-// slices, walk and scale copies of gemv4_ring_kernel; lane (g, t) holds the sums of weight rows
-// g, g + 8 of each 16-row half for x row t / 2 (lanes 2m and 2m + 1 hold the same values).
+// y[m, n] = Σ_k q[n, k] s[n, k / 128] x[m, k] for M <= 2 NT, group 128, K % 512 == 0. The
+// ring, slices, walk and scale copies of gemv4_ring_kernel; lane (g, t) holds, per n-tile nt,
+// the sums of weight rows g, g + 8 of each 16-row half for x row 2 nt + t / 2 (lanes 2m' and
+// 2m' + 1 hold the same values).
+template <int NT>
 __global__ void __launch_bounds__(kThreads, 1)
     gemv4_imma_kernel(XDigits xd, const uint32_t* __restrict__ w, const float* __restrict__ ws,
                       int64_t N, int K, int M, bf16* __restrict__ y, int64_t ldy, int ntiles) {
+  constexpr int RM = kRowsPerTile * NT;  // x rows of the red buffer
   extern __shared__ __align__(128) unsigned char smem[];
   pdl_trigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const uint32_t sm0 = uint32_t(__cvta_generic_to_shared(smem));
   const uint32_t ring = sm0 + warp * kStages * kStage;
   const uint32_t sring = sm0 + kRingBytes + warp * kStages * kScaleStage;
-  auto red = reinterpret_cast<float(*)[kRows][kImmaMaxRows]>(smem + kRingBytes + kScaleBytes);
+  auto red = reinterpret_cast<float(*)[kRows][RM]>(smem + kRingBytes + kScaleBytes);
   const Slice s(K / kChunkK, warp);
   const Walk wk(ntiles, false, s);
   const auto* wb = reinterpret_cast<const uint8_t*>(w);
@@ -136,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool odd = t & 1;
   int u = 0;
   for (int ti = 0; ti < wk.ntc; ++ti) {
-    float out[2][2] = {};
+    float out[2][NT][2] = {};
     for (int st = 0; st < wk.nst; ++st, ++u) {
       const int c0 = s.cb + st * kCps;
       cp_wait<kStages - 2>();
@@ -148,11 +160,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int v = 0; v < 4; ++v) {
         if (c0 + 4 * v >= s.ce) break;  // uniform: the slice ends at a whole group
         const int c = c0 + 4 * v + t, grp = c0 / 4 + v;
-        const uint4 b01 = __ldg(frag + (int64_t(c) * 8 + g) * 2);  // words 0, 1: b0 b1 b0 b1
-        const uint4 b23 = __ldg(frag + (int64_t(c) * 8 + g) * 2 + 1);
-        const int cr = __ldg(xd.corr + grp * 4 + t);  // columns 2t, 2t + 1
-        const float xs = __ldg(xd.xs + grp * 2 + t / 2);
-        const uint32_t b[4][2] = {{b01.x, b01.y}, {b01.z, b01.w}, {b23.x, b23.y}, {b23.z, b23.w}};
+        uint32_t b[NT][4][2];
+        int cr[NT];
+        float xs[NT];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {  // every tile: a row past M has zero digits
+          const uint4* fc = frag + (int64_t(c) * 8 * NT + 8 * nt + g) * 2;
+          const uint4 b01 = __ldg(fc), b23 = __ldg(fc + 1);  // words 0, 1 | 2, 3: b0 b1 b0 b1
+          b[nt][0][0] = b01.x, b[nt][0][1] = b01.y, b[nt][1][0] = b01.z, b[nt][1][1] = b01.w;
+          b[nt][2][0] = b23.x, b[nt][2][1] = b23.y, b[nt][3][0] = b23.z, b[nt][3][1] = b23.w;
+          cr[nt] = __ldg(xd.corr + grp * 4 * NT + 4 * nt + t);  // columns 2t, 2t + 1
+          xs[nt] = __ldg(xd.xs + grp * 2 * NT + 2 * nt + t / 2);
+        }
 #pragma unroll
         for (int rt = 0; rt < 2; ++rt) {
           const uint4 Wg = lds(base + lo + row_off(rt * 16) + v * 64);
@@ -160,21 +179,28 @@ __global__ void __launch_bounds__(kThreads, 1)
           const float sg = lds_f32(sbase + (rt * 16 + g) * 16 + v * 4);
           const float s8 = lds_f32(sbase + (rt * 16 + g + 8) * 16 + v * 4);
           const uint32_t wg[4] = {Wg.x, Wg.y, Wg.z, Wg.w}, w8[4] = {W8.x, W8.y, W8.z, W8.w};
-          int acc[4] = {0, 0, 0, 0};
+          int acc[NT][4] = {};
 #pragma unroll
-          for (int i = 0; i < 4; ++i)
-            imma(acc, wg[i] & 0x0f0f0f0fu, w8[i] & 0x0f0f0f0fu, (wg[i] >> 4) & 0x0f0f0f0fu,
-                 (w8[i] >> 4) & 0x0f0f0f0fu, b[i][0], b[i][1]);
-          // Columns 2t, 2t + 1: digits 2(t % 2), + 1 of x row t / 2. p = a_hi · 256 + a_lo,
-          // exact in int32 (|p| < 2^27); the row's value p_even + 65536 · p_odd in fp32, the
-          // same on both lanes of the pair.
-          const float pg = float(acc[1] * 256 + acc[0] - cr);
-          const float p8 = float(acc[3] * 256 + acc[2] - cr);
-          const float qg = __shfl_xor_sync(~0u, pg, 1), q8 = __shfl_xor_sync(~0u, p8, 1);
-          const float tg = odd ? fmaf(pg, 65536.f, qg) : fmaf(qg, 65536.f, pg);
-          const float t8 = odd ? fmaf(p8, 65536.f, q8) : fmaf(q8, 65536.f, p8);
-          out[rt][0] = fmaf(tg, sg * xs, out[rt][0]);
-          out[rt][1] = fmaf(t8, s8 * xs, out[rt][1]);
+          for (int i = 0; i < 4; ++i) {
+            const uint32_t a0 = wg[i] & 0x0f0f0f0fu, a1 = w8[i] & 0x0f0f0f0fu;
+            const uint32_t a2 = (wg[i] >> 4) & 0x0f0f0f0fu, a3 = (w8[i] >> 4) & 0x0f0f0f0fu;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+              imma(acc[nt], a0, a1, a2, a3, b[nt][i][0], b[nt][i][1]);
+          }
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            // Columns 2t, 2t + 1 of the tile: digits 2(t % 2), + 1 of its x row t / 2.
+            // p = a_hi · 256 + a_lo, exact in int32 (|p| < 2^27); the row's value
+            // p_even + 65536 · p_odd in fp32, the same on both lanes of the pair.
+            const float pg = float(acc[nt][1] * 256 + acc[nt][0] - cr[nt]);
+            const float p8 = float(acc[nt][3] * 256 + acc[nt][2] - cr[nt]);
+            const float qg = __shfl_xor_sync(~0u, pg, 1), q8 = __shfl_xor_sync(~0u, p8, 1);
+            const float tg = odd ? fmaf(pg, 65536.f, qg) : fmaf(qg, 65536.f, pg);
+            const float t8 = odd ? fmaf(p8, 65536.f, q8) : fmaf(q8, 65536.f, p8);
+            out[rt][nt][0] = fmaf(tg, sg * xs[nt], out[rt][nt][0]);
+            out[rt][nt][1] = fmaf(t8, s8 * xs[nt], out[rt][nt][1]);
+          }
         }
       }
     }
@@ -182,11 +208,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int rt = 0; rt < 2; ++rt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) red[warp][rt * 16 + g + 8 * h][t / 2] = out[rt][h];
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            red[warp][rt * 16 + g + 8 * h][2 * nt + t / 2] = out[rt][nt][h];
     __syncthreads();
     const int64_t n0 = int64_t(wk.tile(ti)) * kRows;
-    if (int(threadIdx.x) < kRows * M) {
-      const int nl = threadIdx.x % kRows, m = threadIdx.x / kRows;
+    for (int i = threadIdx.x; i < kRows * M; i += kThreads) {
+      const int nl = i % kRows, m = i / kRows;
       if (n0 + nl < N) {
         float v = red[0][nl][m];
 #pragma unroll
@@ -230,7 +259,8 @@ int main() {
   for (auto& v : hq) v = rng(s);
   std::vector<float> hs(kMaxWords / 16);
   for (auto& v : hs) v = float(1 + rng(s) % 1000) / 50000.f;
-  std::vector<__nv_bfloat16> hx(size_t(kImmaMaxRows) * kMaxK);
+  const int kMaxM = 8, kMaxNT = 4;
+  std::vector<__nv_bfloat16> hx(size_t(kMaxM) * kMaxK);
   for (size_t i = 0; i < hx.size(); ++i) {  // N(0, 1)-like with every 16th value tiny
     const float u = float(int(rng(s) % 2001) - 1000) / 500.f;
     hx[i] = __float2bfloat16(i % 16 == 5 ? u * 1e-5f : u);
@@ -242,11 +272,11 @@ int main() {
   CK(cudaMalloc(&q, hq.size() * 4));
   CK(cudaMalloc(&sc, hs.size() * 4));
   CK(cudaMalloc(&x, hx.size() * 2));
-  CK(cudaMalloc(&y0, size_t(kImmaMaxRows) * 32768 * 2));
-  CK(cudaMalloc(&y1, size_t(kImmaMaxRows) * 32768 * 2));
-  CK(cudaMalloc(&xd.frag, size_t(kMaxK) * 8));
-  CK(cudaMalloc(&xd.corr, size_t(kMaxK / 128) * 4 * 4));
-  CK(cudaMalloc(&xd.xs, size_t(kMaxK / 128) * 2 * 4));
+  CK(cudaMalloc(&y0, size_t(kMaxM) * 32768 * 2));
+  CK(cudaMalloc(&y1, size_t(kMaxM) * 32768 * 2));
+  CK(cudaMalloc(&xd.frag, size_t(kMaxK) * 8 * kMaxNT));
+  CK(cudaMalloc(&xd.corr, size_t(kMaxK / 128) * 4 * kMaxNT * 4));
+  CK(cudaMalloc(&xd.xs, size_t(kMaxK / 128) * 2 * kMaxNT * 4));
   CK(cudaMemcpy(q, hq.data(), hq.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(sc, hs.data(), hs.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
@@ -255,19 +285,24 @@ int main() {
   launch_int4_repack(q, int64_t(hq.size()), st);
   gemv_init();
   gemv_int4_init();
-  CK(cudaFuncSetAttribute(gemv4_imma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                          kImmaSmem));
+  CK(cudaFuncSetAttribute(gemv4_imma_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          imma_smem<1>()));
+  CK(cudaFuncSetAttribute(gemv4_imma_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          imma_smem<2>()));
+  CK(cudaFuncSetAttribute(gemv4_imma_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          imma_smem<4>()));
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   bool ok = true;
   std::printf("%-14s %s %9s %9s %9s %7s %7s %7s  %-16s %-16s\n", "shape", "M", "prod us",
               "imma us", "+prep us", "prod", "imma", "+prep", "prod ulp (%>=1)", "imma ulp");
   for (const auto& sh : shapes)
-    for (int M = 1; M <= kImmaMaxRows; ++M) {
+    for (int M : {1, 2, 4, 8}) {
       const int N = sh[0], K = sh[1], ntiles = (N + kRows - 1) / kRows;
-      CK(cudaMemsetAsync(xd.frag, 0, size_t(K) * 8, st));
-      CK(cudaMemsetAsync(xd.corr, 0, size_t(K / 128) * 4 * 4, st));
-      CK(cudaMemsetAsync(xd.xs, 0, size_t(K / 128) * 2 * 4, st));
+      xd.nt = M <= 2 ? 1 : M <= 4 ? 2 : 4;
+      CK(cudaMemsetAsync(xd.frag, 0, size_t(K) * 8 * xd.nt, st));
+      CK(cudaMemsetAsync(xd.corr, 0, size_t(K / 128) * 4 * xd.nt * 4, st));
+      CK(cudaMemsetAsync(xd.xs, 0, size_t(K / 128) * 2 * xd.nt * 4, st));
       GemvOut o{};
       o.y[0] = y0;
       o.end[0] = N;
@@ -279,9 +314,14 @@ int main() {
                    (const bf16*)x, int64_t(K), xd);
       };
       auto imma = [&] {
-        launch_pdl(gemv4_imma_kernel, dim3(unsigned(std::min(ntiles, sms))), dim3(kThreads),
-                   size_t(kImmaSmem), st, xd, (const uint32_t*)q, (const float*)sc, int64_t(N),
-                   K, M, (bf16*)y1, int64_t(N), ntiles);
+        auto go = [&](auto kernel, int smem) {
+          launch_pdl(kernel, dim3(unsigned(std::min(ntiles, sms))), dim3(kThreads),
+                     size_t(smem), st, xd, (const uint32_t*)q, (const float*)sc, int64_t(N), K,
+                     M, (bf16*)y1, int64_t(N), ntiles);
+        };
+        if (xd.nt == 1) go(gemv4_imma_kernel<1>, imma_smem<1>());
+        else if (xd.nt == 2) go(gemv4_imma_kernel<2>, imma_smem<2>());
+        else go(gemv4_imma_kernel<4>, imma_smem<4>());
       };
       prep();
       const float t0 = median_us(prod, st, 20);

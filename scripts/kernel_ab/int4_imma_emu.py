@@ -10,6 +10,7 @@ Layout facts used (PTX ISA, "Matrix Fragments for mma.m16n8k32"; lane = 4 g + t)
   B (32 x 8, s8):  register 0 bytes b = (k 4t + b, column g), 1 = (k 4t + 16 + b, column g)
   C (16 x 8, s32): c0, c1 = (row g, columns 2t, 2t + 1), c2, c3 = (row g + 8, same columns)
 The kernel's mirror functions: repacked_nibble (cuda_gemv_int4.cu), digit_byte (the .cu).
+Each trial runs NT = 1 and NT = 2 n8 tiles of digit columns (M = 2 NT x rows).
 Usage: int4_imma_emu.py [TRIALS]
 """
 import math
@@ -28,80 +29,82 @@ def digit_byte(k8):
 def main():
     trials = int(sys.argv[1]) if len(sys.argv) > 1 else 10
     rnd = random.Random(5)
-    M = 2
     for trial in range(trials):
-        codes = [[rnd.randrange(16) for _ in range(128)] for _ in range(16)]
-        x = [[rnd.gauss(0, 1) * (1e-4 if rnd.random() < 0.1 else 1) for _ in range(128)]
-             for _ in range(M)]
-        # limb_prep_kernel: digits in B-fragment order, the lanes' biases
-        frag = {}  # (chunk, column, word, byte) -> digit
-        corr = [0] * 4
-        xint = []
-        for m in range(M):
-            E = 29 - math.floor(math.log2(max(abs(v) for v in x[m])))
-            sums = [0] * 4
-            row = []
-            for k in range(128):
-                r = round(x[m][k] * 2.0 ** E)
-                row.append(r)
-                c, word, k8 = k >> 5, (k & 31) >> 3, k & 7
-                for l in range(4):
-                    d = ((r + 128) & 255) - 128
-                    r = (r - d) >> 8
-                    sums[l] += d
-                    frag[c, 4 * m + l, word, digit_byte(k8)] = d
-                assert r == 0, "more than 4 digits"
-            xint.append(row)
-            for half in range(2):
-                corr[2 * m + half] = 8 * (256 * sums[2 * half + 1] + sums[2 * half])
-        # the repacked words: row r, chunk c (lane t = c), word i
-        W = [[[0] * 4 for _ in range(4)] for _ in range(16)]
-        for r in range(16):
-            for k in range(128):
-                c, i, k8 = k >> 5, (k & 31) >> 3, k & 7
-                W[r][c][i] |= codes[r][k] << (4 * repacked_nibble(k8))
-
-        def byte(v, b):
-            return (v >> (8 * b)) & 255
-
-        acc = {(g, t): [0] * 4 for g in range(8) for t in range(4)}
-        for i in range(4):  # the IMMA of word i
-            A = [[0] * 32 for _ in range(16)]
-            B = [[0] * 8 for _ in range(32)]
-            for g in range(8):
-                for t in range(4):
-                    wg, w8 = W[g][t][i], W[g + 8][t][i]
-                    regs = (wg & 0x0F0F0F0F, w8 & 0x0F0F0F0F,
-                            (wg >> 4) & 0x0F0F0F0F, (w8 >> 4) & 0x0F0F0F0F)
-                    for b in range(4):
-                        A[g][4 * t + b] = byte(regs[0], b)
-                        A[g + 8][4 * t + b] = byte(regs[1], b)
-                        A[g][4 * t + 16 + b] = byte(regs[2], b)
-                        A[g + 8][4 * t + 16 + b] = byte(regs[3], b)
-                        B[4 * t + b][g] = frag.get((t, g, i, b), 0)
-                        B[4 * t + 16 + b][g] = frag.get((t, g, i, 4 + b), 0)
-            for g in range(8):
-                for t in range(4):
-                    cells = ((g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1))
-                    for e, (rr, cc) in enumerate(cells):
-                        acc[g, t][e] += sum(A[rr][kk] * B[kk][cc] for kk in range(32))
-        for g in range(8):
-            for t in range(2 * M):
-                m = t // 2
-
-                def pairs(lane_t):
-                    a = acc[g, lane_t]
-                    return (a[1] * 256 + a[0] - corr[lane_t], a[3] * 256 + a[2] - corr[lane_t])
-                p, q = pairs(t), pairs(t ^ 1)
-                for h in range(2):
-                    even, odd = (p[h], q[h]) if t % 2 == 0 else (q[h], p[h])
-                    assert abs(p[h]) < 2 ** 31, "a pair overflows int32"
-                    want = sum((codes[g + 8 * h][k] - 8) * xint[m][k] for k in range(128))
-                    if even + 65536 * odd != want:
-                        sys.exit(f"trial {trial}: row {g + 8 * h}, lane t {t}: "
-                                 f"{even + 65536 * odd} != {want}")
+        check(rnd, trial, NT=1 + trial % 2)
     print(f"ok: {trials} trials, every (row, x row) sum exact")
 
+
+def check(rnd, trial, NT):
+    M = 2 * NT  # x rows; digit columns 4m + l < 8 NT
+    codes = [[rnd.randrange(16) for _ in range(128)] for _ in range(16)]
+    x = [[rnd.gauss(0, 1) * (1e-4 if rnd.random() < 0.1 else 1) for _ in range(128)]
+         for _ in range(M)]
+    # limb_prep_kernel: digits in B-fragment order, the lanes' biases
+    frag = {}  # (chunk, column, word, byte) -> digit
+    corr = [0] * (4 * NT)
+    xint = []
+    for m in range(M):
+        E = 29 - math.floor(math.log2(max(abs(v) for v in x[m])))
+        sums = [0] * 4
+        row = []
+        for k in range(128):
+            r = round(x[m][k] * 2.0 ** E)
+            row.append(r)
+            c, word, k8 = k >> 5, (k & 31) >> 3, k & 7
+            for l in range(4):
+                d = ((r + 128) & 255) - 128
+                r = (r - d) >> 8
+                sums[l] += d
+                frag[c, 4 * m + l, word, digit_byte(k8)] = d
+            assert r == 0, "more than 4 digits"
+        xint.append(row)
+        for half in range(2):
+            corr[2 * m + half] = 8 * (256 * sums[2 * half + 1] + sums[2 * half])
+    # the repacked words: row r, chunk c (lane t = c), word i
+    W = [[[0] * 4 for _ in range(4)] for _ in range(16)]
+    for r in range(16):
+        for k in range(128):
+            c, i, k8 = k >> 5, (k & 31) >> 3, k & 7
+            W[r][c][i] |= codes[r][k] << (4 * repacked_nibble(k8))
+
+    def byte(v, b):
+        return (v >> (8 * b)) & 255
+
+    acc = {(nt, g, t): [0] * 4 for nt in range(NT) for g in range(8) for t in range(4)}
+    for nt, i in ((nt, i) for nt in range(NT) for i in range(4)):  # n-tile nt, word i
+        A = [[0] * 32 for _ in range(16)]
+        B = [[0] * 8 for _ in range(32)]
+        for g in range(8):
+            for t in range(4):
+                wg, w8 = W[g][t][i], W[g + 8][t][i]
+                regs = (wg & 0x0F0F0F0F, w8 & 0x0F0F0F0F,
+                        (wg >> 4) & 0x0F0F0F0F, (w8 >> 4) & 0x0F0F0F0F)
+                for b in range(4):
+                    A[g][4 * t + b] = byte(regs[0], b)
+                    A[g + 8][4 * t + b] = byte(regs[1], b)
+                    A[g][4 * t + 16 + b] = byte(regs[2], b)
+                    A[g + 8][4 * t + 16 + b] = byte(regs[3], b)
+                    B[4 * t + b][g] = frag.get((t, 8 * nt + g, i, b), 0)
+                    B[4 * t + 16 + b][g] = frag.get((t, 8 * nt + g, i, 4 + b), 0)
+        for g in range(8):
+            for t in range(4):
+                cells = ((g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1))
+                for e, (rr, cc) in enumerate(cells):
+                    acc[nt, g, t][e] += sum(A[rr][kk] * B[kk][cc] for kk in range(32))
+    def pairs(nt, g, lane_t):  # a lane's exact int32 pairs a_1·256 + a_0 (rows g, g + 8)
+        a, cr = acc[nt, g, lane_t], corr[4 * nt + lane_t]
+        return (a[1] * 256 + a[0] - cr, a[3] * 256 + a[2] - cr)
+
+    for nt, g, t in ((nt, g, t) for nt in range(NT) for g in range(8) for t in range(4)):
+        m = 2 * nt + t // 2
+        p, q = pairs(nt, g, t), pairs(nt, g, t ^ 1)
+        for h in range(2):
+            even, odd = (p[h], q[h]) if t % 2 == 0 else (q[h], p[h])
+            assert abs(p[h]) < 2 ** 31, "a pair overflows int32"
+            want = sum((codes[g + 8 * h][k] - 8) * xint[m][k] for k in range(128))
+            if even + 65536 * odd != want:
+                sys.exit(f"trial {trial} (NT {NT}): row {g + 8 * h}, n-tile {nt}, "
+                         f"lane t {t}: {even + 65536 * odd} != {want}")
 
 if __name__ == "__main__":
     main()
