@@ -1,10 +1,12 @@
-// A/B of the skinny GEMV kernels (bf16: cuda_gemv.cu, W4A16: cuda_gemv_int4.cu) built from one
+// A/B of the skinny GEMV kernels (bf16: cuda_gemv.cu, W4A16: cuda_gemv_int4.cu, W8A8 FP8:
+// cuda_gemv_fp8.cu) built from one
 // source tree, with nothing but the CUDA toolkit: scripts/kernel_ab/run.sh compiles this file
 // against each variant's src/ on the GPU machine, runs every build and compares their outputs
 // and times. Prints, per kernel, shape and row count M: the median µs of 30 launches (after 5
 // warm-ups) and an FNV-1a hash of the output bytes (the same hash in two builds: the same
 // bits). Inputs: fixed pseudo-random bf16 x and weights, int4 words repacked as at upload.
-// Usage: gemv_ab [bf16|int4] (default both).
+// FP8: random e4m3 codes (no NaN) for weights and x, per-row / per-channel scales.
+// Usage: gemv_ab [KINDS] (a comma list of bf16, int4, fp8; default all).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -39,9 +41,28 @@ int main(int argc, char** argv) {
   for (auto& v : hq) v = rng(s);
   std::vector<float> hs(hw.size() / 128);
   for (auto& v : hs) v = float(1 + rng(s) % 1000) / 50000.f;
+  auto e4m3 = [&] {  // any code but the NaNs 0x7f / 0xff
+    const uint8_t c = uint8_t(rng(s));
+    return (c & 0x7f) == 0x7f ? uint8_t(c & 0xfe) : c;
+  };
+  std::vector<uint8_t> hc(hw.size()), hxq(size_t(kMaxM) * kMaxK);
+  for (auto& v : hc) v = e4m3();
+  for (auto& v : hxq) v = e4m3();
+  std::vector<float> hsx(kMaxM), hws(kMaxN);
+  for (auto& v : hsx) v = float(1 + rng(s) % 1000) / 100000.f;
+  for (auto& v : hws) v = float(1 + rng(s) % 1000) / 100000.f;
   __nv_bfloat16 *x, *w, *y;
   uint32_t* q;
-  float* sc;
+  float *sc, *sx, *wsc;
+  uint8_t *wq, *xq;
+  CK(cudaMalloc(&wq, hc.size()));
+  CK(cudaMalloc(&xq, hxq.size()));
+  CK(cudaMalloc(&sx, hsx.size() * 4));
+  CK(cudaMalloc(&wsc, hws.size() * 4));
+  CK(cudaMemcpy(wq, hc.data(), hc.size(), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(xq, hxq.data(), hxq.size(), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(sx, hsx.data(), hsx.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(wsc, hws.data(), hws.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMalloc(&x, hx.size() * 2));
   CK(cudaMalloc(&w, hw.size() * 2));
   CK(cudaMalloc(&q, hq.size() * 4));
@@ -56,11 +77,15 @@ int main(int argc, char** argv) {
   launch_int4_repack(q, int64_t(hq.size()), st);
   gemv_init();
   gemv_int4_init();
+  gemv_fp8_init();
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  for (int kind = 0; kind < 2; ++kind) {
-    if (*only && std::string(only) != (kind == 0 ? "bf16" : "int4")) continue;
+  const char* names[] = {"bf16", "int4", "fp8"};
+  for (int kind = 0; kind < 3; ++kind) {
+    if (*only && ("," + std::string(only) + ",").find("," + std::string(names[kind]) + ",") ==
+                     std::string::npos)
+      continue;
     for (const auto& sh : shapes)
       for (int M : rows) {
         const int N = sh[0], K = sh[1];
@@ -71,7 +96,8 @@ int main(int argc, char** argv) {
         o.nparts = 1;
         auto launch = [&] {
           if (kind == 0) launch_gemv(x, K, w, N, K, M, o, st);
-          else launch_gemv_int4(x, K, q, sc, N, K, 128, M, o, st);
+          else if (kind == 1) launch_gemv_int4(x, K, q, sc, N, K, 128, M, o, st);
+          else launch_gemv_fp8(xq, K, sx, wq, wsc, N, K, M, o, st);
         };
         std::vector<float> us;
         for (int i = 0; i < 35; ++i) {
@@ -86,7 +112,7 @@ int main(int argc, char** argv) {
         std::sort(us.begin(), us.end());
         std::vector<unsigned char> out(size_t(M) * N * 2);
         CK(cudaMemcpy(out.data(), y, out.size(), cudaMemcpyDeviceToHost));
-        std::printf("%s %6d x %5d M=%2d %9.2f us  %016llx\n", kind == 0 ? "bf16" : "int4", N, K, M,
+        std::printf("%-4s %6d x %5d M=%2d %9.2f us  %016llx\n", names[kind], N, K, M,
                     us[us.size() / 2], (unsigned long long)fnv(out));
       }
   }

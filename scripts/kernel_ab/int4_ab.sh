@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # scripts/kernel_ab/int4_ab.sh OUT_DIR (GPU machine, CUDA toolkit only; ~2-3 min): issue 22's
 # int4 GEMV experiments in one command. 1. int4_probes.py's probes of the production kernel
-# (parts cheapened or switched off: where its time goes), timed A B A B by run.sh with
-# gemv_ab's int4 table only; printed as one table, µs (mean of the two runs) per shape and M,
-# one column per probe (raw log: OUT_DIR/probes.log). 2. int4_imma_ab.cu: the int8
+# (parts cheapened or switched off: where its time goes; the FP8 GEMV's epilogue and copies
+# too), timed A B A B by run.sh with gemv_ab's int4 and fp8 tables; printed as one table, µs
+# (mean of the two runs) per kernel, shape and M, one column per probe (raw log:
+# OUT_DIR/probes.log). 2. int4_imma_ab.cu: the int8
 # tensor-core prototype against the production kernel at M = 1, 2 (µs, TB/s, ulps against the
 # exact product; its exit status says whether it is within 2 ulps).
 set -eu
@@ -16,7 +17,7 @@ nvcc -O2 -std=c++20 --expt-relaxed-constexpr -gencode arch=compute_90a,code=sm_9
   -I "$root/src" -o "$out/int4_imma_ab" "$here/int4_imma_ab.cu" \
   "$root/src/backend/cuda/cuda_gemv.cu" &
 probes=$(python3 "$here/int4_probes.py" "$root/src" "$out/probes")
-AB_ARGS=int4 "$here/run.sh" "$out/ab" $probes >"$out/probes.log" 2>&1 ||
+AB_ARGS=int4,fp8 "$here/run.sh" "$out/ab" $probes >"$out/probes.log" 2>&1 ||
   { tail -20 "$out/probes.log"; exit 1; }
 python3 - "$out/probes.log" <<'PY'
 import collections, re, sys
@@ -28,17 +29,17 @@ for line in open(sys.argv[1]):
         probe = m.group(1)
         order += [probe] if probe not in order else []
         continue
-    m = re.match(r"int4\s+(\d+) x\s+(\d+) M=\s*(\d+)\s+([\d.]+) us", line)
+    m = re.match(r"(int4|fp8)\s+(\d+) x\s+(\d+) M=\s*(\d+)\s+([\d.]+) us", line)
     if m and probe:
-        key = (f"{m.group(1)}x{m.group(2)}", int(m.group(3)))
+        key = (f"{m.group(1)} {m.group(2)}x{m.group(3)}", int(m.group(4)))
         rows += [key] if key not in rows else []
-        times[key + (probe,)].append(float(m.group(4)))
-print("int4 GEMV probes, µs per launch (mean of 2 runs):")
+        times[key + (probe,)].append(float(m.group(5)))
+print("GEMV probes, µs per launch (mean of 2 runs):")
 w = [max(8, len(p) + 1) for p in order]
-print(f"{'shape':<11}{'M':>3}" + "".join(f"{p:>{n}}" for p, n in zip(order, w)))
+print(f"{'kernel shape':<16}{'M':>3}" + "".join(f"{p:>{n}}" for p, n in zip(order, w)))
 for key in rows:
     cells = [times.get(key + (p,), []) for p in order]
-    print(f"{key[0]:<11}{key[1]:>3}" +
+    print(f"{key[0]:<16}{key[1]:>3}" +
           "".join(f"{sum(c) / len(c):{n}.2f}" if c else f"{'-':>{n}}" for c, n in zip(cells, w)))
 PY
 wait

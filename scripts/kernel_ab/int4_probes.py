@@ -8,6 +8,8 @@ ends in a cross-warp epilogue with two CTA barriers. Before a new design (fewer 
 per weight: bias16, or int8 tensor cores on exact x limbs, docs/PERF.md), these probes time the
 kernel with parts of it cheapened or switched off, as the stage-2 probes did (session 28).
 Every probe but `base` computes WRONG outputs (its hash differs); only its time means anything.
+The FP8 GEMV (cuda_gemv_fp8.cu, issue 17 / 20) gets the epilogue and copy probes as well; the
+dequantization probes leave it as it is (a control).
 
   base      HEAD's kernel.
   b16dq     the bias16 dequantization: one shift + one LOP3 per code pair (8 per word instead
@@ -15,10 +17,12 @@ Every probe but `base` computes WRONG outputs (its hash differs); only its time 
             kernel adds per group).
   lop4      one LOP3 per code pair, no shifts, no HFMA2 (4 per word): the cost of an int8
             tensor-core design's 3 per word, with this kernel's bf16 MMAs.
-  noepi     no cross-warp epilogue: each thread folds its accumulators into one value and
-            stores nothing (no shared-memory reduction, no barriers).
-  nocopy    no cp.async at all (weights and scales): the stage loop computes on whatever the
-            ring holds; DRAM and the copy issue are gone, the compute remains.
+  noepi     no cross-warp epilogue (the int4 and the FP8 ring kernels): each thread folds its
+            accumulators into one value and stores nothing (no shared-memory reduction, no
+            barriers).
+  nocopy    no cp.async at all (weights and scales; the bf16 and FP8 rings too): the stage loop
+            computes on whatever the ring holds; DRAM and the copy issue are gone, the compute
+            remains.
   and the combinations lop4_noepi, nocopy_noepi, nocopy_lop4_noepi.
 
 Usage: int4_probes.py SRC_DIR OUT_DIR  -> OUT_DIR/<probe>/ (copies of SRC_DIR, patched), one
@@ -30,6 +34,7 @@ import shutil
 import sys
 
 INT4 = "backend/cuda/cuda_gemv_int4.cu"
+FP8 = "backend/cuda/cuda_gemv_fp8.cu"
 RING = "backend/cuda/cuda_gemv_ring.cuh"
 
 DEQUANT_OLD = ("    const uint32_t h = and_or(w >> (4 * j), 0x000f000fu, 0x43004300u);"
@@ -40,6 +45,17 @@ FINISH_OLD = ("    finish<kRows, 2, NT, Unscaled, kPass>(red, acc, int64_t(wk.ti
               " N, M, o,\n"
               "                                          wk.epi(ti), gate, Unscaled{});\n"
               "    __syncthreads();  // red is reused by the next tile")
+FP8_FINISH_OLD = ("    finish<kRows>(red, acc, n0, N, M, o, wk.epi(ti), gate, Scale{sxs, wsn});\n"
+                  "    __syncthreads();  // red is reused by the next tile")
+FOLD = """    (void)red, (void)gate;
+    float fold = 0.f;
+#pragma unroll
+    for (int r_ = 0; r_ < 2; ++r_)
+#pragma unroll
+      for (int n_ = 0; n_ < NT; ++n_)
+#pragma unroll
+        for (int i_ = 0; i_ < 4; ++i_) fold += acc[r_][n_][i_];
+    if (fold == 1234.5f) static_cast<bf16*>(o.y[0])[threadIdx.x] = f2b(fold);"""
 CP16_OLD = ('  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src)'
             ' : "memory");')
 CP4_OLD = ('  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src)'
@@ -48,15 +64,7 @@ PATCHES = {
     "b16dq": [(INT4, DEQUANT_OLD,
                "    p[j] = and_or(j ? w >> (4 * j - 3) : w << 3, 0x00780078u, 0x3f803f80u);")],
     "lop4": [(INT4, DEQUANT_OLD, "    p[j] = and_or(w, 0x000f000fu << j, 0x43004300u);")],
-    "noepi": [(INT4, FINISH_OLD, """    (void)red, (void)gate;
-    float fold = 0.f;
-#pragma unroll
-    for (int r_ = 0; r_ < 2; ++r_)
-#pragma unroll
-      for (int n_ = 0; n_ < NT; ++n_)
-#pragma unroll
-        for (int i_ = 0; i_ < 4; ++i_) fold += acc[r_][n_][i_];
-    if (fold == 1234.5f) static_cast<bf16*>(o.y[0])[threadIdx.x] = f2b(fold);""")],
+    "noepi": [(INT4, FINISH_OLD, FOLD), (FP8, FP8_FINISH_OLD, FOLD)],
     "nocopy": [
         (RING, CP16_OLD, "  (void)dst, (void)src;"),
         (INT4, CP4_OLD, "  (void)dst, (void)src;"),
