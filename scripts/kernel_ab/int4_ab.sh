@@ -4,9 +4,10 @@
 # (parts cheapened or switched off: where its time goes; the FP8 GEMV's epilogue and copies
 # too), timed A B A B by run.sh with gemv_ab's int4 and fp8 tables; printed as one table, µs
 # (mean of the two runs) per kernel, shape and M, one column per probe (raw log:
-# OUT_DIR/probes.log). 2. int4_imma_ab.cu: the int8
-# tensor-core prototype against the production kernel at M = 1, 2 (µs, TB/s, ulps against the
-# exact product; its exit status says whether it is within 2 ulps).
+# OUT_DIR/probes.log; gemv_ab times single launches). 2. int4_imma_ab.cu: the int8 tensor-core
+# prototype against the production kernel at M = 1, 2, 4, 8 (µs per launch of 20 back to back
+# over rotated weight copies, TB/s, ulps against the exact product; its exit status says
+# whether it is within max(2, production + 1) ulps).
 set -eu
 out=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -16,6 +17,7 @@ export PATH="/usr/local/cuda/bin:$PATH"
 nvcc -O2 -std=c++20 --expt-relaxed-constexpr -gencode arch=compute_90a,code=sm_90a \
   -I "$root/src" -o "$out/int4_imma_ab" "$here/int4_imma_ab.cu" \
   "$root/src/backend/cuda/cuda_gemv.cu" &
+imma_build=$!
 probes=$(python3 "$here/int4_probes.py" "$root/src" "$out/probes")
 AB_ARGS=int4,fp8 "$here/run.sh" "$out/ab" $probes >"$out/probes.log" 2>&1 ||
   { tail -20 "$out/probes.log"; exit 1; }
@@ -42,6 +44,6 @@ for key in rows:
     print(f"{key[0]:<16}{key[1]:>3}" +
           "".join(f"{sum(c) / len(c):{n}.2f}" if c else f"{'-':>{n}}" for c, n in zip(cells, w)))
 PY
-wait
+wait $imma_build || { echo "int4_imma_ab.cu did not build"; exit 1; }
 echo "== int4_imma_ab (prototype: int8 tensor cores)"
 "$out/int4_imma_ab"
