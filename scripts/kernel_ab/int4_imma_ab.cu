@@ -114,15 +114,15 @@ __global__ void limb_prep_kernel(const bf16* __restrict__ x, int64_t ldx, int M,
   for (int l = 0; l < 4; ++l) col[l] |= __shfl_xor_sync(~0u, col[l], 1);  // the pair's bytes
   const int c = k0 >> 5, word = (k0 & 31) >> 3, half = lane & 1;
   auto* f = reinterpret_cast<uint64_t*>(xd.frag);
-#pragma unroll
-  for (int j = 0; j < 2; ++j)  // even lane: digits 0, 1; odd lane: 2, 3
-    f[(int64_t(c) * cols + 4 * m + 2 * half + j) * 4 + word] = col[2 * half + j];
+  const int64_t at = (int64_t(c) * cols + 4 * m + 2 * half) * 4 + word;
+  f[at] = half ? col[2] : col[0];  // even lane: digits 0, 1; odd lane: 2, 3 (selects, not a
+  f[at + 4] = half ? col[3] : col[1];  // runtime index into registers)
 #pragma unroll
   for (int l = 0; l < 4; ++l)
 #pragma unroll
     for (int o = 16; o; o >>= 1) sum[l] += __shfl_xor_sync(~0u, sum[l], o);
-  if (lane < 2)
-    xd.corr[grp * 4 * xd.nt + 2 * m + lane] = 8 * (256 * sum[2 * lane + 1] + sum[2 * lane]);
+  const int pair = lane ? 256 * sum[3] + sum[2] : 256 * sum[1] + sum[0];  // lanes 0, 1 store
+  if (lane < 2) xd.corr[grp * 4 * xd.nt + 2 * m + lane] = 8 * pair;
   if (lane == 0) xd.xs[grp * 2 * xd.nt + m] = finite ? ldexpf(1.f, -E) : __int_as_float(0x7fc00000);
 }
 
