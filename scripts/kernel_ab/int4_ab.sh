@@ -4,7 +4,9 @@
 # (parts cheapened or switched off: where its time goes; the FP8 GEMV's epilogue and copies
 # too), timed A B A B by run.sh with gemv_ab's int4 and fp8 tables; printed as one table, µs
 # (mean of the two runs) per kernel, shape and M, one column per probe (raw log:
-# OUT_DIR/probes.log; gemv_ab times single launches). 2. int4_imma_ab.cu: the int8 tensor-core
+# OUT_DIR/probes.log; gemv_ab times single launches of one weight buffer, so shapes under the
+# 50 MB L2 stream from L2 after the first launch: the int4 32768 x 4096 (67 MB) and every FP8
+# shape of >= 64 MB are DRAM's). 2. int4_imma_ab.cu: the int8 tensor-core
 # prototype against the production kernel at M = 1, 2, 4, 8 (µs per launch of 20 back to back
 # over rotated weight copies, TB/s, ulps against the exact product; its exit status says
 # whether it is within max(2, production + 1) ulps).
