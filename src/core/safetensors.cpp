@@ -67,8 +67,12 @@ void TensorView::to_f32(float* out) const {
   if (dtype == DType::F32) {
     std::memcpy(out, data, size_t(n) * 4);
   } else if (dtype == DType::BF16) {
-    const uint16_t* p = reinterpret_cast<const uint16_t*>(data);
-    for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(p[i]);
+    // Byte copies: data offsets need not be even (the format has no alignment rule).
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t b;
+      std::memcpy(&b, data + 2 * i, 2);
+      out[i] = bf16_to_f32(b);
+    }
   } else {
     for (int64_t i = 0; i < n; ++i) out[i] = get_f32(i);
   }

@@ -88,13 +88,32 @@ TEST(HostileConfig, IntegersOutOfRangeAreRefusedNotTruncated) {
   EXPECT_NE(config_error(j).find("must equal hidden_size"), std::string::npos);
 }
 
-std::string write_st(const std::string& header, size_t data_bytes) {
+std::string write_st(const std::string& header, size_t data_bytes,
+                     const std::string& data = "") {
   const std::string path = testing::TempDir() + "/hostile-" + std::to_string(::getpid()) + ".safetensors";
   std::ofstream out(path, std::ios::binary);
   const uint64_t n = header.size();
   out.write(reinterpret_cast<const char*>(&n), 8);
-  out << header << std::string(data_bytes, '\0');
+  out << header << (data.empty() ? std::string(data_bytes, '\0') : data);
   return path;
+}
+
+TEST(HostileSafetensors, Bf16AtAnOddOffsetReadsByBytes) {
+  // fuzz_safetensors (session 34): a BF16 tensor at data offset 15 was read through a
+  // misaligned uint16_t pointer (UB) by TensorView::to_f32. The format allows any offset.
+  std::string data(21, '\0');
+  const uint16_t bits[3] = {0x3f80, 0xc000, 0x4040};  // 1, -2, 3
+  std::memcpy(&data[15], bits, 6);
+  const std::string p = write_st(
+      R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},)"
+      R"("b":{"dtype":"BF16","shape":[3],"data_offsets":[15,21]}})", 0, data);
+  sala::SafetensorsFile f(p);
+  float got[3];
+  f.tensors().at("b").to_f32(got);
+  EXPECT_EQ(got[0], 1.f);
+  EXPECT_EQ(got[1], -2.f);
+  EXPECT_EQ(got[2], 3.f);
+  std::remove(p.c_str());
 }
 
 TEST(HostileSafetensors, ShapeWhoseProductWrapsIsRefused) {
