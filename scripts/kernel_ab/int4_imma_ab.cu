@@ -16,7 +16,7 @@
 // production kernel's, ≤ 1 bf16 ulp. Per 2,048 weights (16 rows x 128 k) and n8 tile a lane
 // issues 4 IMMA + 24 dequantization (shared by the tiles) + ~14 combination instructions;
 // the production kernel 8 HMMA per tile + 88 + 4. So the prototype should win at M <= 2 and
-// tie near M = 8 (SASS stage loop at M <= 2: 844 static instructions vs 1,267).
+// tie near M = 8 (SASS stage loop at M <= 2: 913 static instructions vs 1,267).
 //
 // The digits are prepared by a small kernel per x (limb_prep_kernel), timed alone and with the
 // GEMV; in a product kernel the producer of x would write them, or the GEMV would build them.
