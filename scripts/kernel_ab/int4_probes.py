@@ -34,6 +34,7 @@ import shutil
 import sys
 
 INT4 = "backend/cuda/cuda_gemv_int4.cu"
+INT4_RING = "backend/cuda/cuda_gemv_int4.cuh"  # the scale copies (cp4)
 FP8 = "backend/cuda/cuda_gemv_fp8.cu"
 RING = "backend/cuda/cuda_gemv_ring.cuh"
 
@@ -67,7 +68,7 @@ PATCHES = {
     "noepi": [(INT4, FINISH_OLD, FOLD), (FP8, FP8_FINISH_OLD, FOLD)],
     "nocopy": [
         (RING, CP16_OLD, "  (void)dst, (void)src;"),
-        (INT4, CP4_OLD, "  (void)dst, (void)src;"),
+        (INT4_RING, CP4_OLD, "  (void)dst, (void)src;"),
     ],
 }
 PROBES = ["base", "b16dq", "lop4", "noepi", "nocopy", "lop4_noepi", "nocopy_noepi",

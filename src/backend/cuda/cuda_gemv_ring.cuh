@@ -257,6 +257,35 @@ __device__ __forceinline__ void issue_stage(const Walk& wk, Cursor& cur, uint32_
   cp_commit();
 }
 
+// The second half of finish()'s pass p: red holds every warp's partials of input columns
+// PW p .. PW p + PW - 1 ([kWarps][ROWS][PW + 1], after a __syncthreads); each output is summed in
+// warp order, scaled, rounded once and stored (kKeepGate / kSiluMul: see finish). Shared with
+// kernels whose accumulators are not in finish()'s mma layout (the int8 int4 GEMV).
+template <int ROWS, class Scale, int PW>
+__device__ __forceinline__ void finish_pass(float (*red)[ROWS][PW + 1], int p, int64_t n0,
+                                            int64_t N, int M, const GemvOut& o, Epi epi,
+                                            float* gate, Scale scale) {
+  for (int i = threadIdx.x; i < ROWS * PW; i += kThreads) {
+    const int nl = i % ROWS, ml = i / ROWS, m = PW * p + ml;
+    const int64_t n = n0 + nl;
+    if (m >= M || n >= N) continue;
+    float v = red[0][nl][ml];
+#pragma unroll
+    for (int q = 1; q < kWarps; ++q) v += red[q][nl][ml];
+    v = scale(v, m);
+    if (epi == Epi::kKeepGate) {
+      gate[m * ROWS + nl] = rb(v);
+      continue;
+    }
+    if (epi == Epi::kSiluMul) {  // n is an up row; its gate row is n - N / 2
+      static_cast<bf16*>(o.y[0])[m * o.cols[0] + n - N / 2] =
+          silu_pair_value(gate[m * ROWS + nl], v);
+      continue;
+    }
+    store_gemv_out(o, m, n, v);
+  }
+}
+
 // Epilogue of a tile of ROWS = 16 R weight rows from n0, in passes of PW = 16 (or 8: the int4
 // GEMV, whose ring needs the shared memory) input columns (red [kWarps][ROWS][PW + 1] holds one
 // pass): the warps' partial tiles to shared memory, summed in warp order,
@@ -285,25 +314,7 @@ __device__ __forceinline__ void finish(float (*red)[ROWS][PW + 1], const float (
         for (int i = 0; i < 4; ++i)
           red[warp][rt * 16 + g + 8 * (i / 2)][j * 8 + 2 * t + i % 2] = acc[rt][NTP * p + j][i];
     __syncthreads();
-    for (int i = threadIdx.x; i < ROWS * PW; i += kThreads) {
-      const int nl = i % ROWS, ml = i / ROWS, m = PW * p + ml;
-      const int64_t n = n0 + nl;
-      if (m >= M || n >= N) continue;
-      float v = red[0][nl][ml];
-#pragma unroll
-      for (int q = 1; q < kWarps; ++q) v += red[q][nl][ml];
-      v = scale(v, m);
-      if (epi == Epi::kKeepGate) {
-        gate[m * ROWS + nl] = rb(v);
-        continue;
-      }
-      if (epi == Epi::kSiluMul) {  // n is an up row; its gate row is n - N / 2
-        static_cast<bf16*>(o.y[0])[m * o.cols[0] + n - N / 2] =
-            silu_pair_value(gate[m * ROWS + nl], v);
-        continue;
-      }
-      store_gemv_out(o, m, n, v);
-    }
+    finish_pass<ROWS, Scale, PW>(red, p, n0, N, M, o, epi, gate, scale);
   }
 }
 

@@ -1,0 +1,64 @@
+// The parts of the int4 GEMV's persistent ring shared by its two kernels (cuda_gemv_int4.cu:
+// bf16 tensor cores on dequantized codes; cuda_gemv_int4_imma.cu: int8 tensor cores on the
+// codes and x's exact digits): the packed chunk / group units, the scale ring that travels with
+// the weight ring, and the shared-memory budget. Device layout and numerics: cuda_gemv_int4.cu.
+#pragma once
+#include <cstdint>
+
+#include "backend/cuda/cuda_gemv_ring.cuh"
+
+namespace sala::cuda::gemv {
+
+constexpr int kChunkK = 32;      // k per 16-byte chunk of a packed row (4 words)
+constexpr int kGroupK = 4 * kChunkK;  // k of the 4 chunks one mma covers: the group unit
+constexpr int kScaleStage = kRows * 16;                    // 32 rows x 4 fp32 scales
+constexpr int kScaleBytes = kWarps * kStages * kScaleStage;  // 12,288
+constexpr int kPass = 8;                                   // epilogue columns per pass
+constexpr int kRed4Bytes = kWarps * kRows * (kPass + 1) * 4;  // 9,216
+constexpr int kRingSmem = kRingBytes + kScaleBytes + kRed4Bytes + kGateBytes;  // 229,376
+static_assert(kRingSmem <= kRingMaxSmem, "the int4 ring does not fit an sm_90 SM");
+static_assert(kRows == 32, "ScaleCopies: lane l copies the scales of tile row l");
+
+__device__ __forceinline__ void cp4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ float lds_f32(uint32_t a) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
+  return v;
+}
+
+struct Unscaled {  // the scales are applied per group, before the epilogue
+  __device__ float operator()(float v, int) const { return v; }
+};
+
+// The scale copies of a stage, in its commit group (issue_stage's extra copies): lane l copies
+// the scales of row n0 + l for the stage's chunk groups v = 0..3 (one cp.async of 4 B each; a
+// group past the slice's end is not copied and never read). Chunk group cg = c0 / 4 + v has
+// scale group cg / a (a = group / 128): kept in cur.q, cur.r (cg = q a + r) without a division,
+// restarted at each tile's first stage from the slice's first chunk group (qb, rb).
+struct ScaleCopies {
+  uint32_t sring;
+  const float* __restrict__ ws;
+  int64_t gpr, N;
+  int a, qb, rb;
+  bool vec;  // a == 1 and a full stage's 4 scales are one 16-byte aligned run: one copy
+  __device__ __forceinline__ void operator()(Cursor& cur, int64_t n0, int, int nv) const {
+    const int lane = threadIdx.x % 32;
+    if (cur.st == 0) cur.q = qb, cur.r = rb;
+    const uint32_t sd = sring + cur.slot * kScaleStage + lane * 16;
+    const float* srow = ws + min(n0 + lane, N - 1) * gpr;
+    if (vec && nv == kCps) {  // group 128 (the 9B's shapes): q advances by 1 per chunk group
+      cp16(sd, srow + cur.q);
+      cur.q += 4;
+      return;
+    }
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      if (4 * v < nv) cp4(sd + 4 * v, srow + cur.q);
+      if (++cur.r == a) cur.r = 0, ++cur.q;
+    }
+  }
+};
+
+}  // namespace sala::cuda::gemv
