@@ -275,11 +275,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           } else {
 #pragma unroll
             for (int j = 0; j < RL; ++j) {  // x row t + 4j: digits 0, 1 in tile 2j, 2, 3 in 2j + 1
-              const int(&lo)[4] = acc[2 * j], (&hi)[4] = acc[2 * j + 1];
-              const float tg = fmaf(float(hi[1] * 256 + hi[0]), 65536.f,
-                                    float(lo[1] * 256 + lo[0]));
-              const float t8 = fmaf(float(hi[3] * 256 + hi[2]), 65536.f,
-                                    float(lo[3] * 256 + lo[2]));
+              const int(&d01)[4] = acc[2 * j], (&d23)[4] = acc[2 * j + 1];
+              const float tg = fmaf(float(d23[1] * 256 + d23[0]), 65536.f,
+                                    float(d01[1] * 256 + d01[0]));
+              const float t8 = fmaf(float(d23[3] * 256 + d23[2]), 65536.f,
+                                    float(d01[3] * 256 + d01[2]));
               out[rt][j][0] = fmaf(tg, sg * dc.xs[j], out[rt][j][0]);
               out[rt][j][1] = fmaf(t8, s8 * dc.xs[j], out[rt][j][1]);
             }
