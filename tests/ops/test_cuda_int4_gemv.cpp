@@ -58,7 +58,7 @@ TEST(CudaInt4Gemv, MatchesCpu) {
               S{96, 512, 256, true}, S{100, 640, 640, false}, S{64, 200, 40, false},
               S{70, 512, 64, false}, S{4096, 4096, 128, true}, S{12288, 4096, 128, false},
               S{32768, 4096, 128, false}, S{4096, 16384, 128, false}}) {
-    Pair p;
+    Pair p(NumericMode::BF16, int4_opts(cuda::kInt4ImmaMaxRows));
     const Int4Host q = weight(s.N, s.K, s.group, seed++);
     const Weight wc = upload_int4_host(*p.cpu, q), wg = upload_int4_host(*p.gpu, q);
     const HostMat hx = activations(s.K, seed++);
@@ -87,7 +87,7 @@ TEST(CudaInt4Gemv, MatchesCpu) {
 TEST(CudaInt4Gemv, OutputModes) {
   REQUIRE_GPU();
   uint32_t seed = 4500;
-  Pair p;
+  Pair p(NumericMode::BF16, int4_opts(cuda::kInt4ImmaMaxRows));
   const int64_t K = 2048;
   const HostMat hx = activations(K, seed++, 100);  // M = 100 below: the dequantized path
   auto xt = p.up(hx);
@@ -137,10 +137,8 @@ TEST(CudaInt4Gemv, OutputModes) {
 // runs give the ring GEMV's bits, its shorter ones the int8 GEMV's.
 TEST(CudaInt4Gemv, RowInvariance) {
   REQUIRE_GPU();
-  BackendOptions ring_opts{NumericMode::BF16, 0};
-  ring_opts.int4_imma_rows = 0;
-  Pair p;
-  auto ring = make_cuda_backend(ring_opts);
+  Pair p(NumericMode::BF16, int4_opts(cuda::kInt4ImmaMaxRows));
+  auto ring = make_cuda_backend(int4_opts(0));
   uint32_t seed = 4600;
   const int64_t kMs[] = {2, 3, 4, 5, 6, 7, 8, 9, 11, 16, 17, 24, 31, 32, 33, 40, 57, 64};
   struct Side {  // one backend's weight and activations
@@ -220,10 +218,8 @@ TEST(CudaInt4Gemv, RowInvariance) {
 // silu_pair at M = 1..8: the rows' bits equal the rows alone (RowInvariance covers more).
 TEST(CudaInt4Gemv, ImmaEdges) {
   REQUIRE_GPU();
-  BackendOptions ring_opts{NumericMode::BF16, 0};
-  ring_opts.int4_imma_rows = 0;
-  Pair p;
-  auto ring = make_cuda_backend(ring_opts);
+  Pair p(NumericMode::BF16, int4_opts(cuda::kInt4ImmaMaxRows));
+  auto ring = make_cuda_backend(int4_opts(0));
   const int64_t K = 2048, N = 1024, R = cuda::kInt4ImmaMaxRows;
   const Int4Host q = weight(N, K, 128, 4650);
   HostMat hx = randn(R, K, 4651, 1.f);
