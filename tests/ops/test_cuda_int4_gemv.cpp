@@ -132,9 +132,10 @@ TEST(CudaInt4Gemv, OutputModes) {
 }
 
 // Row r alone (M = 1, x offset by r rows) and as row r of M = 2..64 give the same bits, on a
-// backend with the int8 GEMV for runs of <= kInt4ImmaMaxRows rows (the default) and on one
-// without it (BackendOptions::int4_imma_rows = 0, speculative decoding's): the default's longer
-// runs give the ring GEMV's bits, its shorter ones the int8 GEMV's.
+// backend with the int8 GEMV for runs of <= kInt4ImmaMaxRows rows and on one without it
+// (BackendOptions::int4_imma_rows = 0, speculative decoding's): the first's longer runs give
+// the ring GEMV's bits, its shorter ones the int8 GEMV's (ImmaEdges shows that the dispatch
+// runs it).
 TEST(CudaInt4Gemv, RowInvariance) {
   REQUIRE_GPU();
   Pair p(NumericMode::BF16, int4_opts(cuda::kInt4ImmaMaxRows));
@@ -209,13 +210,14 @@ TEST(CudaInt4Gemv, RowInvariance) {
   }
 }
 
-// The int8 GEMV's inputs at its edges (runs of <= 8 rows, default backend) against the CPU and
+// The int8 GEMV's inputs at its edges (runs of <= 8 rows, int4_imma_rows 8) against the CPU and
 // against the ring GEMV (int4_imma_rows = 0), 8 rows of x: 0 N(0, 1); 1 one +inf (group 3) and
 // 2 one NaN (group 0): every output NaN (the ring GEMV makes inf / NaN as the products fall);
 // 3 every group tiny (x 1e-25: still exact digits); 4 one group x 1e10 (groups of very different
 // E); 5 per group one value x 1e4 over values x 1e-4 (the small ones keep fewer digits: below
 // the bound); 6 zeros; 7 N(0, 1) with every 16th value x 1e-5. Plain outputs, parts, fp32 and
-// silu_pair at M = 1..8: the rows' bits equal the rows alone (RowInvariance covers more).
+// silu_pair at M = 1..8: the rows' bits equal the rows alone (RowInvariance covers more); the
+// backend's outputs equal a direct launch_gemv_int4_imma's.
 TEST(CudaInt4Gemv, ImmaEdges) {
   REQUIRE_GPU();
   Pair p(NumericMode::BF16, int4_opts(cuda::kInt4ImmaMaxRows));
@@ -254,6 +256,23 @@ TEST(CudaInt4Gemv, ImmaEdges) {
           << "int8 GEMV rows 0.." << M - 1 << " differ from the same rows of M = " << R;
     }
   const std::vector<float> got = run_linear(*p.gpu, x.g, wg, 0, R, DType::BF16);
+  {  // GemmDispatch ran the int8 GEMV: its outputs are a direct launch's bits
+    void* scratch = nullptr;
+    ASSERT_EQ(cudaMalloc(&scratch, cuda::gemv_int4_imma_scratch_bytes(K)), cudaSuccess);
+    Tensor y = p.gpu->alloc(R, N, DType::BF16);
+    cuda::GemvOut o{};
+    o.y[0] = y.data, o.end[0] = N, o.cols[0] = N, o.nparts = 1;
+    cudaDeviceSynchronize();
+    cuda::launch_gemv_int4_imma(static_cast<const cuda::bf16*>(x.g.data), K,
+                                static_cast<const uint32_t*>(wg.data), wg.scales, N, int(K),
+                                int(R), o, scratch, K, 0);
+    cudaDeviceSynchronize();
+    std::vector<float> direct(size_t(R * N));
+    p.gpu->download_f32(y, direct.data());
+    EXPECT_EQ(std::memcmp(direct.data(), got.data(), got.size() * 4), 0)
+        << "the backend's W4A16 rows are not the int8 GEMV's";
+    cudaFree(scratch);
+  }
   for (int64_t r : {1, 2}) {
     int64_t nan = 0;
     for (int64_t n = 0; n < N; ++n) nan += std::isnan(got[size_t(r * N + n)]);

@@ -47,8 +47,8 @@ std::vector<Case> cases() {
 }
 
 // W4: as `sala serve` runs W4A16 with speculative decoding (BackendOptions::int4_imma_rows
-// 0: the ring GEMV for every run); W4Imma: the default, the int8 GEMV for runs of <= 8 rows
-// (verify calls of <= 8 rows then equal their decode rows too).
+// 0: the ring GEMV for every run); W4Imma: int4_imma_rows 8, the int8 GEMV for runs of <= 8
+// rows (verify calls of <= 8 rows then equal their decode rows too).
 enum class Quant { None, Fp8, W4, W4Imma };
 
 std::unique_ptr<Model> load_cuda(const std::string& dir, int32_t slots, Quant q = Quant::None) {

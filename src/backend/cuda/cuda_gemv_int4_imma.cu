@@ -8,16 +8,18 @@
 // within 2^-22 of the group's largest |x| is exact; smaller ones are rounded to 2^-E), split
 // into 4 balanced base-256 digits d_l (int8): x_int = Σ_l d_l 256^l. A repacked word's low and
 // high nibbles (w & 0x0f0f0f0f, (w >> 4) & 0x0f0f0f0f: the stored codes c = q + 8 as bytes) are
-// the u8 A operand of mma.m16n8k32.u8.s8, the digits the s8 B columns (column 4 m' + l of an
-// n8 tile: digit l of its x row m'; two x rows per tile). The int32 sums a_l = Σ c d_l are
-// exact, and so are p = a_{2j+1} 256 + a_{2j} − 8 (Σ d_{2j+1} 256 + Σ d_{2j}) (the bias of
-// c = q + 8; |p| < 2^27). The group's Σ_k q_k x_int,k = p_0 + 65536 p_1 is formed in fp32 (one
-// rounding) and added as out = fma(·, s · 2^−E, out) (s · 2^−E exact). So y = Σ_g s_g 2^−E_g
-// Σ q x_int in fp32, then the 8 warps' partials in warp order and one bf16 rounding: the
-// ring GEMV's class (at most 2 bf16 ulps from the exact product on a cancelling output;
-// scripts/int4_bias_sim.py "limbs4", the prototype scripts/kernel_ab/int4_imma_ab.cu), but
-// not its bits. A group holding inf / NaN makes the row's outputs NaN; a group whose largest
-// |x| is below 2^-97 keeps fewer digits (E is capped at 126 so that 2^-E stays normal).
+// the u8 A operand of mma.m16n8k32.u8.s8, the digits the s8 B columns (digit_col). The int32
+// sums a_l = Σ c d_l are exact, and so are p = a_{2j+1} 256 + a_{2j} − 8 (Σ d_{2j+1} 256 +
+// Σ d_{2j}) (the bias of c = q + 8; |p| < 2^26). The group's Σ_k q_k x_int,k = p_0 + 65536 p_1
+// is formed in fp32 (float(p_0), float(p_1) round once |p| > 2^24, then one fma: ~2^-23 of the
+// group's term) and added as out = fma(·, s · 2^−E, out) (s · 2^−E exact unless subnormal).
+// So y = Σ_g s_g 2^−E_g Σ q x_int in fp32, then the 8 warps' partials in warp order and one
+// bf16 rounding: the ring GEMV's class (at most 2 bf16 ulps from the exact product on a
+// cancelling output; scripts/int4_bias_sim.py "limbs4"; a literal emulation of this file,
+// session 35: ≤ 0.5 ulp on its shapes), but not its bits. A group holding inf / NaN makes the
+// row's outputs NaN; a group whose largest |x| is below 2^-97 keeps fewer digits (E is capped
+// at 126 so that 2^-E stays normal), and s · 2^-E turns subnormal for groups below about
+// 2^-97 s: outputs near 1e-38 lose bits, as the ring GEMV's do near fp32's subnormals.
 //
 // Row invariance: a row's digits, its B columns, its lanes' sums and the epilogue's warp order
 // depend only on that row and K, so a row's result is bit-identical for any M in 1..8 (not to
