@@ -189,24 +189,13 @@ __global__ void __launch_bounds__(kThreads, NT <= 4 ? 2 : 1)
 }
 
 // ---- host side ----
-struct Setup {
-  bool ring;  // the ring's shared memory fits this GPU
-  int sms;
-};
+using Setup = RingDevice;
 
 // The device's properties once per process (the GPUs of one process are alike); the kernels'
 // shared-memory attributes once per device, outside any stream capture when called from each
 // backend's constructor (gemv_init).
 const Setup& setup() {
-  static const Setup s = [] {
-    int dev = 0, optin = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    Setup r{optin >= kRingSmem, sms};
-    if (r.ring) pdl_launch_enabled();  // decided now, outside any capture
-    return r;
-  }();
+  static const Setup s = ring_device(kRingSmem);
   static OncePerDevice attributes;  // per device: a TP rank's backend may run on another GPU
   if (s.ring)
     attributes([] {

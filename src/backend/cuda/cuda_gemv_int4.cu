@@ -145,23 +145,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int G = NT < kGroupNT ? NT : kGroupNT, NG = NT / G;
   extern __shared__ __align__(128) unsigned char smem[];
   pdl_trigger();  // a GEMV after this one may start its weight prologue
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const uint32_t sm0 = uint32_t(__cvta_generic_to_shared(smem));
-  const uint32_t ring = sm0 + warp * kStages * kStage;
-  const uint32_t sring = sm0 + kRingBytes + warp * kStages * kScaleStage;
-  auto red = reinterpret_cast<float(*)[kRows][kPass + 1]>(smem + kRingBytes + kScaleBytes);
-  float* gate = reinterpret_cast<float*>(smem + kRingBytes + kScaleBytes + kRed4Bytes);
-  const Slice s(K / kChunkK, warp);
-  const Walk wk(ntiles, o.silu_pair, s);
-  const auto* wb = reinterpret_cast<const uint8_t*>(w);
-  const int64_t row_bytes = K / 2, gpr = K / group;
-  const int a = group / kGroupK, cgb = s.cb / 4;
-  const bool vec = a == 1 && gpr % 4 == 0 && cgb % 4 == 0 &&
-                   (reinterpret_cast<uintptr_t>(ws) & 15) == 0;
-  const ScaleCopies scales{sring, ws, gpr, N, a, cgb / a, cgb % a, vec};
-  Cursor cur;
-#pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) issue_stage(wk, cur, ring, s, wb, row_bytes, N, scales);
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  Int4Ring r(smem, w, ws, N, K, group, o.silu_pair, ntiles);  // issues the first stages
+  const Slice& s = r.s;
+  const Walk& wk = r.wk;
   pdl_wait();  // every CTA, tiles or not: x and y only after the preceding grid completed
   const XLane xl(reinterpret_cast<const uint8_t*>(x), ldx * 2, M, g);
   const uint32_t lo = lane_off(g, t);  // ring reads at immediate offsets from it
@@ -175,9 +162,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         load_x<G>(X, xl, 0, c0 + t, c0 < s.ce);
       cp_wait<kStages - 2>();
       __syncwarp();  // every lane's copies of stage u landed; slot (u - 1) % S read
-      issue_stage(wk, cur, ring, s, wb, row_bytes, N, scales);  // stage u + 2
-      const uint32_t base = ring + (u % kStages) * kStage;
-      const uint32_t sbase = sring + (u % kStages) * kScaleStage;
+      r.issue();  // stage u + 2
+      const uint32_t base = r.base(u), sbase = r.sbase(u);
 #pragma unroll
       for (int v = 0; v < 4; ++v) {
         if (c0 + 4 * v >= s.ce) break;  // uniform: the slice ends at a whole chunk group
@@ -218,8 +204,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int i = 0; i < 4; ++i) X[j][i] = Xn[j][i];
       }
     }
-    finish<kRows, 2, NT, Unscaled, kPass>(red, acc, int64_t(wk.tile(ti)) * kRows, N, M, o,
-                                          wk.epi(ti), gate, Unscaled{});
+    finish<kRows, 2, NT, Unscaled, kPass>(r.red, acc, int64_t(wk.tile(ti)) * kRows, N, M, o,
+                                          wk.epi(ti), r.gate, Unscaled{});
     __syncthreads();  // red is reused by the next tile
   }
   cp_wait<0>();  // only empty groups can remain
@@ -313,21 +299,10 @@ __global__ void int4_dequant32_kernel(const uint4* __restrict__ w, const float* 
 int grid_for(int64_t n) { return int(std::min<int64_t>((n + 255) / 256, 132 * 16)); }
 
 // ---- host side ----
-struct Setup {
-  bool ring;  // the ring's shared memory fits this GPU
-  int sms;
-};
+using Setup = RingDevice;
 
 const Setup& setup() {
-  static const Setup s = [] {
-    int dev = 0, optin = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    Setup r{optin >= kRingSmem, sms};
-    if (r.ring) pdl_launch_enabled();  // decided now, outside any capture
-    return r;
-  }();
+  static const Setup s = ring_device(kRingSmem);
   static OncePerDevice attributes;  // per device: a TP rank's backend may run on another GPU
   if (s.ring)
     attributes([] {

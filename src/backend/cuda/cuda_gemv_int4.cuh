@@ -61,4 +61,58 @@ struct ScaleCopies {
   }
 };
 
+// A warp's part of the int4 ring, the prologue both int4 GEMVs share: the warp's weight and
+// scale rings, the CTA's epilogue pass buffer `red` and silu_pair gate tile (229,376 bytes of
+// dynamic shared memory from smem in all), the warp's K slice and tile walk, the scale copies
+// and the copy cursor. The constructor issues the first kStages - 1 stages (weights only: no
+// x, no y, so a kernel may construct it before its griddepcontrol.wait).
+struct Int4Ring {
+  uint32_t ring, sring;
+  float (*red)[kRows][kPass + 1];
+  float* gate;
+  Slice s;
+  Walk wk;
+  const uint8_t* wb;
+  int64_t row_bytes, N;
+  ScaleCopies scales;
+  Cursor cur;
+  __device__ __forceinline__ Int4Ring(unsigned char* smem, const uint32_t* w,
+                                      const float* __restrict__ ws, int64_t N_, int K, int group,
+                                      bool silu_pair, int ntiles)
+      : ring(uint32_t(__cvta_generic_to_shared(smem)) + threadIdx.x / 32 * kStages * kStage),
+        sring(uint32_t(__cvta_generic_to_shared(smem)) + kRingBytes +
+              threadIdx.x / 32 * kStages * kScaleStage),
+        red(reinterpret_cast<float(*)[kRows][kPass + 1]>(smem + kRingBytes + kScaleBytes)),
+        gate(reinterpret_cast<float*>(smem + kRingBytes + kScaleBytes + kRed4Bytes)),
+        s(K / kChunkK, int(threadIdx.x / 32)),
+        wk(ntiles, silu_pair, s),
+        wb(reinterpret_cast<const uint8_t*>(w)),
+        row_bytes(K / 2),
+        N(N_),
+        scales(scale_copies(sring, ws, N_, K, group, s)) {
+#pragma unroll
+    for (int i = 0; i < kStages - 1; ++i) issue();
+  }
+  // The next stage (stage u + 2 while stage u is read), one commit group.
+  __device__ __forceinline__ void issue() {
+    issue_stage(wk, cur, ring, s, wb, row_bytes, N, scales);
+  }
+  // Ring and scale-ring addresses of stage u's slot.
+  __device__ __forceinline__ uint32_t base(int u) const { return ring + (u % kStages) * kStage; }
+  __device__ __forceinline__ uint32_t sbase(int u) const {
+    return sring + (u % kStages) * kScaleStage;
+  }
+
+ private:
+  static __device__ __forceinline__ ScaleCopies scale_copies(uint32_t sring, const float* ws,
+                                                             int64_t N, int K, int group,
+                                                             const Slice& s) {
+    const int64_t gpr = K / group;
+    const int a = group / kGroupK, cgb = s.cb / 4;
+    const bool vec = a == 1 && gpr % 4 == 0 && cgb % 4 == 0 &&
+                     (reinterpret_cast<uintptr_t>(ws) & 15) == 0;
+    return ScaleCopies{sring, ws, gpr, N, a, cgb / a, cgb % a, vec};
+  }
+};
+
 }  // namespace sala::cuda::gemv

@@ -211,21 +211,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(128) unsigned char smem[];
   pdl_trigger();  // a kernel after this one may start its prologue
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const uint32_t sm0 = uint32_t(__cvta_generic_to_shared(smem));
-  const uint32_t ring = sm0 + warp * kStages * kStage;
-  const uint32_t sring = sm0 + kRingBytes + warp * kStages * kScaleStage;
-  auto red = reinterpret_cast<float(*)[kRows][kPass + 1]>(smem + kRingBytes + kScaleBytes);
-  float* gate = reinterpret_cast<float*>(smem + kRingBytes + kScaleBytes + kRed4Bytes);
-  const Slice s(K / kChunkK, warp);
-  const Walk wk(ntiles, o.silu_pair, s);
-  const auto* wb = reinterpret_cast<const uint8_t*>(w);
-  const int64_t row_bytes = K / 2, gpr = K / kGroupK;
-  const int cgb = s.cb / 4;
-  const bool vec = gpr % 4 == 0 && cgb % 4 == 0 && (reinterpret_cast<uintptr_t>(ws) & 15) == 0;
-  const ScaleCopies scales{sring, ws, gpr, N, 1, cgb, 0, vec};
-  Cursor cur;
-#pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) issue_stage(wk, cur, ring, s, wb, row_bytes, N, scales);
+  Int4Ring r(smem, w, ws, N, K, kGroupK, o.silu_pair, ntiles);  // issues the first stages
+  const Slice& s = r.s;
+  const Walk& wk = r.wk;
   pdl_wait();  // the digits (and y's readers) only after the digit kernel completed
   const uint32_t lo = lane_off(g, t);
   const bool odd = t & 1;
@@ -239,9 +227,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       dc.load(xd, c0 + t, c0 / 4, g, t, true);  // group 0, in flight while waiting
       cp_wait<kStages - 2>();
       __syncwarp();  // every lane's copies of stage u landed; slot (u - 1) % S read
-      issue_stage(wk, cur, ring, s, wb, row_bytes, N, scales);  // stage u + 2
-      const uint32_t base = ring + (u % kStages) * kStage;
-      const uint32_t sbase = sring + (u % kStages) * kScaleStage;
+      r.issue();  // stage u + 2
+      const uint32_t base = r.base(u), sbase = r.sbase(u);
 #pragma unroll
       for (int v = 0; v < 4; ++v) {
         if (c0 + 4 * v >= s.ce) break;  // uniform: the slice ends at a whole group
@@ -299,30 +286,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int j = 0; j < RL; ++j)
 #pragma unroll
           for (int h = 0; h < 2; ++h)
-            red[warp][rt * 16 + g + 8 * h][NT == 1 ? t / 2 : t + 4 * j] = out[rt][j][h];
+            r.red[warp][rt * 16 + g + 8 * h][NT == 1 ? t / 2 : t + 4 * j] = out[rt][j][h];
     __syncthreads();
-    finish_pass<kRows, Unscaled, kPass>(red, 0, int64_t(wk.tile(ti)) * kRows, N, M, o,
-                                        wk.epi(ti), gate, Unscaled{});
+    finish_pass<kRows, Unscaled, kPass>(r.red, 0, int64_t(wk.tile(ti)) * kRows, N, M, o,
+                                        wk.epi(ti), r.gate, Unscaled{});
     __syncthreads();  // red and gate's reads done before the next tile writes them
   }
   cp_wait<0>();  // only empty groups can remain
 }
 
-struct Setup {
-  bool ring;  // the ring's shared memory fits this GPU
-  int sms;
-};
+using Setup = RingDevice;
 
 const Setup& setup() {
-  static const Setup s = [] {
-    int dev = 0, optin = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    Setup r{optin >= kRingSmem, sms};
-    if (r.ring) pdl_launch_enabled();  // decided now, outside any capture
-    return r;
-  }();
+  static const Setup s = ring_device(kRingSmem);
   static OncePerDevice attributes;  // per device: a TP rank's backend may run on another GPU
   if (s.ring)
     attributes([] {

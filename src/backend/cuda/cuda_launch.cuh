@@ -18,6 +18,24 @@ namespace sala::cuda {
 // for the current device.
 bool pdl_launch_enabled();
 
+// What a persistent GEMV ring (cuda_gemv_ring.cuh's users) needs of the current device, read
+// once per process by each ring's setup() (the GPUs of one process are alike): whether `smem`
+// bytes of shared memory per block fit (then PDL is decided now, outside any capture), and
+// the SM count (one CTA per SM).
+struct RingDevice {
+  bool ring;
+  int sms;
+};
+inline RingDevice ring_device(int smem) {
+  int dev = 0, optin = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const RingDevice r{optin >= smem, sms};
+  if (r.ring) pdl_launch_enabled();
+  return r;
+}
+
 template <typename... P, typename... A>
 void launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
                 A&&... args) {
