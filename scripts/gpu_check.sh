@@ -53,10 +53,6 @@
 #                                     BENCH_ARGS="<decode4k's> --quantization w4a16" decode4k
 #                                     FP8 speed: BENCH_ARGS="<decode4k's> --quantization fp8"
 #                                     decode4k
-#   scripts/gpu_check.sh int4-imma    (GPU machine) the int8 int4 GEMV (issue 22): W4A16 op
-#                                     tests, the ring-vs-int8 harness (nvcc there), decode 4K
-#                                     B=1/8 W4A16 with --int4-imma-rows 8 vs 0
-#                                     (INT4_IMMA_PARTS: tests harness bench)
 #   scripts/gpu_check.sh spec         (GPU machine) speculative decoding (issue 21):
 #                                     scripts/spec_equality_check.py on sala-tiny-chat (every
 #                                     completion with and without NGRAM, then STANDALONE with a
@@ -448,42 +444,6 @@ spec() {
   done
 }
 
-# Issue 22's int8 int4 GEMV (cuda_gemv_int4_imma.cu, BackendOptions::int4_imma_rows): the
-# W4A16 op tests (INT4_IMMA_TESTS), the ring-vs-int8 harness scripts/kernel_ab/int4_imma_ab.cu
-# (built with the machine's nvcc: µs per shape and M, ulps against the exact product), then
-# decode at a 4K context, B = 1 / 8, W4A16 with --int4-imma-rows 8 and 0 (one binary, one
-# machine). INT4_IMMA_PARTS picks the parts (default "tests harness bench"; the three take
-# about 3 + 1 + 4 minutes with the model made).
-INT4_IMMA_TESTS=${INT4_IMMA_TESTS:-"CudaInt4Gemv.*:CudaInt4Skinny.MatchesCpu:CudaVerify.*:\
-CudaOps.GemmDispatchVerifySteps:CudaOps.GraphReplayMatchesEagerW4"}
-int4_imma() {
-  setup
-  local parts=${INT4_IMMA_PARTS:-tests harness bench} r
-  if [[ " $parts " == *" tests "* ]]; then
-    run_logged "$OUT/int4_ops.log" "$BIN/test_cuda_ops" --gtest_output="json:$OUT/int4_ops.json" \
-      --gtest_filter="$INT4_IMMA_TESTS"
-    grep -E "Failure|FAILED|\[ gemv int4" "$OUT/int4_ops.log" | head -60
-    $SUM gtest "$OUT/checks.jsonl" "int4 op tests" "$OUT/int4_ops.json" "$RC" "$SECS"
-  fi
-  if [[ " $parts " == *" harness "* ]]; then
-    local h=$ROOT/scripts/kernel_ab src=$ROOT/src/backend/cuda
-    run_logged "$OUT/int4_imma_ab.log" bash -c "nvcc -O2 -std=c++20 --expt-relaxed-constexpr \
-      -gencode arch=compute_90a,code=sm_90a -I $ROOT/src -o $OUT/int4_imma_ab $h/int4_imma_ab.cu \
-      $src/cuda_gemv.cu $src/cuda_gemv_int4.cu $src/cuda_gemv_int4_imma.cu && $OUT/int4_imma_ab"
-    cat "$OUT/int4_imma_ab.log"
-    $SUM lines "$OUT/checks.jsonl" "int4 ring vs int8 harness" "$OUT/int4_imma_ab.log" "$RC" \
-      "$SECS" "int8 within|INT8 OFF"
-  fi
-  if [[ " $parts " == *" bench "* ]]; then
-    for r in 8 0; do
-      OUT=$OUT/imma$r BENCH_ARGS="--decode-batches 1,8 --decode-input 4096 --decode-output 128 \
-        --prefill-batches 1 --prefill-input 4096 --quantization w4a16 --int4-imma-rows $r" \
-        bench "w4a16 int4_imma_rows $r" | grep -E "^(decode|prefill)"
-    done
-  fi
-  finish int4-imma
-}
-
 # Kernel times of the InfLLM-v2 decode path (issue 7's 128K decode): ncu over a bench with a
 # 131072-token context, graphs off, only the sparse-layer kernels; scripts/ncu_summary.py
 # prints the mean per kernel over the last 4 decode steps (8 sparse layers × 7 kernels).
@@ -555,7 +515,6 @@ case "${1:-}" in
   spec) spec ;;
   fp8) quant_fidelity fp8 ;;
   w4) quant_fidelity w4 ;;
-  int4-imma) int4_imma ;;
   kv8)
     # shellcheck disable=SC2086  # KV8_TINY_PAIRS is a list
     quant_fidelity kv8 $KV8_TINY_PAIRS ;;
@@ -563,6 +522,6 @@ case "${1:-}" in
   exec) shift; setup >&2; export SALA_GPU_DIR=$BIN; "$@" ;;
   libs) shift; mkdir -p "$1" && copy_libs "$@" ;;
   table|markdown) $SUM "$1" "${2:-$SUMMARY}" ;;
-  *) echo "usage: $0 build|pack|correctness|bench|long|decode4k|grammar|fp8|w4|int4-imma|kv8|kv8-bench|spec|ncu-decode|ncu-prefill|exec CMD...|libs DEST BIN...|table|markdown [FILE]" >&2
+  *) echo "usage: $0 build|pack|correctness|bench|long|decode4k|grammar|fp8|w4|kv8|kv8-bench|spec|ncu-decode|ncu-prefill|exec CMD...|libs DEST BIN...|table|markdown [FILE]" >&2
      exit 2 ;;
 esac

@@ -6,8 +6,8 @@
 # (mean of the two runs) per kernel, shape and M, one column per probe (raw log:
 # OUT_DIR/probes.log; gemv_ab times single launches of one weight buffer, so shapes under the
 # 50 MB L2 stream from L2 after the first launch: the int4 32768 x 4096 (67 MB) and every FP8
-# shape of >= 64 MB are DRAM's). 2. int4_imma_ab.cu: the int8 tensor-core GEMV
-# (cuda_gemv_int4_imma.cu) against the ring GEMV at M = 1, 2, 4, 8 (µs per launch of 20 back to
+# shape of >= 64 MB are DRAM's). 2. int4_imma_ab.cu: the int8 tensor-core GEMV experiment
+# (int4_imma_gemv.cu) against the ring GEMV at M = 1, 2, 4, 8 (µs per launch of 20 back to
 # back over rotated weight copies, TB/s, ulps against the exact product; its exit status says
 # whether it is within max(2, ring + 1) ulps).
 set -eu
@@ -18,8 +18,8 @@ mkdir -p "$out"
 export PATH="/usr/local/cuda/bin:$PATH"
 nvcc -O2 -std=c++20 --expt-relaxed-constexpr -gencode arch=compute_90a,code=sm_90a \
   -I "$root/src" -o "$out/int4_imma_ab" "$here/int4_imma_ab.cu" \
-  "$root/src/backend/cuda/cuda_gemv.cu" "$root/src/backend/cuda/cuda_gemv_int4.cu" \
-  "$root/src/backend/cuda/cuda_gemv_int4_imma.cu" &
+  "$here/int4_imma_gemv.cu" "$root/src/backend/cuda/cuda_gemv.cu" \
+  "$root/src/backend/cuda/cuda_gemv_int4.cu" &
 imma_build=$!
 probes=$(python3 "$here/int4_probes.py" "$root/src" "$out/probes")
 AB_ARGS=int4,fp8 "$here/run.sh" "$out/ab" $probes >"$out/probes.log" 2>&1 ||

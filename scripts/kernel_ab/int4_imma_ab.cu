@@ -1,14 +1,14 @@
 // The int4 GEMVs of W4A16 decode side by side (issue 22): the ring GEMV (cuda_gemv_int4.cu, bf16
-// tensor cores on dequantized codes) and the int8 one (cuda_gemv_int4_imma.cu, int8 tensor
+// tensor cores on dequantized codes) and the int8 experiment (int4_imma_gemv.cu, int8 tensor
 // cores on the codes and x's exact digits, its digit kernel included), on the 9B's shapes at
-// M = 1, 2, 4, 8, with each one's error against the exact product (double) in bf16 ulps.
-// gemv_ab.cu times kernels of two source trees against each other; this one two kernels of
-// one tree over weights rotated through >= 160 MB (DRAM, not the 50 MB L2).
+// M = 1, 2, 4, 8, with each one's error against the exact product (double) in bf16 ulps, over
+// weights rotated through >= 160 MB (DRAM, not the 50 MB L2). Session 35 (H200): the int8 GEMV
+// slower at every shape and M (docs/PERF.md).
 //
 // Build (GPU machine or here; int4_ab.sh does): nvcc -O2 -std=c++20 --expt-relaxed-constexpr
 //   -gencode arch=compute_90a,code=sm_90a -I src scripts/kernel_ab/int4_imma_ab.cu
-//   src/backend/cuda/cuda_gemv.cu src/backend/cuda/cuda_gemv_int4.cu
-//   src/backend/cuda/cuda_gemv_int4_imma.cu -o /tmp/int4_imma_ab
+//   scripts/kernel_ab/int4_imma_gemv.cu src/backend/cuda/cuda_gemv.cu
+//   src/backend/cuda/cuda_gemv_int4.cu -o /tmp/int4_imma_ab
 // Prints per shape and M: µs per launch (median of 20 back to back) of each kernel, TB/s of
 // weight + scale bytes, and the largest error in ulps with the share of outputs >= 1 ulp off.
 // Exit 1 when the int8 GEMV is off by more than max(2, ring + 1) ulps.
@@ -23,6 +23,7 @@
 
 #include "ab_util.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "int4_imma.h"
 
 using namespace sala::cuda;
 using kernel_ab::median_us;

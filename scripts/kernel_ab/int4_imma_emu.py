@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Emulates the int8 int4 GEMV's arithmetic (src/backend/cuda/cuda_gemv_int4_imma.cu) lane by
+"""Emulates the int8 int4 GEMV's arithmetic (scripts/kernel_ab/int4_imma_gemv.cu) lane by
 lane, with the fragments of mma.sync.m16n8k32 (8-bit) as the PTX ISA lays them out, and checks
 that its x digits (digit_col, digit_byte), nibble masks, bias quads (the first IMMA's C) and the
 joins of digit pairs (nt = 1: lane pairs; nt >= 2: a row's four digits in one lane) give the
@@ -12,7 +12,7 @@ Layout facts used (PTX ISA, "Matrix Fragments for mma.m16n8k32"; lane = 4 g + t)
   B (32 x 8, s8):  register 0 bytes b = (k 4t + b, column g), 1 = (k 4t + 16 + b, column g)
   C (16 x 8, s32): c0, c1 = (row g, columns 2t, 2t + 1), c2, c3 = (row g + 8, same columns)
 The kernel's mirror functions: repacked_nibble (cuda_gemv_int4.cu), digit_byte and digit_col
-(cuda_gemv_int4_imma.cu). Trials cycle through NT = 1, 2, 4 n8 tiles (M = 2 NT x rows).
+(int4_imma_gemv.cu). Trials cycle through NT = 1, 2, 4 n8 tiles (M = 2 NT x rows).
 Usage: int4_imma_emu.py [TRIALS]
 """
 import math

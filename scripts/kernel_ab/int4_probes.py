@@ -42,9 +42,9 @@ DEQUANT_OLD = ("    const uint32_t h = and_or(w >> (4 * j), 0x000f000fu, 0x43004
                "  // 128 + (q + 8)\n"
                '    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(p[j]) : "r"(h), "r"(0x3f803f80u),'
                ' "r"(0xc308c308u));')
-FINISH_OLD = ("    finish<kRows, 2, NT, Unscaled, kPass>(red, acc, int64_t(wk.tile(ti)) * kRows,"
+FINISH_OLD = ("    finish<kRows, 2, NT, Unscaled, kPass>(r.red, acc, int64_t(wk.tile(ti)) * kRows,"
               " N, M, o,\n"
-              "                                          wk.epi(ti), gate, Unscaled{});\n"
+              "                                          wk.epi(ti), r.gate, Unscaled{});\n"
               "    __syncthreads();  // red is reused by the next tile")
 FP8_FINISH_OLD = ("    finish<kRows>(red, acc, n0, N, M, o, wk.epi(ti), gate, Scale{sxs, wsn});\n"
                   "    __syncthreads();  // red is reused by the next tile")
@@ -65,7 +65,8 @@ PATCHES = {
     "b16dq": [(INT4, DEQUANT_OLD,
                "    p[j] = and_or(j ? w >> (4 * j - 3) : w << 3, 0x00780078u, 0x3f803f80u);")],
     "lop4": [(INT4, DEQUANT_OLD, "    p[j] = and_or(w, 0x000f000fu << j, 0x43004300u);")],
-    "noepi": [(INT4, FINISH_OLD, FOLD), (FP8, FP8_FINISH_OLD, FOLD)],
+    "noepi": [(INT4, FINISH_OLD, FOLD.replace("(void)red, (void)gate;", "(void)r;")),
+              (FP8, FP8_FINISH_OLD, FOLD)],
     "nocopy": [
         (RING, CP16_OLD, "  (void)dst, (void)src;"),
         (INT4_RING, CP4_OLD, "  (void)dst, (void)src;"),

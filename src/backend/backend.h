@@ -373,15 +373,6 @@ struct BackendOptions {
   // both modes (bf16: the int4 GEMV for <= 64 rows, dequantize to bf16 + cuBLASLt above; fp32:
   // exact dequantization to fp32 + cuBLASLt fp32, the CPU's numbers up to summation order).
   int32_t int4_group_size = 0;
-  // CUDA, bf16 mode, W4A16 weights with group 128: runs of at most this many rows (decode
-  // steps of small batches) take the int8 tensor-core int4 GEMV (cuda_gemv_int4_imma.cu, at
-  // most cuda::kInt4ImmaMaxRows = 8) instead of the ring GEMV: the same error class, not the
-  // same bits, so a row's bits differ between runs of <= this many rows and longer ones. 0 or
-  // a power of two (a CUDA-graph step pads its rows to one: its kernel choice must be its
-  // rows'). Speculative decoding forces 0 (its verify rows must give their decode rows' bits).
-  // Default 0 until the kernel's first GPU run (its op tests set 8; `sala bench offline
-  // --int4-imma-rows 8` times it).
-  int int4_imma_rows = 0;
   // The sparse layers' KV pages and compressed keys (levels 1 and 2): the activation type's
   // cache, or FP8 codes with one K and one V scale per layer (backend/kv_cache_dtype.h),
   // dequantized wherever attention reads them. `sala serve --kv-cache-dtype`. The CPU

@@ -54,7 +54,6 @@ struct Args {
   std::string quantization;  // "" | fp8 (BackendOptions::fp8_weights) | w4a16 (int4_group_size)
   int64_t profile_ops = 0;  // BackendOptions::profile_ops
   std::string kv_cache_dtype = "auto";  // BackendOptions::kv_cache_dtype
-  int int4_imma_rows = sala::BackendOptions{}.int4_imma_rows;  // BackendOptions::int4_imma_rows
   std::vector<int64_t> long_prefill, long_decode_contexts;  // empty: not run
   std::vector<int> long_decode_batches{1, 8};
   int chunk = 2048;  // the server's --chunked-prefill-size (its default)
@@ -339,8 +338,6 @@ int run(const Args& a) {
   else if (!a.quantization.empty())
     sala::fail("--quantization '{}' is not supported (fp8, w4a16, or none)", a.quantization);
   bo.kv_cache_dtype = sala::parse_kv_cache_dtype(a.kv_cache_dtype);
-  // Verify steps are timed as `sala serve` runs them with speculative decoding.
-  bo.int4_imma_rows = a.verify_draft.empty() ? a.int4_imma_rows : 0;
   std::unique_ptr<sala::Backend> be = sala::make_backend(a.device, bo);
   {  // what the caches take, as init_caches allocates them: K, V and both compressed levels
     const double kv = double(lim.caches.num_pages) *
@@ -514,11 +511,6 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
                  "fp8: W8A8 e4m3 projections quantized at load (BackendOptions::fp8_weights); "
                  "w4a16: int4 projections, group 128, RTN at load (BackendOptions::int4_group_size)");
   app.add_flag("--disable-cuda-graph", a->disable_cuda_graph, "CUDA: run decode steps without CUDA graphs");
-  app.add_option("--int4-imma-rows", a->int4_imma_rows,
-                 "CUDA, w4a16: runs of <= N rows take the int8 tensor-core int4 GEMV, 0: never "
-                 "(BackendOptions::int4_imma_rows; A/B; 0 with --verify-draft-tokens)")
-      ->check(CLI::IsMember({0, 1, 2, 4, 8}))
-      ->capture_default_str();
   app.add_option("--profile-ops", a->profile_ops,
                  "CUDA: GPU time per op at exit, over the steps of >= N rows (N < 0: <= -N rows; "
                  "steps recorded as graphs are not timed)");

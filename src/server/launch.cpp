@@ -82,9 +82,6 @@ Loaded launch(const LaunchOptions& o) {
   else if (!o.quantization.empty())
     fail("--quantization '{}' is not supported (fp8, w4a16, or none)", o.quantization);
   bo.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
-  // Speculative decoding compares verify rows (runs of 1 + K rows per sequence) with decode
-  // rows bit for bit: one int4 GEMV for both (BackendOptions::int4_imma_rows).
-  if (o.engine.speculative.enabled()) bo.int4_imma_rows = 0;
   Checkpoint ckpt(o.model_path);
   if (o.device == "cuda") {
     bo.mode = NumericMode::BF16;  // the GPU path is bf16 by contract

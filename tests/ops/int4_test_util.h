@@ -22,14 +22,6 @@ namespace sala::test {
 
 inline constexpr int64_t kRowsMax = cuda::kGemvMaxRows;
 
-// A bf16 backend's options with the int8 int4 GEMV for runs of <= imma_rows rows (0: the ring
-// GEMV for every run), whatever BackendOptions' default is.
-inline BackendOptions int4_opts(int imma_rows) {
-  BackendOptions o{NumericMode::BF16, 0};
-  o.int4_imma_rows = imma_rows;
-  return o;
-}
-
 inline uint16_t bf16_bits(float f) {  // nearest-even (finite values)
   uint32_t u;
   std::memcpy(&u, &f, 4);

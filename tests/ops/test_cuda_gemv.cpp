@@ -134,8 +134,7 @@ TEST(CudaOps, GemvRowInvariance) {
 // and the prompt alone; W4A16: the prompt's rows dequantized + cuBLASLt), and 13 x 5 rows (65
 // rows: runs of <= 64). Every sequence's rows equal
 // the sequence alone bit for bit, through linear, linear_multi and linear_silu_mul; the steps
-// are close to the CPU. W4A16 as speculative decoding runs it (BackendOptions::int4_imma_rows
-// 0): the int8 GEMV of runs of <= 8 rows has other bits than the ring GEMV of longer runs.
+// are close to the CPU.
 TEST(CudaOps, GemmDispatchVerifySteps) {
   REQUIRE_GPU();
   const int64_t K = 4096, N = 1024, I = 1056;
@@ -147,9 +146,7 @@ TEST(CudaOps, GemmDispatchVerifySteps) {
   for (const int fmt : {0, 1, 2}) {  // bf16, FP8, W4A16 weights
     const bool fp8 = fmt == 1, int4 = fmt == 2;
     const char* fmt_name = fp8 ? "fp8 " : int4 ? "int4 " : "bf16 ";
-    BackendOptions opts{NumericMode::BF16, 0};
-    opts.int4_imma_rows = 0;  // as `sala serve` with speculative decoding: one int4 GEMV
-    Pair p(NumericMode::BF16, opts);
+    Pair p;
     auto weight = [&](int64_t rows) {
       const HostMat h = randn(rows, K, seed++, 1.f / 64.f);
       if (int4) {

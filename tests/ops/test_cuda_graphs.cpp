@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cuda/cuda_kernels.h"
 #include "core/config.h"
 #include "core/safetensors.h"
 #include "cuda_test_util.h"
@@ -31,15 +30,14 @@ namespace {
 // case's model; every prompt is len_offset tokens longer than in the base schedule. kv: both
 // backends' KV cache dtype (FP8: the recorded steps read and write codes too).
 // int4_group > 0: both models with W4A16 projections (RTN at load): a recorded step pads its
-// rows to the bucket, so this also holds the int4 GEMV to row invariance (int4_imma_rows:
-// BackendOptions', both models). fp8: both with W8A8
+// rows to the bucket, so this also holds the int4 GEMV to row invariance. fp8: both with W8A8
 // FP8 projections, the codes written by the norm / SiLU kernels (the `next` hint) in both
 // (kFp8) or in the recorded model only, the eager one quantizing in a kernel of its own
 // (kFp8EagerSeparate: the fused codes equal the separate quantization's, recorded or not).
 enum class Fp8 { kOff, kFp8, kFp8EagerSeparate };
 void graph_replay_vs_eager(const std::string& case_name, int len_offset,
                            KvCacheDtype kv = KvCacheDtype::Auto, int32_t int4_group = 0,
-                           Fp8 fp8 = Fp8::kOff, int int4_imma_rows = 0) {
+                           Fp8 fp8 = Fp8::kOff) {
   // The vendored cases; scripts/gpu_check.sh points SALA_GOLDEN_DIR at its packed copy.
   const char* gd = std::getenv("SALA_GOLDEN_DIR");
   const std::string root = gd ? gd : SALA_SOURCE_DIR "/tests/fixtures/golden";
@@ -57,7 +55,6 @@ void graph_replay_vs_eager(const std::string& case_name, int len_offset,
   BackendOptions og{NumericMode::BF16, 0, true}, oe{NumericMode::BF16, 0, false};
   og.kv_cache_dtype = oe.kv_cache_dtype = kv;
   og.int4_group_size = oe.int4_group_size = int4_group;
-  og.int4_imma_rows = oe.int4_imma_rows = int4_imma_rows;
   og.fp8_weights = oe.fp8_weights = fp8 != Fp8::kOff;
   oe.fp8_producer_codes = fp8 != Fp8::kFp8EagerSeparate;
   Model mg(cfg, make_cuda_backend(og), ck, lim), me(cfg, make_cuda_backend(oe), ck, lim);
@@ -161,10 +158,7 @@ TEST(CudaOps, GraphReplayMatchesEager) {
 
 TEST(CudaOps, GraphReplayMatchesEagerW4) {
   REQUIRE_GPU();
-  // W4A16 projections, group 128: the ring int4 GEMV, then the int8 one for runs of <= 8 rows
-  // (the padded buckets 1 / 2 / 4 / 8: every decode step here).
-  for (int imma_rows : {0, cuda::kInt4ImmaMaxRows})
-    graph_replay_vs_eager("tiny-dense", 0, KvCacheDtype::Auto, 128, Fp8::kOff, imma_rows);
+  graph_replay_vs_eager("tiny-dense", 0, KvCacheDtype::Auto, 128);  // W4A16 projections, group 128
 }
 
 TEST(CudaOps, GraphReplayMatchesEagerSparse) {

@@ -1,5 +1,4 @@
-// W4A16 on the GPU (cuda_gemv_int4.cu, cuda_gemv_int4_imma.cu, GemmDispatch::linear_int4 in
-// cuda_gemm_int4.cpp)
+// W4A16 on the GPU (cuda_gemv_int4.cu, GemmDispatch::linear_int4 in cuda_gemm_int4.cpp)
 // against its CPU oracle, CpuBackend::linear_int4 (cpu_int4.cpp), both fed the same
 // pack-quantized codes and scales through upload_int4 (the GPU repacks them at upload):
 //   MatchesCpu       the model's shapes (4096 x 4096, 12288 x 4096, 32768 x 4096 gate_up, 4096
@@ -10,16 +9,13 @@
 //   OutputModes      linear_multi parts (up to 4, split inside the 32-row tiles), fp32 logits,
 //                    linear_silu_mul (the GEMV's silu_pair) against the CPU's composition
 //   RowInvariance    every row of M = 2..64 bit-identical to the row alone (plain, fp32, parts,
-//                    silu_pair), with and without the int8 GEMV (runs of <= 8 rows): what the
-//                    speculative verify path relies on
-//   ImmaEdges        the int8 GEMV on inf / NaN, tiny, huge and mixed-range rows of x
+//                    silu_pair): what the speculative verify path relies on
 //   WideDecodeSteps  decode-only steps of 100 / 256 rows (runs of 64): rows independent of the
 //                    step's other rows
 //   Fp32Mode         fp32 mode (exact dequantization to fp32 + cuBLASLt fp32) at the fp32 level
 //   MixedFormats     int4, FP8 and bf16 weights on one backend, each through GemmDispatch
 //   UploadErrors     malformed codes / scales: sala::Error naming the tensor
-//   Speed            the ring GEMV at M = 1..64, the int8 GEMV at M = 1..8: us and GB/s of
-//                    packed + scale bytes
+//   Speed            the GEMV at M = 1, 8, 16, 64: us and GB/s of packed + scale bytes
 //   DequantSpeed     the prefill path's dequantization per shape and per 9B forward
 // Without a GPU every test GTEST_SKIPs (cuda_test_util.h).
 #include <cuda_runtime.h>
@@ -58,7 +54,7 @@ TEST(CudaInt4Gemv, MatchesCpu) {
               S{96, 512, 256, true}, S{100, 640, 640, false}, S{64, 200, 40, false},
               S{70, 512, 64, false}, S{4096, 4096, 128, true}, S{12288, 4096, 128, false},
               S{32768, 4096, 128, false}, S{4096, 16384, 128, false}}) {
-    Pair p(NumericMode::BF16, int4_opts(cuda::kInt4ImmaMaxRows));
+    Pair p;
     const Int4Host q = weight(s.N, s.K, s.group, seed++);
     const Weight wc = upload_int4_host(*p.cpu, q), wg = upload_int4_host(*p.gpu, q);
     const HostMat hx = activations(s.K, seed++);
@@ -87,7 +83,7 @@ TEST(CudaInt4Gemv, MatchesCpu) {
 TEST(CudaInt4Gemv, OutputModes) {
   REQUIRE_GPU();
   uint32_t seed = 4500;
-  Pair p(NumericMode::BF16, int4_opts(cuda::kInt4ImmaMaxRows));
+  Pair p;
   const int64_t K = 2048;
   const HostMat hx = activations(K, seed++, 100);  // M = 100 below: the dequantized path
   auto xt = p.up(hx);
@@ -131,67 +127,45 @@ TEST(CudaInt4Gemv, OutputModes) {
   }
 }
 
-// Row r alone (M = 1, x offset by r rows) and as row r of M = 2..64 give the same bits, on a
-// backend with the int8 GEMV for runs of <= kInt4ImmaMaxRows rows and on one without it
-// (BackendOptions::int4_imma_rows = 0, speculative decoding's): the first's longer runs give
-// the ring GEMV's bits, its shorter ones the int8 GEMV's (ImmaEdges shows that the dispatch
-// runs it).
+// Row r alone (M = 1, x offset by r rows) and as row r of M = 2..64 give the same bits.
 TEST(CudaInt4Gemv, RowInvariance) {
   REQUIRE_GPU();
-  Pair p(NumericMode::BF16, int4_opts(cuda::kInt4ImmaMaxRows));
-  auto ring = make_cuda_backend(int4_opts(0));
+  Pair p;
   uint32_t seed = 4600;
-  const int64_t kMs[] = {2, 3, 4, 5, 6, 7, 8, 9, 11, 16, 17, 24, 31, 32, 33, 40, 57, 64};
-  struct Side {  // one backend's weight and activations
-    Backend* be;
-    Weight w;
-    Tensor x;
-  };
-  using Run = std::function<std::vector<float>(const Side&, int64_t, int64_t)>;
-  auto check = [&](const std::string& what, int64_t cols, const Side& imma, const Side& plain,
-                   const Run& run) {
-    std::vector<std::vector<float>> alone_imma(kRowsMax), alone_ring(kRowsMax);
-    for (int64_t r = 0; r < kRowsMax; ++r) {
-      alone_imma[size_t(r)] = run(imma, r, 1);
-      alone_ring[size_t(r)] = run(plain, r, 1);
+  const int64_t kMs[] = {2, 3, 5, 8, 9, 11, 16, 17, 24, 31, 32, 33, 40, 57, 64};
+  auto check = [&](const std::string& what, int64_t cols,
+                   const std::function<std::vector<float>(int64_t, int64_t)>& run) {
+    std::vector<std::vector<float>> alone(kRowsMax);
+    for (int64_t r = 0; r < kRowsMax; ++r) alone[size_t(r)] = run(r, 1);
+    for (int64_t M : kMs) {
+      const std::vector<float> got = run(0, M);
+      int bad = 0;
+      for (int64_t r = 0; r < M; ++r)
+        if (std::memcmp(alone[size_t(r)].data(), got.data() + r * cols, size_t(cols) * 4) != 0 &&
+            bad++ < 4)
+          ADD_FAILURE() << what << ": row " << r << " at M=" << M << " differs from the row alone";
+      EXPECT_EQ(bad, 0) << what << " M=" << M;
     }
-    for (bool on : {true, false})
-      for (int64_t M : kMs) {
-        const std::vector<float> got = run(on ? imma : plain, 0, M);
-        const auto& alone = on && M <= cuda::kInt4ImmaMaxRows ? alone_imma : alone_ring;
-        int bad = 0;
-        for (int64_t r = 0; r < M; ++r)
-          if (std::memcmp(alone[size_t(r)].data(), got.data() + r * cols, size_t(cols) * 4) != 0 &&
-              bad++ < 4)
-            ADD_FAILURE() << what << (on ? "" : " ring") << ": row " << r << " at M=" << M
-                          << " differs from the row alone";
-        EXPECT_EQ(bad, 0) << what << (on ? "" : " ring") << " M=" << M;
-      }
   };
   for (auto [N, K] : {std::pair<int64_t, int64_t>{1024, 4096}, {512, 16384}, {77, 1024}}) {
     const Int4Host q = weight(N, K, 128, seed++);
-    const HostMat hx = activations(K, seed++);
-    const Side a{p.gpu.get(), upload_int4_host(*p.gpu, q),
-                 upload_checkpoint(*p.gpu, DType::BF16, hx.rows, hx.cols, hx.bits.data())};
-    const Side b{ring.get(), upload_int4_host(*ring, q),
-                 upload_checkpoint(*ring, DType::BF16, hx.rows, hx.cols, hx.bits.data())};
+    const Weight w = upload_int4_host(*p.gpu, q);
+    auto x = p.up(activations(K, seed++));
     for (DType yt : {DType::BF16, DType::F32})
-      check(shape(yt == DType::F32 ? "int4 rows f32" : "int4 rows", {N, K}), N, a, b,
-            [&](const Side& s, int64_t r0, int64_t M) {
-              return run_linear(*s.be, s.x, s.w, r0, M, yt);
-            });
+      check(shape(yt == DType::F32 ? "int4 rows f32" : "int4 rows", {N, K}), N,
+            [&](int64_t r0, int64_t M) { return run_linear(*p.gpu, x.g, w, r0, M, yt); });
     const std::vector<int64_t> parts = {N / 2 - 13, 26, N - N / 2 - 13};
-    check(shape("int4 rows parts", {N, K}), N, a, b, [&](const Side& s, int64_t r0, int64_t M) {
+    check(shape("int4 rows parts", {N, K}), N, [&](int64_t r0, int64_t M) {
       std::vector<Tensor> ys;
       std::vector<Tensor*> yp;
-      for (int64_t c : parts) ys.push_back(s.be->alloc(M, c, DType::BF16));
+      for (int64_t c : parts) ys.push_back(p.gpu->alloc(M, c, DType::BF16));
       for (Tensor& t : ys) yp.push_back(&t);
-      s.be->linear_multi(s.x.slice_rows(r0, M), s.w, yp);
+      p.gpu->linear_multi(x.g.slice_rows(r0, M), w, yp);
       std::vector<float> r(size_t(M * N));
       int64_t c0 = 0;
       for (size_t i = 0; i < parts.size(); ++i) {
         std::vector<float> h(size_t(M * parts[i]));
-        s.be->download_f32(ys[i], h.data());
+        p.gpu->download_f32(ys[i], h.data());
         for (int64_t m = 0; m < M; ++m)
           std::copy_n(h.begin() + m * parts[i], parts[i], r.begin() + m * N + c0);
         c0 += parts[i];
@@ -199,100 +173,13 @@ TEST(CudaInt4Gemv, RowInvariance) {
       return r;
     });
     if (N % 64 == 0)
-      check(shape("int4 rows silu_pair", {N, K}), N / 2, a, b,
-            [&](const Side& s, int64_t r0, int64_t M) {
-              Tensor g = s.be->alloc(M, N / 2, DType::BF16), u = s.be->alloc(M, N / 2, DType::BF16);
-              s.be->linear_silu_mul(s.x.slice_rows(r0, M), s.w, g, u);
-              std::vector<float> r(size_t(M * N / 2));
-              s.be->download_f32(g, r.data());
-              return r;
-            });
-  }
-}
-
-// The int8 GEMV's inputs at its edges (runs of <= 8 rows, int4_imma_rows 8) against the CPU and
-// against the ring GEMV (int4_imma_rows = 0), 8 rows of x: 0 N(0, 1); 1 one +inf (group 3) and
-// 2 one NaN (group 0): every output NaN (the ring GEMV makes inf / NaN as the products fall);
-// 3 every group tiny (x 1e-25: still exact digits); 4 one group x 1e10 (groups of very different
-// E); 5 per group one value x 1e4 over values x 1e-4 (the small ones keep fewer digits: below
-// the bound); 6 zeros; 7 N(0, 1) with every 16th value x 1e-5. Plain outputs, parts, fp32 and
-// silu_pair at M = 1..8: the rows' bits equal the rows alone (RowInvariance covers more); the
-// backend's outputs equal a direct launch_gemv_int4_imma's.
-TEST(CudaInt4Gemv, ImmaEdges) {
-  REQUIRE_GPU();
-  Pair p(NumericMode::BF16, int4_opts(cuda::kInt4ImmaMaxRows));
-  auto ring = make_cuda_backend(int4_opts(0));
-  const int64_t K = 2048, N = 1024, R = cuda::kInt4ImmaMaxRows;
-  const Int4Host q = weight(N, K, 128, 4650);
-  HostMat hx = randn(R, K, 4651, 1.f);
-  const std::vector<float> f = hx.f32();
-  for (int64_t k = 0; k < K; ++k) {
-    auto at = [&](int64_t r) -> uint16_t& { return hx.bits[size_t(r * K + k)]; };
-    const float v = f[size_t(k)];
-    at(1) = k == 3 * 128 + 5 ? uint16_t(0x7f80) : bf16_bits(v);
-    at(2) = k == 17 ? uint16_t(0x7fc0) : bf16_bits(v);
-    at(3) = bf16_bits(v * 1e-25f);
-    at(4) = bf16_bits(k / 128 == 6 ? v * 1e10f : v);
-    at(5) = bf16_bits(k % 128 == 9 ? v * 1e4f : v * 1e-4f);
-    at(6) = 0;
-    at(7) = bf16_bits(k % 16 == 5 ? v * 1e-5f : v);
-  }
-  const Weight wc = upload_int4_host(*p.cpu, q), wg = upload_int4_host(*p.gpu, q),
-               wr = upload_int4_host(*ring, q);
-  auto x = p.up(hx);
-  const Tensor xr = upload_checkpoint(*ring, DType::BF16, hx.rows, hx.cols, hx.bits.data());
-  const std::vector<float> cpu = run_linear(*p.cpu, x.c, wc, 0, R, DType::F32);
-  const std::vector<float> plain = run_linear(*ring, xr, wr, 0, R, DType::BF16);
-  auto finite_rows = [&](const std::vector<float>& v) {  // rows 0, 3..7
-    std::vector<float> r(v.begin(), v.begin() + N);
-    r.insert(r.end(), v.begin() + 3 * N, v.end());
-    return r;
-  };
-  for (int64_t M = 1; M <= R; ++M)
-    for (DType yt : {DType::BF16, DType::F32}) {
-      const std::vector<float> got = run_linear(*p.gpu, x.g, wg, 0, M, yt);
-      const std::vector<float> all = M == R ? got : run_linear(*p.gpu, x.g, wg, 0, R, yt);
-      EXPECT_EQ(std::memcmp(got.data(), all.data(), got.size() * 4), 0)
-          << "int8 GEMV rows 0.." << M - 1 << " differ from the same rows of M = " << R;
-    }
-  const std::vector<float> got = run_linear(*p.gpu, x.g, wg, 0, R, DType::BF16);
-  {  // GemmDispatch ran the int8 GEMV: its outputs are a direct launch's bits
-    void* scratch = nullptr;
-    ASSERT_EQ(cudaMalloc(&scratch, cuda::gemv_int4_imma_scratch_bytes(K)), cudaSuccess);
-    Tensor y = p.gpu->alloc(R, N, DType::BF16);
-    cuda::GemvOut o{};
-    o.y[0] = y.data, o.end[0] = N, o.cols[0] = N, o.nparts = 1;
-    cudaDeviceSynchronize();
-    cuda::launch_gemv_int4_imma(static_cast<const cuda::bf16*>(x.g.data), K,
-                                static_cast<const uint32_t*>(wg.data), wg.scales, N, int(K),
-                                int(R), o, scratch, K, 0);
-    cudaDeviceSynchronize();
-    std::vector<float> direct(size_t(R * N));
-    p.gpu->download_f32(y, direct.data());
-    EXPECT_EQ(std::memcmp(direct.data(), got.data(), got.size() * 4), 0)
-        << "the backend's W4A16 rows are not the int8 GEMV's";
-    cudaFree(scratch);
-  }
-  for (int64_t r : {1, 2}) {
-    int64_t nan = 0;
-    for (int64_t n = 0; n < N; ++n) nan += std::isnan(got[size_t(r * N + n)]);
-    EXPECT_EQ(nan, N) << "int8 GEMV row " << r << " (inf / NaN in x): not every output is NaN";
-  }
-  expect_int4_close("int8 GEMV edges vs CPU", finite_rows(got), finite_rows(cpu), R - 2, N, true,
-                    1);
-  expect_int4_close("ring GEMV edges vs CPU", finite_rows(plain), finite_rows(cpu), R - 2, N,
-                    true, 1);
-  // silu_pair and parts through the int8 GEMV against the CPU (finite rows only: M = 1).
-  const Int4Host qg = weight(2 * N, K, 128, 4652);
-  const Weight gc = upload_int4_host(*p.cpu, qg), gg = upload_int4_host(*p.gpu, qg);
-  for (int64_t M : {int64_t(1), R}) {
-    auto g = p.out(M, N), u = p.out(M, N);
-    p.gpu->linear_silu_mul(x.g.slice_rows(0, M), gg, g.g, u.g);
-    p.cpu->linear_silu_mul(x.c.slice_rows(0, M), gc, g.c, u.c);
-    auto [c, e] = p.download(g);
-    const auto keep = [&](const std::vector<float>& v) { return M == 1 ? v : finite_rows(v); };
-    expect_int4_close(shape("int8 GEMV silu_pair", {M, K, N}), keep(e), keep(c),
-                      M == 1 ? 1 : R - 2, N, true, 2);
+      check(shape("int4 rows silu_pair", {N, K}), N / 2, [&](int64_t r0, int64_t M) {
+        Tensor g = p.gpu->alloc(M, N / 2, DType::BF16), u = p.gpu->alloc(M, N / 2, DType::BF16);
+        p.gpu->linear_silu_mul(x.g.slice_rows(r0, M), w, g, u);
+        std::vector<float> r(size_t(M * N / 2));
+        p.gpu->download_f32(g, r.data());
+        return r;
+      });
   }
 }
 
@@ -405,57 +292,47 @@ TEST(CudaInt4Gemv, UploadErrors) {
   expect_error(q, DType::F32, "F32 words");
 }
 
-// Packed weights rotated over more than the L2 (random codes; scales 1e-3); bf16 output. The
-// ring GEMV ("gemv int4") and the int8 one ("gemv int4 imma", its digit kernel included).
+// Packed weights rotated over more than the L2 (random codes; scales 1e-3); bf16 output.
 TEST(CudaInt4Gemv, Speed) {
   REQUIRE_GPU();
+  std::printf("\n[ gemv int4 ] %-22s %4s %10s %12s %12s  %s\n", "shape N x K", "M", "us",
+              "GB/s packed", "GB/s +scales", "output bits");
   const HostMat hx = randn(kRowsMax, 16384, 899, 1.f);
-  void *x = nullptr, *y = nullptr, *digits = nullptr;
+  void *x = nullptr, *y = nullptr;
   cudaMalloc(&x, hx.bits.size() * 2);
   cudaMemcpy(x, hx.bits.data(), hx.bits.size() * 2, cudaMemcpyHostToDevice);
   cudaMalloc(&y, size_t(kRowsMax) * 32768 * 2);
-  cudaMalloc(&digits, cuda::gemv_int4_imma_scratch_bytes(16384));
-  for (const bool imma : {false, true}) {
-    const char* tag = imma ? "[ gemv int4 imma ]" : "[ gemv int4 ]";
-    std::printf("\n%s %-22s %4s %10s %12s %12s  %s\n", tag, "shape N x K", "M", "us",
-                "GB/s packed", "GB/s +scales", "output bits");
-    double step_us = 0;
-    for (const SpeedShape s : kShapes) {
-      const Int4SpeedWeights sw(s.N, s.K);
-      cuda::GemvOut o{};
-      o.y[0] = y, o.end[0] = s.N, o.cols[0] = s.N, o.nparts = 1;
-      auto launch = [&](int i, int M) {
-        const auto* xb = static_cast<const cuda::bf16*>(x);
-        if (imma)
-          cuda::launch_gemv_int4_imma(xb, s.K, sw.words(i), sw.scale(i), s.N, int(s.K), M, o,
-                                      digits, 16384, 0);
-        else
-          cuda::launch_gemv_int4(xb, s.K, sw.words(i), sw.scale(i), s.N, int(s.K), 128, M, o, 0);
-      };
-      const std::vector<int> ms =
-          imma ? std::vector<int>{1, 2, 4, 8} : std::vector<int>{1, 2, 4, 8, 16, 64};
-      for (int M : ms) {
-        const double us = time_us([&](int i) { launch(i, M); }, 60);
-        if (M == 1) step_us += us * s.per_forward;
-        // The output bits of copy 0 (FNV-1a of the bf16 outputs): equal across builds whose
-        // kernels do the same arithmetic, so an A/B run shows whether a change kept the bits.
-        launch(0, M);
-        std::vector<uint16_t> out(size_t(M * s.N));
-        cudaMemcpy(out.data(), y, out.size() * 2, cudaMemcpyDeviceToHost);
-        uint64_t h = 1469598103934665603ull;
-        for (uint16_t v : out) h = (h ^ v) * 1099511628211ull;
-        std::printf("%s %8lld x %-12lld %4d %10.2f %12.0f %12.0f  bits %016llx\n", tag,
-                    (long long)s.N, (long long)s.K, M, us, double(sw.packed) / us / 1e3,
-                    double(sw.packed + sw.scales) / us / 1e3, (unsigned long long)h);
-      }
+  double step_us = 0;
+  for (const SpeedShape s : kShapes) {
+    const Int4SpeedWeights sw(s.N, s.K);
+    cuda::GemvOut o{};
+    o.y[0] = y, o.end[0] = s.N, o.cols[0] = s.N, o.nparts = 1;
+    for (int M : {1, 8, 16, 64}) {
+      const double us = time_us(
+          [&](int i) {
+            cuda::launch_gemv_int4(static_cast<const cuda::bf16*>(x), s.K, sw.words(i),
+                                   sw.scale(i), s.N, int(s.K), 128, M, o, 0);
+          },
+          60);
+      if (M == 1) step_us += us * s.per_forward;
+      // The output bits of copy 0 (FNV-1a of the bf16 outputs): equal across builds whose
+      // kernels do the same arithmetic, so an A/B run shows whether a change kept the bits.
+      cuda::launch_gemv_int4(static_cast<const cuda::bf16*>(x), s.K, sw.words(0), sw.scale(0),
+                             s.N, int(s.K), 128, M, o, 0);
+      std::vector<uint16_t> out(size_t(M * s.N));
+      cudaMemcpy(out.data(), y, out.size() * 2, cudaMemcpyDeviceToHost);
+      uint64_t h = 1469598103934665603ull;
+      for (uint16_t v : out) h = (h ^ v) * 1099511628211ull;
+      std::printf("[ gemv int4 ] %8lld x %-12lld %4d %10.2f %12.0f %12.0f  bits %016llx\n",
+                  (long long)s.N, (long long)s.K, M, us, double(sw.packed) / us / 1e3,
+                  double(sw.packed + sw.scales) / us / 1e3, (unsigned long long)h);
     }
-    std::printf("%s 9B projections at M = 1, one decode step: %.3f ms of GEMVs\n", tag,
-                step_us / 1e3);
   }
+  std::printf("[ gemv int4 ] 9B projections at M = 1, one decode step: %.3f ms of GEMVs\n",
+              step_us / 1e3);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   cudaFree(x);
   cudaFree(y);
-  cudaFree(digits);
 }
 
 // The prefill path's cost: one dequantization of each weight per forward (bf16 out).

@@ -24,7 +24,6 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cuda/cuda_kernels.h"
 #include "core/config.h"
 #include "core/safetensors.h"
 #include "cuda_test_util.h"
@@ -46,10 +45,7 @@ std::vector<Case> cases() {
   return {{g + "/tiny-dense", 150}, {g + "/tiny-sparse", 300}};
 }
 
-// W4: as `sala serve` runs W4A16 with speculative decoding (BackendOptions::int4_imma_rows
-// 0: the ring GEMV for every run); W4Imma: int4_imma_rows 8, the int8 GEMV for runs of <= 8
-// rows (verify calls of <= 8 rows then equal their decode rows too).
-enum class Quant { None, Fp8, W4, W4Imma };
+enum class Quant { None, Fp8, W4 };
 
 std::unique_ptr<Model> load_cuda(const std::string& dir, int32_t slots, Quant q = Quant::None) {
   const ModelConfig cfg = load_model_config(dir);
@@ -61,8 +57,7 @@ std::unique_ptr<Model> load_cuda(const std::string& dir, int32_t slots, Quant q 
   lim.caches = {64 * slots, cfg.sparse.block_size, slots};
   BackendOptions bo{NumericMode::BF16, 0};
   bo.fp8_weights = q == Quant::Fp8;  // W8A8: the FP8 GEMV is row-invariant too
-  bo.int4_group_size = q == Quant::W4 || q == Quant::W4Imma ? 128 : 0;  // W4A16: so are the
-  bo.int4_imma_rows = q == Quant::W4Imma ? 8 : 0;                        // int4 GEMVs
+  bo.int4_group_size = q == Quant::W4 ? 128 : 0;  // W4A16: so is the int4 GEMV
   return std::make_unique<Model>(cfg, make_backend("cuda", bo), ckpt, lim);
 }
 
@@ -113,15 +108,11 @@ size_t first_diff(const std::vector<float>& a, const std::vector<float>& b) {
 TEST(CudaVerify, RowsEqualDecodeSteps) {
   REQUIRE_GPU();
   for (const Case& c : cases())
-  for (Quant q : {Quant::None, Quant::Fp8, Quant::W4, Quant::W4Imma}) {
+  for (Quant q : {Quant::None, Quant::Fp8, Quant::W4}) {
     auto m = load_cuda(c.dir, 4, q);
-    const char* qn = q == Quant::Fp8      ? " fp8"
-                     : q == Quant::W4     ? " w4a16"
-                     : q == Quant::W4Imma ? " w4a16 imma"
-                                          : " bf16";
+    const char* qn = q == Quant::Fp8 ? " fp8" : q == Quant::W4 ? " w4a16" : " bf16";
     const int V = m->config().vocab_size;
     for (int32_t k : {1, 4, 7, 15}) {
-      if (q == Quant::W4Imma && k + 1 > cuda::kInt4ImmaMaxRows) continue;  // the ring GEMV
       const auto ids = tokens(c.prompt + k + 1, V, uint32_t(k));
       step(*m, {{&ids, 0, c.prompt, 0}});
       std::vector<float> decode;

@@ -45,7 +45,7 @@ CudaBackend::CudaBackend(const BackendOptions& opts)
       graphs_(opts.cuda_graphs && bf16_mode_, stream_.get()),
       timer_(opts.profile_ops, stream_.get(), graphs_),
       plan_(stream_.get(), arena_, graphs_),
-      gemm_(bf16_mode_, opts.int4_imma_rows, stream_.get(), arena_, plan_, graphs_, timer_),
+      gemm_(bf16_mode_, stream_.get(), arena_, plan_, graphs_, timer_),
       rope_(stream_.get(), arena_, graphs_),
       sparse_(bf16_mode_, max_smem_optin_, opts.attn_min_blocks, opts.sparse_attn_tma,
               stream_.get(), arena_, plan_, graphs_, timer_),

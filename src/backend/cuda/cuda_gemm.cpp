@@ -11,21 +11,13 @@
 namespace sala::cuda_host {
 using namespace sala::cuda;
 
-GemmDispatch::GemmDispatch(bool bf16_mode, int int4_imma_rows, cudaStream_t stream,
-                           DeviceArena& arena, const StepPlan& plan, GraphCache& graphs,
-                           OpTimer& timer)
+GemmDispatch::GemmDispatch(bool bf16_mode, cudaStream_t stream, DeviceArena& arena,
+                           const StepPlan& plan, GraphCache& graphs, OpTimer& timer)
     : bf16_(bf16_mode), stream_(stream), arena_(arena), plan_(plan), graphs_(graphs),
-      timer_(timer), int4_imma_rows_(bf16_mode ? int4_imma_rows : 0) {
+      timer_(timer) {
   gemv_init();  // kernel attributes now, not inside a recorded step
   gemv_fp8_init();
   gemv_int4_init();
-  // A decode step recorded as a CUDA graph runs its batch padded to a bucket (1, 2, 4, 8, ..):
-  // the kernel choice must be the same for the rows and their bucket.
-  SALA_CHECK(int4_imma_rows == 0 || ((int4_imma_rows & (int4_imma_rows - 1)) == 0 &&
-                                     int4_imma_rows <= kInt4ImmaMaxRows),
-             "BackendOptions::int4_imma_rows {}: 0 or a power of two <= {}", int4_imma_rows,
-             kInt4ImmaMaxRows);
-  if (int4_imma_rows_ > 0) gemv_int4_imma_init();
   skinny_ok_ = bf16_ && skinny_sm90_available();
   if (skinny_ok_) {
     skinny_sm90_init();
@@ -362,7 +354,9 @@ bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g,
       return true;
     }
     if (!(gemv_int4_silu_pair_supported(wt.rows) && int4_gemv_ok(x, wt, {&g}))) return false;
-    gemv_int4(x, wt, gemv_silu_pair(g), "gemv int4 gate_up+silu");
+    launch_gemv_int4(ptr<bf16>(x), x.cols, static_cast<const uint32_t*>(wt.data), wt.scales,
+                     wt.rows, int(x.cols), wt.group, int(x.rows), gemv_silu_pair(g), stream_);
+    timer_.tick("gemv int4 gate_up+silu");
     return true;
   }
   const Tensor w = dense_view(wt);  // bf16 / fp32 [N, K]

@@ -46,9 +46,8 @@ namespace sala::cuda_host {
 
 class GemmDispatch {
  public:
-  // int4_imma_rows: BackendOptions::int4_imma_rows.
-  GemmDispatch(bool bf16_mode, int int4_imma_rows, cudaStream_t stream, DeviceArena& arena,
-               const StepPlan& plan, GraphCache& graphs, OpTimer& timer);
+  GemmDispatch(bool bf16_mode, cudaStream_t stream, DeviceArena& arena, const StepPlan& plan,
+               GraphCache& graphs, OpTimer& timer);
   ~GemmDispatch();
   GemmDispatch(const GemmDispatch&) = delete;
   GemmDispatch& operator=(const GemmDispatch&) = delete;
@@ -86,8 +85,7 @@ class GemmDispatch {
   // A step starts: nothing is prepared.
   void forget_fp8_input() { fp8_prepared_ = {}; }
   // An INT4_GROUPED weight [rows, cols] exists (CudaBackend::upload_int4): the dequantization
-  // scratch grows to hold it, and the int8 GEMV's digit scratch to its K, at load, never in the
-  // step loop.
+  // scratch grows to hold it, at load, never in the step loop.
   void note_int4_weight(int64_t rows, int64_t cols);
 
  private:
@@ -117,10 +115,6 @@ class GemmDispatch {
   bool int4_gemv_ok(const Tensor& x, const Weight& w, const std::vector<Tensor*>& ys) const;
   // The W4A16 skinny GEMM (Hopper) takes them instead: a decode-only run of 17..64 rows.
   bool int4_skinny_ok(const Tensor& x, const Weight& w, const std::vector<Tensor*>& ys) const;
-  // The int4 GEMV of the rows of x (int4_gemv_ok) into o: the int8 tensor-core kernel
-  // (cuda_gemv_int4_imma.cu) for runs of <= int4_imma_rows_ rows where it takes the shape,
-  // else the ring GEMV. `what`: the op timer's name of the ring GEMV's call.
-  void gemv_int4(const Tensor& x, const Weight& w, const cuda::GemvOut& o, const char* what);
   // W (an INT4_GROUPED weight or a row slice of one) as a dense [rows, cols] matrix of the
   // activation type in the scratch (overwritten by the next call, in stream order).
   Tensor dequantize_int4(const Weight& w);
@@ -129,9 +123,6 @@ class GemmDispatch {
   static constexpr int64_t kInt4DecodeGemvRows = 256;
   void* int4_ws_ = nullptr;  // the dequantization scratch
   int64_t int4_ws_elems_ = 0;
-  int int4_imma_rows_;            // BackendOptions::int4_imma_rows (bf16 mode; else 0)
-  void* int4_digits_ = nullptr;   // the int8 GEMV's digit scratch, for K <= int4_digits_k_
-  int64_t int4_digits_k_ = 0;
 
   // ---- FP8 (cuda_gemm_fp8.cpp) ----
   // ys[i] = x · W_iᵀ for the row slices W_i of w (one part: linear()), per run of rows.

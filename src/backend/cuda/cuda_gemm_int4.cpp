@@ -4,9 +4,7 @@
 // summation order:
 //  - runs of <= kGemvMaxRows rows (bf16 mode; decode steps up to 64 rows, verify steps, short
 //    prefill runs): the int4 GEMV (cuda_gemv_int4.cu), one pass over the packed weights for
-//    all rows, every part in one launch, row-invariant (runs of <= int4_imma_rows_ rows with
-//    group 128: its int8 tensor-core twin, cuda_gemv_int4_imma.cu, row-invariant over 1..8
-//    rows, not the ring GEMV's bits; gemv_int4); except decode-only runs of 17..64 rows
+//    all rows, every part in one launch, row-invariant; except decode-only runs of 17..64 rows
 //    on Hopper, which take the W4A16 skinny GEMM (cuda_skinny_int4_sm90.cu: each weight
 //    dequantized once for all the rows; int4_skinny_ok). Decode-only steps of up to
 //    kInt4DecodeGemvRows rows run in runs of 64;
@@ -17,9 +15,8 @@
 //    such run goes through the dense path (linear_rows: cuBLASLt, or the bf16 GEMV for <= 64
 //    rows, itself row-invariant). The dequantization writes 2 bytes per weight (4 in fp32 mode)
 //    and reads half a byte: its cost per prefill forward is printed by CudaInt4Gemv.DequantSpeed.
-// The scratch holds the largest int4 weight (all its parts), and the digit scratch the int8
-// GEMV's digits of the largest K, allocated at load (note_int4_weight): nothing grows in the
-// step loop.
+// The scratch holds the largest int4 weight (all its parts), allocated at load
+// (note_int4_weight): nothing grows in the step loop.
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
@@ -34,22 +31,13 @@ using namespace sala::cuda;
 
 void GemmDispatch::note_int4_weight(int64_t rows, int64_t cols) {
   const int64_t elems = rows * cols;
-  const bool digits = int4_imma_rows_ > 0 && cols > int4_digits_k_ &&
-                      gemv_int4_imma_scratch_bytes(cols) > 0;
-  if (elems <= int4_ws_elems_ && !digits) return;
+  if (elems <= int4_ws_elems_) return;
   SALA_CHECK(!graphs_.capturing(), "an int4 weight uploaded inside a CUDA-graph recording");
   graphs_.drop();
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (elems > int4_ws_elems_) {
-    arena_.release(int4_ws_);
-    int4_ws_ = arena_.device(size_t(elems) * (bf16_ ? 2 : 4));
-    int4_ws_elems_ = elems;
-  }
-  if (digits) {
-    arena_.release(int4_digits_);
-    int4_digits_ = arena_.device(gemv_int4_imma_scratch_bytes(cols));
-    int4_digits_k_ = cols;
-  }
+  arena_.release(int4_ws_);
+  int4_ws_ = arena_.device(size_t(elems) * (bf16_ ? 2 : 4));
+  int4_ws_elems_ = elems;
 }
 
 bool GemmDispatch::int4_gemv_ok(const Tensor& x, const Weight& w,
@@ -76,21 +64,6 @@ bool GemmDispatch::int4_skinny_ok(const Tensor& x, const Weight& w,
   for (const Tensor* y : ys)
     if (!(is_bf16(*y) || (ys.size() == 1 && y->dtype == DType::F32))) return false;
   return true;
-}
-
-void GemmDispatch::gemv_int4(const Tensor& x, const Weight& w, const GemvOut& o,
-                             const char* what) {
-  const auto* words = static_cast<const uint32_t*>(w.data);
-  if (x.rows <= int4_imma_rows_ && w.cols <= int4_digits_k_ &&
-      gemv_int4_imma_supported(w.data, w.cols, w.group, x.rows)) {
-    launch_gemv_int4_imma(ptr<bf16>(x), x.cols, words, w.scales, w.rows, int(x.cols),
-                          int(x.rows), o, int4_digits_, int4_digits_k_, stream_);
-    timer_.tick("gemv int4 imma");
-    return;
-  }
-  launch_gemv_int4(ptr<bf16>(x), x.cols, words, w.scales, w.rows, int(x.cols), w.group,
-                   int(x.rows), o, stream_);
-  timer_.tick(what);
 }
 
 Tensor GemmDispatch::dequantize_int4(const Weight& w) {
@@ -140,7 +113,9 @@ void GemmDispatch::linear_int4(const Tensor& x, const Weight& w, const std::vect
         timer_.tick("skinny int4");
       } else if (int4_gemv_ok(xr, w, ys)) {
         const GemvOut o = gemv_parts(ys, r0 + c);
-        gemv_int4(xr, w, o, o.f32 ? "gemv int4 lm_head" : "gemv int4");
+        launch_gemv_int4(ptr<bf16>(xr), x.cols, static_cast<const uint32_t*>(w.data), w.scales,
+                         w.rows, int(x.cols), w.group, int(n), o, stream_);
+        timer_.tick(o.f32 ? "gemv int4 lm_head" : "gemv int4");
       } else {
         dense_runs.emplace_back(r0 + c, n);
       }

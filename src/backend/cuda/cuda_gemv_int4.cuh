@@ -1,7 +1,8 @@
-// The parts of the int4 GEMV's persistent ring shared by its two kernels (cuda_gemv_int4.cu:
-// bf16 tensor cores on dequantized codes; cuda_gemv_int4_imma.cu: int8 tensor cores on the
-// codes and x's exact digits): the packed chunk / group units, the scale ring that travels with
-// the weight ring, and the shared-memory budget. Device layout and numerics: cuda_gemv_int4.cu.
+// The parts of the int4 GEMV's persistent ring (cuda_gemv_int4.cu: bf16 tensor cores on
+// dequantized codes), shared with the int8 experiment scripts/kernel_ab/int4_imma_gemv.cu: the
+// packed chunk / group units, the scale ring that travels with the weight ring, the
+// shared-memory budget and the kernels' common prologue. Device layout and numerics:
+// cuda_gemv_int4.cu.
 #pragma once
 #include <cstdint>
 

@@ -260,7 +260,8 @@ __device__ __forceinline__ void issue_stage(const Walk& wk, Cursor& cur, uint32_
 // The second half of finish()'s pass p: red holds every warp's partials of input columns
 // PW p .. PW p + PW - 1 ([kWarps][ROWS][PW + 1], after a __syncthreads); each output is summed in
 // warp order, scaled, rounded once and stored (kKeepGate / kSiluMul: see finish). Shared with
-// kernels whose accumulators are not in finish()'s mma layout (the int8 int4 GEMV).
+// kernels whose accumulators are not in finish()'s mma layout
+// (scripts/kernel_ab/int4_imma_gemv.cu).
 template <int ROWS, class Scale, int PW>
 __device__ __forceinline__ void finish_pass(float (*red)[ROWS][PW + 1], int p, int64_t n0,
                                             int64_t N, int M, const GemvOut& o, Epi epi,

@@ -144,19 +144,6 @@ void launch_gemv_int4(const bf16* x, int64_t ldx, const uint32_t* w, const float
 // attributes now (the backend's constructor, outside any capture).
 bool gemv_int4_supported(const void* w, int64_t K, int64_t group, int64_t M);
 bool gemv_int4_silu_pair_supported(int64_t N);
-// The int8 tensor-core int4 GEMV (cuda_gemv_int4_imma.cu) for runs of <= kInt4ImmaMaxRows rows:
-// the same y within the ring GEMV's error class (<= 2 bf16 ulps of the exact product), not its
-// bits; row-invariant over M = 1..kInt4ImmaMaxRows. group 128 only (the compressed-tensors
-// default), K % 128 == 0. It writes x's digits into `scratch` (device, 16-byte aligned,
-// gemv_int4_imma_scratch_bytes(K') bytes for every K <= K' = scratch_k), which must not be
-// shared with a GEMV of another stream; consecutive launches on one stream may share it.
-inline constexpr int kInt4ImmaMaxRows = 8;
-void gemv_int4_imma_init();
-size_t gemv_int4_imma_scratch_bytes(int64_t K);
-bool gemv_int4_imma_supported(const void* w, int64_t K, int64_t group, int64_t M);
-void launch_gemv_int4_imma(const bf16* x, int64_t ldx, const uint32_t* w, const float* w_scales,
-                           int64_t N, int K, int M, const GemvOut& o, void* scratch,
-                           int64_t scratch_k, cudaStream_t st);
 void gemv_int4_init();
 // out [rows, K] = q · s (fp32, exact), stored as T (bf16: nearest even); w in the device
 // layout. K % 8 == 0, group divides K, out 16-byte aligned.

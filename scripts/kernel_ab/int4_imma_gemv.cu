@@ -1,7 +1,9 @@
-// The W4A16 GEMV of runs of <= kInt4ImmaMaxRows (8) rows on the int8 tensor cores (issue 22):
-// the decode steps of small batches, whose time the int4 ring GEMV (cuda_gemv_int4.cu) spends
-// issuing instructions, 11 of its ~20 per 256 weights turning codes into bf16 (3 SHF + 4 LOP3
-// + 4 HFMA2 per word of 8 codes; ncu, session 16). Here the codes stay integers.
+// The W4A16 GEMV of runs of <= kInt4ImmaMaxRows (8) rows on the int8 tensor cores (issue 22;
+// an experiment beside the product, int4_imma.h says why). The ring GEMV
+// (cuda_gemv_int4.cu) issues 11 of its ~20 SASS instructions per 256 weights to turn codes into
+// bf16 (3 SHF + 4 LOP3 + 4 HFMA2 per word of 8 codes); here the codes stay integers. Static
+// stage loop 864 / 895 / 1,142 instructions at M <= 2 / 4 / 8 against the ring GEMV's 1,267,
+// yet slower on the H200 (session 35: 9B GEMVs of a decode step at M = 1, 2.575 vs 2.265 ms).
 //
 // Numerics. Per x row m and group of 128 k (the weight group: group 128 only), x enters as
 // exact fixed point x_int = rint(x · 2^E), E the largest power keeping |x_int| < 2^30 (a bf16 x
@@ -23,8 +25,7 @@
 //
 // Row invariance: a row's digits, its B columns, its lanes' sums and the epilogue's warp order
 // depend only on that row and K, so a row's result is bit-identical for any M in 1..8 (not to
-// the ring GEMV's: GemmDispatch keeps a run of more rows, or every run when
-// BackendOptions::int4_imma_rows is 0, on the ring GEMV).
+// the ring GEMV's).
 //
 // Launch: a digit kernel (one warp per group and x row) writes x's digits into the scratch in
 // B-fragment order, then the GEMV runs on the ring GEMV's machinery (persistent CTAs, 8 K
@@ -42,6 +43,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_smem_optin.h"
+#include "int4_imma.h"
 
 namespace sala::cuda {
 namespace {
