@@ -352,6 +352,14 @@ struct BackendOptions {
   // hold whole 64-key tiles (else cp.async). Both fill the same tiles, so the results are the
   // same bits; tests set false to compare the two.
   bool sparse_attn_tma = true;
+  // CUDA, Hopper, FP8 KV cache: before a sparse layer's stage 2 of prompt chunks, the pages of
+  // the chunks' sequences are converted into a bf16 shadow of this many tokens (one layer's
+  // K and V: 512 bytes per token of the 9B's 2 KV heads of 128) that the wgmma stage-2 kernel
+  // reads as a bf16 cache: the code values it would convert itself, so the same bits, without
+  // the conversion inside the kernel (FP8 stage 2 measured ~2x bf16's). A step whose
+  // sequences need more pages reads the FP8 pages directly. -1: the longest sequence the
+  // selection workspaces hold; 0: no shadow (the default until measured on a GPU).
+  int64_t fp8_kv_shadow_tokens = 0;
   // W8A8 FP8 (`sala serve --quantization fp8`): the projections are quantized at load to
   // e4m3 with one scale per output channel (amax / 448), and each GEMM quantizes its input
   // rows the same way per token; lm_head, the embedding and the norms stay dense. The CPU

@@ -45,6 +45,8 @@ struct SparseCase {
   bool gpu_two_op = false;  // gated: the GPU runs Backend's default (attention, then the gate)
   int attn_min_blocks = 0;  // the GPU backend's BackendOptions::attn_min_blocks
   bool attn_tma = true;     // the GPU backend's BackendOptions::sparse_attn_tma
+  int64_t kv_shadow_tokens = -1;  // the GPU backend's BackendOptions::fp8_kv_shadow_tokens
+  bool gpu_only = false;  // run the GPU backend alone (bit-equality tests of two GPU runs)
   // Both backends' KV cache dtype and (FP8) every sparse layer's K / V scales.
   KvCacheDtype kv = KvCacheDtype::Auto;
   KvScales kv_scale{};
@@ -86,6 +88,7 @@ SparseTally run_sparse(const SparseCase& c, std::vector<std::vector<float>>* gpu
   BackendOptions gpu_opts;
   gpu_opts.attn_min_blocks = c.attn_min_blocks;
   gpu_opts.sparse_attn_tma = c.attn_tma;
+  gpu_opts.fp8_kv_shadow_tokens = c.kv_shadow_tokens;
   gpu_opts.kv_cache_dtype = c.kv;
   const ModelConfig lc = layer_config(nh, kvh, d, 4, 16, c.sp);
   LayerHarness H(lc, c.page_size, max_len, final_len.rbegin()->first + 1, c.mode, gpu_opts,
@@ -120,11 +123,13 @@ SparseTally run_sparse(const SparseCase& c, std::vector<std::vector<float>>* gpu
       cc.want_scores = f32;
       auto t0 = std::chrono::steady_clock::now();
       m.capture = &cc;
-      H.p.cpu->begin_step(m);
-      if (c.gated)
-        H.p.cpu->sparse_attention_mul_sigmoid(si, q.c, k.c, v.c, gate.c, o.c);
-      else
-        H.p.cpu->sparse_attention(si, q.c, k.c, v.c, o.c);
+      if (!c.gpu_only) {
+        H.p.cpu->begin_step(m);
+        if (c.gated)
+          H.p.cpu->sparse_attention_mul_sigmoid(si, q.c, k.c, v.c, gate.c, o.c);
+        else
+          H.p.cpu->sparse_attention(si, q.c, k.c, v.c, o.c);
+      }
       cpu_s += seconds_since(t0);
       t0 = std::chrono::steady_clock::now();
       m.capture = &cg;
@@ -142,6 +147,7 @@ SparseTally run_sparse(const SparseCase& c, std::vector<std::vector<float>>* gpu
       const auto& b = cg.selections.at(size_t(si));
       auto [oc, og] = H.p.download(o);
       if (gpu_outs) gpu_outs->push_back(og);
+      if (c.gpu_only) continue;
       int64_t masked = 0;
       for (int g = 0; g < kvh; ++g)
         for (int64_t r = 0; r < T; ++r) {
@@ -479,6 +485,31 @@ TEST(CudaKvFp8, SparseDecodePartsPerBlockBitExact) {
     forced.attn_min_blocks = 1;
     expect_same_outputs(gpu_outputs(c), gpu_outputs(forced),
                         "fp8 " + c.label + " d" + std::to_string(c.d) + ", 1 vs 8 parts per block");
+  }
+}
+
+// FP8 caches on Hopper: stage 2 of prompt chunks over the bf16 shadow of their pages
+// (BackendOptions::fp8_kv_shadow_tokens) reads the code values the wgmma kernel converts
+// itself from the codes: the same bits, with a shadow for every step (-1) and with one of
+// 4,096 tokens that some steps' chunks outgrow (those read the codes). Pages of 64 / 128
+// tokens: TMA where the device has it; elsewhere the three runs take the same kernel.
+TEST(CudaKvFp8, Stage2ShadowBitEqual) {
+  REQUIRE_GPU();
+  for (auto [kv, sc] : {std::pair{kE4m3, KvScales{0.05f, 0.02f}},
+                        std::pair{kE5m2, KvScales{0.03f, 0.7f}}}) {
+    for (SparseCase c : {SparseCase{"scaled", 16, 1, 128, scaled_sparse(), 128, scaled_steps(), 1},
+                         SparseCase{"released", 32, 2, 128, SparseConfig{}, 64, released_steps(),
+                                    1}}) {
+      c = kv8(c, kv, sc);
+      c.gpu_only = true;
+      SparseCase codes = c, small = c;
+      codes.kv_shadow_tokens = 0;
+      small.kv_shadow_tokens = 4096;
+      const auto ref = gpu_outputs(codes);
+      const std::string what = std::string(kv_cache_dtype_name(kv)) + " " + c.label;
+      expect_same_outputs(gpu_outputs(c), ref, what + ": shadow vs codes");
+      expect_same_outputs(gpu_outputs(small), ref, what + ": 4,096-token shadow vs codes");
+    }
   }
 }
 

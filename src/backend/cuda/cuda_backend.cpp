@@ -48,7 +48,7 @@ CudaBackend::CudaBackend(const BackendOptions& opts)
       gemm_(bf16_mode_, stream_.get(), arena_, plan_, graphs_, timer_),
       rope_(stream_.get(), arena_, graphs_),
       sparse_(bf16_mode_, max_smem_optin_, opts.attn_min_blocks, opts.sparse_attn_tma,
-              stream_.get(), arena_, plan_, graphs_, timer_),
+              opts.fp8_kv_shadow_tokens, stream_.get(), arena_, plan_, graphs_, timer_),
       lightning_(bf16_mode_, opts.gla_workspace_floats, stream_.get(),
                  arena_, plan_, graphs_, timer_, rope_) {
   device_.restore();  // the caller's thread stays on its device (bind_thread switches it)

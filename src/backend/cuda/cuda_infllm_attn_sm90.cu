@@ -352,7 +352,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (!active) return;
 
   // Rows lane/4 and lane/4 + 8 of this warp: heads 16g + lane/4 (+ 8) of its row.
-  const float vs = KF != kKvAct ? P.v_scale : 1.f;  // FP8: O was summed over V's code values
+  // FP8 caches (and their bf16 shadow): O was summed over V's code values; bf16 caches: 1.
+  const float vs = P.v_scale;
   const float i0 = vs / l0, i1 = vs / l1;
   bf16* o_h0 = out + (row * P.nh + g * 16 + lane / 4) * kD + qc;
   bf16* o_h1 = o_h0 + 8 * kD;

@@ -290,6 +290,15 @@ void launch_kv_fp8_roundtrip(int kf, const float* x, int64_t n, float scale, uin
 // code values the attention kernels feed to the tensor cores).
 void launch_kv_codes8_bf16(int kf, const uint8_t* codes, int64_t n8, uint16_t* out,
                            cudaStream_t st);
+// FP8 caches on Hopper's wgmma stage 2 (SparseRunner's bf16 shadow): pages page_table[
+// page_begin .. + n_pages) of kc / vc as bf16 code values (kv_codes8_bf16: the values the
+// FP8 stage-2 producers put in their ring, so stage 2 over the shadow computes the same
+// bits) in shadow pages base .. base + n_pages of k_shadow / v_shadow ([pages, page_size,
+// kvh, d] bf16), and shadow_pt[page_begin + i] = base + i: the sequence's page table into the
+// shadow.
+void launch_kv_pages_bf16(int kf, const int32_t* page_table, int page_begin, int n_pages,
+                          int base, const CacheGeom& g, const uint8_t* kc, const uint8_t* vc,
+                          bf16* k_shadow, bf16* v_shadow, int32_t* shadow_pt, cudaStream_t st);
 size_t attention_smem_bytes(int G, int d);
 // Dense rows (not sparse, fewer than flash_min tokens in their call): out[T, nh*d]. Rows of
 // split calls (DevSeq::split_row: decode and verify rows) are split over `splits` parts of

@@ -210,10 +210,22 @@ void SparseRunner::attention_t(int si, const Tensor& q, const Tensor& k, const T
       // kernel takes the rest.
       SA.sm90_prefill_rows = sm90_prefill_ok_ && (kv_fmt_ == kKvAct || sc.has_maps) &&
                              !sd.prompt_free && sd.n_sparse_seqs > 0;
-      if (SA.sm90_prefill_rows)
+      // An FP8 cache's pages as bf16 in the shadow where it holds the step's prompt chunks:
+      // the same kernel reads them as a bf16 cache (tau and v_scale stay the FP8 ones).
+      if (SA.sm90_prefill_rows && fp8 && fill_kv_shadow(si, geo)) {
+        timer_.tick("sparse kv shadow");
+        SparseAttnParams SB = SA;
+        SB.kv_fmt = kKvAct;
+        StepRows shadow_rows = rows;
+        shadow_rows.page_table = shadow_pt_;
+        launch_sparse_attention_sm90(ptr<const bf16>(q), shadow_rows, sd.tiles, sd.n_tiles,
+                                     shadow_k_, shadow_v_, &shadow_maps_, sel_, sel_cnt_, SB,
+                                     ptr<bf16>(out), stream_);
+      } else if (SA.sm90_prefill_rows) {
         launch_sparse_attention_sm90(ptr<const bf16>(q), rows, sd.tiles, sd.n_tiles, sc.k, sc.v,
                                      sc.has_maps ? &sc.maps : nullptr, sel_, sel_cnt_, SA,
                                      ptr<bf16>(out), stream_);
+      }
       launch_sparse_attention(d, ptr<const bf16>(q), rows, sd.tiles, sd.n_tiles, sc.k, sc.v,
                               sel_, sel_cnt_, SA, ptr<bf16>(out), attn_part_, attn_ml_, stream_);
     } else {

@@ -13,10 +13,12 @@ namespace sala::cuda_host {
 using namespace sala::cuda;
 
 SparseRunner::SparseRunner(bool bf16_mode, int max_smem_optin, int attn_min_blocks,
-                           bool attn_tma, cudaStream_t stream, DeviceArena& arena,
-                           const StepPlan& plan, GraphCache& graphs, OpTimer& timer)
-    : bf16_(bf16_mode), max_smem_optin_(max_smem_optin), attn_tma_(attn_tma), stream_(stream),
-      arena_(arena), plan_(plan), graphs_(graphs), timer_(timer) {
+                           bool attn_tma, int64_t kv_shadow_tokens, cudaStream_t stream,
+                           DeviceArena& arena, const StepPlan& plan, GraphCache& graphs,
+                           OpTimer& timer)
+    : bf16_(bf16_mode), max_smem_optin_(max_smem_optin), attn_tma_(attn_tma),
+      kv_shadow_tokens_(kv_shadow_tokens), stream_(stream), arena_(arena), plan_(plan),
+      graphs_(graphs), timer_(timer) {
   int dev = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -79,6 +81,59 @@ void SparseRunner::init(const ModelConfig& cfg, const CacheShape& shape, int kv_
     for (auto& c : caches_)
       c.has_maps = make_sparse_attn_sm90_maps(c.k, c.v, int64_t(tokens), cfg.num_key_value_heads,
                                               shape.page_size, kv_fmt_, &c.maps);
+  alloc_kv_shadow();
+}
+
+void SparseRunner::alloc_kv_shadow() {
+  if (kv_fmt_ == kKvAct || !sm90_prefill_ok_ || !attn_tma_ || kv_shadow_tokens_ == 0 ||
+      caches_.empty() || !caches_[0].has_maps)
+    return;
+  const int64_t tokens = kv_shadow_tokens_ < 0 ? select_max_len_ : kv_shadow_tokens_;
+  const int64_t pages = (tokens + shape_.page_size - 1) / shape_.page_size;
+  const int64_t shadow_tokens = pages * shape_.page_size;
+  const size_t bytes = size_t(shadow_tokens) * size_t(cfg_.num_key_value_heads) * cfg_.head_dim * 2;
+  void* k = arena_.device(bytes);
+  void* v = arena_.device(bytes);
+  if (!make_sparse_attn_sm90_maps(k, v, shadow_tokens, cfg_.num_key_value_heads,
+                                  shape_.page_size, kKvAct, &shadow_maps_)) {
+    arena_.release(k);
+    arena_.release(v);
+    return;
+  }
+  shadow_k_ = k, shadow_v_ = v, shadow_pages_ = pages;
+}
+
+bool SparseRunner::fill_kv_shadow(int si, const CacheGeom& geo) {
+  if (shadow_pages_ == 0) return false;
+  const StepMeta& meta = *plan_.meta();
+  // The wgmma kernel's sequences (DevSeq: sparse, split_row < 0) and the pages their keys
+  // 0 .. total_len span.
+  auto pages_of = [&](int i) -> int64_t {
+    const SeqSlice& s = meta.seqs[size_t(i)];
+    if (!plan_.seq_sparse(i) || s.num_tokens <= kSplitCallRows) return 0;
+    return (s.total_len() + shape_.page_size - 1) / shape_.page_size;
+  };
+  int64_t need = 0;
+  for (int i = 0; i < int(meta.seqs.size()); ++i) need += pages_of(i);
+  if (need == 0 || need > shadow_pages_) return false;
+  const int64_t pt = int64_t(meta.page_table.size());
+  if (pt > shadow_pt_cap_) {
+    SALA_CHECK(!graphs_.capturing(), "the KV shadow's page table grown inside a recorded step");
+    arena_.release(shadow_pt_);
+    shadow_pt_cap_ = std::max<int64_t>(pt, 2 * shadow_pt_cap_);
+    shadow_pt_ = static_cast<int32_t*>(arena_.device(size_t(shadow_pt_cap_) * 4));
+  }
+  const LayerCache& sc = caches_[size_t(si)];
+  int base = 0;
+  for (int i = 0; i < int(meta.seqs.size()); ++i) {
+    const int n = int(pages_of(i));
+    launch_kv_pages_bf16(kv_fmt_, plan_.dev().page_table, meta.seqs[size_t(i)].page_begin, n,
+                         base, geo, static_cast<const uint8_t*>(sc.k),
+                         static_cast<const uint8_t*>(sc.v), static_cast<bf16*>(shadow_k_),
+                         static_cast<bf16*>(shadow_v_), shadow_pt_, stream_);
+    base += n;
+  }
+  return true;
 }
 
 // Selection workspaces for the longest sequence the pool holds (SPEC §9.5 sizes):

@@ -26,10 +26,10 @@ namespace sala::cuda_host {
 class SparseRunner {
  public:
   // attn_min_blocks: BackendOptions::attn_min_blocks (0: SMs / 2); attn_tma:
-  // BackendOptions::sparse_attn_tma.
+  // BackendOptions::sparse_attn_tma; kv_shadow_tokens: BackendOptions::fp8_kv_shadow_tokens.
   SparseRunner(bool bf16_mode, int max_smem_optin, int attn_min_blocks, bool attn_tma,
-               cudaStream_t stream, DeviceArena& arena, const StepPlan& plan, GraphCache& graphs,
-               OpTimer& timer);
+               int64_t kv_shadow_tokens, cudaStream_t stream, DeviceArena& arena,
+               const StepPlan& plan, GraphCache& graphs, OpTimer& timer);
   SparseRunner(const SparseRunner&) = delete;
   SparseRunner& operator=(const SparseRunner&) = delete;
 
@@ -67,11 +67,18 @@ class SparseRunner {
   void attention_t(int si, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                    const Tensor* gate = nullptr);
   void capture_selections(int si) const;  // StepMeta::capture: the step's selected blocks
+  void alloc_kv_shadow();
+  // FP8 caches: the pages of the step's prompt chunks with sparse rows (the wgmma stage-2
+  // kernel's) converted from sparse layer si's cache into the shadow, with their shadow page
+  // table; false (nothing launched) where there is no shadow or they need more pages than it
+  // has.
+  bool fill_kv_shadow(int si, const cuda::CacheGeom& geo);
 
   bool bf16_;
   int max_smem_optin_;
   int min_blocks_;  // stage-2 decode grid target (decode_parts_per_block)
   bool attn_tma_;   // BackendOptions::sparse_attn_tma
+  int64_t kv_shadow_tokens_;  // BackendOptions::fp8_kv_shadow_tokens
   cudaStream_t stream_;
   DeviceArena& arena_;
   const StepPlan& plan_;
@@ -92,6 +99,16 @@ class SparseRunner {
     cuda::Sm90KvMaps maps{};
   };
   std::vector<LayerCache> caches_;
+  // FP8 caches on Hopper (BackendOptions::fp8_kv_shadow_tokens): one layer's K / V pages as
+  // bf16 code values [shadow_pages_, page_size, kvh, d], refilled per sparse layer of a step
+  // with prompt chunks (fill_kv_shadow), their TMA maps, and the step's page table into them
+  // (shadow_pt_ [shadow_pt_cap_]: entries of the converted sequences only).
+  int64_t shadow_pages_ = 0;
+  void* shadow_k_ = nullptr;
+  void* shadow_v_ = nullptr;
+  cuda::Sm90KvMaps shadow_maps_{};
+  int32_t* shadow_pt_ = nullptr;
+  int64_t shadow_pt_cap_ = 0;
 
   // Per-row workspaces (capacity rows_cap_).
   int64_t rows_cap_ = 0;
