@@ -348,6 +348,11 @@ struct BackendOptions {
   // step still launches at least this many blocks; 0: half the SMs. The parts, and so the
   // results, are the same for any value; tests set 1 to force 8 parts per block.
   int attn_min_blocks = 0;
+  // CUDA, sm_90: each ring GEMV (the bf16 / FP8 / int4 GEMVs of <= 64 rows), as its CTAs
+  // finish, prefetches into L2 this many 8 KB ring stages per warp of the first tiles of the
+  // GEMV that followed it in the previous step (GemvOut::next), so that the next weights
+  // stream while the small kernels between two GEMVs run. 0: none. No number depends on it.
+  int gemv_l2_prefetch_stages = 0;
   // CUDA, Hopper: the wgmma stage-2 kernel of prompt chunks loads K/V tiles by TMA where pages
   // hold whole 64-key tiles (else cp.async). Both fill the same tiles, so the results are the
   // same bits; tests set false to compare the two.

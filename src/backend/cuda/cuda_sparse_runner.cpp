@@ -119,6 +119,7 @@ bool SparseRunner::fill_kv_shadow(int si, const CacheGeom& geo) {
   const int64_t pt = int64_t(meta.page_table.size());
   if (pt > shadow_pt_cap_) {
     SALA_CHECK(!graphs_.capturing(), "the KV shadow's page table grown inside a recorded step");
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // no kernel still reads the old table
     arena_.release(shadow_pt_);
     shadow_pt_cap_ = std::max<int64_t>(pt, 2 * shadow_pt_cap_);
     shadow_pt_ = static_cast<int32_t*>(arena_.device(size_t(shadow_pt_cap_) * 4));
