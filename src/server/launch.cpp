@@ -108,7 +108,8 @@ Loaded launch(const LaunchOptions& o) {
       o.device == "cuda" && o.tp_size > 1 ? tp_rank_config(L.cfg, o.tp_size) : L.cfg;
   if (o.device == "cuda") {
     // SGLang's --mem-fraction-static: weights + KV pool + state slots take this fraction of
-    // the GPU; activations, cuBLASLt workspace and graphs get a fixed reserve of the rest.
+    // the GPU; activations, cuBLASLt workspace, graphs and the FP8 KV cache's bf16 shadow (512
+    // MB for a 512K-token context of the 9B) get a fixed reserve of the rest.
     // A draft model shares the device: its bf16 weights (no load-time quantization) count too.
     const size_t weight_bytes =
         planned_weight_bytes(plan_cfg, backend->linear_format(), backend->weight_format(),
