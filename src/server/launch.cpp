@@ -84,8 +84,7 @@ Loaded launch(const LaunchOptions& o) {
   bo.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
   // FP8 KV on Hopper: the bf16 shadow of prompt chunks' pages holds one --context-length
   // sequence when one is given (else the longest the pool holds, up to the model's limit).
-  if (o.engine.max_context_len > 0 && bo.fp8_kv_shadow_tokens != 0)
-    bo.fp8_kv_shadow_tokens = o.engine.max_context_len;
+  if (o.engine.max_context_len > 0) bo.fp8_kv_shadow_tokens = o.engine.max_context_len;
   Checkpoint ckpt(o.model_path);
   if (o.device == "cuda") {
     bo.mode = NumericMode::BF16;  // the GPU path is bf16 by contract

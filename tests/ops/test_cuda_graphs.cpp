@@ -34,12 +34,10 @@ namespace {
 // FP8 projections, the codes written by the norm / SiLU kernels (the `next` hint) in both
 // (kFp8) or in the recorded model only, the eager one quantizing in a kernel of its own
 // (kFp8EagerSeparate: the fused codes equal the separate quantization's, recorded or not).
-// l2_prefetch: the recorded model's BackendOptions::gemv_l2_prefetch_stages (the eager one
-// prefetches nothing), a hint that must not change a bit.
 enum class Fp8 { kOff, kFp8, kFp8EagerSeparate };
 void graph_replay_vs_eager(const std::string& case_name, int len_offset,
                            KvCacheDtype kv = KvCacheDtype::Auto, int32_t int4_group = 0,
-                           Fp8 fp8 = Fp8::kOff, int l2_prefetch = 0) {
+                           Fp8 fp8 = Fp8::kOff) {
   // The vendored cases; scripts/gpu_check.sh points SALA_GOLDEN_DIR at its packed copy.
   const char* gd = std::getenv("SALA_GOLDEN_DIR");
   const std::string root = gd ? gd : SALA_SOURCE_DIR "/tests/fixtures/golden";
@@ -59,7 +57,6 @@ void graph_replay_vs_eager(const std::string& case_name, int len_offset,
   og.int4_group_size = oe.int4_group_size = int4_group;
   og.fp8_weights = oe.fp8_weights = fp8 != Fp8::kOff;
   oe.fp8_producer_codes = fp8 != Fp8::kFp8EagerSeparate;
-  og.gemv_l2_prefetch_stages = l2_prefetch;
   Model mg(cfg, make_cuda_backend(og), ck, lim), me(cfg, make_cuda_backend(oe), ck, lim);
   ASSERT_TRUE(mg.backend().graphs_enabled());
   ASSERT_FALSE(me.backend().graphs_enabled());
@@ -145,11 +142,11 @@ void graph_replay_vs_eager(const std::string& case_name, int len_offset,
     live = order;
   }
   std::printf(
-      "[ graph ] %s %s%s%s (L2 prefetch %d): %lld steps (%lld decode-only), %lld logits "
-      "compared, %lld steps differ\n",
+      "[ graph ] %s %s%s%s: %lld steps (%lld decode-only), %lld logits compared, %lld steps "
+      "differ\n",
       case_name.c_str(), kv_cache_dtype_name(kv), int4_group > 0 ? " w4a16" : "",
       fp8 == Fp8::kOff ? "" : fp8 == Fp8::kFp8 ? " fp8" : " fp8 (eager: separate quantize)",
-      l2_prefetch, (long long)steps, (long long)decode_steps, (long long)compared,
+      (long long)steps, (long long)decode_steps, (long long)compared,
       (long long)mismatches);
   EXPECT_EQ(mismatches, 0);
 }
@@ -179,15 +176,6 @@ TEST(CudaOps, GraphReplayMatchesEagerFp8) {
     graph_replay_vs_eager("tiny-dense", 0, KvCacheDtype::Auto, 0, f);
     graph_replay_vs_eager("tiny-sparse", 240, KvCacheDtype::Auto, 0, f);
   }
-}
-
-// Recorded steps whose GEMVs prefetch their successors' first stages into L2 == eager steps
-// without: bf16, W4A16 and FP8 projections (the three ring GEMVs).
-TEST(CudaOps, GraphReplayMatchesEagerL2Prefetch) {
-  REQUIRE_GPU();
-  graph_replay_vs_eager("tiny-dense", 0, KvCacheDtype::Auto, 0, Fp8::kOff, 3);
-  graph_replay_vs_eager("tiny-dense", 0, KvCacheDtype::Auto, 128, Fp8::kOff, 3);
-  graph_replay_vs_eager("tiny-sparse", 240, KvCacheDtype::Auto, 0, Fp8::kFp8, 3);
 }
 
 // The same over FP8 KV caches (issue 17): both formats, dense and InfLLM-v2 decode rows.

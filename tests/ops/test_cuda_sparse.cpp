@@ -142,12 +142,12 @@ SparseTally run_sparse(const SparseCase& c, std::vector<std::vector<float>>* gpu
         H.p.gpu->sparse_attention(si, q.g, k.g, v.g, o.g);
       H.p.gpu->synchronize();
       gpu_s += seconds_since(t0);
-      // Selections: [kv head][row] = ascending blocks; empty for dense rows.
-      const auto& a = cc.selections.at(size_t(si));
-      const auto& b = cg.selections.at(size_t(si));
       auto [oc, og] = H.p.download(o);
       if (gpu_outs) gpu_outs->push_back(og);
       if (c.gpu_only) continue;
+      // Selections: [kv head][row] = ascending blocks; empty for dense rows.
+      const auto& a = cc.selections.at(size_t(si));
+      const auto& b = cg.selections.at(size_t(si));
       int64_t masked = 0;
       for (int g = 0; g < kvh; ++g)
         for (int64_t r = 0; r < T; ++r) {

@@ -11,14 +11,10 @@
 namespace sala::cuda_host {
 using namespace sala::cuda;
 
-GemmDispatch::GemmDispatch(bool bf16_mode, int l2_prefetch_stages, cudaStream_t stream,
-                           DeviceArena& arena, const StepPlan& plan, GraphCache& graphs,
-                           OpTimer& timer)
+GemmDispatch::GemmDispatch(bool bf16_mode, cudaStream_t stream, DeviceArena& arena,
+                           const StepPlan& plan, GraphCache& graphs, OpTimer& timer)
     : bf16_(bf16_mode), stream_(stream), arena_(arena), plan_(plan), graphs_(graphs),
-      timer_(timer), l2_prefetch_stages_(l2_prefetch_stages) {
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev));
+      timer_(timer) {
   gemv_init();  // kernel attributes now, not inside a recorded step
   gemv_fp8_init();
   gemv_int4_init();
@@ -125,18 +121,6 @@ GemvOut GemmDispatch::gemv_parts(const std::vector<Tensor*>& ys, int64_t r0) {
   return o;
 }
 
-GemvOut GemmDispatch::chained(GemvOut o, const void* w, int64_t n, int64_t row_bytes) {
-  if (l2_prefetch_stages_ <= 0) return o;
-  const int tiles = int((n + 31) / 32);  // the rings' 32-row tiles
-  const GemvNext me{w, n, row_bytes, std::min(tiles, sms_), o.silu_pair ? tiles / 2 : tiles,
-                    l2_prefetch_stages_};
-  if (prev_gemv_ != nullptr && prev_gemv_ != w) next_gemv_[prev_gemv_] = me;
-  prev_gemv_ = w;
-  const auto it = next_gemv_.find(w);
-  if (it != next_gemv_.end()) o.next = it->second;
-  return o;
-}
-
 GemvOut GemmDispatch::gemv_silu_pair(Tensor& g) {
   GemvOut o{};
   o.y[0] = g.data;
@@ -163,7 +147,7 @@ void GemmDispatch::linear_rows(const Tensor& x, const Tensor& w, Tensor& y) {
   }
   if (bf16_ && gemv_rows(x.rows) && gemv_supported(x.data, x.cols, w.data, x.cols, x.rows)) {
     Tensor yv = y;
-    const GemvOut o = chained(gemv_parts({&yv}), w.data, w.rows, x.cols * 2);
+    const GemvOut o = gemv_parts({&yv});
     launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_);
     timer_.tick(y.dtype == DType::F32 ? "gemv lm_head" : "gemv");
     return;
@@ -302,8 +286,7 @@ bool GemmDispatch::linear_multi(const Tensor& x, const Weight& wt, const std::ve
     timer_.tick("split stacked gemm");
     return true;
   }
-  launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows),
-              chained(o, w.data, w.rows, x.cols * 2), stream_);
+  launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_);
   timer_.tick("gemv multi");
   return true;
 }
@@ -348,7 +331,7 @@ bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g,
     if (!(shaped && gemv_rows(x.rows) && gemv_fp8_silu_pair_supported(wt.rows) &&
           gemv_fp8_supported(wt.data, x.cols, x.rows)))
       return false;
-    const GemvOut o = chained(gemv_silu_pair(g), wt.data, wt.rows, x.cols);
+    const GemvOut o = gemv_silu_pair(g);
     const bool prepared = take_fp8_prepared(x);
     const Fp8Input in = fp8_input(x.rows, x.cols);  // x quantized once, as in linear_fp8
     if (!prepared)
@@ -372,8 +355,7 @@ bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g,
     }
     if (!(gemv_int4_silu_pair_supported(wt.rows) && int4_gemv_ok(x, wt, {&g}))) return false;
     launch_gemv_int4(ptr<bf16>(x), x.cols, static_cast<const uint32_t*>(wt.data), wt.scales,
-                     wt.rows, int(x.cols), wt.group, int(x.rows),
-                     chained(gemv_silu_pair(g), wt.data, wt.rows, x.cols / 2), stream_);
+                     wt.rows, int(x.cols), wt.group, int(x.rows), gemv_silu_pair(g), stream_);
     timer_.tick("gemv int4 gate_up+silu");
     return true;
   }
@@ -398,7 +380,7 @@ bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g,
     return true;
   }
   if (!fused) return false;
-  const GemvOut o = chained(gemv_silu_pair(g), w.data, w.rows, x.cols * 2);
+  const GemvOut o = gemv_silu_pair(g);
   launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_);
   timer_.tick("gemv gate_up+silu");
   return true;

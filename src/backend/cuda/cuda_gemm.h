@@ -46,9 +46,8 @@ namespace sala::cuda_host {
 
 class GemmDispatch {
  public:
-  // l2_prefetch_stages: BackendOptions::gemv_l2_prefetch_stages.
-  GemmDispatch(bool bf16_mode, int l2_prefetch_stages, cudaStream_t stream, DeviceArena& arena,
-               const StepPlan& plan, GraphCache& graphs, OpTimer& timer);
+  GemmDispatch(bool bf16_mode, cudaStream_t stream, DeviceArena& arena, const StepPlan& plan,
+               GraphCache& graphs, OpTimer& timer);
   ~GemmDispatch();
   GemmDispatch(const GemmDispatch&) = delete;
   GemmDispatch& operator=(const GemmDispatch&) = delete;
@@ -94,12 +93,6 @@ class GemmDispatch {
   // order; o.f32 for fp32 outputs), or silu(gate) * up of a stacked [2I, K] weight into g.
   static cuda::GemvOut gemv_parts(const std::vector<Tensor*>& ys, int64_t r0 = 0);
   static cuda::GemvOut gemv_silu_pair(Tensor& g);
-  // o for a ring GEMV launch over weight w (n rows of row_bytes): records w as the GEMV that
-  // follows the one launched before it, and sets o.next to the GEMV that followed w last
-  // time (GemvOut::next; none when l2_prefetch_stages_ is 0). A step's GEMVs come in the
-  // same order every decode step, so from the second step on each one's successor is known
-  // (a recorded step keeps the pointers it was recorded with).
-  cuda::GemvOut chained(cuda::GemvOut o, const void* w, int64_t n, int64_t row_bytes);
   struct AlgoEntry {  // one cached cuBLASLt GEMM
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
@@ -160,10 +153,6 @@ class GemmDispatch {
   const StepPlan& plan_;
   GraphCache& graphs_;
   OpTimer& timer_;
-  int l2_prefetch_stages_;
-  int sms_ = 0;                                              // the GEMV rings' grid bound
-  std::map<const void*, cuda::GemvNext> next_gemv_;         // by weight: the GEMV after it
-  const void* prev_gemv_ = nullptr;                          // the last ring GEMV's weight
   cublasLtHandle_t lt_ = nullptr;
   void* lt_workspace_ = nullptr;
   size_t lt_workspace_size_ = 32u << 20;

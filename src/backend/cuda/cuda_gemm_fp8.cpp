@@ -143,7 +143,7 @@ void GemmDispatch::linear_fp8(const Tensor& x, const Weight& w, const std::vecto
       return;
     }
     if (gemv_ok && gemv_rows(T) && gemv_fp8_supported(w.data, K, T)) {
-      const GemvOut o = chained(gemv_parts(ys, r0), w.data, w.rows, K);
+      const GemvOut o = gemv_parts(ys, r0);
       if (!prepared) launch_quantize_rows_fp8(xr, T, K, K, xq, sx, stream_);
       launch_gemv_fp8(xq, K, sx, static_cast<const uint8_t*>(w.data), w.scales, w.rows, int(K),
                       int(T), o, stream_);

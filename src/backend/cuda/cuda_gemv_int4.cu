@@ -209,7 +209,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // red is reused by the next tile
   }
   cp_wait<0>();  // only empty groups can remain
-  prefetch_next_l2(o.next);
 }
 
 // ---- load-time repack and dequantization ----

@@ -210,25 +210,6 @@ struct Walk {
   }
 };
 
-// GemvOut::next: this CTA's share of the next GEMV's first stages into L2 (sm_90's bulk
-// prefetch: one instruction per weight row and warp slice; thread i: row i / 8, slice i % 8).
-__device__ __forceinline__ void prefetch_next_l2(const GemvNext& nx) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (nx.w == nullptr) return;
-  const int r = int(threadIdx.x) / kWarps;
-  const Slice s(int(nx.row_bytes / 16), int(threadIdx.x) % kWarps);
-  const int bytes = min(s.ce - s.cb, nx.stages * kCps) * 16;
-  if (bytes <= 0) return;
-  const int ctas = min(nx.ctas, nx.units);
-  for (int c = int(blockIdx.x); c < ctas; c += int(gridDim.x)) {
-    const int64_t n = int64_t(c) * kRows + r;
-    if (n >= nx.n) break;
-    const auto* p = static_cast<const uint8_t*>(nx.w) + n * nx.row_bytes + int64_t(s.cb) * 16;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-  }
-#endif
-}
-
 // A warp's copy cursor: the next stage to issue (stage st of this CTA's tile ti, into ring slot
 // `slot`), advanced by one stage per call, so that issuing needs no division (the copy path
 // was ~27 % of the ring kernels' instructions when it divided and clamped per stage: ncu,

@@ -84,19 +84,6 @@ void launch_qk_norm_rope(T* q, T* k, const T* qn, const T* kn, int64_t rows, int
 // ---- skinny GEMM for decode and verify rows (cuda_gemv.cu) ----
 // Rows one GEMV launch takes (one pass over the weights; n8 tiles NT = 1, 2, 4, 8).
 inline constexpr int kGemvMaxRows = 64;
-// The ring GEMV launched next in the stream (GemmDispatch learns the order of a step's GEMVs):
-// as each CTA of this one finishes its tiles it prefetches into L2 the first `stages` ring
-// stages of every warp of the first tile of its share of that GEMV's CTAs (CTA c: c, c +
-// gridDim.x, ... < min(ctas, units)), so those bytes stream while the small kernels between
-// the two GEMVs run, evenly for every CTA of the next one. A hint: no number depends on it.
-struct GemvNext {
-  const void* w = nullptr;  // null: no prefetch
-  int64_t n = 0;            // weight rows
-  int64_t row_bytes = 0;    // bytes per weight row: 16-byte chunks, the rings' Slice unit
-  int ctas = 0;             // its grid: min(tiles, SMs)
-  int units = 0;            // its first tiles: tiles, or tiles / 2 gate tiles (silu_pair)
-  int stages = 0;           // ring stages (32 rows x 256 B per warp) per warp
-};
 struct GemvOut {          // weight rows [end[p-1], end[p]) go to y[p] (row-major, cols[p])
   void* y[4];
   int64_t end[4];
@@ -106,7 +93,6 @@ struct GemvOut {          // weight rows [end[p-1], end[p]) go to y[p] (row-majo
   // Gate/up pair (nparts 1, cols[0] = N / 2): weight rows [0, N/2) are the gate, [N/2, N)
   // the up projection; y[0] = bf16(bf16(silu(g)) * u) of the bf16-rounded g, u (silu_mul).
   bool silu_pair;
-  GemvNext next;  // the ring kernels' L2 prefetch at their end (none in the tile fallback)
 };
 // Once, before any stream capture (the backend's constructor): picks the kernel for the
 // current device and sets its shared-memory attribute (launch_gemv would do it on first use).
