@@ -4,6 +4,7 @@
 // are CudaKvFp8.* in test_cuda_sparse.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -147,6 +148,89 @@ TEST(CudaKvFp8, CodeGroupsToBf16Exact) {
   }
   cudaFree(dcodes);
   cudaFree(dout);
+}
+
+// The FP8 KV shadow's conversion (launch_kv_pages_bf16): a sequence's pages, taken through
+// its slice of a step's page table (shuffled physical pages), become shadow pages base ..
+// base + n of bf16 code values (the CPU's values, NaN kept as NaN), its slice of the shadow's
+// page table says base + i, and nothing else of either is written.
+TEST(CudaKvFp8, PagesToBf16Exact) {
+  REQUIRE_GPU();
+  const int page_size = 64, kvh = 2, d = 128, pool_pages = 40, shadow_pages = 24;
+  const int64_t page_bytes = int64_t(page_size) * kvh * d;
+  const cuda::CacheGeom g{page_size, kvh, d, 16, 64, 32, 128, 64, int64_t(kvh) * d};
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::vector<uint8_t> k(size_t(pool_pages * page_bytes)), v(k.size());
+  for (auto& c : k) c = uint8_t(byte(rng));
+  for (auto& c : v) c = uint8_t(byte(rng));
+  // A step's page table: 5 entries of another sequence, then this one's 17 pages, then 3 more.
+  std::vector<int32_t> pool(pool_pages);
+  for (int i = 0; i < pool_pages; ++i) pool[size_t(i)] = i;
+  std::shuffle(pool.begin(), pool.end(), rng);
+  const int page_begin = 5, n = 17, base = 6, table = 25;
+  const std::vector<int32_t> pt(pool.begin(), pool.begin() + table);
+  uint8_t *dk = nullptr, *dv = nullptr;
+  uint16_t *sk = nullptr, *sv = nullptr;
+  int32_t *dpt = nullptr, *spt = nullptr;
+  const size_t shadow_bytes = size_t(shadow_pages * page_bytes) * 2;
+  ASSERT_EQ(cudaMalloc(&dk, k.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dv, v.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&sk, shadow_bytes), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&sv, shadow_bytes), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dpt, size_t(table) * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&spt, size_t(table) * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dk, k.data(), k.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dv, v.data(), v.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dpt, pt.data(), size_t(table) * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  constexpr uint16_t kSentinel = 0x1234;
+  std::vector<uint16_t> fill(shadow_bytes / 2, kSentinel), ok_k(fill.size()), ok_v(fill.size());
+  const std::vector<int32_t> pt_fill(size_t(table), -7);
+  std::vector<int32_t> spt_out(static_cast<size_t>(table));
+  for (KvCacheDtype t : {KvCacheDtype::FP8_E4M3, KvCacheDtype::FP8_E5M2}) {
+    const int kf = t == KvCacheDtype::FP8_E4M3 ? cuda::kKvE4m3 : cuda::kKvE5m2;
+    ASSERT_EQ(cudaMemcpy(sk, fill.data(), shadow_bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(sv, fill.data(), shadow_bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(spt, pt_fill.data(), size_t(table) * 4, cudaMemcpyHostToDevice),
+              cudaSuccess);
+    cuda::launch_kv_pages_bf16(kf, dpt, page_begin, n, base, g, dk, dv,
+                               reinterpret_cast<cuda::bf16*>(sk),
+                               reinterpret_cast<cuda::bf16*>(sv), spt,
+                               nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(ok_k.data(), sk, shadow_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(ok_v.data(), sv, shadow_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(spt_out.data(), spt, size_t(table) * 4, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    for (int i = 0; i < table; ++i) {
+      const bool mine = i >= page_begin && i < page_begin + n;
+      EXPECT_EQ(spt_out[size_t(i)], mine ? base + i - page_begin : -7) << "shadow table entry " << i;
+    }
+    int64_t bad = 0;
+    for (int sp = 0; sp < shadow_pages; ++sp) {
+      const bool mine = sp >= base && sp < base + n;
+      const int64_t src = mine ? int64_t(pt[size_t(page_begin + sp - base)]) * page_bytes : 0;
+      for (int64_t e = 0; e < page_bytes; ++e) {
+        const size_t at = size_t(sp * page_bytes + e);
+        for (int kvi = 0; kvi < 2; ++kvi) {
+          const uint16_t got = (kvi == 0 ? ok_k : ok_v)[at];
+          bool ok = got == kSentinel;
+          if (mine) {
+            const float want = kv_fp8_decode((kvi == 0 ? k : v)[size_t(src + e)], t, 1.f);
+            ok = std::isnan(want) ? (got & 0x7f80u) == 0x7f80u && (got & 0x7fu) != 0u
+                                  : got == uint16_t(std::bit_cast<uint32_t>(want) >> 16);
+          }
+          if (!ok && bad++ < 5)
+            ADD_FAILURE() << kv_cache_dtype_name(t) << (kvi == 0 ? " K" : " V")
+                          << ": shadow page " << sp << " element " << e << " holds " << got;
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0) << kv_cache_dtype_name(t);
+  }
+  for (void* p : {static_cast<void*>(dk), static_cast<void*>(dv), static_cast<void*>(sk),
+                  static_cast<void*>(sv), static_cast<void*>(dpt), static_cast<void*>(spt)})
+    cudaFree(p);
 }
 
 // One byte per element on the GPU, so plan_limits fits twice the bf16 pages in a budget.
