@@ -88,7 +88,9 @@ void SparseRunner::alloc_kv_shadow() {
   if (kv_fmt_ == kKvAct || !sm90_prefill_ok_ || !attn_tma_ || kv_shadow_tokens_ == 0 ||
       caches_.empty() || !caches_[0].has_maps)
     return;
-  const int64_t tokens = kv_shadow_tokens_ < 0 ? select_max_len_ : kv_shadow_tokens_;
+  // No sequence is longer than the selection workspaces hold (check_step).
+  const int64_t tokens =
+      kv_shadow_tokens_ < 0 ? select_max_len_ : std::min(kv_shadow_tokens_, select_max_len_);
   const int64_t pages = (tokens + shape_.page_size - 1) / shape_.page_size;
   const int64_t shadow_tokens = pages * shape_.page_size;
   const size_t bytes = size_t(shadow_tokens) * size_t(cfg_.num_key_value_heads) * cfg_.head_dim * 2;
