@@ -35,7 +35,8 @@ case "$kind" in
     # (Gptq's reconstruction-error test: numerics over code QuantizeW4 already runs, 70 s here.)
     # The draft model's sampled-distribution test (3,000 sampled requests and a chi-square over
     # their tokens: numerics, over the code paths the other DraftModelSpeculative tests run
-    # here) took 258 s of this stage (session 36, CI of 07788fc on a loaded machine): the plain stage runs it.
+    # here) took 258 s of this stage (session 36, CI of 07788fc on a loaded machine): the
+    # plain stage runs it.
     tests_exclude='^engine\.DraftModelSpeculative\.SampledOutputHasThePlainDistribution$'
     # The Python tests' upper bounds on how long the server may take are scaled
     # (tests/server/common.py, TIME_SCALE): ASan+UBSan makes the server several times slower.
