@@ -44,6 +44,9 @@ struct BlockCapture {
   // near-tie of the k-th and (k+1)-th block from a wrong selection.
   bool want_scores = false;
   std::vector<std::vector<std::vector<std::vector<float>>>> block_scores;
+  // CudaBackend: sparse layers whose stage 2 read the FP8 KV cache's bf16 shadow (tests check
+  // that the path they compare ran).
+  int64_t kv_shadow_layers = 0;
 };
 
 struct StepMeta {

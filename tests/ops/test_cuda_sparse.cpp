@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "backend/cuda/cuda_kernels.h"
 #include "cuda_test_util.h"
 #include "backend/step.h"
 
@@ -57,6 +58,7 @@ struct SparseTally {
   int64_t topk_rows = 0;                // of those, rows whose selection left out a past block
   int64_t masked_rows = 0;              // (row, kv head) items left out of the output check
   int64_t near_ties = 0;                // fp32: rows whose k-th / (k+1)-th scores nearly tie
+  int64_t kv_shadow_layers = 0;         // GPU: layers whose stage 2 read the FP8 KV shadow
 };
 
 // fp32 mode: the CPU's k-th and (k+1)-th highest block scores (k = total_topk) are distinct
@@ -142,6 +144,7 @@ SparseTally run_sparse(const SparseCase& c, std::vector<std::vector<float>>* gpu
         H.p.gpu->sparse_attention(si, q.g, k.g, v.g, o.g);
       H.p.gpu->synchronize();
       gpu_s += seconds_since(t0);
+      n.kv_shadow_layers += cg.kv_shadow_layers;
       auto [oc, og] = H.p.download(o);
       if (gpu_outs) gpu_outs->push_back(og);
       if (c.gpu_only) continue;
@@ -490,25 +493,41 @@ TEST(CudaKvFp8, SparseDecodePartsPerBlockBitExact) {
 
 // FP8 caches on Hopper: stage 2 of prompt chunks over the bf16 shadow of their pages
 // (BackendOptions::fp8_kv_shadow_tokens) reads the code values the wgmma kernel converts
-// itself from the codes: the same bits, with a shadow for every step (-1) and with one of
-// 4,096 tokens that some steps' chunks outgrow (those read the codes). Pages of 64 / 128
-// tokens: TMA where the device has it; elsewhere the three runs take the same kernel.
+// itself from the codes: the same bits, with a shadow for every step (-1) and with a smaller
+// one (scaled: 4,096 tokens, which some steps' chunks outgrow, so those read the codes;
+// released: 8,320 tokens, one 8K chunk at a time). Pages of 64 / 128 tokens: TMA where the
+// device has it (sm_90: the shadow must have run); elsewhere the runs take the same kernel.
 TEST(CudaKvFp8, Stage2ShadowBitEqual) {
   REQUIRE_GPU();
+  const bool sm90 = cuda::sparse_attn_sm90_supported(128, 16);
   for (auto [kv, sc] : {std::pair{kE4m3, KvScales{0.05f, 0.02f}},
                         std::pair{kE5m2, KvScales{0.03f, 0.7f}}}) {
-    for (SparseCase c : {SparseCase{"scaled", 16, 1, 128, scaled_sparse(), 128, scaled_steps(), 1},
-                         SparseCase{"released", 32, 2, 128, SparseConfig{}, 64, released_steps(),
-                                    1}}) {
-      c = kv8(c, kv, sc);
+    for (auto [c0, small_tokens] :
+         {std::pair{SparseCase{"scaled", 16, 1, 128, scaled_sparse(), 128, scaled_steps(), 1},
+                    int64_t(4096)},
+          std::pair{SparseCase{"released", 32, 2, 128, SparseConfig{}, 64, released_steps(), 1},
+                    int64_t(8320)}}) {
+      SparseCase c = kv8(c0, kv, sc);
       c.gpu_only = true;
       SparseCase codes = c, small = c;
       codes.kv_shadow_tokens = 0;
-      small.kv_shadow_tokens = 4096;
-      const auto ref = gpu_outputs(codes);
+      small.kv_shadow_tokens = small_tokens;
       const std::string what = std::string(kv_cache_dtype_name(kv)) + " " + c.label;
-      expect_same_outputs(gpu_outputs(c), ref, what + ": shadow vs codes");
-      expect_same_outputs(gpu_outputs(small), ref, what + ": 4,096-token shadow vs codes");
+      std::vector<std::vector<float>> ref, full_outs, small_outs;
+      EXPECT_EQ(run_sparse(codes, &ref).kv_shadow_layers, 0) << what;
+      const int64_t full = run_sparse(c, &full_outs).kv_shadow_layers;
+      const int64_t part = run_sparse(small, &small_outs).kv_shadow_layers;
+      expect_same_outputs(full_outs, ref, what + ": shadow vs codes");
+      expect_same_outputs(small_outs, ref, what + ": smaller shadow vs codes");
+      std::printf("[ shadow ] %s: %lld / %lld layers read the full / smaller shadow\n",
+                  what.c_str(), (long long)full, (long long)part);
+      if (sm90) {
+        EXPECT_GT(full, 0) << what << ": the shadow never ran";
+        EXPECT_GT(part, 0) << what << ": the smaller shadow never ran";
+        if (c.label == "scaled") {
+          EXPECT_LT(part, full) << what << ": no step outgrew the smaller shadow";
+        }
+      }
     }
   }
 }

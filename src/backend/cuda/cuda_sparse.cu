@@ -99,21 +99,25 @@ __global__ void kv_codes8_kernel(const uint2* __restrict__ codes, int64_t n8,
 // the exact values the stage-2 producers convert into their ring) in shadow pages base ..
 // base + n_pages, and page_table[page_begin + i] -> base + i into shadow_pt. A page is
 // page_bytes contiguous codes ([page_size, kvh, d]); thread i of block (x, page) converts 8
-// codes of K and of V.  grid: (ceil(page_bytes / 8 / 256), n_pages), block 256
+// codes of K and of V; block rows walk pages y, y + gridDim.y, ...
+// grid: (ceil(page_bytes / 8 / 256), min(n_pages, 65535)), block 256
 template <int KF>
 __global__ void kv_pages_bf16_kernel(const int32_t* __restrict__ page_table, int page_begin,
-                                     int base, int64_t page_bytes,
+                                     int n_pages, int base, int64_t page_bytes,
                                      const uint8_t* __restrict__ kc,
                                      const uint8_t* __restrict__ vc, uint16_t* __restrict__ ks,
                                      uint16_t* __restrict__ vs, int32_t* __restrict__ shadow_pt) {
-  const int i = blockIdx.y;
   const int64_t e = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
-  if (blockIdx.x == 0 && threadIdx.x == 0) shadow_pt[page_begin + i] = base + i;
-  if (e >= page_bytes) return;
-  const int64_t src = int64_t(page_table[page_begin + i]) * page_bytes + e;
-  const int64_t dst = int64_t(base + i) * page_bytes + e;
-  *reinterpret_cast<uint4*>(ks + dst) = kv_codes8_bf16<KF>(*reinterpret_cast<const uint2*>(kc + src));
-  *reinterpret_cast<uint4*>(vs + dst) = kv_codes8_bf16<KF>(*reinterpret_cast<const uint2*>(vc + src));
+  for (int i = int(blockIdx.y); i < n_pages; i += int(gridDim.y)) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) shadow_pt[page_begin + i] = base + i;
+    if (e >= page_bytes) continue;
+    const int64_t src = int64_t(page_table[page_begin + i]) * page_bytes + e;
+    const int64_t dst = int64_t(base + i) * page_bytes + e;
+    *reinterpret_cast<uint4*>(ks + dst) =
+        kv_codes8_bf16<KF>(*reinterpret_cast<const uint2*>(kc + src));
+    *reinterpret_cast<uint4*>(vs + dst) =
+        kv_codes8_bf16<KF>(*reinterpret_cast<const uint2*>(vc + src));
+  }
 }
 
 constexpr int kKeyTile = 64;
@@ -364,15 +368,15 @@ void launch_kv_pages_bf16(int kf, const int32_t* page_table, int page_begin, int
                           bf16* k_shadow, bf16* v_shadow, int32_t* shadow_pt, cudaStream_t st) {
   if (n_pages <= 0) return;
   const int64_t page_bytes = int64_t(g.page_size) * g.row;
-  const dim3 grid(unsigned((page_bytes / 8 + 255) / 256), unsigned(n_pages));
+  const dim3 grid(unsigned((page_bytes / 8 + 255) / 256), unsigned(std::min(n_pages, 65535)));
   auto* ks = reinterpret_cast<uint16_t*>(k_shadow);
   auto* vs = reinterpret_cast<uint16_t*>(v_shadow);
   if (kf == kKvE4m3)
-    kv_pages_bf16_kernel<kKvE4m3><<<grid, 256, 0, st>>>(page_table, page_begin, base, page_bytes,
-                                                       kc, vc, ks, vs, shadow_pt);
+    kv_pages_bf16_kernel<kKvE4m3><<<grid, 256, 0, st>>>(page_table, page_begin, n_pages, base,
+                                                       page_bytes, kc, vc, ks, vs, shadow_pt);
   else
-    kv_pages_bf16_kernel<kKvE5m2><<<grid, 256, 0, st>>>(page_table, page_begin, base, page_bytes,
-                                                       kc, vc, ks, vs, shadow_pt);
+    kv_pages_bf16_kernel<kKvE5m2><<<grid, 256, 0, st>>>(page_table, page_begin, n_pages, base,
+                                                       page_bytes, kc, vc, ks, vs, shadow_pt);
   CUDA_CHECK_LAUNCH();
 }
 

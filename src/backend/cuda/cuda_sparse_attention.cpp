@@ -214,6 +214,7 @@ void SparseRunner::attention_t(int si, const Tensor& q, const Tensor& k, const T
       // the same kernel reads them as a bf16 cache (tau and v_scale stay the FP8 ones).
       if (SA.sm90_prefill_rows && fp8 && fill_kv_shadow(si, geo)) {
         timer_.tick("sparse kv shadow");
+        if (meta.capture) ++meta.capture->kv_shadow_layers;
         SparseAttnParams SB = SA;
         SB.kv_fmt = kKvAct;
         StepRows shadow_rows = rows;

@@ -88,9 +88,17 @@ void SparseRunner::alloc_kv_shadow() {
   if (kv_fmt_ == kKvAct || !sm90_prefill_ok_ || !attn_tma_ || kv_shadow_tokens_ == 0 ||
       caches_.empty() || !caches_[0].has_maps)
     return;
-  // No sequence is longer than the selection workspaces hold (check_step).
-  const int64_t tokens =
-      kv_shadow_tokens_ < 0 ? select_max_len_ : std::min(kv_shadow_tokens_, select_max_len_);
+  // The bf16 kernel's shared memory (5 ring slots, no staging) must fit as the FP8 one's does.
+  SparseAttnParams sa{};
+  sa.nb_words = attn_nb_words_, sa.nkt_words = attn_nkt_words_, sa.list_cap = attn_list_cap_;
+  if (sparse_attn_sm90_smem_bytes(sa) + 4096 > size_t(max_smem_optin_)) return;
+  // No sequence is longer than the selection workspaces hold (check_step); -1 holds one such
+  // sequence, up to kMaxAutoShadowTokens (1 GB for the 9B: a config without
+  // max_position_embeddings sizes the workspaces by the whole pool).
+  constexpr int64_t kMaxAutoShadowTokens = int64_t(1) << 20;
+  const int64_t tokens = kv_shadow_tokens_ < 0
+                             ? std::min(select_max_len_, kMaxAutoShadowTokens)
+                             : std::min(kv_shadow_tokens_, select_max_len_);
   const int64_t pages = (tokens + shape_.page_size - 1) / shape_.page_size;
   const int64_t shadow_tokens = pages * shape_.page_size;
   const size_t bytes = size_t(shadow_tokens) * size_t(cfg_.num_key_value_heads) * cfg_.head_dim * 2;
