@@ -204,7 +204,8 @@ TEST(CudaKvFp8, PagesToBf16Exact) {
               cudaSuccess);
     for (int i = 0; i < table; ++i) {
       const bool mine = i >= page_begin && i < page_begin + n;
-      EXPECT_EQ(spt_out[size_t(i)], mine ? base + i - page_begin : -7) << "shadow table entry " << i;
+      EXPECT_EQ(spt_out[size_t(i)], mine ? base + i - page_begin : -7)
+          << "shadow table entry " << i;
     }
     int64_t bad = 0;
     for (int sp = 0; sp < shadow_pages; ++sp) {
