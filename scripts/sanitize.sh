@@ -56,7 +56,11 @@ case "$kind" in
     # The draft model's sampled-distribution test (3,000 sampled requests, a chi-square over
     # their tokens) is numerics with the same submit pattern; under TSan it ran past its 300 s
     # (CI of 40d4d54), so it too is left to the plain stage.
-    tests_exclude='^engine\.(Speculative\.(GreedyOutputUnchanged|PreemptedEqualsUninterrupted|BatchedVerifyCallsMatchAloneUpToCpuRounding)|DraftModelSpeculative\.SampledOutputHasThePlainDistribution)$'
+    # The draft model's two longest engine tests (greedy output unchanged; batched and
+    # preempted == alone) took 149 and 229 s of this stage's 502 (session 36, CI of 4fcd96c):
+    # numerics over the submit pattern the draft model's shorter tests kept here run (stop
+    # tokens, aborts, rollbacks); the plain and ASan stages run them.
+    tests_exclude='^engine\.(Speculative\.(GreedyOutputUnchanged|PreemptedEqualsUninterrupted|BatchedVerifyCallsMatchAloneUpToCpuRounding)|DraftModelSpeculative\.(SampledOutputHasThePlainDistribution|GreedyOutputUnchanged|BatchedAndPreemptedMatchAloneUpToCpuRounding))$'
     # server.http_guard times a 15 MB JSON parse against a bound meant for a plain build (3 s;
     # TSan takes 8 s): its upper bounds are scaled (tests/server/common.py, TIME_SCALE).
     export SALA_TEST_TIME_SCALE=5
