@@ -360,7 +360,7 @@ struct BackendOptions {
   // weights + e4m3 KV (session 36): 128K prefill 3.850 vs 4.637 s, 512K 18.40 vs 22.45 s
   // (stage 2 760 vs 1,668 ms at 128K; the conversion 19 ms, 285 ms at 512K). A step whose
   // sequences need more pages reads the FP8 pages directly. -1: the longest sequence the
-  // selection workspaces hold; 0: no shadow (tests compare the two).
+  // selection workspaces hold, at most 1M tokens; 0: no shadow (tests compare the two).
   int64_t fp8_kv_shadow_tokens = -1;
   // W8A8 FP8 (`sala serve --quantization fp8`): the projections are quantized at load to
   // e4m3 with one scale per output channel (amax / 448), and each GEMM quantizes its input
