@@ -123,6 +123,9 @@ class Backend {
   virtual size_t kv_element_bytes() const { return 4; }
   // Total memory of the device the backend runs on (0: host memory, not sized here).
   virtual size_t device_memory_total() const { return 0; }
+  // Copies of each int4 weight the backend keeps (CUDA on Hopper: 2, the prefill GEMM's
+  // layout beside the GEMV's; BackendOptions::int4_prefill_gemm): the memory plan counts them.
+  virtual int int4_weight_copies() const { return 1; }
 
   // ---- per step ----
   // Uploads ids / positions / tables once. The backend keeps `meta`'s address until the next
@@ -383,6 +386,13 @@ struct BackendOptions {
   // both modes (bf16: the int4 GEMV for <= 64 rows, dequantize to bf16 + cuBLASLt above; fp32:
   // exact dequantization to fp32 + cuBLASLt fp32, the CPU's numbers up to summation order).
   int32_t int4_group_size = 0;
+  // CUDA, bf16 mode, Hopper, int4 weights: prompt runs of more than 64 rows multiply through
+  // CUTLASS's mixed-input GEMM (cuda_gemm_int4_sm90.cu), which dequantizes in registers, the
+  // same bf16(q · s) weights as the dequantize + cuBLASLt path up to the fp32 summation order.
+  // It reads a second copy of each int4 weight in CUTLASS's layout, made at upload (the codes'
+  // bytes again plus the scales: 4.9 GB for the 9B). false: no copy; prompt runs dequantize
+  // each weight per forward into a bf16 scratch and take cuBLASLt.
+  bool int4_prefill_gemm = true;
   // The sparse layers' KV pages and compressed keys (levels 1 and 2): the activation type's
   // cache, or FP8 codes with one K and one V scale per layer (backend/kv_cache_dtype.h),
   // dequantized wherever attention reads them. `sala serve --kv-cache-dtype`. The CPU

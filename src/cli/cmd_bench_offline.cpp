@@ -55,6 +55,7 @@ struct Args {
   int64_t profile_ops = 0;  // BackendOptions::profile_ops
   std::string kv_cache_dtype = "auto";  // BackendOptions::kv_cache_dtype
   int64_t fp8_kv_shadow_tokens = sala::BackendOptions{}.fp8_kv_shadow_tokens;
+  bool int4_prefill_gemm = sala::BackendOptions{}.int4_prefill_gemm;
   std::vector<int64_t> long_prefill, long_decode_contexts;  // empty: not run
   std::vector<int> long_decode_batches{1, 8};
   int chunk = 2048;  // the server's --chunked-prefill-size (its default)
@@ -340,6 +341,7 @@ int run(const Args& a) {
     sala::fail("--quantization '{}' is not supported (fp8, w4a16, or none)", a.quantization);
   bo.kv_cache_dtype = sala::parse_kv_cache_dtype(a.kv_cache_dtype);
   bo.fp8_kv_shadow_tokens = a.fp8_kv_shadow_tokens;
+  bo.int4_prefill_gemm = a.int4_prefill_gemm;
   std::unique_ptr<sala::Backend> be = sala::make_backend(a.device, bo);
   {  // what the caches take, as init_caches allocates them: K, V and both compressed levels
     const double kv = double(lim.caches.num_pages) *
@@ -522,6 +524,10 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
   app.add_option("--fp8-kv-shadow-tokens", a->fp8_kv_shadow_tokens,
                  "CUDA, FP8 KV cache: tokens of the bf16 shadow that Hopper's stage 2 of prompt "
                  "chunks reads (-1: the longest sequence; 0: none, stage 2 reads the codes)")
+      ->capture_default_str();
+  app.add_option("--int4-prefill-gemm", a->int4_prefill_gemm,
+                 "CUDA, Hopper, int4 weights: prompt runs through the mixed-input GEMM over a "
+                 "second copy of the codes (false: dequantize per forward + cuBLASLt)")
       ->capture_default_str();
   app.add_option("--json,--out-json", a->out_json, "also write every table row to FILE as JSON");
   return [a] { return run(*a); };

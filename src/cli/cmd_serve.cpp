@@ -31,6 +31,7 @@ struct ServeOpts {
   std::string attention_backend, tokenizer_path, api_key_file;
   std::vector<std::string> allowed_origins;
   bool protect_metrics = false, no_request_log = false;
+  bool int4_prefill_gemm = true;  // LaunchOptions::int4_prefill_gemm
   int shutdown_timeout = 30, header_timeout = 10, body_timeout = 60, max_connections = 0, max_body_mb = 256;
   int port = 30000;
   int chunked_prefill_size = 2048;  // see --chunked-prefill-size's help
@@ -128,6 +129,7 @@ int run_serve(const ServeOpts& o) {
   lo.dtype = o.dtype;
   lo.quantization = o.quantization;
   lo.kv_cache_dtype = o.kv_cache_dtype;
+  lo.int4_prefill_gemm = o.int4_prefill_gemm;
   lo.cpu_threads = o.cpu_threads;
   lo.tp_size = o.tp_size;
   if (o.base_gpu_id < 0) sala::fail("--base-gpu-id {} must be >= 0", o.base_gpu_id);
@@ -280,6 +282,10 @@ sala::cli::Registrar reg("serve", "Serve a model over HTTP (SGLang /generate + O
   app.add_option("--quantization", o->quantization,
                  "fp8: W8A8 e4m3 projections, quantized at load; w4a16: int4 projections "
                  "(RTN, group 128; the int4 GEMV on the GPU)");
+  app.add_option("--int4-prefill-gemm", o->int4_prefill_gemm,
+                 "CUDA, Hopper, int4 weights: prompts multiply through a second copy of the "
+                 "codes in CUTLASS's layout (+0.53 bytes per weight); false: dequantize per step")
+      ->capture_default_str();
   app.add_option("--dtype", o->dtype, "auto | float32 | bfloat16 (CPU numeric mode)")->capture_default_str();
   app.add_option("--stream-interval", o->stream_interval, "Tokens between streamed chunks")->capture_default_str();
   app.add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' (also --api-key-file, $SALA_API_KEY)");

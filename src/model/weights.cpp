@@ -100,7 +100,7 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const
 }
 
 size_t planned_weight_bytes(const ModelConfig& c, WeightFormat linear, WeightFormat dense,
-                            int32_t at_load_group) {
+                            int32_t at_load_group, int int4_copies) {
   size_t bytes = 0;
   for (auto& [name, shape] : expected_tensors(c)) {
     // A pre-quantized checkpoint's FP8 tensors are uploaded as FP8 whatever the backend's
@@ -111,7 +111,8 @@ size_t planned_weight_bytes(const ModelConfig& c, WeightFormat linear, WeightFor
       const std::string m = name.substr(0, name.size() - std::string(".weight_packed").size());
       const int64_t in = shape[1] * 8;
       const int32_t g = int4_group(c, c.quantization.scheme_of(m, c.source), m, in);
-      bytes += Weight::storage_bytes(WeightFormat::INT4_GROUPED, shape[0], in, g);
+      bytes +=
+          size_t(int4_copies) * Weight::storage_bytes(WeightFormat::INT4_GROUPED, shape[0], in, g);
       continue;
     }
     const bool projection =
@@ -122,7 +123,7 @@ size_t planned_weight_bytes(const ModelConfig& c, WeightFormat linear, WeightFor
     if (f == WeightFormat::FP8_E4M3)  // one scale per output channel
       bytes += Weight::storage_bytes(f, shape[0], shape[1], int32_t(shape[1]));
     else if (f == WeightFormat::INT4_GROUPED)  // quantized at load (BackendOptions)
-      bytes += Weight::storage_bytes(f, shape[0], shape[1], at_load_group);
+      bytes += size_t(int4_copies) * Weight::storage_bytes(f, shape[0], shape[1], at_load_group);
     else
       bytes += size_t(shape[0]) * size_t(shape.size() == 2 ? shape[1] : 1) *
                dtype_size(dense_dtype(f));

@@ -66,8 +66,9 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const
 // are stored in format `linear` (Backend::linear_format) and lm_head, the embedding and the
 // norms in the dense format `dense` (Backend::weight_format).
 // With linear == INT4_GROUPED (W4A16 at load), int4_group is BackendOptions::int4_group_size.
+// Each int4 weight counts int4_copies times (Backend::int4_weight_copies).
 size_t planned_weight_bytes(const ModelConfig& c, WeightFormat linear, WeightFormat dense,
-                            int32_t int4_group = 128);
+                            int32_t int4_group = 128, int int4_copies = 1);
 
 // The FP8 KV scales of each sparse layer, in layer order: model.layers.N.self_attn.k_scale /
 // v_scale (compressed-tensors' kv_cache_scheme, as vLLM / SGLang name them; a scalar or [1]

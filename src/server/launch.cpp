@@ -82,6 +82,7 @@ Loaded launch(const LaunchOptions& o) {
   else if (!o.quantization.empty())
     fail("--quantization '{}' is not supported (fp8, w4a16, or none)", o.quantization);
   bo.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype);
+  bo.int4_prefill_gemm = o.int4_prefill_gemm;
   // FP8 KV on Hopper: the bf16 shadow of prompt chunks' pages holds one --context-length
   // sequence when one is given (else the longest the pool holds, up to the model's limit).
   if (o.engine.max_context_len > 0) bo.fp8_kv_shadow_tokens = o.engine.max_context_len;
@@ -112,7 +113,7 @@ Loaded launch(const LaunchOptions& o) {
     // A draft model shares the device: its bf16 weights (no load-time quantization) count too.
     const size_t weight_bytes =
         planned_weight_bytes(plan_cfg, backend->linear_format(), backend->weight_format(),
-                             bo.int4_group_size) +
+                             bo.int4_group_size, backend->int4_weight_copies()) +
         (draft ? planned_weight_bytes(dcfg, backend->weight_format(), backend->weight_format(), 0)
                : 0);
     const size_t total = backend->device_memory_total();

@@ -17,6 +17,7 @@ struct LaunchOptions {
   std::string dtype = "auto";      // auto | float32 | bfloat16 (CPU numeric mode)
   std::string quantization;        // "" | fp8 (BackendOptions::fp8_weights; CPU, and CUDA in bf16 mode) | w4a16 (int4_group_size 128; CPU)
   std::string kv_cache_dtype = "auto";  // auto | fp8_e4m3 | fp8_e5m2 (BackendOptions::kv_cache_dtype)
+  bool int4_prefill_gemm = true;   // BackendOptions::int4_prefill_gemm
   int cpu_threads = 0;             // 0: all cores
   int tp_size = 1;                 // tensor-parallel ranks (model/tensor_parallel.h)
   EngineOptions engine;

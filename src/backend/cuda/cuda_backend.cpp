@@ -45,7 +45,7 @@ CudaBackend::CudaBackend(const BackendOptions& opts)
       graphs_(opts.cuda_graphs && bf16_mode_, stream_.get()),
       timer_(opts.profile_ops, stream_.get(), graphs_),
       plan_(stream_.get(), arena_, graphs_),
-      gemm_(bf16_mode_, stream_.get(), arena_, plan_, graphs_, timer_),
+      gemm_(bf16_mode_, stream_.get(), arena_, plan_, graphs_, timer_, opts.int4_prefill_gemm),
       rope_(stream_.get(), arena_, graphs_),
       sparse_(bf16_mode_, max_smem_optin_, opts.attn_min_blocks, opts.sparse_attn_tma,
               opts.fp8_kv_shadow_tokens, stream_.get(), arena_, plan_, graphs_, timer_),
@@ -180,8 +180,11 @@ Weight CudaBackend::upload_int4_words(const std::string& name, int64_t rows, int
   CUDA_CHECK(cudaMemcpyAsync(w.scales, scales, size_t(n_scales) * sizeof(float),
                              cudaMemcpyHostToDevice, st()));
   launch_int4_repack(static_cast<uint32_t*>(w.data), n_words, st());
+  const bool scales_bf16 = std::all_of(scales, scales + n_scales, [](float s) {
+    return round_bf16(s) == s;
+  });
+  gemm_.note_int4_weight(w, scales_bf16);
   stream_.sync();  // the host buffers may go away
-  gemm_.note_int4_weight(rows, cols);
   return w;
 }
 

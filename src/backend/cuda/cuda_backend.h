@@ -54,6 +54,7 @@ class CudaBackend : public Backend {
     kv_scales_ = per_sparse_layer;
   }
   size_t device_memory_total() const override;
+  int int4_weight_copies() const override { return gemm_.int4_weight_copies(); }
   DType act_dtype() const override { return bf16_mode_ ? DType::BF16 : DType::F32; }
 
   Tensor alloc(int64_t rows, int64_t cols, DType dtype) override;

@@ -12,7 +12,8 @@ namespace sala::cuda_host {
 using namespace sala::cuda;
 
 GemmDispatch::GemmDispatch(bool bf16_mode, cudaStream_t stream, DeviceArena& arena,
-                           const StepPlan& plan, GraphCache& graphs, OpTimer& timer)
+                           const StepPlan& plan, GraphCache& graphs, OpTimer& timer,
+                           bool int4_prefill_gemm)
     : bf16_(bf16_mode), stream_(stream), arena_(arena), plan_(plan), graphs_(graphs),
       timer_(timer) {
   gemv_init();  // kernel attributes now, not inside a recorded step
@@ -25,6 +26,7 @@ GemmDispatch::GemmDispatch(bool bf16_mode, cudaStream_t stream, DeviceArena& are
     skinny_ws_ = arena_.device(skinny_sm90_workspace_bytes());
     CUDA_CHECK(cudaMemset(skinny_ws_, 0, skinny_sm90_workspace_bytes()));
   }
+  int4_sm90_ok_ = skinny_ok_ && int4_prefill_gemm;  // skinny_ok_: bf16 mode on sm_90
   CUBLAS_CHECK(cublasLtCreate(&lt_));
   lt_workspace_ = arena_.device(lt_workspace_size_);
 }

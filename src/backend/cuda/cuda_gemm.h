@@ -46,8 +46,9 @@ namespace sala::cuda_host {
 
 class GemmDispatch {
  public:
+  // int4_prefill_gemm: BackendOptions::int4_prefill_gemm (taken where the GPU is sm_90).
   GemmDispatch(bool bf16_mode, cudaStream_t stream, DeviceArena& arena, const StepPlan& plan,
-               GraphCache& graphs, OpTimer& timer);
+               GraphCache& graphs, OpTimer& timer, bool int4_prefill_gemm);
   ~GemmDispatch();
   GemmDispatch(const GemmDispatch&) = delete;
   GemmDispatch& operator=(const GemmDispatch&) = delete;
@@ -84,9 +85,13 @@ class GemmDispatch {
   Fp8Input prepare_fp8_input(const Tensor& x, const Weight& next);
   // A step starts: nothing is prepared.
   void forget_fp8_input() { fp8_prepared_ = {}; }
-  // An INT4_GROUPED weight [rows, cols] exists (CudaBackend::upload_int4): the dequantization
-  // scratch grows to hold it, at load, never in the step loop.
-  void note_int4_weight(int64_t rows, int64_t cols);
+  // An INT4_GROUPED weight exists (CudaBackend::upload_int4, in the device layout): the
+  // dequantization scratch grows to hold it, at load, never in the step loop, and where the
+  // sm_90 prefill GEMM runs, its copy of w is made (scales_bf16: every scale is a bf16 value,
+  // so the copy keeps bf16 scales, CUTLASS's faster conversion, the same products).
+  void note_int4_weight(const Weight& w, bool scales_bf16);
+  // Copies of each int4 weight kept: 2 where the sm_90 prefill GEMM runs.
+  int int4_weight_copies() const { return int4_sm90_ok_ ? 2 : 1; }
 
  private:
   // The skinny GEMMs' outputs: rows [r0, r0 + T) of each of ys (weight rows stacked in ys'
@@ -123,6 +128,19 @@ class GemmDispatch {
   static constexpr int64_t kInt4DecodeGemvRows = 256;
   void* int4_ws_ = nullptr;  // the dequantization scratch
   int64_t int4_ws_elems_ = 0;
+  // The sm_90 prefill GEMM's copy of an int4 weight (cuda_gemm_int4_sm90.cu): codes in
+  // CUTLASS's layout [rows, cols / 8] words, scales transposed [cols / group, rows].
+  struct Int4Sm90Copy {
+    int64_t rows = 0, cols = 0;
+    uint32_t* codes = nullptr;
+    void* scales_t = nullptr;
+    bool scales_bf16 = false;
+  };
+  bool int4_sm90_ok_ = false;                        // bf16 mode, sm_90, the option
+  std::map<const char*, Int4Sm90Copy> int4_sm90_;    // by the weight's device codes
+  // y = x · wᵀ through the copy of the weight w is a row slice of; false: no copy, or CUTLASS
+  // refused the shapes (nothing launched).
+  bool int4_sm90_gemm(const Tensor& x, const Weight& w, Tensor& y);
 
   // ---- FP8 (cuda_gemm_fp8.cpp) ----
   // ys[i] = x · W_iᵀ for the row slices W_i of w (one part: linear()), per run of rows.

@@ -8,7 +8,11 @@
 //    on Hopper, which take the W4A16 skinny GEMM (cuda_skinny_int4_sm90.cu: each weight
 //    dequantized once for all the rows; int4_skinny_ok). Decode-only steps of up to
 //    kInt4DecodeGemvRows rows run in runs of 64;
-//  - longer runs (prefill), shapes the GEMV does not take (K or group not multiples of 128, a
+//  - longer runs (prefill) on Hopper in bf16 mode: CUTLASS's mixed-input GEMM over the
+//    weight's second copy in CUTLASS's layout (int4_sm90_gemm, cuda_gemm_int4_sm90.cu), which
+//    converts each weight to the dequantizer's bf16(q · s) in registers: no bf16 copy per
+//    forward. BackendOptions::int4_prefill_gemm = false makes no copy;
+//  - the other longer runs, shapes the GEMV does not take (K or group not multiples of 128, a
 //    GPU without its shared memory) and fp32 mode: each output part of the weight is dequantized
 //    once per call into a scratch matrix (launch_int4_dequantize: bf16(q · s) in bf16 mode, the
 //    compressed-tensors dequantizer's values; q · s exactly in fp32 mode, the CPU's), and every
@@ -21,6 +25,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_gemm.h"
+#include "backend/cuda/cuda_gemm_int4_sm90.h"
 #include "backend/cuda/cuda_host_util.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_skinny_sm90.h"
@@ -29,15 +34,47 @@
 namespace sala::cuda_host {
 using namespace sala::cuda;
 
-void GemmDispatch::note_int4_weight(int64_t rows, int64_t cols) {
-  const int64_t elems = rows * cols;
-  if (elems <= int4_ws_elems_) return;
+void GemmDispatch::note_int4_weight(const Weight& w, bool scales_bf16) {
   SALA_CHECK(!graphs_.capturing(), "an int4 weight uploaded inside a CUDA-graph recording");
+  // CUTLASS's tiles take 64 k per stage (the group a multiple of it) and 16-byte rows.
+  if (int4_sm90_ok_ && w.cols % 64 == 0 && w.group % 64 == 0 && w.rows % 8 == 0) {
+    Int4Sm90Copy c{w.rows, w.cols, nullptr, nullptr, scales_bf16};
+    c.codes = static_cast<uint32_t*>(arena_.device(size_t(w.rows * w.cols / 8) * 4));
+    c.scales_t = arena_.device(size_t(w.rows * (w.cols / w.group)) * (scales_bf16 ? 2 : 4));
+    launch_int4_cutlass_layout(static_cast<const uint32_t*>(w.data), w.scales, w.rows, w.cols,
+                               w.group, c.codes, c.scales_t, scales_bf16, w.rows, stream_);
+    int4_sm90_[static_cast<const char*>(w.data)] = c;
+  }
+  const int64_t elems = w.rows * w.cols;
+  if (elems <= int4_ws_elems_) return;
   graphs_.drop();
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   arena_.release(int4_ws_);
   int4_ws_ = arena_.device(size_t(elems) * (bf16_ ? 2 : 4));
   int4_ws_elems_ = elems;
+}
+
+bool GemmDispatch::int4_sm90_gemm(const Tensor& x, const Weight& w, Tensor& y) {
+  if (int4_sm90_.empty() || !is_bf16(x) || !is_bf16(y)) return false;
+  const char* p = static_cast<const char*>(w.data);
+  auto it = int4_sm90_.upper_bound(p);
+  if (it == int4_sm90_.begin()) return false;
+  --it;
+  const Int4Sm90Copy& c = it->second;
+  const int64_t row_bytes = c.cols / 2, off = p - it->first;
+  if (!(c.cols == w.cols && off % row_bytes == 0 && off / row_bytes + w.rows <= c.rows))
+    return false;
+  const int64_t r0 = off / row_bytes;  // w = rows [r0, r0 + w.rows) of the copied weight
+  const auto* codes = reinterpret_cast<const uint8_t*>(c.codes) + r0 * row_bytes;
+  const void* scales = static_cast<const char*>(c.scales_t) + r0 * (c.scales_bf16 ? 2 : 4);
+  const Int4Sm90Config cfg =
+      c.scales_bf16 ? Int4Sm90Config::kBf16Scales : Int4Sm90Config::kF32Scales;
+  if (!launch_int4_gemm_sm90_config(cfg, ptr<bf16>(x), codes, scales, c.rows, ptr<bf16>(y),
+                                    x.rows, w.rows, w.cols, w.group, lt_workspace_,
+                                    lt_workspace_size_, stream_))
+    return false;
+  timer_.tick("int4 gemm sm90");
+  return true;
 }
 
 bool GemmDispatch::int4_gemv_ok(const Tensor& x, const Weight& w,
@@ -122,12 +159,15 @@ void GemmDispatch::linear_int4(const Tensor& x, const Weight& w, const std::vect
     }
   });
   if (dense_runs.empty()) return;
-  // One dequantization per part, shared by all the call's dense runs.
+  // Per part: the sm_90 GEMM, else one dequantization shared by all the call's dense runs.
   int64_t c0 = 0;
   for (Tensor* y : ys) {
-    const Tensor wd = dequantize_int4(w.slice_rows(c0, y->cols));
+    const Weight wp = w.slice_rows(c0, y->cols);
+    Tensor wd{};
     for (auto [r0, T] : dense_runs) {
       Tensor yr = y->slice_rows(r0, T);
+      if (int4_sm90_gemm(x.slice_rows(r0, T), wp, yr)) continue;
+      if (!wd.data) wd = dequantize_int4(wp);
       linear_rows(x.slice_rows(r0, T), wd, yr);
     }
     c0 += y->cols;

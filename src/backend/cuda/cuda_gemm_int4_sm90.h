@@ -1,0 +1,32 @@
+// The CUTLASS W4A16 prefill GEMM's configurations (cuda_gemm_int4_sm90.cu), each callable
+// alone so that the op tests can time and check them side by side.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/cuda_kernels.h"  // bf16
+
+namespace sala::cuda {
+
+// 128 (weight rows) x 256 (x rows) x 64 tiles, cooperative: H100, M = 2,048, one 9B forward's
+// GEMMs with fp32 scales 52.0 ms, against 70.0 for 128 x 128 tiles (60.5 with bf16 scales),
+// 72.2 for 128 x 128 in clusters of 2, 63.5 for dequantize + cuBLASLt and 46.6 for bf16
+// weights (CudaInt4Sm90.Speed, session 37).
+enum class Int4Sm90Config {
+  kF32Scales,   // fp32 scales: int4 -> fp32, times the scale, -> bf16
+  kBf16Scales,  // bf16 scales (every scale a bf16 value): CUTLASS's bf16 multiply, the same
+                // products (q · s is exact in fp32, so both round it once to bf16)
+};
+
+// y [M, N] row-major (bf16) = x [M, K] row-major (bf16) · Wᵀ, W = the int4 codes [N, K] in
+// CUTLASS's layout (launch_int4_cutlass_layout) times the scales, transposed [K / group, *]
+// with leading dimension ld_scales >= N (fp32, or bf16 for kBf16Scales). False, launching
+// nothing, where the GPU is not sm_90 or CUTLASS refuses the problem (alignment, group).
+bool launch_int4_gemm_sm90_config(Int4Sm90Config c, const bf16* x, const uint8_t* codes,
+                                  const void* scales_t, int64_t ld_scales, bf16* y, int64_t M,
+                                  int64_t N, int64_t K, int group, void* workspace,
+                                  size_t workspace_bytes, cudaStream_t st);
+
+}  // namespace sala::cuda
