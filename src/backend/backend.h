@@ -390,7 +390,7 @@ struct BackendOptions {
   // CUTLASS's mixed-input GEMM (cuda_gemm_int4_sm90.cu), which dequantizes in registers, the
   // same bf16(q · s) weights as the dequantize + cuBLASLt path up to the fp32 summation order.
   // It reads a second copy of each int4 weight in CUTLASS's layout, made at upload (the codes'
-  // bytes again plus the scales: 4.9 GB for the 9B). false: no copy; prompt runs dequantize
+  // bytes again plus the scales: ≈ 4.6 GB for the 9B). false: no copy; prompt runs dequantize
   // each weight per forward into a bf16 scratch and take cuBLASLt.
   bool int4_prefill_gemm = true;
   // The sparse layers' KV pages and compressed keys (levels 1 and 2): the activation type's

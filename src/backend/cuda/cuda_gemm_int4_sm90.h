@@ -10,10 +10,12 @@
 
 namespace sala::cuda {
 
-// 128 (weight rows) x 256 (x rows) x 64 tiles, cooperative: H100, M = 2,048, one 9B forward's
-// GEMMs with fp32 scales 52.0 ms, against 70.0 for 128 x 128 tiles (60.5 with bf16 scales),
-// 72.2 for 128 x 128 in clusters of 2, 63.5 for dequantize + cuBLASLt and 46.6 for bf16
-// weights (CudaInt4Sm90.Speed, session 37).
+// 128 (weight rows) x 256 (x rows) x 64 tiles, cooperative. H100, M = 2,048, one 9B forward's
+// GEMMs (CudaInt4Sm90.Speed, session 37): fp32 scales 52.0 ms, bf16 scales 48.6-48.8 ms,
+// against dequantize + cuBLASLt 63.0-63.5 and bf16 weights 46.1-46.6. Measured slower (bf16
+// scales unless said): 128 x 128 tiles 60.5 (fp32 scales 70.0), 128 x 128 in clusters of 2
+// along the weight rows 72.2 (fp32), 64 x 256 ping-pong and 128 x 256 x 128 tiles 3-48 %
+// slower per shape; 128 x 256 in clusters of 2 along the x rows within 0.5 % per shape.
 enum class Int4Sm90Config {
   kF32Scales,   // fp32 scales: int4 -> fp32, times the scale, -> bf16
   kBf16Scales,  // bf16 scales (every scale a bf16 value): CUTLASS's bf16 multiply, the same
