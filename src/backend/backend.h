@@ -383,8 +383,9 @@ struct BackendOptions {
   // symmetric int4 with one bf16 scale per this many input columns (core/int4.h RTN, the bits
   // of `sala quantize --scheme w4a16 --method rtn`); lm_head, the embedding and the norms stay
   // dense. 0: off. The CPU backend (the oracle) implements it; the CUDA backend runs it in
-  // both modes (bf16: the int4 GEMV for <= 64 rows, dequantize to bf16 + cuBLASLt above; fp32:
-  // exact dequantization to fp32 + cuBLASLt fp32, the CPU's numbers up to summation order).
+  // both modes (bf16: the int4 GEMV for <= 64 rows; above, on Hopper, the mixed-input GEMM of
+  // int4_prefill_gemm, else dequantize to bf16 + cuBLASLt; fp32: exact dequantization to fp32
+  // + cuBLASLt fp32, the CPU's numbers up to summation order).
   int32_t int4_group_size = 0;
   // CUDA, bf16 mode, Hopper, int4 weights: prompt runs of more than 64 rows multiply through
   // CUTLASS's mixed-input GEMM (cuda_gemm_int4_sm90.cu), which dequantizes in registers, the
