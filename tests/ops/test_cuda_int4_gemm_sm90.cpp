@@ -1,14 +1,16 @@
 // The sm_90 W4A16 prefill GEMM (cuda_gemm_int4_sm90.cu) and its weight copy
-// (launch_int4_cutlass_layout), launched directly:
+// (launch_int4_shuffle_codes, launch_int4_scales_transposed), launched directly:
 //   MatchesDequantized  both configurations against a double-precision product of the
 //                       dequantizer's bf16(q · s) weights (launch_int4_dequantize) and the x
 //                       rows: fp32 sums in another order, one bf16 rounding; fp32 scales that
 //                       are not bf16 values (kF32Scales) and bf16-valued ones (both, which
 //                       then give the same bits); a part of a stacked weight (row offset, the
-//                       whole weight's scale leading dimension); M = 1, 65, 300
+//                       whole weight's scale leading dimension); M = 1, 65, 300; N not a
+//                       multiple of 16 refused
 //   BackendCopies       the CUDA backend keeps the copy on sm_90 in bf16 mode unless
 //                       BackendOptions::int4_prefill_gemm is false, and its prompt runs match
-//                       the dequantize + cuBLASLt path's (the option off) to the GEMM contract
+//                       the dequantize + cuBLASLt path's (the option off) to the GEMM contract;
+//                       a weight of rows not in whole 16-row blocks takes that path itself
 //   Speed               each configuration at M = 2,048 (a prompt chunk) on the 9B's shapes
 //                       against the dequantize + cuBLASLt path and a bf16 weight, per shape
 //                       and per 9B forward
@@ -66,7 +68,7 @@ struct DevInt4 {
   int group;
   uint32_t* w;        // device layout (launch_int4_repack)
   float* s;           // [N, K / group]
-  uint32_t* codes;    // CUTLASS layout
+  uint32_t* codes;    // the shuffled order
   float* scales_f32;  // [K / group, N]
   void* scales_b16 = nullptr;  // the same as bf16 (bf16-valued scales only)
   std::vector<float> wd;  // dequantized, as fp32 [N, K] (with_values)
@@ -87,11 +89,12 @@ struct DevInt4 {
     cudaMemcpy(s, sc.data(), sc.size() * 4, cudaMemcpyHostToDevice);
     cuda::launch_int4_repack(w, int64_t(words.size()), 0);
     codes = dev<uint32_t>(words.size());
+    cuda::launch_int4_shuffle_codes(w, N, K, codes, 0);
     scales_f32 = dev<float>(sc.size());
-    cuda::launch_int4_cutlass_layout(w, s, N, K, g, codes, scales_f32, false, N, 0);
+    cuda::launch_int4_scales_transposed(s, N, K / g, scales_f32, false, N, 0);
     if (bf16_scales) {
       scales_b16 = dev<uint16_t>(sc.size());
-      cuda::launch_int4_cutlass_layout(w, s, N, K, g, codes, scales_b16, true, N, 0);
+      cuda::launch_int4_scales_transposed(s, N, K / g, scales_b16, true, N, 0);
     }
     if (!with_values) return;
     cuda::bf16* d = dev<cuda::bf16>(size_t(N * K));
@@ -121,7 +124,7 @@ TEST(CudaInt4Sm90, MatchesDequantized) {
   ASSERT_EQ(cudaMalloc(&ws, 32 << 20), cudaSuccess);
   uint32_t seed = 9100;
   for (const bool bf16_scales : {false, true})
-    for (const Case c : {Case{256, 512, 64, 0, 256}, Case{1000, 1024, 128, 0, 1000},
+    for (const Case c : {Case{256, 512, 64, 0, 256}, Case{1008, 1024, 128, 0, 1008},
                          Case{3072, 2048, 128, 1024, 1536}, Case{512, 4096, 256, 256, 256}}) {
       const DevInt4 W(c.N, c.K, c.group, bf16_scales, seed++);
       for (const int64_t M : {1, 65, 300}) {
@@ -146,10 +149,11 @@ TEST(CudaInt4Sm90, MatchesDequantized) {
               << name;
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << name;
           const std::vector<cuda::bf16> e = down(y, size_t(M * c.n));
-          if (b16)  // bf16-valued scales: the two conversions make the same weights
-            EXPECT_EQ(0, std::memcmp(e.data(), first_bits.data(), e.size() * 2)) << name;
-          else
+          // bf16-valued scales: the two conversions make the same weights
+          if (first_bits.empty())
             first_bits = e;
+          else
+            EXPECT_EQ(0, std::memcmp(e.data(), first_bits.data(), e.size() * 2)) << name;
           int64_t bad = 0, first = -1;
           for (int64_t m = 0; m < M; ++m)
             for (int64_t j = 0; j < c.n; ++j) {
@@ -169,6 +173,11 @@ TEST(CudaInt4Sm90, MatchesDequantized) {
           EXPECT_EQ(bad, 0) << name << ": " << bad << " of " << M * c.n
                             << " outside the bound; first at " << first;
         }
+        if (M == 65) {  // 8 rows of the part past a 16-row block: refused, nothing written
+          EXPECT_FALSE(cuda::launch_int4_gemm_sm90_config(
+              Int4Sm90Config::kF32Scales, x, reinterpret_cast<const uint8_t*>(W.codes),
+              W.scales_f32, c.N, y, M, c.n - 8, c.K, c.group, ws, 32 << 20, 0));
+        }
         cudaFree(x);
         cudaFree(y);
       }
@@ -184,19 +193,25 @@ TEST(CudaInt4Sm90, BackendCopies) {
   EXPECT_EQ(on_pair.gpu->int4_weight_copies(), 2);
   EXPECT_EQ(off_pair.gpu->int4_weight_copies(), 1);
   uint32_t seed = 9300;
-  for (const int64_t M : {65, 300}) {
-    const int64_t N = 3072, K = 2048;
-    const Int4Host q = weight(N, K, 128, seed++);
-    const Weight w_on = upload_int4_host(*on_pair.gpu, q);
-    const Weight w_off = upload_int4_host(*off_pair.gpu, q);
-    const HostMat hx = activations(K, seed++, M);
-    auto x_on = on_pair.up(hx);
-    auto x_off = off_pair.up(hx);
-    const std::string name = shape("int4 prompt run, copy vs dequantized", {N, K, M});
-    expect_close(compare(name, run_linear(*on_pair.gpu, x_on.g, w_on, 0, M, DType::BF16),
-                         run_linear(*off_pair.gpu, x_off.g, w_off, 0, M, DType::BF16)),
-                 4e-3, 1.6e-2);
-  }
+  // 3072 rows: the copy's GEMM (the GEMM contract against the dequantized path); 1000 rows (not
+  // whole 16-row blocks): no copy, the dequantized path itself (the same bits).
+  for (const int64_t N : {3072, 1000})
+    for (const int64_t M : {65, 300}) {
+      const int64_t K = 2048;
+      const Int4Host q = weight(N, K, 128, seed++);
+      const Weight w_on = upload_int4_host(*on_pair.gpu, q);
+      const Weight w_off = upload_int4_host(*off_pair.gpu, q);
+      const HostMat hx = activations(K, seed++, M);
+      auto x_on = on_pair.up(hx);
+      auto x_off = off_pair.up(hx);
+      const std::string name = shape("int4 prompt run, copy vs dequantized", {N, K, M});
+      const std::vector<float> on = run_linear(*on_pair.gpu, x_on.g, w_on, 0, M, DType::BF16);
+      const std::vector<float> off_y = run_linear(*off_pair.gpu, x_off.g, w_off, 0, M, DType::BF16);
+      if (N % 16 == 0)
+        expect_close(compare(name, on, off_y), 4e-3, 1.6e-2);
+      else
+        EXPECT_EQ(on, off_y) << name;
+    }
 }
 
 TEST(CudaInt4Sm90, Speed) {

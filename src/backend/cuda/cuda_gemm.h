@@ -129,7 +129,7 @@ class GemmDispatch {
   void* int4_ws_ = nullptr;  // the dequantization scratch
   int64_t int4_ws_elems_ = 0;
   // The sm_90 prefill GEMM's copy of an int4 weight (cuda_gemm_int4_sm90.cu): codes in
-  // CUTLASS's layout [rows, cols / 8] words, scales transposed [cols / group, rows].
+  // CUTLASS's shuffled order [rows, cols / 8] words, scales transposed [cols / group, rows].
   struct Int4Sm90Copy {
     int64_t rows = 0, cols = 0;
     uint32_t* codes = nullptr;

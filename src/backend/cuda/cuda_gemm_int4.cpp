@@ -9,7 +9,8 @@
 //    dequantized once for all the rows; int4_skinny_ok). Decode-only steps of up to
 //    kInt4DecodeGemvRows rows run in runs of 64;
 //  - longer runs (prefill) on Hopper in bf16 mode: CUTLASS's mixed-input GEMM over the
-//    weight's second copy in CUTLASS's layout (int4_sm90_gemm, cuda_gemm_int4_sm90.cu), which
+//    weight's second copy in CUTLASS's shuffled order (int4_sm90_gemm, cuda_gemm_int4_sm90.cu;
+//    weights and parts of whole 16-row blocks), which
 //    converts each weight to the dequantizer's bf16(q · s) in registers: no bf16 copy per
 //    forward. BackendOptions::int4_prefill_gemm = false makes no copy;
 //  - the other longer runs, shapes the GEMV does not take (K or group not multiples of 128, a
@@ -36,13 +37,16 @@ using namespace sala::cuda;
 
 void GemmDispatch::note_int4_weight(const Weight& w, bool scales_bf16) {
   SALA_CHECK(!graphs_.capturing(), "an int4 weight uploaded inside a CUDA-graph recording");
-  // CUTLASS's tiles take 64 k per stage (the group a multiple of it) and 16-byte rows.
-  if (int4_sm90_ok_ && w.cols % 64 == 0 && w.group % 64 == 0 && w.rows % 8 == 0) {
+  // CUTLASS's tiles take 64 k per stage (the group a multiple of it); the shuffled order's
+  // atoms are 16 rows x 16 k.
+  if (int4_sm90_ok_ && w.cols % 64 == 0 && w.group % 64 == 0 && w.rows % 16 == 0) {
     Int4Sm90Copy c{w.rows, w.cols, nullptr, nullptr, scales_bf16};
     c.codes = static_cast<uint32_t*>(arena_.device(size_t(w.rows * w.cols / 8) * 4));
     c.scales_t = arena_.device(size_t(w.rows * (w.cols / w.group)) * (scales_bf16 ? 2 : 4));
-    launch_int4_cutlass_layout(static_cast<const uint32_t*>(w.data), w.scales, w.rows, w.cols,
-                               w.group, c.codes, c.scales_t, scales_bf16, w.rows, stream_);
+    launch_int4_shuffle_codes(static_cast<const uint32_t*>(w.data), w.rows, w.cols, c.codes,
+                              stream_);
+    launch_int4_scales_transposed(w.scales, w.rows, w.cols / w.group, c.scales_t, scales_bf16,
+                                  w.rows, stream_);
     int4_sm90_[static_cast<const char*>(w.data)] = c;
   }
   const int64_t elems = w.rows * w.cols;
@@ -65,6 +69,7 @@ bool GemmDispatch::int4_sm90_gemm(const Tensor& x, const Weight& w, Tensor& y) {
   if (!(c.cols == w.cols && off % row_bytes == 0 && off / row_bytes + w.rows <= c.rows))
     return false;
   const int64_t r0 = off / row_bytes;  // w = rows [r0, r0 + w.rows) of the copied weight
+  if (r0 % 16 != 0 || w.rows % 16 != 0) return false;  // whole 16-row blocks of the copy
   const auto* codes = reinterpret_cast<const uint8_t*>(c.codes) + r0 * row_bytes;
   const void* scales = static_cast<const char*>(c.scales_t) + r0 * (c.scales_bf16 ? 2 : 4);
   const Int4Sm90Config cfg =

@@ -351,46 +351,34 @@ void launch_int4_repack(uint32_t* w, int64_t words, cudaStream_t st) {
   CUDA_CHECK_LAUNCH();
 }
 
-// CUTLASS's layout of a device-layout weight (cuda_gemm_int4_sm90.cu): word i of row n holds
-// k = 8i + j in nibble j as two's complement ((q + 8) ^ 8 = q mod 16); scales transposed,
-// scales_t[g * ld + n] = scales[n, g] (as T: bf16 only for bf16 values, so exact). One thread
-// per word; the scales in a second loop.
+// The sm_90 prefill GEMM's scales (cuda_gemm_int4_sm90.cu): scales_t[g * ld + n] =
+// scales[n, g] as T (bf16 only for bf16 values, so exact); one thread per scale.
 template <typename T>
-__global__ void int4_cutlass_layout_kernel(const uint32_t* __restrict__ w,
-                                           const float* __restrict__ ws, int64_t N, int64_t K,
-                                           int group, uint32_t* __restrict__ codes,
-                                           T* __restrict__ scales_t, int64_t ld) {
-  const int64_t words = N * (K / 8), gpr = K / group;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < words; i += stride) {
-    const uint32_t a = w[i];
-    uint32_t r = 0;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) r |= (((a >> (4 * repacked_nibble(k))) & 0xfu) ^ 8u) << (4 * k);
-    codes[i] = r;
-  }
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < N * gpr; i += stride) {
+__global__ void int4_scales_transposed_kernel(const float* __restrict__ ws, int64_t N, int64_t gpr,
+                                              T* __restrict__ scales_t, int64_t ld) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < N * gpr;
+       i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t n = i / gpr, g = i - n * gpr;
     scales_t[g * ld + n] = cvt<T>(ws[i]);
   }
 }
 
-void launch_int4_cutlass_layout(const uint32_t* w, const float* w_scales, int64_t N, int64_t K,
-                                int group, uint32_t* codes, void* scales_t, bool scales_bf16,
-                                int64_t ld, cudaStream_t st) {
-  if (N <= 0) return;
-  if (!(K % 8 == 0 && group > 0 && K % group == 0 && ld >= N)) {
-    std::fprintf(stderr, "%s:%d: int4 CUTLASS layout: N = %lld, K = %lld, group = %d\n",
-                 __FILE__, __LINE__, static_cast<long long>(N), static_cast<long long>(K), group);
+void launch_int4_scales_transposed(const float* w_scales, int64_t N, int64_t groups,
+                                   void* scales_t, bool scales_bf16, int64_t ld,
+                                   cudaStream_t st) {
+  if (N <= 0 || groups <= 0) return;
+  if (ld < N) {
+    std::fprintf(stderr, "%s:%d: int4 scales: ld %lld < N %lld\n", __FILE__, __LINE__,
+                 static_cast<long long>(ld), static_cast<long long>(N));
     std::abort();
   }
-  const int grid = grid_for(N * (K / 8));
+  const int grid = grid_for(N * groups);
   if (scales_bf16)
-    int4_cutlass_layout_kernel<<<grid, 256, 0, st>>>(w, w_scales, N, K, group, codes,
-                                                     static_cast<bf16*>(scales_t), ld);
+    int4_scales_transposed_kernel<<<grid, 256, 0, st>>>(w_scales, N, groups,
+                                                        static_cast<bf16*>(scales_t), ld);
   else
-    int4_cutlass_layout_kernel<<<grid, 256, 0, st>>>(w, w_scales, N, K, group, codes,
-                                                     static_cast<float*>(scales_t), ld);
+    int4_scales_transposed_kernel<<<grid, 256, 0, st>>>(w_scales, N, groups,
+                                                        static_cast<float*>(scales_t), ld);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -145,13 +145,12 @@ void launch_gemv_int4(const bf16* x, int64_t ldx, const uint32_t* w, const float
 bool gemv_int4_supported(const void* w, int64_t K, int64_t group, int64_t M);
 bool gemv_int4_silu_pair_supported(int64_t N);
 void gemv_int4_init();
-// The sm_90 prefill GEMM's copy of a device-layout weight [N, K] (cuda_gemm_int4_sm90.cu):
-// codes [N, K / 8] words in CUTLASS's int4b_t layout (k = 8i + j in nibble j of word i, two's
-// complement) and the scales transposed into scales_t [K / group, ld] (ld >= N; bf16 when
-// scales_bf16, for scales that are all bf16 values, else fp32).
-void launch_int4_cutlass_layout(const uint32_t* w, const float* w_scales, int64_t N, int64_t K,
-                                int group, uint32_t* codes, void* scales_t, bool scales_bf16,
-                                int64_t ld, cudaStream_t st);
+// The sm_90 prefill GEMM's scales (cuda_gemm_int4_sm90.cu) of a weight's fp32 scales
+// [N, groups]: transposed into scales_t [groups, ld] (ld >= N), bf16 when scales_bf16 (for
+// scales that are all bf16 values), else fp32.
+void launch_int4_scales_transposed(const float* w_scales, int64_t N, int64_t groups,
+                                   void* scales_t, bool scales_bf16, int64_t ld,
+                                   cudaStream_t st);
 // out [rows, K] = q · s (fp32, exact), stored as T (bf16: nearest even); w in the device
 // layout. K % 8 == 0, group divides K, out 16-byte aligned.
 template <typename T>
