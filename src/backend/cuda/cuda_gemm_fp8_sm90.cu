@@ -36,6 +36,7 @@
 
 #include "backend/cuda/cuda_gemm_fp8_sm90.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_cutlass_util.cuh"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -113,27 +114,6 @@ using DecodeGemm = ScaledGemm<Shape<_64, _128, _128>, Shape<_1, _1, _1>,
                               cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                               cutlass::epilogue::TmaWarpSpecialized>;
 
-bool device_is_sm90() {
-  // The process uses one device; its compute capability does not change.
-  static const bool sm90 = [] {
-    int dev = 0, major = 0;
-    return cudaGetDevice(&dev) == cudaSuccess &&
-           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
-               cudaSuccess &&
-           major == 9;
-  }();
-  return sm90;
-}
-
-// After can_implement accepted the problem, initialize / run failing is a broken invariant.
-void check_cutlass(cutlass::Status status, const char* what, int line) {
-  if (status == cutlass::Status::kSuccess) [[likely]] return;
-  std::fprintf(stderr, "%s:%d: CUTLASS %s failed: %s\n", __FILE__, line, what,
-               cutlass::cutlassGetStatusString(status));
-  std::fflush(stderr);
-  std::abort();
-}
-
 template <class TileShape, class ClusterShape, class Scheduler, class KernelSchedule,
           class EpilogueSchedule>
 bool ScaledGemm<TileShape, ClusterShape, Scheduler, KernelSchedule, EpilogueSchedule>::run(const uint8_t* xq, const float* sx,
@@ -159,8 +139,8 @@ bool ScaledGemm<TileShape, ClusterShape, Scheduler, KernelSchedule, EpilogueSche
   Gemm gemm;
   if (gemm.can_implement(args) != cutlass::Status::kSuccess) return false;
   if (Gemm::get_workspace_size(args) > workspace_bytes) return false;
-  check_cutlass(gemm.initialize(args, workspace, st), "initialize", __LINE__);
-  check_cutlass(gemm.run(st), "run", __LINE__);
+  check_cutlass(gemm.initialize(args, workspace, st), "initialize", __FILE__, __LINE__);
+  check_cutlass(gemm.run(st), "run", __FILE__, __LINE__);
   CUDA_CHECK_LAUNCH();
   return true;
 }

@@ -31,6 +31,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/cuda_gemm_int4_sm90.h"
+#include "backend/cuda/cuda_cutlass_util.cuh"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -116,25 +117,6 @@ __global__ void int4_shuffle_kernel(const uint32_t* __restrict__ w, int64_t N, i
   }
 }
 
-bool device_is_sm90() {
-  static const bool sm90 = [] {
-    int dev = 0, major = 0;
-    return cudaGetDevice(&dev) == cudaSuccess &&
-           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
-               cudaSuccess &&
-           major == 9;
-  }();
-  return sm90;
-}
-
-void check_cutlass(cutlass::Status status, const char* what, int line) {
-  if (status == cutlass::Status::kSuccess) [[likely]] return;
-  std::fprintf(stderr, "%s:%d: CUTLASS %s failed: %s\n", __FILE__, line, what,
-               cutlass::cutlassGetStatusString(status));
-  std::fflush(stderr);
-  std::abort();
-}
-
 template <class TileShape, class ClusterShape, class KernelSchedule, class EpilogueSchedule,
           class ElementScale>
 bool Int4Gemm<TileShape, ClusterShape, KernelSchedule, EpilogueSchedule, ElementScale>::run(
@@ -162,8 +144,8 @@ bool Int4Gemm<TileShape, ClusterShape, KernelSchedule, EpilogueSchedule, Element
   Gemm gemm;
   if (gemm.can_implement(args) != cutlass::Status::kSuccess) return false;
   if (Gemm::get_workspace_size(args) > workspace_bytes) return false;
-  check_cutlass(gemm.initialize(args, workspace, st), "initialize", __LINE__);
-  check_cutlass(gemm.run(st), "run", __LINE__);
+  check_cutlass(gemm.initialize(args, workspace, st), "initialize", __FILE__, __LINE__);
+  check_cutlass(gemm.run(st), "run", __FILE__, __LINE__);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
     std::fprintf(stderr, "%s:%d: int4 GEMM launch: %s\n", __FILE__, __LINE__,
