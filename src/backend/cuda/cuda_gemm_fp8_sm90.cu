@@ -145,6 +145,20 @@ bool ScaledGemm<TileShape, ClusterShape, Scheduler, KernelSchedule, EpilogueSche
   return true;
 }
 
+// Fp8Sm90Config's prefill candidates (cuda_gemm_fp8_sm90.h).
+using Prefill128x256 = ScaledGemm<Shape<_128, _256, _128>, Shape<_2, _1, _1>,
+                                  cutlass::gemm::PersistentScheduler,
+                                  cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                  cutlass::epilogue::TmaWarpSpecializedCooperative>;
+using Prefill256x128 = ScaledGemm<Shape<_256, _128, _128>, Shape<_1, _2, _1>,
+                                  cutlass::gemm::PersistentScheduler,
+                                  cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                  cutlass::epilogue::TmaWarpSpecializedCooperative>;
+using PrefillPingpong = ScaledGemm<Shape<_128, _128, _128>, Shape<_2, _1, _1>,
+                                   cutlass::gemm::PersistentScheduler,
+                                   cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                   cutlass::epilogue::TmaWarpSpecialized>;
+
 }  // namespace
 
 bool launch_fp8_scaled_gemm_sm90(const uint8_t* xq, const float* sx, const uint8_t* wq,
@@ -168,6 +182,12 @@ bool launch_fp8_scaled_gemm_sm90_config(Fp8Sm90Config c, const uint8_t* xq, cons
       return PrefillGemm::run(xq, sx, wq, sw, y, m, n, k, workspace, workspace_bytes, st);
     case Fp8Sm90Config::kDecode:
       return DecodeGemm::run(xq, sx, wq, sw, y, m, n, k, workspace, workspace_bytes, st);
+    case Fp8Sm90Config::kPrefill128x256:
+      return Prefill128x256::run(xq, sx, wq, sw, y, m, n, k, workspace, workspace_bytes, st);
+    case Fp8Sm90Config::kPrefill256x128:
+      return Prefill256x128::run(xq, sx, wq, sw, y, m, n, k, workspace, workspace_bytes, st);
+    case Fp8Sm90Config::kPrefillPingpong:
+      return PrefillPingpong::run(xq, sx, wq, sw, y, m, n, k, workspace, workspace_bytes, st);
     case Fp8Sm90Config::kNone:
       return false;
   }
