@@ -390,9 +390,9 @@ struct BackendOptions {
   // CUDA, bf16 mode, Hopper, int4 weights: prompt runs of more than 64 rows multiply through
   // CUTLASS's mixed-input GEMM (cuda_gemm_int4_sm90.cu), which dequantizes in registers, the
   // same bf16(q · s) weights as the dequantize + cuBLASLt path up to the fp32 summation order.
-  // It reads a second copy of each int4 weight in CUTLASS's layout, made at upload (the codes'
-  // bytes again plus the scales: ≈ 4.6 GB for the 9B). false: no copy; prompt runs dequantize
-  // each weight per forward into a bf16 scratch and take cuBLASLt.
+  // It reads a second copy of each int4 weight in CUTLASS's shuffled order, made at upload
+  // (the codes' bytes again plus the scales: ≈ 4.6 GB for the 9B). false: no copy; prompt runs
+  // dequantize each weight per forward into a bf16 scratch and take cuBLASLt.
   bool int4_prefill_gemm = true;
   // The sparse layers' KV pages and compressed keys (levels 1 and 2): the activation type's
   // cache, or FP8 codes with one K and one V scale per layer (backend/kv_cache_dtype.h),

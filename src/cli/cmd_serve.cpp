@@ -284,7 +284,8 @@ sala::cli::Registrar reg("serve", "Serve a model over HTTP (SGLang /generate + O
                  "(RTN, group 128; the int4 GEMV on the GPU)");
   app.add_option("--int4-prefill-gemm", o->int4_prefill_gemm,
                  "CUDA, Hopper, int4 weights: prompts multiply through a second copy of the "
-                 "codes in CUTLASS's layout (+0.53 bytes per weight); false: dequantize per step")
+                 "codes in CUTLASS's shuffled order (+0.52 bytes per weight); false: "
+                 "dequantize per step")
       ->capture_default_str();
   app.add_option("--dtype", o->dtype, "auto | float32 | bfloat16 (CPU numeric mode)")->capture_default_str();
   app.add_option("--stream-interval", o->stream_interval, "Tokens between streamed chunks")->capture_default_str();
