@@ -71,6 +71,15 @@ TEST(Weight, PlannedBytesMatchTheLoadedModel) {
   }
   EXPECT_EQ(planned_weight_bytes(cfg, WeightFormat::F32, WeightFormat::F32), all_params * 4);
   EXPECT_EQ(planned_weight_bytes(cfg, WeightFormat::BF16, WeightFormat::BF16), all_params * 2);
+  // W4A16 at load: a backend that keeps two copies of each int4 weight (CUDA on Hopper) plans
+  // the projections' int4 bytes twice, and nothing else twice.
+  size_t int4_bytes = 0;
+  for (auto& [name, shape] : expected_tensors(cfg))
+    if (shape.size() == 2 && name != "model.embed_tokens.weight" && name != "lm_head.weight")
+      int4_bytes += Weight::storage_bytes(WeightFormat::INT4_GROUPED, shape[0], shape[1], 64);
+  EXPECT_EQ(planned_weight_bytes(cfg, WeightFormat::INT4_GROUPED, WeightFormat::BF16, 64, 2),
+            planned_weight_bytes(cfg, WeightFormat::INT4_GROUPED, WeightFormat::BF16, 64, 1) +
+                int4_bytes);
   EXPECT_EQ(w.linear_bytes(), linear_params * 4);
   EXPECT_EQ(w.body_linear_bytes(), (linear_params - head_params) * 4);
   // The stacked projections' parts are views into their stacked weight.
