@@ -173,7 +173,6 @@ bool launch_int4_gemm_sm90_config(Int4Sm90Config c, const bf16* x, const uint8_t
     case Int4Sm90Config::kBf16Scales:
       return GemmBf16Scales::run(x, codes, scales_t, ld_scales, y, m, n, k, group, workspace,
                                  workspace_bytes, st);
-
   }
   return false;
 }
