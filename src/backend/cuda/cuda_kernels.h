@@ -137,8 +137,23 @@ void launch_int4_repack(uint32_t* w, int64_t words, cudaStream_t st);
 // y[m, n] = Σ_g s[n, g] · Σ_{k in g} q[n, k] x[m, k] for m < M <= kGemvMaxRows, n < N (the CPU's
 // Σ_k (q s) x in another fp32 order), output through GemvOut as launch_gemv (parts, f32,
 // silu_pair). Row invariant: row m is bit-identical for any M. ldx % 8 == 0, x 16-byte aligned.
+// Two kernels give the same bits: the ring (cuda_gemv_int4.cu: any M, one CTA per SM over a
+// shared-memory ring) and the direct-load kernel (cuda_gemv_int4_direct.cu: M <=
+// kInt4DirectMaxRows, each lane's weights straight into registers). kAuto takes the ring: the
+// direct kernel has not yet run on a GPU (written in session 38, which had none); kDirect and
+// kRing force one (CudaInt4Gemv.DirectMatchesRing, .Speed).
+enum class Int4GemvKernel { kAuto, kRing, kDirect };
+constexpr int kInt4DirectMaxRows = 8;
 void launch_gemv_int4(const bf16* x, int64_t ldx, const uint32_t* w, const float* w_scales,
-                      int64_t N, int K, int group, int M, const GemvOut& o, cudaStream_t st);
+                      int64_t N, int K, int group, int M, const GemvOut& o, cudaStream_t st,
+                      Int4GemvKernel kernel = Int4GemvKernel::kAuto);
+bool gemv_int4_direct_supported(int64_t M);
+// depth: chunk groups of weights a lane has in flight (2..4; registers at 2 CTAs per SM, ptxas
+// of CUDA 13: 111 / 127 / 128 with 12 bytes of spill loads).
+constexpr int kInt4DirectDepth = 3;
+void launch_gemv_int4_direct(const bf16* x, int64_t ldx, const uint32_t* w,
+                             const float* w_scales, int64_t N, int K, int group, int M,
+                             const GemvOut& o, cudaStream_t st, int depth = kInt4DirectDepth);
 // M in 1..kGemvMaxRows, K and group multiples of 128 (group divides K), w 16-byte aligned, and a
 // GPU with the ring's 229 KB of shared memory per block (sm_90). gemv_int4_init: the kernel
 // attributes now (the backend's constructor, outside any capture).
