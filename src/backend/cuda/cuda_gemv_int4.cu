@@ -253,8 +253,8 @@ bool gemv_int4_silu_pair_supported(int64_t N) { return setup().ring && N % (2 * 
 
 void launch_gemv_int4(const bf16* x, int64_t ldx, const uint32_t* w, const float* w_scales,
                       int64_t N, int K, int group, int M, const GemvOut& o, cudaStream_t st,
-                      Int4GemvKernel kernel) {
-  if (kernel == Int4GemvKernel::kDirect)
+                      GemvKernel kernel) {
+  if (kernel == GemvKernel::kDirect)
     return launch_gemv_int4_direct(x, ldx, w, w_scales, N, K, group, M, o, st);
   if (!(gemv_int4_supported(w, K, group, M) && ldx % 8 == 0 && aligned16(x) && w_scales &&
         N >= 1) ||

@@ -1,0 +1,303 @@
+// The GEMVs' direct-load kernels (cuda_gemv_int4_direct.cu, cuda_gemv_fp8_direct.cu) against
+// their ring kernels (cuda_gemv_int4.cu, cuda_gemv_fp8.cu), both launched on the same weights:
+//   CudaInt4Gemv.DirectMatchesRing, CudaFp8Gemv.DirectMatchesRing
+//                      every output bit-identical for M = 1..8, every depth, plain bf16, fp32
+//                      outputs, 3 parts and silu_pair, over the model's shapes and odd ones (N
+//                      not a multiple of 16; int4: groups of 256 and 640, short K; FP8: K whose
+//                      warp slices end inside a 256-k group): the same arithmetic in the same
+//                      order
+//   CudaInt4Gemv.DirectSpeed, CudaFp8Gemv.DirectSpeed
+//                      µs per GEMV of the 9B's projections at M = 1 and 8, the ring beside each
+//                      depth, weights rotated over more than the L2; one decode step's GEMVs
+// Without a GPU every test GTEST_SKIPs (cuda_test_util.h).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "core/fp8.h"
+#include "core/int4.h"
+#include "cuda_test_util.h"
+#include "int4_test_util.h"
+
+namespace sala::test {
+namespace {
+
+struct DeviceBuf {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit DeviceBuf(size_t n) : bytes(n) {
+    EXPECT_EQ(cudaMalloc(&p, n), cudaSuccess);
+    cudaMemset(p, 0, n);
+  }
+  ~DeviceBuf() { cudaFree(p); }
+  DeviceBuf(const DeviceBuf&) = delete;
+  DeviceBuf& operator=(const DeviceBuf&) = delete;
+  std::vector<uint8_t> bytes_back() const {
+    std::vector<uint8_t> h(bytes);
+    cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost);
+    return h;
+  }
+};
+
+enum class Out { kBf16, kF32, kParts, kSiluPair };
+
+const char* out_name(Out o) {
+  switch (o) {
+    case Out::kBf16: return "bf16";
+    case Out::kF32: return "f32";
+    case Out::kParts: return "3 parts";
+    case Out::kSiluPair: return "silu_pair";
+  }
+  return "?";
+}
+
+// The outputs of launch(o) for N weight rows and M x rows (every part's buffer, in order) as
+// bytes. Buffers are pre-filled with 0xff so that a store past M or N, or a missing one, shows
+// as a difference too.
+std::vector<uint8_t> outputs(int64_t N, int M, Out out,
+                             const std::function<void(const cuda::GemvOut&)>& launch) {
+  cuda::GemvOut o{};
+  std::vector<int64_t> cols;
+  if (out == Out::kParts) cols = {N / 3, N / 2 - N / 3 + 1, N - N / 2 - 1};
+  else cols = {out == Out::kSiluPair ? N / 2 : N};
+  std::vector<std::unique_ptr<DeviceBuf>> ys;
+  int64_t end = 0;
+  for (size_t i = 0; i < cols.size(); ++i) {
+    const size_t elem = out == Out::kF32 ? 4 : 2;
+    ys.push_back(std::make_unique<DeviceBuf>(size_t(M * cols[i]) * elem));
+    cudaMemset(ys.back()->p, 0xff, ys.back()->bytes);
+    end += cols[i];
+    o.y[i] = ys.back()->p, o.end[i] = end, o.cols[i] = cols[i];
+  }
+  o.nparts = int(cols.size());
+  o.f32 = out == Out::kF32;
+  o.silu_pair = out == Out::kSiluPair;
+  launch(o);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint8_t> all;
+  for (auto& y : ys) {
+    const std::vector<uint8_t> h = y->bytes_back();
+    all.insert(all.end(), h.begin(), h.end());
+  }
+  return all;
+}
+
+// Every output mode and M = 1..8 (big shapes: M = 1, 3, 8): ring(o) against direct(o, depth)
+// for each depth in [d0, d1].
+void expect_direct_matches_ring(
+    const std::string& what, int64_t N, int64_t K, int d0, int d1,
+    const std::function<void(const cuda::GemvOut&, int M)>& ring,
+    const std::function<void(const cuda::GemvOut&, int M, int depth)>& direct) {
+  for (Out out : {Out::kBf16, Out::kF32, Out::kParts, Out::kSiluPair}) {
+    if (out == Out::kSiluPair && N % 64 != 0) continue;  // the ring's pairs of 32-row tiles
+    for (int M = 1; M <= 8; ++M) {
+      if (N * K > (int64_t(1) << 26) && M != 1 && M != 3 && M != 8) continue;
+      const std::vector<uint8_t> r =
+          outputs(N, M, out, [&](const cuda::GemvOut& o) { ring(o, M); });
+      for (int depth = d0; depth <= d1; ++depth) {
+        const std::vector<uint8_t> d =
+            outputs(N, M, out, [&](const cuda::GemvOut& o) { direct(o, M, depth); });
+        ASSERT_EQ(d.size(), r.size());
+        EXPECT_EQ(std::memcmp(d.data(), r.data(), r.size()), 0)
+            << what << " M=" << M << " " << out_name(out) << " depth " << depth;
+      }
+    }
+  }
+}
+
+TEST(CudaInt4Gemv, DirectMatchesRing) {
+  REQUIRE_GPU();
+  if (!cuda::gemv_int4_supported(reinterpret_cast<void*>(uintptr_t(256)), 128, 128, 1))
+    GTEST_SKIP() << "no int4 GEMV on this GPU (the dequantized path runs instead)";
+  Pair p;
+  struct S {
+    int64_t N, K;
+    int32_t group;
+  };
+  uint32_t seed = 5100;
+  for (S s : {S{77, 1024, 128}, S{1000, 2048, 128}, S{130, 384, 128}, S{96, 512, 256},
+              S{100, 640, 640}, S{4096, 4096, 128}, S{32768, 4096, 128}, S{4096, 16384, 128},
+              S{160, 128, 128}, S{192, 512, 128}}) {
+    const Int4Host q = weight(s.N, s.K, s.group, seed++);
+    const Weight w = upload_int4_host(*p.gpu, q);
+    const HostMat hx = activations(s.K, seed++, 8);
+    auto x = p.up(hx);
+    const auto* xb = static_cast<const cuda::bf16*>(x.g.data);
+    const auto* wd = static_cast<const uint32_t*>(w.data);
+    expect_direct_matches_ring(
+        shape("int4 direct vs ring", {s.N, s.K, s.group}), s.N, s.K, 2, 4,
+        [&](const cuda::GemvOut& o, int M) {
+          cuda::launch_gemv_int4(xb, s.K, wd, w.scales, s.N, int(s.K), w.group, M, o, 0,
+                                 cuda::GemvKernel::kRing);
+        },
+        [&](const cuda::GemvOut& o, int M, int depth) {
+          if (depth == cuda::kInt4DirectDepth)  // the dispatch's route to it
+            cuda::launch_gemv_int4(xb, s.K, wd, w.scales, s.N, int(s.K), w.group, M, o, 0,
+                                   cuda::GemvKernel::kDirect);
+          else
+            cuda::launch_gemv_int4_direct(xb, s.K, wd, w.scales, s.N, int(s.K), w.group, M, o,
+                                          0, depth);
+        });
+  }
+}
+
+TEST(CudaInt4Gemv, DirectSpeed) {
+  REQUIRE_GPU();
+  if (!cuda::gemv_int4_supported(reinterpret_cast<void*>(uintptr_t(256)), 128, 128, 1))
+    GTEST_SKIP() << "no int4 GEMV on this GPU";
+  std::printf("\n[ gemv int4 direct ] %-16s %3s %9s %9s %9s %9s  (us; GB/s of the best)\n",
+              "shape N x K", "M", "ring", "depth 2", "depth 3", "depth 4");
+  const HostMat hx = randn(8, 16384, 901, 1.f);
+  DeviceBuf x(hx.bits.size() * 2), y(size_t(8) * 32768 * 2);
+  cudaMemcpy(x.p, hx.bits.data(), x.bytes, cudaMemcpyHostToDevice);
+  double step[4] = {};
+  for (const SpeedShape s : kShapes) {
+    const Int4SpeedWeights sw(s.N, s.K);
+    cuda::GemvOut o{};
+    o.y[0] = y.p, o.end[0] = s.N, o.cols[0] = s.N, o.nparts = 1;
+    for (int M : {1, 8}) {
+      double us[4];
+      for (int v = 0; v < 4; ++v)
+        us[v] = time_us(
+            [&](int i) {
+              const auto* xb = static_cast<const cuda::bf16*>(x.p);
+              if (v == 0)
+                cuda::launch_gemv_int4(xb, s.K, sw.words(i), sw.scale(i), s.N, int(s.K), 128, M,
+                                       o, 0, cuda::GemvKernel::kRing);
+              else
+                cuda::launch_gemv_int4_direct(xb, s.K, sw.words(i), sw.scale(i), s.N, int(s.K),
+                                              128, M, o, 0, v + 1);
+            },
+            60);
+      if (M == 1)
+        for (int v = 0; v < 4; ++v) step[v] += us[v] * s.per_forward;
+      const double best = std::min({us[0], us[1], us[2], us[3]});
+      std::printf("[ gemv int4 direct ] %7lld x %-7lld %3d %9.2f %9.2f %9.2f %9.2f  %6.0f\n",
+                  (long long)s.N, (long long)s.K, M, us[0], us[1], us[2], us[3],
+                  double(sw.packed + sw.scales) / best / 1e3);
+    }
+  }
+  std::printf("[ gemv int4 direct ] 9B projections at M = 1, one decode step, ms: ring %.3f, "
+              "depth 2 %.3f, depth 3 %.3f, depth 4 %.3f\n",
+              step[0] / 1e3, step[1] / 1e3, step[2] / 1e3, step[3] / 1e3);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// Random e4m3 codes (NaN codes 0x7f / 0xff replaced by ±448), scales in [1e-3, 2e-3).
+struct Fp8Weights {
+  DeviceBuf codes, scales;
+  Fp8Weights(int64_t N, int64_t K, uint32_t seed)
+      : codes(size_t(N * K)), scales(size_t(N) * 4) {
+    std::vector<uint8_t> c(size_t(N * K));
+    uint32_t r = seed;
+    for (uint8_t& v : c) {
+      r = r * 1664525u + 1013904223u;
+      v = uint8_t(r >> 24);
+      if ((v & 0x7f) == 0x7f) v = uint8_t(v - 1);
+    }
+    std::vector<float> sc(static_cast<size_t>(N));
+    for (float& v : sc) {
+      r = r * 1664525u + 1013904223u;
+      v = 1e-3f * (1.f + float(r >> 8) / 16777216.f);
+    }
+    cudaMemcpy(codes.p, c.data(), c.size(), cudaMemcpyHostToDevice);
+    cudaMemcpy(scales.p, sc.data(), sc.size() * 4, cudaMemcpyHostToDevice);
+  }
+};
+
+// x rows quantized on the device as GemmDispatch does (launch_quantize_rows_fp8).
+struct Fp8Rows {
+  DeviceBuf xq, sx;
+  explicit Fp8Rows(const HostMat& x) : xq(size_t(x.rows * x.cols)), sx(size_t(x.rows) * 4) {
+    DeviceBuf xb(x.bits.size() * 2);
+    cudaMemcpy(xb.p, x.bits.data(), xb.bytes, cudaMemcpyHostToDevice);
+    cuda::launch_quantize_rows_fp8(static_cast<const cuda::bf16*>(xb.p), x.rows, x.cols, x.cols,
+                                   static_cast<uint8_t*>(xq.p), static_cast<float*>(sx.p), 0);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+};
+
+TEST(CudaFp8Gemv, DirectMatchesRing) {
+  REQUIRE_GPU();
+  uint32_t seed = 5200;
+  // K = 1040, 1552: warp slices of 12 / 16 chunks, so groups of 256 k end inside a slice.
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{77, 1040}, {1000, 2048}, {130, 1552},
+                      {192, 512}, {4096, 4096}, {32768, 4096}, {4096, 16384}, {96, 16}}) {
+    const Fp8Weights w(N, K, seed++);
+    const Fp8Rows x(activations(K, seed++, 8));
+    const auto* xq = static_cast<const uint8_t*>(x.xq.p);
+    const auto* sx = static_cast<const float*>(x.sx.p);
+    const auto* wq = static_cast<const uint8_t*>(w.codes.p);
+    const auto* ws = static_cast<const float*>(w.scales.p);
+    expect_direct_matches_ring(
+        shape("fp8 direct vs ring", {N, K}), N, K, 1, 2,
+        [&](const cuda::GemvOut& o, int M) {
+          cuda::launch_gemv_fp8(xq, K, sx, wq, ws, N, int(K), M, o, 0, cuda::GemvKernel::kRing);
+        },
+        [&](const cuda::GemvOut& o, int M, int depth) {
+          if (depth == cuda::kFp8DirectDepth)  // the dispatch's route to it
+            cuda::launch_gemv_fp8(xq, K, sx, wq, ws, N, int(K), M, o, 0,
+                                  cuda::GemvKernel::kDirect);
+          else
+            cuda::launch_gemv_fp8_direct(xq, K, sx, wq, ws, N, int(K), M, o, 0, depth);
+        });
+  }
+}
+
+TEST(CudaFp8Gemv, DirectSpeed) {
+  REQUIRE_GPU();
+  std::printf("\n[ gemv fp8 direct ] %-16s %3s %9s %9s %9s  (us; GB/s of the best)\n",
+              "shape N x K", "M", "ring", "depth 1", "depth 2");
+  const Fp8Rows x(randn(8, 16384, 902, 1.f));
+  DeviceBuf y(size_t(8) * 32768 * 2);
+  double step[3] = {};
+  for (const SpeedShape s : kShapes) {
+    const int64_t bytes = s.N * s.K;
+    const int copies = int(std::max<int64_t>(2, (400ll << 20) / bytes + 1));
+    DeviceBuf w(size_t(bytes) * size_t(copies)), sc(size_t(s.N) * 4);
+    cudaMemset(w.p, 0x34, w.bytes);  // 0.75
+    std::vector<float> ones(size_t(s.N), 1e-3f);
+    cudaMemcpy(sc.p, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice);
+    cuda::GemvOut o{};
+    o.y[0] = y.p, o.end[0] = s.N, o.cols[0] = s.N, o.nparts = 1;
+    const auto* xq = static_cast<const uint8_t*>(x.xq.p);
+    const auto* sx = static_cast<const float*>(x.sx.p);
+    const auto* ws = static_cast<const float*>(sc.p);
+    for (int M : {1, 8}) {
+      double us[3];
+      for (int v = 0; v < 3; ++v)
+        us[v] = time_us(
+            [&](int i) {
+              const uint8_t* wi = static_cast<const uint8_t*>(w.p) + (i % copies) * bytes;
+              if (v == 0)
+                cuda::launch_gemv_fp8(xq, s.K, sx, wi, ws, s.N, int(s.K), M, o, 0,
+                                      cuda::GemvKernel::kRing);
+              else
+                cuda::launch_gemv_fp8_direct(xq, s.K, sx, wi, ws, s.N, int(s.K), M, o, 0, v);
+            },
+            60);
+      if (M == 1)
+        for (int v = 0; v < 3; ++v) step[v] += us[v] * s.per_forward;
+      const double best = std::min({us[0], us[1], us[2]});
+      std::printf("[ gemv fp8 direct ] %7lld x %-7lld %3d %9.2f %9.2f %9.2f  %6.0f\n",
+                  (long long)s.N, (long long)s.K, M, us[0], us[1], us[2],
+                  double(bytes) / best / 1e3);
+    }
+  }
+  std::printf("[ gemv fp8 direct ] 9B projections at M = 1, one decode step, ms: ring %.3f, "
+              "depth 1 %.3f, depth 2 %.3f\n",
+              step[0] / 1e3, step[1] / 1e3, step[2] / 1e3);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace sala::test
