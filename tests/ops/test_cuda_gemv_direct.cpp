@@ -6,6 +6,9 @@
 //                      not a multiple of 16; int4: groups of 256 and 640, short K; FP8: K whose
 //                      warp slices end inside a 256-k group): the same arithmetic in the same
 //                      order
+//   CudaGemvDirect.BackendOptionSameBits
+//                      BackendOptions::direct_gemv on and off give the same bits through the
+//                      backend (linear, fp32 outputs, linear_silu_mul; FP8 and int4 weights)
 //   CudaInt4Gemv.DirectSpeed, CudaFp8Gemv.DirectSpeed
 //                      µs per GEMV of the 9B's projections at M = 1 and 8, the ring beside each
 //                      depth, weights rotated over more than the L2; one decode step's GEMVs
@@ -297,6 +300,46 @@ TEST(CudaFp8Gemv, DirectSpeed) {
               "depth 1 %.3f, depth 2 %.3f\n",
               step[0] / 1e3, step[1] / 1e3, step[2] / 1e3);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// BackendOptions::direct_gemv through GemmDispatch: linear (bf16 and fp32 outputs) and
+// linear_silu_mul on FP8 and int4 weights give the same bits with the option on and off.
+TEST(CudaGemvDirect, BackendOptionSameBits) {
+  REQUIRE_GPU();
+  BackendOptions on{NumericMode::BF16, 0};
+  on.direct_gemv = true;
+  auto ring = make_cuda_backend({NumericMode::BF16, 0}), direct = make_cuda_backend(on);
+  const int64_t K = 4096, N = 2048;
+  const HostMat hw = randn(N, K, 5300, 1.f / 64.f);
+  TensorView v;
+  v.name = "direct gemv test weight";
+  v.dtype = DType::BF16;
+  v.shape = {N, K};
+  v.data = reinterpret_cast<const uint8_t*>(hw.bits.data());
+  v.nbytes = hw.bits.size() * 2;
+  const Int4Host q = weight(N, K, 128, 5301);
+  const HostMat hx = activations(K, 5302, 8);
+  auto x_of = [&](Backend& be) { return upload_checkpoint(be, DType::BF16, 8, K, hx.bits.data()); };
+  const Tensor xr = x_of(*ring), xd = x_of(*direct);
+  const std::pair<Weight, Weight> ws[] = {
+      {ring->upload_linear(v, WeightFormat::FP8_E4M3),
+       direct->upload_linear(v, WeightFormat::FP8_E4M3)},
+      {upload_int4_host(*ring, q), upload_int4_host(*direct, q)}};
+  for (const auto& [wr, wd] : ws)
+    for (int64_t M = 1; M <= 8; ++M) {
+      const std::string what = shape(weight_format_name(wr.format), {N, K, M});
+      for (DType yt : {DType::BF16, DType::F32})
+        EXPECT_EQ(run_linear(*ring, xr, wr, 0, M, yt), run_linear(*direct, xd, wd, 0, M, yt))
+            << what << (yt == DType::F32 ? " f32" : " bf16");
+      auto silu = [&](Backend& be, const Tensor& x, const Weight& w) {
+        Tensor g = be.alloc(M, N / 2, DType::BF16), u = be.alloc(M, N / 2, DType::BF16);
+        be.linear_silu_mul(x.slice_rows(0, M), w, g, u);
+        std::vector<float> r(size_t(M * N / 2));
+        be.download_f32(g, r.data());
+        return r;
+      };
+      EXPECT_EQ(silu(*ring, xr, wr), silu(*direct, xd, wd)) << what << " silu_pair";
+    }
 }
 
 }  // namespace

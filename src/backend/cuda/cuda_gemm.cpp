@@ -13,9 +13,10 @@ using namespace sala::cuda;
 
 GemmDispatch::GemmDispatch(bool bf16_mode, cudaStream_t stream, DeviceArena& arena,
                            const StepPlan& plan, GraphCache& graphs, OpTimer& timer,
-                           bool int4_prefill_gemm)
+                           bool int4_prefill_gemm, bool direct_gemv)
     : bf16_(bf16_mode), stream_(stream), arena_(arena), plan_(plan), graphs_(graphs),
       timer_(timer) {
+  direct_gemv_ = direct_gemv;
   gemv_init();  // kernel attributes now, not inside a recorded step
   gemv_fp8_init();
   gemv_int4_init();
@@ -339,7 +340,7 @@ bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g,
     if (!prepared)
       launch_quantize_rows_fp8(ptr<bf16>(x), x.rows, x.cols, x.cols, in.codes, in.scales, stream_);
     launch_gemv_fp8(in.codes, x.cols, in.scales, static_cast<const uint8_t*>(wt.data), wt.scales,
-                    wt.rows, int(x.cols), int(x.rows), o, stream_);
+                    wt.rows, int(x.cols), int(x.rows), o, stream_, gemv_kernel(x.rows));
     timer_.tick("gemv fp8 gate_up+silu");
     return true;
   }
@@ -357,7 +358,8 @@ bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g,
     }
     if (!(gemv_int4_silu_pair_supported(wt.rows) && int4_gemv_ok(x, wt, {&g}))) return false;
     launch_gemv_int4(ptr<bf16>(x), x.cols, static_cast<const uint32_t*>(wt.data), wt.scales,
-                     wt.rows, int(x.cols), wt.group, int(x.rows), gemv_silu_pair(g), stream_);
+                     wt.rows, int(x.cols), wt.group, int(x.rows), gemv_silu_pair(g), stream_,
+                     gemv_kernel(x.rows));
     timer_.tick("gemv int4 gate_up+silu");
     return true;
   }

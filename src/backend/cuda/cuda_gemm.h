@@ -46,9 +46,10 @@ namespace sala::cuda_host {
 
 class GemmDispatch {
  public:
-  // int4_prefill_gemm: BackendOptions::int4_prefill_gemm (taken where the GPU is sm_90).
+  // int4_prefill_gemm: BackendOptions::int4_prefill_gemm (taken where the GPU is sm_90);
+  // direct_gemv: BackendOptions::direct_gemv.
   GemmDispatch(bool bf16_mode, cudaStream_t stream, DeviceArena& arena, const StepPlan& plan,
-               GraphCache& graphs, OpTimer& timer, bool int4_prefill_gemm);
+               GraphCache& graphs, OpTimer& timer, bool int4_prefill_gemm, bool direct_gemv);
   ~GemmDispatch();
   GemmDispatch(const GemmDispatch&) = delete;
   GemmDispatch& operator=(const GemmDispatch&) = delete;
@@ -137,6 +138,13 @@ class GemmDispatch {
     bool scales_bf16 = false;
   };
   bool int4_sm90_ok_ = false;                        // bf16 mode, sm_90, the option
+  bool direct_gemv_ = false;                         // BackendOptions::direct_gemv
+  // The FP8 / int4 GEMV kernel for a run of M rows (the same bits either way).
+  cuda::GemvKernel gemv_kernel(int64_t M) const {
+    return direct_gemv_ && M <= cuda::kInt4DirectMaxRows && M <= cuda::kFp8DirectMaxRows
+               ? cuda::GemvKernel::kDirect
+               : cuda::GemvKernel::kAuto;
+  }
   std::map<const char*, Int4Sm90Copy> int4_sm90_;    // by the weight's device codes
   // y = x · wᵀ through the copy of the weight w is a row slice of; false: no copy, or CUTLASS
   // refused the shapes (nothing launched).

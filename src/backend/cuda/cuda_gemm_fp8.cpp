@@ -146,7 +146,7 @@ void GemmDispatch::linear_fp8(const Tensor& x, const Weight& w, const std::vecto
       const GemvOut o = gemv_parts(ys, r0);
       if (!prepared) launch_quantize_rows_fp8(xr, T, K, K, xq, sx, stream_);
       launch_gemv_fp8(xq, K, sx, static_cast<const uint8_t*>(w.data), w.scales, w.rows, int(K),
-                      int(T), o, stream_);
+                      int(T), o, stream_, gemv_kernel(T));
       timer_.tick(o.f32 ? "gemv fp8 lm_head" : "gemv fp8");
       return;
     }
