@@ -60,14 +60,6 @@ using namespace gemv;
 constexpr int kRingSmem = kRingBytes + kRedBytes + kGateBytes;  // 225,280 B
 static_assert(kRingSmem <= kRingMaxSmem, "the ring does not fit an sm_90 SM");
 
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // One group (16 chunks) of a 16-row tile for n-tiles nt0 .. nt0 + G - 1: A = rows g / g + 8,
 // chunk 4u + t in A[u] / B[u]. Per accumulator: u = 0..3, each the k16 of elements 0-3, then
 // 4-7 (the order every M sees).

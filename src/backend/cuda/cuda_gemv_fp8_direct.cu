@@ -33,19 +33,6 @@ using namespace gemv8;
 
 constexpr int kTileRows = 16;
 
-// Streaming loads as in cuda_gemv_int4_direct.cu; zeros when !ok (the ring's reads past the
-// slice give zeros, which its MMAs multiply: the same values here).
-__device__ __forceinline__ uint4 ldg_stream_or_zero(const void* p, bool ok) {
-  uint4 v;
-  asm volatile(
-      "{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %5, 0;\n\t"
-      "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
-      "@q ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "r"(int(ok)));
-  return v;
-}
-
 // A lane's walk over its warp's K slice of one 16-row tile, by groups of kCps = 16 chunks
 // (the ring's stages): chunks 4u + t of rows g and g + 8, Depth groups ahead in a register
 // ring (slot v % Depth holds group v).

@@ -40,14 +40,6 @@ __device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t c, uint32_t& lo, uint32
 }
 #endif
 
-__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                        uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // sx of the M rows into sxs[kGemvMaxRows] (1 past M), for every thread of the CTA.
 __device__ __forceinline__ void load_row_scales(const float* sx, int M, float* sxs) {
   if (threadIdx.x < kGemvMaxRows) sxs[threadIdx.x] = int(threadIdx.x) < M ? sx[threadIdx.x] : 1.f;

@@ -36,17 +36,7 @@ using namespace gemv;
 
 constexpr int kTileRows = 16;  // one 16-row half of the ring's 32-row tile
 
-// Streaming loads (each weight byte is read once: no L1 allocation), predicated; the registers
-// are left undefined when !ok (never used then).
-__device__ __forceinline__ uint4 ldg_stream_if(const void* p, bool ok) {
-  uint4 v;
-  asm volatile(
-      "{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %5, 0;\n\t"
-      "@q ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "r"(int(ok)));
-  return v;
-}
+// A scale when ok, else an undefined register (never used then).
 __device__ __forceinline__ float ldg_f32_if(const float* p, bool ok) {
   float v;
   asm volatile(

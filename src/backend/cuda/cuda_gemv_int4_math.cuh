@@ -26,14 +26,6 @@ __device__ __forceinline__ void dequant_word(uint32_t w, uint32_t (&p)[4]) {
   }
 }
 
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // x of chunk c (4 uint4 = 32 k) of n-tiles nt0 .. nt0 + G - 1 when ok, undefined registers
 // otherwise (a chunk past the warp's K slice: the chunk loop stops before using it).
 template <int G>
