@@ -13,10 +13,11 @@ using namespace sala::cuda;
 
 GemmDispatch::GemmDispatch(bool bf16_mode, cudaStream_t stream, DeviceArena& arena,
                            const StepPlan& plan, GraphCache& graphs, OpTimer& timer,
-                           bool int4_prefill_gemm, bool direct_gemv)
+                           bool int4_prefill_gemm, bool direct_gemv, int fp8_prefill_tile)
     : bf16_(bf16_mode), stream_(stream), arena_(arena), plan_(plan), graphs_(graphs),
       timer_(timer) {
   direct_gemv_ = direct_gemv;
+  fp8_prefill_tile_ = fp8_prefill_tile;
   gemv_init();  // kernel attributes now, not inside a recorded step
   gemv_fp8_init();
   gemv_int4_init();

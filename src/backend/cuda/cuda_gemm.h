@@ -47,9 +47,11 @@ namespace sala::cuda_host {
 class GemmDispatch {
  public:
   // int4_prefill_gemm: BackendOptions::int4_prefill_gemm (taken where the GPU is sm_90);
-  // direct_gemv: BackendOptions::direct_gemv.
+  // direct_gemv, fp8_prefill_tile: BackendOptions' (the tile as launch_fp8_scaled_gemm_sm90's
+  // index).
   GemmDispatch(bool bf16_mode, cudaStream_t stream, DeviceArena& arena, const StepPlan& plan,
-               GraphCache& graphs, OpTimer& timer, bool int4_prefill_gemm, bool direct_gemv);
+               GraphCache& graphs, OpTimer& timer, bool int4_prefill_gemm, bool direct_gemv,
+               int fp8_prefill_tile);
   ~GemmDispatch();
   GemmDispatch(const GemmDispatch&) = delete;
   GemmDispatch& operator=(const GemmDispatch&) = delete;
@@ -139,6 +141,7 @@ class GemmDispatch {
   };
   bool int4_sm90_ok_ = false;                        // bf16 mode, sm_90, the option
   bool direct_gemv_ = false;                         // BackendOptions::direct_gemv
+  int fp8_prefill_tile_ = 0;  // BackendOptions::fp8_prefill_tile as launch_fp8_scaled_gemm_sm90's
   // The FP8 / int4 GEMV kernel for a run of M rows (the same bits either way).
   cuda::GemvKernel gemv_kernel(int64_t M) const {
     return direct_gemv_ && M <= cuda::kInt4DirectMaxRows && M <= cuda::kFp8DirectMaxRows

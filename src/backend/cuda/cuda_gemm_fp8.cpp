@@ -227,7 +227,7 @@ void GemmDispatch::fp8_gemm(const uint8_t* xq, const float* sx, int64_t T, const
   if (!f32_out &&
       launch_fp8_scaled_gemm_sm90(xq, sx, static_cast<const uint8_t*>(w.data), w.scales,
                                   ptr<bf16>(y), T, N, K, lt_workspace_, lt_workspace_size_,
-                                  stream_)) {
+                                  stream_, fp8_prefill_tile_)) {
     timer_.tick("fp8 gemm sm90");
     return;
   }

@@ -163,8 +163,12 @@ using PrefillPingpong = ScaledGemm<Shape<_128, _128, _128>, Shape<_2, _1, _1>,
 
 bool launch_fp8_scaled_gemm_sm90(const uint8_t* xq, const float* sx, const uint8_t* wq,
                                  const float* sw, bf16* y, int64_t M, int64_t N, int64_t K,
-                                 void* workspace, size_t workspace_bytes, cudaStream_t st) {
-  const Fp8Sm90Config c = M > 64                       ? Fp8Sm90Config::kPrefill
+                                 void* workspace, size_t workspace_bytes, cudaStream_t st,
+                                 int prefill_tile) {
+  constexpr Fp8Sm90Config kTiles[] = {Fp8Sm90Config::kPrefill, Fp8Sm90Config::kPrefill128x256,
+                                      Fp8Sm90Config::kPrefill256x128,
+                                      Fp8Sm90Config::kPrefillPingpong};
+  const Fp8Sm90Config c = M > 64 ? kTiles[prefill_tile >= 0 && prefill_tile < 4 ? prefill_tile : 0]
                          : M >= 32 && N >= 2 * K && K > 0 ? Fp8Sm90Config::kDecode
                                                           : Fp8Sm90Config::kNone;
   return launch_fp8_scaled_gemm_sm90_config(c, xq, sx, wq, sw, y, M, N, K, workspace,

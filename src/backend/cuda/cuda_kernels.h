@@ -205,9 +205,12 @@ void launch_fp8_apply_scales(const float* acc, int64_t T, int64_t N, const float
 // of M > 64 rows (prefill), and of 32..64 rows with N >= 2 K (stacked decode-step GEMMs).
 // Returns false, launching nothing, where it does not run (not an sm_90 GPU, other shapes, a
 // problem CUTLASS refuses, a workspace smaller than it needs): the caller then takes cuBLASLt.
+// prefill_tile: BackendOptions::fp8_prefill_tile's index (0: 128x128, 1: 128x256, 2: 256x128,
+// 3: pingpong), the configuration of runs of more than 64 rows.
 bool launch_fp8_scaled_gemm_sm90(const uint8_t* xq, const float* sx, const uint8_t* wq,
                                  const float* sw, bf16* y, int64_t M, int64_t N, int64_t K,
-                                 void* workspace, size_t workspace_bytes, cudaStream_t st);
+                                 void* workspace, size_t workspace_bytes, cudaStream_t st,
+                                 int prefill_tile = 0);
 // Tests: every fp32 bit pattern through the hardware e4m3 conversion and the portable one;
 // out[0] = number of disagreements, out[1] = the smallest disagreeing bit pattern (~0 if none).
 // On a GPU below sm_89 both are the portable path.
