@@ -168,9 +168,10 @@ bool launch_fp8_scaled_gemm_sm90(const uint8_t* xq, const float* sx, const uint8
   constexpr Fp8Sm90Config kTiles[] = {Fp8Sm90Config::kPrefill, Fp8Sm90Config::kPrefill128x256,
                                       Fp8Sm90Config::kPrefill256x128,
                                       Fp8Sm90Config::kPrefillPingpong};
-  const Fp8Sm90Config c = M > 64 ? kTiles[prefill_tile >= 0 && prefill_tile < 4 ? prefill_tile : 0]
-                         : M >= 32 && N >= 2 * K && K > 0 ? Fp8Sm90Config::kDecode
-                                                          : Fp8Sm90Config::kNone;
+  const Fp8Sm90Config prefill = kTiles[prefill_tile >= 0 && prefill_tile < 4 ? prefill_tile : 0];
+  const Fp8Sm90Config c = M > 64                          ? prefill
+                          : M >= 32 && N >= 2 * K && K > 0 ? Fp8Sm90Config::kDecode
+                                                           : Fp8Sm90Config::kNone;
   return launch_fp8_scaled_gemm_sm90_config(c, xq, sx, wq, sw, y, M, N, K, workspace,
                                             workspace_bytes, st);
 }

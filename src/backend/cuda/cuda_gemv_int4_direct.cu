@@ -11,8 +11,9 @@
 //
 // Same bits as the ring kernel (the test CudaInt4Gemv.DirectMatchesRing): warp w takes the
 // same K slice (gemv::Slice), lane (g, t) the same chunks of rows g / g + 8 of each 16-row
-// half, and each chunk group runs the same arithmetic (cuda_gemv_int4_math.cuh: dequant_chunk,
-// chunk_mma into fresh partials, add_scaled with the group's scale) in the same group order;
+// half, and each chunk group runs the same arithmetic (cuda_gemv_int4_math.cuh: the MMAs of
+// dequant_chunk + chunk_mma in their order, each word dequantized just before its two MMAs to
+// hold fewer registers, into fresh partials; add_scaled with the group's scale) in group order;
 // the epilogue is the ring's `finish` (8 warp partials summed in warp order, rounded once). A
 // row's result depends only on K, so row invariance across M (and across the two kernels)
 // holds. silu_pair: the CTA computes gate tile n0 (kept in shared memory as bf16 values) and
