@@ -35,6 +35,7 @@ import sys
 
 INT4 = "backend/cuda/cuda_gemv_int4.cu"
 INT4_RING = "backend/cuda/cuda_gemv_int4.cuh"  # the scale copies (cp4)
+INT4_MATH = "backend/cuda/cuda_gemv_int4_math.cuh"  # the dequantization (also the direct kernel's)
 FP8 = "backend/cuda/cuda_gemv_fp8.cu"
 RING = "backend/cuda/cuda_gemv_ring.cuh"
 
@@ -62,9 +63,9 @@ CP16_OLD = ('  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(ds
 CP4_OLD = ('  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src)'
            ' : "memory");')
 PATCHES = {
-    "b16dq": [(INT4, DEQUANT_OLD,
+    "b16dq": [(INT4_MATH, DEQUANT_OLD,
                "    p[j] = and_or(j ? w >> (4 * j - 3) : w << 3, 0x00780078u, 0x3f803f80u);")],
-    "lop4": [(INT4, DEQUANT_OLD, "    p[j] = and_or(w, 0x000f000fu << j, 0x43004300u);")],
+    "lop4": [(INT4_MATH, DEQUANT_OLD, "    p[j] = and_or(w, 0x000f000fu << j, 0x43004300u);")],
     "noepi": [(INT4, FINISH_OLD, FOLD.replace("(void)red, (void)gate;", "(void)r;")),
               (FP8, FP8_FINISH_OLD, FOLD)],
     "nocopy": [
