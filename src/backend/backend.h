@@ -394,8 +394,8 @@ struct BackendOptions {
   // (the codes' bytes again plus the scales: ≈ 4.6 GB for the 9B). false: no copy; prompt runs
   // dequantize each weight per forward into a bf16 scratch and take cuBLASLt.
   bool int4_prefill_gemm = true;
-  // CUDA: runs of <= 8 rows on FP8 and int4 weights take the direct-load GEMV kernels
-  // (cuda_gemv_fp8_direct.cu, cuda_gemv_int4_direct.cu: 2 CTAs per SM, weights in registers)
+  // CUDA: runs of <= 8 rows on bf16, FP8 and int4 weights take the direct-load GEMV kernels
+  // (cuda_gemv_direct.cu, cuda_gemv_int4_direct.cu: 2 CTAs per SM, weights in registers)
   // instead of the shared-memory rings; the same bits. An A/B switch (`sala bench offline
   // --direct-gemv`) until the kernels are measured: session 38 wrote them without a GPU.
   bool direct_gemv = false;

@@ -534,7 +534,7 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
                  "second copy of the codes (false: dequantize per forward + cuBLASLt)")
       ->capture_default_str();
   app.add_option("--direct-gemv", a->direct_gemv,
-                 "CUDA, FP8 / int4 weights: runs of <= 8 rows through the direct-load GEMVs "
+                 "CUDA: runs of <= 8 rows through the direct-load GEMVs (bf16, FP8, int4) "
                  "instead of the rings (the same bits; an A/B until measured)")
       ->capture_default_str();
   app.add_option("--fp8-prefill-tile", a->fp8_prefill_tile,

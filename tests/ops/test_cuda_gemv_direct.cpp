@@ -1,15 +1,17 @@
-// The GEMVs' direct-load kernels (cuda_gemv_int4_direct.cu, cuda_gemv_fp8_direct.cu) against
-// their ring kernels (cuda_gemv_int4.cu, cuda_gemv_fp8.cu), both launched on the same weights:
-//   CudaInt4Gemv.DirectMatchesRing, CudaFp8Gemv.DirectMatchesRing
+// The GEMVs' direct-load kernels (cuda_gemv_direct.cu: bf16, FP8; cuda_gemv_int4_direct.cu)
+// against their ring kernels (cuda_gemv.cu, cuda_gemv_fp8.cu, cuda_gemv_int4.cu), both launched
+// on the same weights:
+//   CudaGemv.DirectMatchesRing, CudaInt4Gemv.DirectMatchesRing, CudaFp8Gemv.DirectMatchesRing
 //                      every output bit-identical for M = 1..8, every depth, plain bf16, fp32
 //                      outputs, 3 parts and silu_pair, over the model's shapes and odd ones (N
-//                      not a multiple of 16; int4: groups of 256 and 640, short K; FP8: K whose
-//                      warp slices end inside a 256-k group): the same arithmetic in the same
-//                      order
+//                      not a multiple of 16; int4: groups of 256 and 640, short K; bf16 / FP8:
+//                      K whose warp slices end inside a group of 16 chunks): the same
+//                      arithmetic in the same order
 //   CudaGemvDirect.BackendOptionSameBits
 //                      BackendOptions::direct_gemv on and off give the same bits through the
-//                      backend (linear, fp32 outputs, linear_silu_mul; FP8 and int4 weights)
-//   CudaInt4Gemv.DirectSpeed, CudaFp8Gemv.DirectSpeed
+//                      backend (linear, fp32 outputs, linear_silu_mul; bf16, FP8 and int4
+//                      weights)
+//   CudaGemv.DirectSpeed, CudaInt4Gemv.DirectSpeed, CudaFp8Gemv.DirectSpeed
 //                      µs per GEMV of the 9B's projections at M = 1 and 8, the ring beside each
 //                      depth, weights rotated over more than the L2; one decode step's GEMVs
 // Without a GPU every test GTEST_SKIPs (cuda_test_util.h).
@@ -195,6 +197,79 @@ TEST(CudaInt4Gemv, DirectSpeed) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
+TEST(CudaGemv, DirectMatchesRing) {
+  REQUIRE_GPU();
+  uint32_t seed = 5400;
+  // K = 520, 776: warp slices of 12 / 16 chunks, so groups of 16 chunks end inside a slice.
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{77, 520}, {1000, 2048}, {130, 776},
+                      {192, 512}, {4096, 4096}, {32768, 4096}, {4096, 16384}, {96, 8}}) {
+    const HostMat hw = randn(N, K, seed++, 1.f / 64.f), hx = activations(K, seed++, 8);
+    DeviceBuf w(hw.bits.size() * 2), x(hx.bits.size() * 2);
+    cudaMemcpy(w.p, hw.bits.data(), w.bytes, cudaMemcpyHostToDevice);
+    cudaMemcpy(x.p, hx.bits.data(), x.bytes, cudaMemcpyHostToDevice);
+    const auto* xb = static_cast<const cuda::bf16*>(x.p);
+    const auto* wb = static_cast<const cuda::bf16*>(w.p);
+    expect_direct_matches_ring(
+        shape("bf16 direct vs ring", {N, K}), N, K, 1, 2,
+        [&](const cuda::GemvOut& o, int M) {
+          cuda::launch_gemv(xb, K, wb, N, int(K), M, o, 0, cuda::GemvKernel::kRing);
+        },
+        [&](const cuda::GemvOut& o, int M, int depth) {
+          if (depth == cuda::kGemvDirectDepth)  // the dispatch's route to it
+            cuda::launch_gemv(xb, K, wb, N, int(K), M, o, 0, cuda::GemvKernel::kDirect);
+          else
+            cuda::launch_gemv_direct(xb, K, wb, N, int(K), M, o, 0, depth);
+        });
+  }
+}
+
+// The 9B's projections and lm_head (fp32 logits) in bf16, weights rotated over more than the L2.
+TEST(CudaGemv, DirectSpeed) {
+  REQUIRE_GPU();
+  std::printf("\n[ gemv bf16 direct ] %-16s %3s %9s %9s %9s  (us; GB/s of the best)\n",
+              "shape N x K", "M", "ring", "depth 1", "depth 2");
+  const HostMat hx = randn(8, 16384, 903, 1.f);
+  DeviceBuf x(hx.bits.size() * 2), y(size_t(8) * 73448 * 4);
+  cudaMemcpy(x.p, hx.bits.data(), x.bytes, cudaMemcpyHostToDevice);
+  double step[3] = {};
+  std::vector<SpeedShape> shapes(std::begin(kShapes), std::end(kShapes));
+  shapes.push_back({73448, 4096, 1});  // lm_head
+  for (const SpeedShape s : shapes) {
+    const int64_t bytes = s.N * s.K * 2;
+    const int copies = int(std::max<int64_t>(2, (400ll << 20) / bytes + 1));
+    DeviceBuf w(size_t(bytes) * size_t(copies));
+    cudaMemset(w.p, 0x3c, w.bytes);  // bf16 0x3c3c ≈ 0.0115
+    cuda::GemvOut o{};
+    o.y[0] = y.p, o.end[0] = s.N, o.cols[0] = s.N, o.nparts = 1;
+    o.f32 = s.N == 73448;
+    const auto* xb = static_cast<const cuda::bf16*>(x.p);
+    for (int M : {1, 8}) {
+      double us[3];
+      for (int v = 0; v < 3; ++v)
+        us[v] = time_us(
+            [&](int i) {
+              const auto* wi = reinterpret_cast<const cuda::bf16*>(
+                  static_cast<const uint8_t*>(w.p) + (i % copies) * bytes);
+              if (v == 0)
+                cuda::launch_gemv(xb, s.K, wi, s.N, int(s.K), M, o, 0, cuda::GemvKernel::kRing);
+              else
+                cuda::launch_gemv_direct(xb, s.K, wi, s.N, int(s.K), M, o, 0, v);
+            },
+            60);
+      if (M == 1)
+        for (int v = 0; v < 3; ++v) step[v] += us[v] * s.per_forward;
+      const double best = std::min({us[0], us[1], us[2]});
+      std::printf("[ gemv bf16 direct ] %7lld x %-7lld %3d %9.2f %9.2f %9.2f  %6.0f\n",
+                  (long long)s.N, (long long)s.K, M, us[0], us[1], us[2],
+                  double(bytes) / best / 1e3);
+    }
+  }
+  std::printf("[ gemv bf16 direct ] 9B projections + lm_head at M = 1, one decode step, ms: ring "
+              "%.3f, depth 1 %.3f, depth 2 %.3f\n",
+              step[0] / 1e3, step[1] / 1e3, step[2] / 1e3);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 // Random e4m3 codes (NaN codes 0x7f / 0xff replaced by ±448), scales in [1e-3, 2e-3).
 struct Fp8Weights {
   DeviceBuf codes, scales;
@@ -247,7 +322,7 @@ TEST(CudaFp8Gemv, DirectMatchesRing) {
           cuda::launch_gemv_fp8(xq, K, sx, wq, ws, N, int(K), M, o, 0, cuda::GemvKernel::kRing);
         },
         [&](const cuda::GemvOut& o, int M, int depth) {
-          if (depth == cuda::kFp8DirectDepth)  // the dispatch's route to it
+          if (depth == cuda::kGemvDirectDepth)  // the dispatch's route to it
             cuda::launch_gemv_fp8(xq, K, sx, wq, ws, N, int(K), M, o, 0,
                                   cuda::GemvKernel::kDirect);
           else
@@ -303,7 +378,7 @@ TEST(CudaFp8Gemv, DirectSpeed) {
 }
 
 // BackendOptions::direct_gemv through GemmDispatch: linear (bf16 and fp32 outputs) and
-// linear_silu_mul on FP8 and int4 weights give the same bits with the option on and off.
+// linear_silu_mul on bf16, FP8 and int4 weights give the same bits with the option on and off.
 TEST(CudaGemvDirect, BackendOptionSameBits) {
   REQUIRE_GPU();
   BackendOptions on{NumericMode::BF16, 0};
@@ -322,6 +397,8 @@ TEST(CudaGemvDirect, BackendOptionSameBits) {
   auto x_of = [&](Backend& be) { return upload_checkpoint(be, DType::BF16, 8, K, hx.bits.data()); };
   const Tensor xr = x_of(*ring), xd = x_of(*direct);
   const std::pair<Weight, Weight> ws[] = {
+      {Weight(upload_checkpoint(*ring, DType::BF16, N, K, hw.bits.data())),
+       Weight(upload_checkpoint(*direct, DType::BF16, N, K, hw.bits.data()))},
       {ring->upload_linear(v, WeightFormat::FP8_E4M3),
        direct->upload_linear(v, WeightFormat::FP8_E4M3)},
       {upload_int4_host(*ring, q), upload_int4_host(*direct, q)}};

@@ -152,7 +152,8 @@ void GemmDispatch::linear_rows(const Tensor& x, const Tensor& w, Tensor& y) {
   if (bf16_ && gemv_rows(x.rows) && gemv_supported(x.data, x.cols, w.data, x.cols, x.rows)) {
     Tensor yv = y;
     const GemvOut o = gemv_parts({&yv});
-    launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_);
+    launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_,
+                gemv_kernel(x.rows));
     timer_.tick(y.dtype == DType::F32 ? "gemv lm_head" : "gemv");
     return;
   }
@@ -290,7 +291,8 @@ bool GemmDispatch::linear_multi(const Tensor& x, const Weight& wt, const std::ve
     timer_.tick("split stacked gemm");
     return true;
   }
-  launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_);
+  launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_,
+              gemv_kernel(x.rows));
   timer_.tick("gemv multi");
   return true;
 }
@@ -386,7 +388,8 @@ bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g,
   }
   if (!fused) return false;
   const GemvOut o = gemv_silu_pair(g);
-  launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_);
+  launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_,
+              gemv_kernel(x.rows));
   timer_.tick("gemv gate_up+silu");
   return true;
 }

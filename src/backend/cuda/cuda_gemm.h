@@ -142,9 +142,9 @@ class GemmDispatch {
   bool int4_sm90_ok_ = false;                        // bf16 mode, sm_90, the option
   bool direct_gemv_ = false;                         // BackendOptions::direct_gemv
   int fp8_prefill_tile_ = 0;                         // BackendOptions::fp8_prefill_tile's index
-  // The FP8 / int4 GEMV kernel for a run of M rows (the same bits either way).
+  // The GEMV kernel for a run of M rows (the same bits either way).
   cuda::GemvKernel gemv_kernel(int64_t M) const {
-    return direct_gemv_ && M <= cuda::kInt4DirectMaxRows && M <= cuda::kFp8DirectMaxRows
+    return direct_gemv_ && M <= cuda::kGemvDirectMaxRows
                ? cuda::GemvKernel::kDirect
                : cuda::GemvKernel::kAuto;
   }

@@ -6,7 +6,7 @@
 // for bit). Quantizing inside this kernel (every CTA redoing the whole row, two e4m3
 // conversions per pair in the inner loop) made it ALU-bound at 1.2–1.8 TB/s; on pre-quantized
 // codes it streams at 2–4 TB/s (docs/PERF.md). Shared machinery: cuda_gemv_ring.cuh; the
-// arithmetic: cuda_gemv_fp8_math.cuh (also the direct-load kernel's, cuda_gemv_fp8_direct.cu).
+// arithmetic: cuda_gemv_fp8_math.cuh (also the direct-load kernel's, cuda_gemv_direct.cu).
 //
 // Numerics. (sum · sx[m]) · w_scales[n] in that order, rounded once to bf16 (o.f32: a
 // bf16-rounded fp32). Products of two e4m3 values are exact. The codes of W and x as their

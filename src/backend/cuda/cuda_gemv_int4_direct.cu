@@ -164,12 +164,10 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 }  // namespace
 
-bool gemv_int4_direct_supported(int64_t M) { return M >= 1 && M <= kInt4DirectMaxRows; }
-
 void launch_gemv_int4_direct(const bf16* x, int64_t ldx, const uint32_t* w,
                              const float* w_scales, int64_t N, int K, int group, int M,
                              const GemvOut& o, cudaStream_t st, int depth) {
-  if (!(gemv_int4_direct_supported(M) && gemv_int4_supported(w, K, group, M) && ldx % 8 == 0 &&
+  if (!(gemv_direct_supported(M) && gemv_int4_supported(w, K, group, M) && ldx % 8 == 0 &&
         aligned16(x) && w_scales && N >= 1 && depth >= 2 && depth <= 4) ||
       (o.silu_pair && N % (2 * kTileRows) != 0)) {
     std::fprintf(stderr,

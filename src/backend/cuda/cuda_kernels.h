@@ -106,17 +106,25 @@ void launch_silu_mul_halves(const bf16* x, int64_t T, int64_t I, bf16* out, cuda
 // GemvOut::silu_pair runs on this GPU for N weight rows (the ring kernel, N / 2 a whole
 // number of its 32-row tiles).
 bool gemv_silu_pair_supported(int64_t N);
+// The GEMVs' kernels (bf16, FP8, int4), each format's giving the same bits: the ring (one
+// 8-warp CTA per SM streams 32-row tiles through a shared-memory cp.async ring; any M <=
+// kGemvMaxRows) and the direct-load kernel (M <= kGemvDirectMaxRows: one CTA per 16-row tile,
+// 2 per SM, each lane's weights straight into registers; cuda_gemv_direct.cu for bf16 and FP8,
+// cuda_gemv_int4_direct.cu). kAuto takes the ring: the direct kernels have not yet run on a
+// GPU (written in session 38, which had none); kRing and kDirect force one (tests, speed A/B).
+enum class GemvKernel { kAuto, kRing, kDirect };
+constexpr int kGemvDirectMaxRows = 8;
+// depth (bf16, FP8): groups of 16 chunks a lane has in flight, 1..2 (registers at 2 CTAs per
+// SM, ptxas of CUDA 13, sm_90a: bf16 106 / 128 with 104 bytes of spill loads, FP8 104 / 128
+// with 56).
+constexpr int kGemvDirectDepth = 2;
+bool gemv_direct_supported(int64_t M);
 // y[m, n] = Σ_k x[m*ldx + k] w[n*K + k] for m < M <= kGemvMaxRows, n < N. Row invariant: row
 // m's result is bit-identical for any M (and equals the row alone).
 void launch_gemv(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, int M,
-                 const GemvOut& o, cudaStream_t st);
-
-// The FP8 and int4 GEMVs' kernels, all giving the same bits: the ring (one 8-warp CTA per SM
-// streams 32-row tiles through a shared-memory cp.async ring; any M <= kGemvMaxRows) and the
-// direct-load kernel (M <= 8: one CTA per 16-row tile, 2 per SM, each lane's weights straight
-// into registers). kAuto takes the ring: the direct kernels have not yet run on a GPU (written
-// in session 38, which had none); kRing and kDirect force one (tests, speed A/B).
-enum class GemvKernel { kAuto, kRing, kDirect };
+                 const GemvOut& o, cudaStream_t st, GemvKernel kernel = GemvKernel::kAuto);
+void launch_gemv_direct(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, int M,
+                        const GemvOut& o, cudaStream_t st, int depth = kGemvDirectDepth);
 
 // ---- W8A8 FP8 skinny GEMM for decode / verify rows (cuda_gemv_fp8.cu), linear_fp8's twin ----
 // y[m, n] = (Σ_k xq[m,k] · wq[n,k]) · sx[m] · w_scales[n] for m < M <= kGemvMaxRows, n < N,
@@ -128,8 +136,7 @@ enum class GemvKernel { kAuto, kRing, kDirect };
 // result is bit-identical for any M in 1..kGemvMaxRows. ldq % 16 == 0, xq 16-byte aligned.
 void launch_gemv_fp8(const uint8_t* xq, int64_t ldq, const float* sx, const uint8_t* w,
                      const float* w_scales, int64_t N, int K, int M, const GemvOut& o,
-                     cudaStream_t st,
-                     GemvKernel kernel = GemvKernel::kAuto);
+                     cudaStream_t st, GemvKernel kernel = GemvKernel::kAuto);
 // M in 1..kGemvMaxRows, K % 16 == 0, w 16-byte aligned. The first call (outside any stream
 // capture) picks the kernel for the current device and sets its shared memory; gemv_fp8_init
 // makes that choice now (the backend's constructor, outside any capture).
@@ -137,15 +144,10 @@ bool gemv_fp8_supported(const void* w, int64_t K, int64_t M);
 void gemv_fp8_init();
 // GemvOut::silu_pair runs on this GPU for N weight rows (the ring kernel, N % 64 == 0).
 bool gemv_fp8_silu_pair_supported(int64_t N);
-// The direct-load kernel (cuda_gemv_fp8_direct.cu: M <= kFp8DirectMaxRows, the ring's bits;
-// depth 1..2 groups of 256 k in flight per lane). Not taken by kAuto: written in session 38,
-// which had no GPU; GemvKernel::kDirect forces it (CudaFp8Gemv.DirectMatchesRing, .DirectSpeed).
-constexpr int kFp8DirectMaxRows = 8;
-constexpr int kFp8DirectDepth = 2;
-bool gemv_fp8_direct_supported(int64_t M);
+// Its direct-load kernel (see GemvKernel).
 void launch_gemv_fp8_direct(const uint8_t* xq, int64_t ldq, const float* sx, const uint8_t* w,
                             const float* w_scales, int64_t N, int K, int M, const GemvOut& o,
-                            cudaStream_t st, int depth = kFp8DirectDepth);
+                            cudaStream_t st, int depth = kGemvDirectDepth);
 // ---- W4A16 (cuda_gemv_int4.cu; GemmDispatch::linear_int4 in cuda_gemm_int4.cpp) ----
 // Device layout of an INT4_GROUPED weight: the checkpoint's words [N, K / 8] with each word's
 // nibbles permuted (nibble j: k 2j, nibble j + 4: k 2j + 1, each q + 8) by launch_int4_repack,
@@ -154,14 +156,11 @@ void launch_int4_repack(uint32_t* w, int64_t words, cudaStream_t st);
 // y[m, n] = Σ_g s[n, g] · Σ_{k in g} q[n, k] x[m, k] for m < M <= kGemvMaxRows, n < N (the CPU's
 // Σ_k (q s) x in another fp32 order), output through GemvOut as launch_gemv (parts, f32,
 // silu_pair). Row invariant: row m is bit-identical for any M. ldx % 8 == 0, x 16-byte aligned.
-// Two kernels give the same bits: the ring (cuda_gemv_int4.cu: any M) and the direct-load
-// kernel (cuda_gemv_int4_direct.cu: M <= kInt4DirectMaxRows). kAuto takes the ring (see
-// GemvKernel).
-constexpr int kInt4DirectMaxRows = 8;
+// Two kernels give the same bits: the ring (cuda_gemv_int4.cu) and the direct-load kernel
+// (cuda_gemv_int4_direct.cu; see GemvKernel).
 void launch_gemv_int4(const bf16* x, int64_t ldx, const uint32_t* w, const float* w_scales,
                       int64_t N, int K, int group, int M, const GemvOut& o, cudaStream_t st,
                       GemvKernel kernel = GemvKernel::kAuto);
-bool gemv_int4_direct_supported(int64_t M);
 // depth: chunk groups of weights a lane has in flight (2..4; registers at 2 CTAs per SM, ptxas
 // of CUDA 13: 111 / 127 / 128 with 12 bytes of spill loads).
 constexpr int kInt4DirectDepth = 3;
