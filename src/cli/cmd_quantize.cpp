@@ -9,6 +9,10 @@
 //          --max-accuracy-loss percent of the unquantized model's right next-token predictions
 //          on it change (model/calibrate.h mixed_plan); the plan is printed and written into
 //          the config (quantization_config.sala_mixed_plan).
+// --ignore PATTERN (repeatable; fp8, and w4a16 --method rtn): modules kept as they are, by
+// name or "re:" regex (compressed-tensors' `ignore` syntax, which the written config lists), so
+// a user's own mix needs no calibration run. A pattern that matches no module, or that splits
+// a family the loader stacks (q/k/v/gate, gate/up), is refused.
 // --calibration FILE: one sample per line (the tokenizer's BOS first). Without it: the built-in
 // text below (general English prose), which suits a general model; a model trained on one kind
 // of text (sala-tiny-chat) calibrates better on its own kind (tests/fixtures/eval/
@@ -19,7 +23,9 @@
 #include <CLI/CLI.hpp>
 #include <fstream>
 #include <memory>
+#include <regex>
 #include <string>
+#include <vector>
 
 #include "cli/command.h"
 #include "core/error.h"
@@ -52,6 +58,7 @@ constexpr const char* kBuiltinCalibrationText[] = {
 
 struct Args {
   std::string in, out, scheme, method = "gptq", calibration;
+  std::vector<std::string> ignore;
   bool quantize_lm_head = false, act_order = false;
   int32_t group_size = 128, calibration_tokens = 512;
   double damp = 0.01, max_accuracy_loss = 1.0;
@@ -94,9 +101,46 @@ std::vector<std::vector<int32_t>> calibration_tokens(const Args& a) {
   return seqs;
 }
 
+// --ignore's patterns, checked against the checkpoint's modules (see the file's header).
+void check_ignore(const Args& a) {
+  const sala::ModelConfig cfg = sala::load_model_config(a.in);
+  for (const std::string& p : a.ignore) {
+    if (p.rfind("re:", 0) == 0) {
+      try {
+        std::regex re(p.substr(3));
+      } catch (const std::regex_error& e) {
+        sala::fail("--ignore '{}': not a valid regex: {}", p, e.what());
+      }
+    }
+    sala::QuantizationConfig one;
+    one.ignore = {p};
+    bool any = false;
+    for (const sala::LinearFamily& f : sala::linear_families(cfg)) {
+      size_t kept = 0;
+      for (const std::string& m : f.modules) kept += one.ignores(m) ? 1 : 0;
+      if (kept != 0 && kept != f.modules.size()) {
+        std::string names;
+        for (const std::string& m : f.modules) names += (names.empty() ? "" : ", ") + m;
+        sala::fail("--ignore '{}' keeps part of {} ({}): its projections are stacked at load "
+                   "and must share a scheme; ignore all of them or none",
+                   p, f.label(), names);
+      }
+      any = any || kept != 0;
+    }
+    if (!any && !one.ignores("lm_head"))
+      sala::fail("--ignore '{}' matches no Linear module of {}", p, cfg.source);
+  }
+}
+
 int run(const Args& a) {
   sala::QuantizeOptions o;
   o.quantize_lm_head = a.quantize_lm_head;
+  if (!a.ignore.empty()) {
+    if (!(a.scheme == "fp8" || (a.scheme == "w4a16" && a.method == "rtn")))
+      sala::fail("--ignore is implemented for --scheme fp8 and --scheme w4a16 --method rtn");
+    check_ignore(a);
+    o.ignore = a.ignore;
+  }
   auto progress = [](size_t done, size_t total) {
     if (done == total || done % 16 == 0)
       fmt::print(stderr, "\rquantize: {}/{} tensors", done, total);
@@ -162,6 +206,9 @@ sala::cli::Registrar reg(
       app.add_option("--max-accuracy-loss", a->max_accuracy_loss,
                      "mixed: budget, % of the unquantized model's right next-token predictions "
                      "on the calibration text that may change (1.0)");
+      app.add_option("--ignore", a->ignore,
+                     "fp8, w4a16 --method rtn: modules kept as they are, by name or \"re:\" "
+                     "regex (repeatable; compressed-tensors' ignore syntax)");
       app.add_flag("--quantize-lm-head", a->quantize_lm_head,
                    "fp8: lm_head in FP8 too (default: kept as it is)");
       return [a] { return run(*a); };

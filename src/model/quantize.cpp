@@ -82,10 +82,12 @@ struct OutTensor {
 }  // namespace
 
 QuantPlan uniform_plan(const ModelConfig& c, const ModuleQuant& q, const QuantizeOptions& opts) {
+  QuantizationConfig kept;  // its `ignores` is the loader's own matching
+  kept.ignore = opts.ignore;
   QuantPlan plan;
   for (auto& [name, shape] : expected_tensors(c))
     if (shape.size() == 2 && name.ends_with(".weight") && name != "model.embed_tokens.weight" &&
-        (name != "lm_head.weight" || opts.quantize_lm_head))
+        (name != "lm_head.weight" || opts.quantize_lm_head) && !kept.ignores(module_of(name)))
       plan[module_of(name)] = q;
   return plan;
 }

@@ -17,6 +17,10 @@ namespace sala {
 
 struct QuantizeOptions {
   bool quantize_lm_head = false;       // lm_head quantized too (else in ignore, kept as it is)
+  // Modules kept as they are (listed in `ignore`), in compressed-tensors' own syntax: a module
+  // name ("model.layers.3.mlp.down_proj") or a "re:" regex matched from the name's start
+  // (`sala quantize --ignore`). uniform_plan leaves them out.
+  std::vector<std::string> ignore;
   uint64_t shard_bytes = 5'000'000'000;  // a new shard once a shard would pass this
 };
 

@@ -57,6 +57,46 @@ TEST(QuantizeW4, RtnCheckpointGivesTheBitsOfQuantizingAtLoad) {
   EXPECT_EQ(max_rel_diff(a, b), 0.0);
 }
 
+// QuantizeOptions::ignore (`sala quantize --ignore`): the matched modules stay as they were,
+// listed in the config's ignore, and load dense beside the W4A16 ones; the rest keep the bits
+// of quantizing at load (the layers before the first ignored module give the same logits).
+TEST(QuantizeW4, IgnoreKeepsModulesDense) {
+  const ModelConfig cfg = load_model_config(tiny_chat_dir());
+  QuantizeOptions o;
+  o.ignore = {"re:model\\.layers\\.1\\.mlp\\.", "model.layers.2.self_attn.o_proj"};
+  const QuantPlan plan = uniform_plan(cfg, {QuantScheme::W4A16, 128}, o);
+  EXPECT_EQ(plan.count("model.layers.1.mlp.gate_proj"), 0u);
+  EXPECT_EQ(plan.count("model.layers.1.mlp.down_proj"), 0u);
+  EXPECT_EQ(plan.count("model.layers.2.self_attn.o_proj"), 0u);
+  EXPECT_EQ(plan.count("model.layers.0.mlp.down_proj"), 1u);
+  EXPECT_EQ(plan.count("model.layers.2.self_attn.q_proj"), 1u);
+  TempDir out("w4_ignore");
+  write_w4(out.str(), &plan);
+  const ModelConfig qc = load_model_config(out.str());
+  EXPECT_EQ(qc.quantization.scheme_of("model.layers.1.mlp.up_proj", qc.source), ModuleQuant{});
+  EXPECT_EQ(qc.quantization.scheme_of("model.layers.2.self_attn.o_proj", qc.source),
+            ModuleQuant{});
+  EXPECT_EQ(qc.quantization.scheme_of("model.layers.0.mlp.up_proj", qc.source),
+            (ModuleQuant{QuantScheme::W4A16, 128}));
+  Checkpoint ck(out.str());
+  EXPECT_EQ(ck.get("model.layers.1.mlp.down_proj.weight").dtype, DType::BF16);
+  EXPECT_EQ(ck.get("model.layers.0.mlp.down_proj.weight_packed").dtype, DType::I32);
+  auto mixed = load(out.str(), 0), all = load(tiny_chat_dir(), 128);
+  const LayerWeights& l1 = mixed->weights().layers[1];
+  EXPECT_EQ(l1.gate_up.format, WeightFormat::F32);
+  EXPECT_EQ(l1.down_proj.format, WeightFormat::F32);
+  EXPECT_EQ(l1.qkvg.format, WeightFormat::INT4_GROUPED);
+  EXPECT_EQ(mixed->weights().layers[2].o_proj.format, WeightFormat::F32);
+  EXPECT_EQ(mixed->weights().layers[3].gate_up.format, WeightFormat::INT4_GROUPED);
+  EXPECT_LT(mixed->weights().linear_bytes(), load(tiny_chat_dir(), 0)->weights().linear_bytes());
+  EXPECT_GT(mixed->weights().linear_bytes(), all->weights().linear_bytes());
+  const auto ids = random_tokens(120, cfg.vocab_size, 6);
+  const auto a = run_calls(*mixed, ids, {120}, 0, page_range(0, 8));
+  const auto b = run_calls(*all, ids, {120}, 0, page_range(0, 8));
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_GT(max_rel_diff(a, b), 0.0);  // the dense modules are used
+}
+
 // The layer-wise objective ‖X Wᵀ − X Qᵀ‖² on the tiny model's own activations: GPTQ (with and
 // without act-order) below RTN for every family of the first and the last layer.
 TEST(Gptq, BeatsRtnOnLayerwiseReconstructionError) {
