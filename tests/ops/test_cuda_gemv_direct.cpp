@@ -119,6 +119,39 @@ void expect_direct_matches_ring(
   }
 }
 
+// One speed table: for each shape, weights(s) makes its weights (kept for the shape's rows) and
+// returns their bytes; each variant v (0: the ring, then the direct kernel's depths) is timed
+// at M = 1 and 8 by launch(v, i, M) (i picks the weight copy) and printed as a row with the
+// GB/s of the best; last, one 9B decode step's GEMVs per variant at M = 1.
+void speed_table(const char* tag, const std::vector<SpeedShape>& shapes,
+                 const std::vector<std::string>& variants,
+                 const std::function<int64_t(const SpeedShape&)>& weights,
+                 const std::function<void(int v, int i, int M)>& launch) {
+  std::printf("\n[ %s ] %-16s %3s", tag, "shape N x K", "M");
+  for (const std::string& v : variants) std::printf(" %9s", v.c_str());
+  std::printf("  (us; GB/s of the best)\n");
+  std::vector<double> step(variants.size(), 0.0);
+  for (const SpeedShape& s : shapes) {
+    const int64_t bytes = weights(s);
+    for (int M : {1, 8}) {
+      std::vector<double> us;
+      for (size_t v = 0; v < variants.size(); ++v)
+        us.push_back(time_us([&](int i) { launch(int(v), i, M); }, 60));
+      std::printf("[ %s ] %7lld x %-7lld %3d", tag, (long long)s.N, (long long)s.K, M);
+      for (size_t v = 0; v < us.size(); ++v) {
+        std::printf(" %9.2f", us[v]);
+        if (M == 1) step[v] += us[v] * s.per_forward;
+      }
+      std::printf("  %6.0f\n", double(bytes) / *std::min_element(us.begin(), us.end()) / 1e3);
+    }
+  }
+  std::printf("[ %s ] one decode step's GEMVs at M = 1, ms:", tag);
+  for (size_t v = 0; v < variants.size(); ++v)
+    std::printf(" %s %.3f", variants[v].c_str(), step[v] / 1e3);
+  std::printf("\n");
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 TEST(CudaInt4Gemv, DirectMatchesRing) {
   REQUIRE_GPU();
   if (!cuda::gemv_int4_supported(reinterpret_cast<void*>(uintptr_t(256)), 128, 128, 1))
@@ -159,42 +192,31 @@ TEST(CudaInt4Gemv, DirectSpeed) {
   REQUIRE_GPU();
   if (!cuda::gemv_int4_supported(reinterpret_cast<void*>(uintptr_t(256)), 128, 128, 1))
     GTEST_SKIP() << "no int4 GEMV on this GPU";
-  std::printf("\n[ gemv int4 direct ] %-16s %3s %9s %9s %9s %9s  (us; GB/s of the best)\n",
-              "shape N x K", "M", "ring", "depth 2", "depth 3", "depth 4");
   const HostMat hx = randn(8, 16384, 901, 1.f);
   DeviceBuf x(hx.bits.size() * 2), y(size_t(8) * 32768 * 2);
   cudaMemcpy(x.p, hx.bits.data(), x.bytes, cudaMemcpyHostToDevice);
-  double step[4] = {};
-  for (const SpeedShape s : kShapes) {
-    const Int4SpeedWeights sw(s.N, s.K);
-    cuda::GemvOut o{};
-    o.y[0] = y.p, o.end[0] = s.N, o.cols[0] = s.N, o.nparts = 1;
-    for (int M : {1, 8}) {
-      double us[4];
-      for (int v = 0; v < 4; ++v)
-        us[v] = time_us(
-            [&](int i) {
-              const auto* xb = static_cast<const cuda::bf16*>(x.p);
-              if (v == 0)
-                cuda::launch_gemv_int4(xb, s.K, sw.words(i), sw.scale(i), s.N, int(s.K), 128, M,
-                                       o, 0, cuda::GemvKernel::kRing);
-              else
-                cuda::launch_gemv_int4_direct(xb, s.K, sw.words(i), sw.scale(i), s.N, int(s.K),
-                                              128, M, o, 0, v + 1);
-            },
-            60);
-      if (M == 1)
-        for (int v = 0; v < 4; ++v) step[v] += us[v] * s.per_forward;
-      const double best = std::min({us[0], us[1], us[2], us[3]});
-      std::printf("[ gemv int4 direct ] %7lld x %-7lld %3d %9.2f %9.2f %9.2f %9.2f  %6.0f\n",
-                  (long long)s.N, (long long)s.K, M, us[0], us[1], us[2], us[3],
-                  double(sw.packed + sw.scales) / best / 1e3);
-    }
-  }
-  std::printf("[ gemv int4 direct ] 9B projections at M = 1, one decode step, ms: ring %.3f, "
-              "depth 2 %.3f, depth 3 %.3f, depth 4 %.3f\n",
-              step[0] / 1e3, step[1] / 1e3, step[2] / 1e3, step[3] / 1e3);
-  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  const auto* xb = static_cast<const cuda::bf16*>(x.p);
+  std::unique_ptr<Int4SpeedWeights> sw;
+  cuda::GemvOut o{};
+  SpeedShape s{};
+  speed_table(
+      "gemv int4 direct", {std::begin(kShapes), std::end(kShapes)},
+      {"ring", "depth 2", "depth 3", "depth 4"},
+      [&](const SpeedShape& shape) {
+        s = shape;
+        sw.reset();  // one shape's copies at a time
+        sw = std::make_unique<Int4SpeedWeights>(s.N, s.K);
+        o.y[0] = y.p, o.end[0] = s.N, o.cols[0] = s.N, o.nparts = 1;
+        return sw->packed + sw->scales;
+      },
+      [&](int v, int i, int M) {
+        if (v == 0)
+          cuda::launch_gemv_int4(xb, s.K, sw->words(i), sw->scale(i), s.N, int(s.K), 128, M, o,
+                                 0, cuda::GemvKernel::kRing);
+        else
+          cuda::launch_gemv_int4_direct(xb, s.K, sw->words(i), sw->scale(i), s.N, int(s.K), 128,
+                                        M, o, 0, v + 1);
+      });
 }
 
 TEST(CudaGemv, DirectMatchesRing) {
@@ -226,48 +248,38 @@ TEST(CudaGemv, DirectMatchesRing) {
 // The 9B's projections and lm_head (fp32 logits) in bf16, weights rotated over more than the L2.
 TEST(CudaGemv, DirectSpeed) {
   REQUIRE_GPU();
-  std::printf("\n[ gemv bf16 direct ] %-16s %3s %9s %9s %9s  (us; GB/s of the best)\n",
-              "shape N x K", "M", "ring", "depth 1", "depth 2");
   const HostMat hx = randn(8, 16384, 903, 1.f);
   DeviceBuf x(hx.bits.size() * 2), y(size_t(8) * 73448 * 4);
   cudaMemcpy(x.p, hx.bits.data(), x.bytes, cudaMemcpyHostToDevice);
-  double step[3] = {};
+  const auto* xb = static_cast<const cuda::bf16*>(x.p);
   std::vector<SpeedShape> shapes(std::begin(kShapes), std::end(kShapes));
   shapes.push_back({73448, 4096, 1});  // lm_head
-  for (const SpeedShape s : shapes) {
-    const int64_t bytes = s.N * s.K * 2;
-    const int copies = int(std::max<int64_t>(2, (400ll << 20) / bytes + 1));
-    DeviceBuf w(size_t(bytes) * size_t(copies));
-    cudaMemset(w.p, 0x3c, w.bytes);  // bf16 0x3c3c ≈ 0.0115
-    cuda::GemvOut o{};
-    o.y[0] = y.p, o.end[0] = s.N, o.cols[0] = s.N, o.nparts = 1;
-    o.f32 = s.N == 73448;
-    const auto* xb = static_cast<const cuda::bf16*>(x.p);
-    for (int M : {1, 8}) {
-      double us[3];
-      for (int v = 0; v < 3; ++v)
-        us[v] = time_us(
-            [&](int i) {
-              const auto* wi = reinterpret_cast<const cuda::bf16*>(
-                  static_cast<const uint8_t*>(w.p) + (i % copies) * bytes);
-              if (v == 0)
-                cuda::launch_gemv(xb, s.K, wi, s.N, int(s.K), M, o, 0, cuda::GemvKernel::kRing);
-              else
-                cuda::launch_gemv_direct(xb, s.K, wi, s.N, int(s.K), M, o, 0, v);
-            },
-            60);
-      if (M == 1)
-        for (int v = 0; v < 3; ++v) step[v] += us[v] * s.per_forward;
-      const double best = std::min({us[0], us[1], us[2]});
-      std::printf("[ gemv bf16 direct ] %7lld x %-7lld %3d %9.2f %9.2f %9.2f  %6.0f\n",
-                  (long long)s.N, (long long)s.K, M, us[0], us[1], us[2],
-                  double(bytes) / best / 1e3);
-    }
-  }
-  std::printf("[ gemv bf16 direct ] 9B projections + lm_head at M = 1, one decode step, ms: ring "
-              "%.3f, depth 1 %.3f, depth 2 %.3f\n",
-              step[0] / 1e3, step[1] / 1e3, step[2] / 1e3);
-  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  std::unique_ptr<DeviceBuf> w;
+  int64_t bytes = 0;
+  int copies = 0;
+  cuda::GemvOut o{};
+  SpeedShape s{};
+  speed_table(
+      "gemv bf16 direct", shapes, {"ring", "depth 1", "depth 2"},
+      [&](const SpeedShape& shape) {
+        s = shape;
+        bytes = s.N * s.K * 2;
+        copies = int(std::max<int64_t>(2, (400ll << 20) / bytes + 1));
+        w.reset();
+        w = std::make_unique<DeviceBuf>(size_t(bytes) * size_t(copies));
+        cudaMemset(w->p, 0x3c, w->bytes);  // bf16 0x3c3c ≈ 0.0115
+        o.y[0] = y.p, o.end[0] = s.N, o.cols[0] = s.N, o.nparts = 1;
+        o.f32 = s.N == 73448;
+        return bytes;
+      },
+      [&](int v, int i, int M) {
+        const auto* wi = reinterpret_cast<const cuda::bf16*>(static_cast<const uint8_t*>(w->p) +
+                                                             (i % copies) * bytes);
+        if (v == 0)
+          cuda::launch_gemv(xb, s.K, wi, s.N, int(s.K), M, o, 0, cuda::GemvKernel::kRing);
+        else
+          cuda::launch_gemv_direct(xb, s.K, wi, s.N, int(s.K), M, o, 0, v);
+      });
 }
 
 // Random e4m3 codes (NaN codes 0x7f / 0xff replaced by ±448), scales in [1e-3, 2e-3).
@@ -333,48 +345,39 @@ TEST(CudaFp8Gemv, DirectMatchesRing) {
 
 TEST(CudaFp8Gemv, DirectSpeed) {
   REQUIRE_GPU();
-  std::printf("\n[ gemv fp8 direct ] %-16s %3s %9s %9s %9s  (us; GB/s of the best)\n",
-              "shape N x K", "M", "ring", "depth 1", "depth 2");
   const Fp8Rows x(randn(8, 16384, 902, 1.f));
   DeviceBuf y(size_t(8) * 32768 * 2);
-  double step[3] = {};
-  for (const SpeedShape s : kShapes) {
-    const int64_t bytes = s.N * s.K;
-    const int copies = int(std::max<int64_t>(2, (400ll << 20) / bytes + 1));
-    DeviceBuf w(size_t(bytes) * size_t(copies)), sc(size_t(s.N) * 4);
-    cudaMemset(w.p, 0x34, w.bytes);  // 0.75
-    std::vector<float> ones(size_t(s.N), 1e-3f);
-    cudaMemcpy(sc.p, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice);
-    cuda::GemvOut o{};
-    o.y[0] = y.p, o.end[0] = s.N, o.cols[0] = s.N, o.nparts = 1;
-    const auto* xq = static_cast<const uint8_t*>(x.xq.p);
-    const auto* sx = static_cast<const float*>(x.sx.p);
-    const auto* ws = static_cast<const float*>(sc.p);
-    for (int M : {1, 8}) {
-      double us[3];
-      for (int v = 0; v < 3; ++v)
-        us[v] = time_us(
-            [&](int i) {
-              const uint8_t* wi = static_cast<const uint8_t*>(w.p) + (i % copies) * bytes;
-              if (v == 0)
-                cuda::launch_gemv_fp8(xq, s.K, sx, wi, ws, s.N, int(s.K), M, o, 0,
-                                      cuda::GemvKernel::kRing);
-              else
-                cuda::launch_gemv_fp8_direct(xq, s.K, sx, wi, ws, s.N, int(s.K), M, o, 0, v);
-            },
-            60);
-      if (M == 1)
-        for (int v = 0; v < 3; ++v) step[v] += us[v] * s.per_forward;
-      const double best = std::min({us[0], us[1], us[2]});
-      std::printf("[ gemv fp8 direct ] %7lld x %-7lld %3d %9.2f %9.2f %9.2f  %6.0f\n",
-                  (long long)s.N, (long long)s.K, M, us[0], us[1], us[2],
-                  double(bytes) / best / 1e3);
-    }
-  }
-  std::printf("[ gemv fp8 direct ] 9B projections at M = 1, one decode step, ms: ring %.3f, "
-              "depth 1 %.3f, depth 2 %.3f\n",
-              step[0] / 1e3, step[1] / 1e3, step[2] / 1e3);
-  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  const auto* xq = static_cast<const uint8_t*>(x.xq.p);
+  const auto* sx = static_cast<const float*>(x.sx.p);
+  std::unique_ptr<DeviceBuf> w, sc;
+  int64_t bytes = 0;
+  int copies = 0;
+  cuda::GemvOut o{};
+  SpeedShape s{};
+  speed_table(
+      "gemv fp8 direct", {std::begin(kShapes), std::end(kShapes)}, {"ring", "depth 1", "depth 2"},
+      [&](const SpeedShape& shape) {
+        s = shape;
+        bytes = s.N * s.K;
+        copies = int(std::max<int64_t>(2, (400ll << 20) / bytes + 1));
+        w.reset();
+        w = std::make_unique<DeviceBuf>(size_t(bytes) * size_t(copies));
+        cudaMemset(w->p, 0x34, w->bytes);  // 0.75
+        sc = std::make_unique<DeviceBuf>(size_t(s.N) * 4);
+        std::vector<float> ones(size_t(s.N), 1e-3f);
+        cudaMemcpy(sc->p, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice);
+        o.y[0] = y.p, o.end[0] = s.N, o.cols[0] = s.N, o.nparts = 1;
+        return bytes;
+      },
+      [&](int v, int i, int M) {
+        const uint8_t* wi = static_cast<const uint8_t*>(w->p) + (i % copies) * bytes;
+        const auto* ws = static_cast<const float*>(sc->p);
+        if (v == 0)
+          cuda::launch_gemv_fp8(xq, s.K, sx, wi, ws, s.N, int(s.K), M, o, 0,
+                                cuda::GemvKernel::kRing);
+        else
+          cuda::launch_gemv_fp8_direct(xq, s.K, sx, wi, ws, s.N, int(s.K), M, o, 0, v);
+      });
 }
 
 // BackendOptions::direct_gemv through GemmDispatch: linear (bf16 and fp32 outputs) and
