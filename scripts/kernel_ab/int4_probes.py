@@ -35,7 +35,7 @@ import sys
 
 INT4 = "backend/cuda/cuda_gemv_int4.cu"
 INT4_RING = "backend/cuda/cuda_gemv_int4.cuh"  # the scale copies (cp4)
-INT4_MATH = "backend/cuda/cuda_gemv_int4_math.cuh"  # the dequantization (also the direct kernel's)
+INT4_MATH = "backend/cuda/cuda_gemv_int4_math.cuh"  # the dequantization
 FP8 = "backend/cuda/cuda_gemv_fp8.cu"
 RING = "backend/cuda/cuda_gemv_ring.cuh"
 

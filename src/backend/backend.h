@@ -394,16 +394,6 @@ struct BackendOptions {
   // (the codes' bytes again plus the scales: ≈ 4.6 GB for the 9B). false: no copy; prompt runs
   // dequantize each weight per forward into a bf16 scratch and take cuBLASLt.
   bool int4_prefill_gemm = true;
-  // CUDA: runs of <= 8 rows on bf16, FP8 and int4 weights take the direct-load GEMV kernels
-  // (cuda_gemv_direct.cu, cuda_gemv_int4_direct.cu: 2 CTAs per SM, weights in registers)
-  // instead of the shared-memory rings; the same bits. An A/B switch (`sala bench offline
-  // --direct-gemv`) until the kernels are measured: session 38 wrote them without a GPU.
-  bool direct_gemv = false;
-  // CUDA, Hopper, FP8 weights: the CUTLASS tile of prompt runs of more than 64 rows:
-  // "128x128" (clusters of 2 along M), or the candidates "128x256", "256x128", "pingpong"
-  // (cuda_gemm_fp8_sm90.h). An A/B switch (`sala bench offline --fp8-prefill-tile`) until they
-  // are timed end to end; every tile gives the same bits up to the fp32 summation order.
-  std::string fp8_prefill_tile = "128x128";
   // The sparse layers' KV pages and compressed keys (levels 1 and 2): the activation type's
   // cache, or FP8 codes with one K and one V scale per layer (backend/kv_cache_dtype.h),
   // dequantized wherever attention reads them. `sala serve --kv-cache-dtype`. The CPU

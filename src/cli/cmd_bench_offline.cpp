@@ -56,8 +56,6 @@ struct Args {
   std::string kv_cache_dtype = "auto";  // BackendOptions::kv_cache_dtype
   int64_t fp8_kv_shadow_tokens = sala::BackendOptions{}.fp8_kv_shadow_tokens;
   bool int4_prefill_gemm = sala::BackendOptions{}.int4_prefill_gemm;
-  bool direct_gemv = sala::BackendOptions{}.direct_gemv;  // an A/B (BackendOptions)
-  std::string fp8_prefill_tile = sala::BackendOptions{}.fp8_prefill_tile;  // an A/B
   std::vector<int64_t> long_prefill, long_decode_contexts;  // empty: not run
   std::vector<int> long_decode_batches{1, 8};
   int chunk = 2048;  // the server's --chunked-prefill-size (its default)
@@ -344,8 +342,6 @@ int run(const Args& a) {
   bo.kv_cache_dtype = sala::parse_kv_cache_dtype(a.kv_cache_dtype);
   bo.fp8_kv_shadow_tokens = a.fp8_kv_shadow_tokens;
   bo.int4_prefill_gemm = a.int4_prefill_gemm;
-  bo.direct_gemv = a.direct_gemv;
-  bo.fp8_prefill_tile = a.fp8_prefill_tile;
   std::unique_ptr<sala::Backend> be = sala::make_backend(a.device, bo);
   {  // what the caches take, as init_caches allocates them: K, V and both compressed levels
     const double kv = double(lim.caches.num_pages) *
@@ -532,14 +528,6 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
   app.add_option("--int4-prefill-gemm", a->int4_prefill_gemm,
                  "CUDA, Hopper, int4 weights: prompt runs through the mixed-input GEMM over a "
                  "second copy of the codes (false: dequantize per forward + cuBLASLt)")
-      ->capture_default_str();
-  app.add_option("--direct-gemv", a->direct_gemv,
-                 "CUDA: runs of <= 8 rows through the direct-load GEMVs (bf16, FP8, int4) "
-                 "instead of the rings (the same bits; an A/B until measured)")
-      ->capture_default_str();
-  app.add_option("--fp8-prefill-tile", a->fp8_prefill_tile,
-                 "CUDA, Hopper, FP8 weights: the CUTLASS tile of prompt runs (an A/B until timed)")
-      ->check(CLI::IsMember({"128x128", "128x256", "256x128", "pingpong"}))
       ->capture_default_str();
   app.add_option("--json,--out-json", a->out_json, "also write every table row to FILE as JSON");
   return [a] { return run(*a); };

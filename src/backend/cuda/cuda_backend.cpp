@@ -27,14 +27,6 @@ int max_smem_optin() {
   CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   return smem;
 }
-
-// BackendOptions::fp8_prefill_tile as launch_fp8_scaled_gemm_sm90's index.
-int fp8_prefill_tile_index(const std::string& tile) {
-  const char* const names[] = {"128x128", "128x256", "256x128", "pingpong"};
-  for (int i = 0; i < 4; ++i)
-    if (tile == names[i]) return i;
-  fail("unknown FP8 prefill tile '{}' (128x128, 128x256, 256x128, pingpong)", tile);
-}
 }  // namespace
 
 // fp32 mode (the correctness contract) runs eagerly: its GEMMs are cuBLASLt at every row
@@ -53,8 +45,7 @@ CudaBackend::CudaBackend(const BackendOptions& opts)
       graphs_(opts.cuda_graphs && bf16_mode_, stream_.get()),
       timer_(opts.profile_ops, stream_.get(), graphs_),
       plan_(stream_.get(), arena_, graphs_),
-      gemm_(bf16_mode_, stream_.get(), arena_, plan_, graphs_, timer_, opts.int4_prefill_gemm,
-            opts.direct_gemv, fp8_prefill_tile_index(opts.fp8_prefill_tile)),
+      gemm_(bf16_mode_, stream_.get(), arena_, plan_, graphs_, timer_, opts.int4_prefill_gemm),
       rope_(stream_.get(), arena_, graphs_),
       sparse_(bf16_mode_, max_smem_optin_, opts.attn_min_blocks, opts.sparse_attn_tma,
               opts.fp8_kv_shadow_tokens, stream_.get(), arena_, plan_, graphs_, timer_),

@@ -13,11 +13,9 @@ using namespace sala::cuda;
 
 GemmDispatch::GemmDispatch(bool bf16_mode, cudaStream_t stream, DeviceArena& arena,
                            const StepPlan& plan, GraphCache& graphs, OpTimer& timer,
-                           bool int4_prefill_gemm, bool direct_gemv, int fp8_prefill_tile)
+                           bool int4_prefill_gemm)
     : bf16_(bf16_mode), stream_(stream), arena_(arena), plan_(plan), graphs_(graphs),
       timer_(timer) {
-  direct_gemv_ = direct_gemv;
-  fp8_prefill_tile_ = fp8_prefill_tile;
   gemv_init();  // kernel attributes now, not inside a recorded step
   gemv_fp8_init();
   gemv_int4_init();
@@ -152,8 +150,7 @@ void GemmDispatch::linear_rows(const Tensor& x, const Tensor& w, Tensor& y) {
   if (bf16_ && gemv_rows(x.rows) && gemv_supported(x.data, x.cols, w.data, x.cols, x.rows)) {
     Tensor yv = y;
     const GemvOut o = gemv_parts({&yv});
-    launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_,
-                gemv_kernel(x.rows));
+    launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_);
     timer_.tick(y.dtype == DType::F32 ? "gemv lm_head" : "gemv");
     return;
   }
@@ -291,8 +288,7 @@ bool GemmDispatch::linear_multi(const Tensor& x, const Weight& wt, const std::ve
     timer_.tick("split stacked gemm");
     return true;
   }
-  launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_,
-              gemv_kernel(x.rows));
+  launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_);
   timer_.tick("gemv multi");
   return true;
 }
@@ -343,7 +339,7 @@ bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g,
     if (!prepared)
       launch_quantize_rows_fp8(ptr<bf16>(x), x.rows, x.cols, x.cols, in.codes, in.scales, stream_);
     launch_gemv_fp8(in.codes, x.cols, in.scales, static_cast<const uint8_t*>(wt.data), wt.scales,
-                    wt.rows, int(x.cols), int(x.rows), o, stream_, gemv_kernel(x.rows));
+                    wt.rows, int(x.cols), int(x.rows), o, stream_);
     timer_.tick("gemv fp8 gate_up+silu");
     return true;
   }
@@ -361,8 +357,7 @@ bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g,
     }
     if (!(gemv_int4_silu_pair_supported(wt.rows) && int4_gemv_ok(x, wt, {&g}))) return false;
     launch_gemv_int4(ptr<bf16>(x), x.cols, static_cast<const uint32_t*>(wt.data), wt.scales,
-                     wt.rows, int(x.cols), wt.group, int(x.rows), gemv_silu_pair(g), stream_,
-                     gemv_kernel(x.rows));
+                     wt.rows, int(x.cols), wt.group, int(x.rows), gemv_silu_pair(g), stream_);
     timer_.tick("gemv int4 gate_up+silu");
     return true;
   }
@@ -388,8 +383,7 @@ bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g,
   }
   if (!fused) return false;
   const GemvOut o = gemv_silu_pair(g);
-  launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_,
-              gemv_kernel(x.rows));
+  launch_gemv(ptr<bf16>(x), x.cols, ptr<bf16>(w), w.rows, int(x.cols), int(x.rows), o, stream_);
   timer_.tick("gemv gate_up+silu");
   return true;
 }

@@ -46,12 +46,9 @@ namespace sala::cuda_host {
 
 class GemmDispatch {
  public:
-  // int4_prefill_gemm: BackendOptions::int4_prefill_gemm (taken where the GPU is sm_90);
-  // direct_gemv, fp8_prefill_tile: BackendOptions' (the tile as launch_fp8_scaled_gemm_sm90's
-  // index).
+  // int4_prefill_gemm: BackendOptions::int4_prefill_gemm (taken where the GPU is sm_90).
   GemmDispatch(bool bf16_mode, cudaStream_t stream, DeviceArena& arena, const StepPlan& plan,
-               GraphCache& graphs, OpTimer& timer, bool int4_prefill_gemm, bool direct_gemv,
-               int fp8_prefill_tile);
+               GraphCache& graphs, OpTimer& timer, bool int4_prefill_gemm);
   ~GemmDispatch();
   GemmDispatch(const GemmDispatch&) = delete;
   GemmDispatch& operator=(const GemmDispatch&) = delete;
@@ -140,14 +137,6 @@ class GemmDispatch {
     bool scales_bf16 = false;
   };
   bool int4_sm90_ok_ = false;                        // bf16 mode, sm_90, the option
-  bool direct_gemv_ = false;                         // BackendOptions::direct_gemv
-  int fp8_prefill_tile_ = 0;                         // BackendOptions::fp8_prefill_tile's index
-  // The GEMV kernel for a run of M rows (the same bits either way).
-  cuda::GemvKernel gemv_kernel(int64_t M) const {
-    return direct_gemv_ && M <= cuda::kGemvDirectMaxRows
-               ? cuda::GemvKernel::kDirect
-               : cuda::GemvKernel::kAuto;
-  }
   std::map<const char*, Int4Sm90Copy> int4_sm90_;    // by the weight's device codes
   // y = x · wᵀ through the copy of the weight w is a row slice of; false: no copy, or CUTLASS
   // refused the shapes (nothing launched).

@@ -146,7 +146,7 @@ void GemmDispatch::linear_fp8(const Tensor& x, const Weight& w, const std::vecto
       const GemvOut o = gemv_parts(ys, r0);
       if (!prepared) launch_quantize_rows_fp8(xr, T, K, K, xq, sx, stream_);
       launch_gemv_fp8(xq, K, sx, static_cast<const uint8_t*>(w.data), w.scales, w.rows, int(K),
-                      int(T), o, stream_, gemv_kernel(T));
+                      int(T), o, stream_);
       timer_.tick(o.f32 ? "gemv fp8 lm_head" : "gemv fp8");
       return;
     }
@@ -227,7 +227,7 @@ void GemmDispatch::fp8_gemm(const uint8_t* xq, const float* sx, int64_t T, const
   if (!f32_out &&
       launch_fp8_scaled_gemm_sm90(xq, sx, static_cast<const uint8_t*>(w.data), w.scales,
                                   ptr<bf16>(y), T, N, K, lt_workspace_, lt_workspace_size_,
-                                  stream_, fp8_prefill_tile_)) {
+                                  stream_)) {
     timer_.tick("fp8 gemm sm90");
     return;
   }

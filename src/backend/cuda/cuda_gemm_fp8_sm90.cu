@@ -145,33 +145,14 @@ bool ScaledGemm<TileShape, ClusterShape, Scheduler, KernelSchedule, EpilogueSche
   return true;
 }
 
-// Fp8Sm90Config's prefill candidates (cuda_gemm_fp8_sm90.h).
-using Prefill128x256 = ScaledGemm<Shape<_128, _256, _128>, Shape<_2, _1, _1>,
-                                  cutlass::gemm::PersistentScheduler,
-                                  cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                                  cutlass::epilogue::TmaWarpSpecializedCooperative>;
-using Prefill256x128 = ScaledGemm<Shape<_256, _128, _128>, Shape<_1, _2, _1>,
-                                  cutlass::gemm::PersistentScheduler,
-                                  cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                                  cutlass::epilogue::TmaWarpSpecializedCooperative>;
-using PrefillPingpong = ScaledGemm<Shape<_128, _128, _128>, Shape<_2, _1, _1>,
-                                   cutlass::gemm::PersistentScheduler,
-                                   cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                                   cutlass::epilogue::TmaWarpSpecialized>;
-
 }  // namespace
 
 bool launch_fp8_scaled_gemm_sm90(const uint8_t* xq, const float* sx, const uint8_t* wq,
                                  const float* sw, bf16* y, int64_t M, int64_t N, int64_t K,
-                                 void* workspace, size_t workspace_bytes, cudaStream_t st,
-                                 int prefill_tile) {
-  constexpr Fp8Sm90Config kTiles[] = {Fp8Sm90Config::kPrefill, Fp8Sm90Config::kPrefill128x256,
-                                      Fp8Sm90Config::kPrefill256x128,
-                                      Fp8Sm90Config::kPrefillPingpong};
-  const Fp8Sm90Config prefill = kTiles[prefill_tile >= 0 && prefill_tile < 4 ? prefill_tile : 0];
-  const Fp8Sm90Config c = M > 64                          ? prefill
-                          : M >= 32 && N >= 2 * K && K > 0 ? Fp8Sm90Config::kDecode
-                                                           : Fp8Sm90Config::kNone;
+                                 void* workspace, size_t workspace_bytes, cudaStream_t st) {
+  const Fp8Sm90Config c = M > 64                       ? Fp8Sm90Config::kPrefill
+                         : M >= 32 && N >= 2 * K && K > 0 ? Fp8Sm90Config::kDecode
+                                                          : Fp8Sm90Config::kNone;
   return launch_fp8_scaled_gemm_sm90_config(c, xq, sx, wq, sw, y, M, N, K, workspace,
                                             workspace_bytes, st);
 }
@@ -187,12 +168,6 @@ bool launch_fp8_scaled_gemm_sm90_config(Fp8Sm90Config c, const uint8_t* xq, cons
       return PrefillGemm::run(xq, sx, wq, sw, y, m, n, k, workspace, workspace_bytes, st);
     case Fp8Sm90Config::kDecode:
       return DecodeGemm::run(xq, sx, wq, sw, y, m, n, k, workspace, workspace_bytes, st);
-    case Fp8Sm90Config::kPrefill128x256:
-      return Prefill128x256::run(xq, sx, wq, sw, y, m, n, k, workspace, workspace_bytes, st);
-    case Fp8Sm90Config::kPrefill256x128:
-      return Prefill256x128::run(xq, sx, wq, sw, y, m, n, k, workspace, workspace_bytes, st);
-    case Fp8Sm90Config::kPrefillPingpong:
-      return PrefillPingpong::run(xq, sx, wq, sw, y, m, n, k, workspace, workspace_bytes, st);
     case Fp8Sm90Config::kNone:
       return false;
   }

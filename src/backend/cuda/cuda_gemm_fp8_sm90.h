@@ -15,13 +15,6 @@ enum class Fp8Sm90Config {
   kNone,     // no CUTLASS kernel: the caller takes cuBLASLt
   kPrefill,  // 128 x 128 x 128 tiles, cooperative, clusters of 2 along M: runs of > 64 rows
   kDecode,   // 64 x 128 x 128, ping-pong: decode-only steps of 32..64 rows, N >= 2 K
-  // Candidates for prefill runs, not yet timed (session 37; CudaFp8.PrefillConfigsSpeed):
-  // the W4A16 GEMM gained 25 % from 128 x 128 to 128 x 256 tiles on the H100. The next GPU
-  // session times them beside kPrefill (per GEMM, and end to end with `sala bench offline
-  // --fp8-prefill-tile`) and keeps the fastest (or none).
-  kPrefill128x256,  // 128 x 256 x 128, cooperative, clusters of 2 along M
-  kPrefill256x128,  // 256 x 128 x 128, cooperative, clusters of 2 along N
-  kPrefillPingpong, // 128 x 128 x 128, ping-pong, clusters of 2 along M
 };
 
 // launch_fp8_scaled_gemm_sm90's contract for configuration c, any M >= 1.

@@ -156,7 +156,7 @@ void GemmDispatch::linear_int4(const Tensor& x, const Weight& w, const std::vect
       } else if (int4_gemv_ok(xr, w, ys)) {
         const GemvOut o = gemv_parts(ys, r0 + c);
         launch_gemv_int4(ptr<bf16>(xr), x.cols, static_cast<const uint32_t*>(w.data), w.scales,
-                         w.rows, int(x.cols), w.group, int(n), o, stream_, gemv_kernel(n));
+                         w.rows, int(x.cols), w.group, int(n), o, stream_);
         timer_.tick(o.f32 ? "gemv int4 lm_head" : "gemv int4");
       } else {
         dense_runs.emplace_back(r0 + c, n);

@@ -42,8 +42,7 @@
 //
 // Fallback: a GPU whose per-block shared memory opt-in is below the ring's (A100: 163 KB)
 // runs the tile kernel: one CTA per 16 weight rows, W loaded straight into registers, the same
-// slices and mma sequence, no PDL. The arithmetic (group_mma) is in cuda_gemv_ring.cuh, shared
-// with the direct-load kernel (cuda_gemv_direct.cu).
+// slices and mma sequence, no PDL. The arithmetic (group_mma) is in cuda_gemv_ring.cuh.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -196,8 +195,7 @@ bool gemv_supported(const void* x, int64_t ldx, const void* w, int64_t K, int64_
 }
 
 void launch_gemv(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, int M,
-                 const GemvOut& o, cudaStream_t st, GemvKernel kernel) {
-  if (kernel == GemvKernel::kDirect) return launch_gemv_direct(x, ldx, w, N, K, M, o, st);
+                 const GemvOut& o, cudaStream_t st) {
   const Setup& s = setup();
   if (o.silu_pair && !gemv_silu_pair_supported(N)) {  // callers ask gemv_silu_pair_supported
     std::fprintf(stderr, "%s:%d: silu_pair GEMV on N = %lld rows unsupported\n", __FILE__, __LINE__,

@@ -6,7 +6,7 @@
 // for bit). Quantizing inside this kernel (every CTA redoing the whole row, two e4m3
 // conversions per pair in the inner loop) made it ALU-bound at 1.2–1.8 TB/s; on pre-quantized
 // codes it streams at 2–4 TB/s (docs/PERF.md). Shared machinery: cuda_gemv_ring.cuh; the
-// arithmetic: cuda_gemv_fp8_math.cuh (also the direct-load kernel's, cuda_gemv_direct.cu).
+// arithmetic: cuda_gemv_fp8_math.cuh.
 //
 // Numerics. (sum · sx[m]) · w_scales[n] in that order, rounded once to bf16 (o.f32: a
 // bf16-rounded fp32). Products of two e4m3 values are exact. The codes of W and x as their
@@ -262,9 +262,7 @@ bool gemv_fp8_silu_pair_supported(int64_t N) {
 
 void launch_gemv_fp8(const uint8_t* xq, int64_t ldq, const float* sx, const uint8_t* w,
                      const float* w_scales, int64_t N, int K, int M, const GemvOut& o,
-                     cudaStream_t st, GemvKernel kernel) {
-  if (kernel == GemvKernel::kDirect)
-    return launch_gemv_fp8_direct(xq, ldq, sx, w, w_scales, N, K, M, o, st);
+                     cudaStream_t st) {
   if (!(gemv_fp8_supported(w, K, M) && ldq % 16 == 0 && aligned16(xq) && sx && N >= 1)) {
     std::fprintf(stderr, "%s:%d: FP8 GEMV unsupported: M = %d, K = %d, N = %lld, ldq = %lld\n",
                  __FILE__, __LINE__, M, K, static_cast<long long>(N), static_cast<long long>(ldq));

@@ -1,7 +1,7 @@
 // The FP8 GEMVs' arithmetic (e4m3 codes as exact f16, f16 MMAs with fp32 accumulation, a fresh
 // partial per group of 256 k, the epilogue's scaling), shared by the ring and tile kernels
-// (cuda_gemv_fp8.cu) and the direct-load kernel (cuda_gemv_direct.cu), so that all of them
-// do the same operations in the same order: the same bits. Numerics: cuda_gemv_fp8.cu's header.
+// (cuda_gemv_fp8.cu) so that both do the same operations in the same order: the same bits.
+// Numerics: cuda_gemv_fp8.cu's header.
 #pragma once
 #include <cstdint>
 

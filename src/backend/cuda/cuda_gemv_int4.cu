@@ -252,10 +252,7 @@ bool gemv_int4_supported(const void* w, int64_t K, int64_t group, int64_t M) {
 bool gemv_int4_silu_pair_supported(int64_t N) { return setup().ring && N % (2 * kRows) == 0; }
 
 void launch_gemv_int4(const bf16* x, int64_t ldx, const uint32_t* w, const float* w_scales,
-                      int64_t N, int K, int group, int M, const GemvOut& o, cudaStream_t st,
-                      GemvKernel kernel) {
-  if (kernel == GemvKernel::kDirect)
-    return launch_gemv_int4_direct(x, ldx, w, w_scales, N, K, group, M, o, st);
+                      int64_t N, int K, int group, int M, const GemvOut& o, cudaStream_t st) {
   if (!(gemv_int4_supported(w, K, group, M) && ldx % 8 == 0 && aligned16(x) && w_scales &&
         N >= 1) ||
       (o.silu_pair && !gemv_int4_silu_pair_supported(N))) {

@@ -1,7 +1,6 @@
 // The int4 GEMVs' arithmetic on one chunk group (128 k of a 16-row half: 4 chunks of 16 B,
-// lane (g, t) taking chunk t of rows g and g + 8), shared by the ring kernel (cuda_gemv_int4.cu)
-// and the direct-load kernel (cuda_gemv_int4_direct.cu) so that both do the same operations in
-// the same order: the same bits. Layout and numerics: cuda_gemv_int4.cu's header.
+// lane (g, t) taking chunk t of rows g and g + 8), the ring kernel's (cuda_gemv_int4.cu).
+// Layout and numerics: cuda_gemv_int4.cu's header.
 #pragma once
 #include <cstdint>
 

@@ -72,7 +72,7 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1,
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// The bf16 GEMVs' arithmetic (cuda_gemv.cu's ring and tile kernels, cuda_gemv_direct.cu).
+// The bf16 GEMVs' arithmetic (cuda_gemv.cu's ring and tile kernels).
 // One group (16 chunks) of a 16-row tile for n-tiles nt0 .. nt0 + G - 1: A = rows g / g + 8,
 // chunk 4u + t in A[u] / B[u]. Per accumulator: u = 0..3, each the k16 of elements 0-3, then
 // 4-7 (the order every M sees).
@@ -123,27 +123,6 @@ __device__ __forceinline__ uint4 ldg_if(const void* p, bool ok) {
   asm volatile(
       "{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %5, 0;\n\t"
       "@q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "r"(int(ok)));
-  return v;
-}
-
-// The same for weights streamed once (the direct-load GEMVs): no L1 allocation.
-__device__ __forceinline__ uint4 ldg_stream_or_zero(const void* p, bool ok) {
-  uint4 v;
-  asm volatile(
-      "{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %5, 0;\n\t"
-      "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
-      "@q ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "r"(int(ok)));
-  return v;
-}
-__device__ __forceinline__ uint4 ldg_stream_if(const void* p, bool ok) {
-  uint4 v;
-  asm volatile(
-      "{\n\t.reg .pred q;\n\tsetp.ne.b32 q, %5, 0;\n\t"
-      "@q ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p), "r"(int(ok)));
   return v;

@@ -106,25 +106,10 @@ void launch_silu_mul_halves(const bf16* x, int64_t T, int64_t I, bf16* out, cuda
 // GemvOut::silu_pair runs on this GPU for N weight rows (the ring kernel, N / 2 a whole
 // number of its 32-row tiles).
 bool gemv_silu_pair_supported(int64_t N);
-// The GEMVs' kernels (bf16, FP8, int4), each format's giving the same bits: the ring (one
-// 8-warp CTA per SM streams 32-row tiles through a shared-memory cp.async ring; any M <=
-// kGemvMaxRows) and the direct-load kernel (M <= kGemvDirectMaxRows: one CTA per 16-row tile,
-// 2 per SM, each lane's weights straight into registers; cuda_gemv_direct.cu for bf16 and FP8,
-// cuda_gemv_int4_direct.cu). kAuto takes the ring: the direct kernels have not yet run on a
-// GPU (written in session 38, which had none); kRing and kDirect force one (tests, speed A/B).
-enum class GemvKernel { kAuto, kRing, kDirect };
-constexpr int kGemvDirectMaxRows = 8;
-// depth (bf16, FP8): groups of 16 chunks a lane has in flight, 1..2 (registers at 2 CTAs per
-// SM, ptxas of CUDA 13, sm_90a: bf16 106 / 128 with 104 bytes of spill loads, FP8 104 / 128
-// with 56).
-constexpr int kGemvDirectDepth = 2;
-bool gemv_direct_supported(int64_t M);
 // y[m, n] = Σ_k x[m*ldx + k] w[n*K + k] for m < M <= kGemvMaxRows, n < N. Row invariant: row
 // m's result is bit-identical for any M (and equals the row alone).
 void launch_gemv(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, int M,
-                 const GemvOut& o, cudaStream_t st, GemvKernel kernel = GemvKernel::kAuto);
-void launch_gemv_direct(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, int M,
-                        const GemvOut& o, cudaStream_t st, int depth = kGemvDirectDepth);
+                 const GemvOut& o, cudaStream_t st);
 
 // ---- W8A8 FP8 skinny GEMM for decode / verify rows (cuda_gemv_fp8.cu), linear_fp8's twin ----
 // y[m, n] = (Σ_k xq[m,k] · wq[n,k]) · sx[m] · w_scales[n] for m < M <= kGemvMaxRows, n < N,
@@ -136,7 +121,7 @@ void launch_gemv_direct(const bf16* x, int64_t ldx, const bf16* w, int64_t N, in
 // result is bit-identical for any M in 1..kGemvMaxRows. ldq % 16 == 0, xq 16-byte aligned.
 void launch_gemv_fp8(const uint8_t* xq, int64_t ldq, const float* sx, const uint8_t* w,
                      const float* w_scales, int64_t N, int K, int M, const GemvOut& o,
-                     cudaStream_t st, GemvKernel kernel = GemvKernel::kAuto);
+                     cudaStream_t st);
 // M in 1..kGemvMaxRows, K % 16 == 0, w 16-byte aligned. The first call (outside any stream
 // capture) picks the kernel for the current device and sets its shared memory; gemv_fp8_init
 // makes that choice now (the backend's constructor, outside any capture).
@@ -144,10 +129,6 @@ bool gemv_fp8_supported(const void* w, int64_t K, int64_t M);
 void gemv_fp8_init();
 // GemvOut::silu_pair runs on this GPU for N weight rows (the ring kernel, N % 64 == 0).
 bool gemv_fp8_silu_pair_supported(int64_t N);
-// Its direct-load kernel (see GemvKernel).
-void launch_gemv_fp8_direct(const uint8_t* xq, int64_t ldq, const float* sx, const uint8_t* w,
-                            const float* w_scales, int64_t N, int K, int M, const GemvOut& o,
-                            cudaStream_t st, int depth = kGemvDirectDepth);
 // ---- W4A16 (cuda_gemv_int4.cu; GemmDispatch::linear_int4 in cuda_gemm_int4.cpp) ----
 // Device layout of an INT4_GROUPED weight: the checkpoint's words [N, K / 8] with each word's
 // nibbles permuted (nibble j: k 2j, nibble j + 4: k 2j + 1, each q + 8) by launch_int4_repack,
@@ -156,17 +137,8 @@ void launch_int4_repack(uint32_t* w, int64_t words, cudaStream_t st);
 // y[m, n] = Σ_g s[n, g] · Σ_{k in g} q[n, k] x[m, k] for m < M <= kGemvMaxRows, n < N (the CPU's
 // Σ_k (q s) x in another fp32 order), output through GemvOut as launch_gemv (parts, f32,
 // silu_pair). Row invariant: row m is bit-identical for any M. ldx % 8 == 0, x 16-byte aligned.
-// Two kernels give the same bits: the ring (cuda_gemv_int4.cu) and the direct-load kernel
-// (cuda_gemv_int4_direct.cu; see GemvKernel).
 void launch_gemv_int4(const bf16* x, int64_t ldx, const uint32_t* w, const float* w_scales,
-                      int64_t N, int K, int group, int M, const GemvOut& o, cudaStream_t st,
-                      GemvKernel kernel = GemvKernel::kAuto);
-// depth: chunk groups of weights a lane has in flight (2..4; registers at 2 CTAs per SM, ptxas
-// of CUDA 13: 111 / 127 / 128 with 12 bytes of spill loads).
-constexpr int kInt4DirectDepth = 3;
-void launch_gemv_int4_direct(const bf16* x, int64_t ldx, const uint32_t* w,
-                             const float* w_scales, int64_t N, int K, int group, int M,
-                             const GemvOut& o, cudaStream_t st, int depth = kInt4DirectDepth);
+                      int64_t N, int K, int group, int M, const GemvOut& o, cudaStream_t st);
 // M in 1..kGemvMaxRows, K and group multiples of 128 (group divides K), w 16-byte aligned, and a
 // GPU with the ring's 229 KB of shared memory per block (sm_90). gemv_int4_init: the kernel
 // attributes now (the backend's constructor, outside any capture).
@@ -204,12 +176,9 @@ void launch_fp8_apply_scales(const float* acc, int64_t T, int64_t N, const float
 // of M > 64 rows (prefill), and of 32..64 rows with N >= 2 K (stacked decode-step GEMMs).
 // Returns false, launching nothing, where it does not run (not an sm_90 GPU, other shapes, a
 // problem CUTLASS refuses, a workspace smaller than it needs): the caller then takes cuBLASLt.
-// prefill_tile: BackendOptions::fp8_prefill_tile's index (0: 128x128, 1: 128x256, 2: 256x128,
-// 3: pingpong), the configuration of runs of more than 64 rows.
 bool launch_fp8_scaled_gemm_sm90(const uint8_t* xq, const float* sx, const uint8_t* wq,
                                  const float* sw, bf16* y, int64_t M, int64_t N, int64_t K,
-                                 void* workspace, size_t workspace_bytes, cudaStream_t st,
-                                 int prefill_tile = 0);
+                                 void* workspace, size_t workspace_bytes, cudaStream_t st);
 // Tests: every fp32 bit pattern through the hardware e4m3 conversion and the portable one;
 // out[0] = number of disagreements, out[1] = the smallest disagreeing bit pattern (~0 if none).
 // On a GPU below sm_89 both are the portable path.
