@@ -360,10 +360,16 @@ int run(const Args& a) {
 
   Bench bench(a, cfg, model);
   // Floors (../shared/PERF.md): bytes read per decode step = every linear weight + lm_head, in
-  // the format the backend stores them (the weights say); FLOPs count parameters.
-  for (auto& [name, t] : ckpt.all())
-    if (name != "model.embed_tokens.weight" && t->shape.size() == 2)
+  // the format the backend stores them (the weights say); FLOPs count parameters, each weight
+  // as its dense [out, in]: a W4A16 module's weight_packed [out, in / 8] words hold out · in;
+  // quantized modules' weight_scale tensors are not parameters.
+  for (auto& [name, t] : ckpt.all()) {
+    if (name == "model.embed_tokens.weight" || t->shape.size() != 2) continue;
+    if (name.ends_with(".weight"))
       bench.linear_params += double(t->numel());
+    else if (name.ends_with(".weight_packed"))
+      bench.linear_params += 8.0 * double(t->numel());
+  }
   const double linear_params = bench.linear_params;
   // With tensor parallelism, model.weights() is rank 0's shard: one rank's bytes per step.
   bench.linear_bytes = double(model.weights().linear_bytes());

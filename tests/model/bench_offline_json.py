@@ -1,8 +1,12 @@
 """`sala bench offline --json` on the bundled tiny model, CPU: one JSON row per table line.
 
-Usage: bench_offline_json.py SALA_BIN MODEL_DIR OUT_DIR [BENCH_OPTION ...]
+Usage: bench_offline_json.py SALA_BIN MODEL_DIR OUT_DIR [--plain-model DIR] [BENCH_OPTION ...]
 (e.g. --quantization w4a16: the same rows with int4 projections, whose decode floor, the bytes
-a step reads, must then be below the unquantized run's, printed by a second run without them).
+a step reads, must then be below the unquantized run's, printed by a second run without them;
+--plain-model: MODEL_DIR is a quantized checkpoint of DIR, and that second run reads DIR).
+Where neither the options nor the checkpoint make the projections FP8, the prefill ceiling
+(bf16 peak / 2 · parameters) must equal the plain run's: a quantized weight counts its dense
+[out, in] parameters, whatever its codes' shape.
 
 Runs decode at batch 1 and 2 (16-token prompts, 4 steps) and prefill at batch 1 (64-token
 prompt), then checks that the JSON is an array of exactly those three rows, each with the
@@ -18,6 +22,9 @@ import sys
 
 sala, model_dir, out_dir = sys.argv[1:4]
 extra = sys.argv[4:]
+plain_model = model_dir
+if extra[:1] == ["--plain-model"]:
+    plain_model, extra = extra[1], extra[2:]
 os.makedirs(out_dir, exist_ok=True)
 out_json = os.path.join(out_dir, "bench.json")
 if os.path.exists(out_json):
@@ -68,13 +75,21 @@ for row in rows:
     shown = f"{row['value']:.3f} ms/step" if kind == "decode" else f"{row['value']:.1f} tok/s"
     hits = [l for l in lines if l.startswith(label) and shown in " ".join(l.split())]
     assert len(hits) == 1, (row["name"], shown, lines)
-if extra:  # the plain run's decode floor (every weight as loaded) must be above this one's
+if extra or plain_model != model_dir:
+    # the plain run's decode floor (every weight as loaded) must be above this one's
     plain_json = os.path.join(out_dir, "bench_plain.json")
-    plain = subprocess.run(cmd[:cmd.index("--json")] + ["--json", plain_json],
-                           stdout=subprocess.PIPE, text=True, timeout=300)
+    plain_cmd = cmd[:cmd.index("--json")] + ["--json", plain_json]
+    plain_cmd[plain_cmd.index("--model-path") + 1] = plain_model
+    plain = subprocess.run(plain_cmd, stdout=subprocess.PIPE, text=True, timeout=300)
     assert plain.returncode == 0, f"plain run: exit status {plain.returncode}"
     plain_rows = json.load(open(plain_json))
     assert rows[0]["floor"] < plain_rows[0]["floor"], (rows[0], plain_rows[0])
-    print(f"decode floor {rows[0]['floor']:.4f} ms with {' '.join(extra)}, "
+    groups = json.load(open(os.path.join(model_dir, "config.json"))).get(
+        "quantization_config", {}).get("config_groups", {})
+    fp8 = "fp8" in extra or any(g.get("weights", {}).get("type") == "float" for g in groups.values())
+    if not fp8:
+        assert close(rows[2]["ceiling_tok_s"], plain_rows[2]["ceiling_tok_s"]), (rows[2],
+                                                                              plain_rows[2])
+    print(f"decode floor {rows[0]['floor']:.4f} ms with {' '.join(extra) or model_dir}, "
           f"{plain_rows[0]['floor']:.4f} ms without")
 print("OK")
