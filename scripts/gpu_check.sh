@@ -53,6 +53,11 @@
 #                                     BENCH_ARGS="<decode4k's> --quantization w4a16" decode4k
 #                                     FP8 speed: BENCH_ARGS="<decode4k's> --quantization fp8"
 #                                     decode4k
+#   scripts/gpu_check.sh mixed        (GPU machine) the server's mixed steps (issue 18's S8): a
+#                                     128K prefill in chunks of 2,048 alone, then again with 7
+#                                     sequences of 32K tokens decoding beside it (one row each
+#                                     per chunk step), each with its op table (MIXED_BESIDE
+#                                     overrides the 7; BENCH_ARGS appends, e.g. --quantization)
 #   scripts/gpu_check.sh spec         (GPU machine) speculative decoding (issue 21):
 #                                     scripts/spec_equality_check.py on sala-tiny-chat (every
 #                                     completion with and without NGRAM, then STANDALONE with a
@@ -322,6 +327,10 @@ LONG_BENCH_ARGS="--decode-batches 1,8,64 --decode-output 128 --prefill-batches 1
 DECODE4K_BENCH_ARGS="--decode-batches 1,8,64 --decode-input 4096 --decode-output 128 \
   --prefill-batches 1 --prefill-input 4096"
 
+# Issue 18's S8 steps: what decode rows add to a prompt chunk's step (bench_mixed.h).
+MIXED_BENCH_ARGS="--decode-batches 1 --decode-input 32768 --decode-output 8 --prefill-batches 1 \
+  --prefill-input 512 --long-prefill 131072 --long-prefill-beside ${MIXED_BESIDE:-7}"
+
 # Issue 19: the grammar's cost per decode step. The random checkpoint has no tokenizer: the
 # grammar's vocabulary is the tiny model's, widened to the 9B vocab_size with token pairs
 # (src/cli/bench_grammar.h says why).
@@ -509,6 +518,7 @@ case "${1:-}" in
   long) PROFILE_OPS=${PROFILE_OPS:-2048} BENCH_ARGS=${BENCH_ARGS:-$LONG_BENCH_ARGS} bench long ;;
   decode4k) BENCH_ARGS=${BENCH_ARGS:-$DECODE4K_BENCH_ARGS} bench decode4k ;;
   grammar) BENCH_ARGS=${BENCH_ARGS:-$GRAMMAR_BENCH_ARGS} bench grammar ;;
+  mixed) PROFILE_OPS=${PROFILE_OPS:-2000} BENCH_ARGS="$MIXED_BENCH_ARGS ${BENCH_ARGS:-}" bench mixed ;;
   tp) tp ;;
   ncu-decode) ncu_decode ;;
   ncu-prefill) ncu_prefill ;;
@@ -522,6 +532,6 @@ case "${1:-}" in
   exec) shift; setup >&2; export SALA_GPU_DIR=$BIN; "$@" ;;
   libs) shift; mkdir -p "$1" && copy_libs "$@" ;;
   table|markdown) $SUM "$1" "${2:-$SUMMARY}" ;;
-  *) echo "usage: $0 build|pack|correctness|bench|long|decode4k|grammar|fp8|w4|kv8|kv8-bench|spec|ncu-decode|ncu-prefill|exec CMD...|libs DEST BIN...|table|markdown [FILE]" >&2
+  *) echo "usage: $0 build|pack|correctness|bench|long|decode4k|grammar|mixed|fp8|w4|kv8|kv8-bench|spec|ncu-decode|ncu-prefill|exec CMD...|libs DEST BIN...|table|markdown [FILE]" >&2
      exit 2 ;;
 esac
