@@ -42,7 +42,7 @@
 //
 // Fallback: a GPU whose per-block shared memory opt-in is below the ring's (A100: 163 KB)
 // runs the tile kernel: one CTA per 16 weight rows, W loaded straight into registers, the same
-// slices and mma sequence, no PDL. The arithmetic (group_mma) is in cuda_gemv_ring.cuh.
+// slices and mma sequence (group_mma), no PDL.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -59,6 +59,26 @@ using namespace gemv;
 
 constexpr int kRingSmem = kRingBytes + kRedBytes + kGateBytes;  // 225,280 B
 static_assert(kRingSmem <= kRingMaxSmem, "the ring does not fit an sm_90 SM");
+
+// The arithmetic of the ring and tile kernels below.
+// One group (16 chunks) of a 16-row tile for n-tiles nt0 .. nt0 + G - 1: A = rows g / g + 8,
+// chunk 4u + t in A[u] / B[u]. Per accumulator: u = 0..3, each the k16 of elements 0-3, then
+// 4-7 (the order every M sees).
+template <int G, int NT>
+__device__ __forceinline__ void group_mma(float (&acc)[NT][4], int nt0, const uint4 (&A)[4],
+                                          const uint4 (&B)[4], const uint4 (&X)[G][4]) {
+#pragma unroll
+  for (int u = 0; u < 4; ++u)
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+      mma_bf16(acc[nt0 + j], A[u].x, B[u].x, A[u].y, B[u].y, X[j][u].x, X[j][u].y);
+      mma_bf16(acc[nt0 + j], A[u].z, B[u].z, A[u].w, B[u].w, X[j][u].z, X[j][u].w);
+    }
+}
+
+struct NoScale {  // finish's scaling of bf16 weights: none
+  __device__ float operator()(float v, int) const { return v; }
+};
 
 // ---- ring kernel ----
 // x has no __restrict__: under PDL it is written by the preceding grid while this one runs,

@@ -72,26 +72,6 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1,
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// The bf16 GEMVs' arithmetic (cuda_gemv.cu's ring and tile kernels).
-// One group (16 chunks) of a 16-row tile for n-tiles nt0 .. nt0 + G - 1: A = rows g / g + 8,
-// chunk 4u + t in A[u] / B[u]. Per accumulator: u = 0..3, each the k16 of elements 0-3, then
-// 4-7 (the order every M sees).
-template <int G, int NT>
-__device__ __forceinline__ void group_mma(float (&acc)[NT][4], int nt0, const uint4 (&A)[4],
-                                          const uint4 (&B)[4], const uint4 (&X)[G][4]) {
-#pragma unroll
-  for (int u = 0; u < 4; ++u)
-#pragma unroll
-    for (int j = 0; j < G; ++j) {
-      mma_bf16(acc[nt0 + j], A[u].x, B[u].x, A[u].y, B[u].y, X[j][u].x, X[j][u].y);
-      mma_bf16(acc[nt0 + j], A[u].z, B[u].z, A[u].w, B[u].w, X[j][u].z, X[j][u].w);
-    }
-}
-
-struct NoScale {  // finish's scaling of bf16 weights: none
-  __device__ float operator()(float v, int) const { return v; }
-};
-
 // K slice of warp w over kc 16-byte chunks: chunks [cb, ce) (empty when ce <= cb),
 // 4·ceil(kc/8/4) long.
 struct Slice {
