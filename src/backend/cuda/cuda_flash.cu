@@ -7,30 +7,83 @@
 // paged cache (written by append_kv before this kernel). mma.sync m16n8k16 is sm_80+.
 // FP8 KV caches (KF): K and V tiles are loaded as codes and stored to shared memory as their
 // exact bf16 values (unscaled); the K scale is part of tau, the V scale multiplies the output.
+//
+// Data movement (session 40): the next 64-key tile is copied by cp.async while the current
+// one is multiplied (two K/V buffers; FP8: two code staging buffers, converted to one bf16
+// tile per step), and the B fragments come from ldmatrix (K) / ldmatrix.trans (V) instead of
+// 32- and 16-bit shared loads; tiles wholly below a warp's rows skip the causal mask. The
+// same fragments in the same MMA order as before: the same bits. Before it (synchronous tile
+// loads, ≈ 180 registers so 2 blocks per SM) a 4K prompt's 8 dense calls took 20.5 ms bf16 /
+// 24.2 ms FP8 KV of a 138 / 110 ms prefill (H100, session 40): ≈ 45 TFLOP/s.
 #include "backend/cuda/cuda_kv_fp8.cuh"
 #include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/cuda_smem_optin.h"
 
 namespace sala::cuda {
 namespace {
 
 constexpr int kRows = 64, kKeys = 64, kD = 128, kLd = kD + 8;  // smem row stride (halves)
 constexpr int kThreads = 128;
+constexpr int kTile = kKeys * kLd;  // one K or V tile in shared memory (halves)
+constexpr int kCodeTile = kKeys * kD;  // one K or V tile of FP8 codes (bytes)
+
+// Dynamic shared memory: bf16 caches two K/V buffers; FP8 caches one bf16 K/V tile and two
+// code staging buffers per K and V.
+constexpr size_t flash_smem_bytes(int kf) {
+  return kf == kKvAct ? 4 * kTile * sizeof(bf16) : 2 * kTile * sizeof(bf16) + 4 * kCodeTile;
+}
+
+// cp.async of tile `p0`'s keys [p0, p0 + 64) ∩ [0, kend) into K/V destinations dk / dv (row j
+// at j * ld elements), zeros past kend. bf16: 16 chunks of 8 dims per key and tensor; codes:
+// 8 chunks of 16 codes.
+template <int KF>
+__device__ __forceinline__ void issue_tile(const KvElem<KF>* kc, const KvElem<KF>* vc,
+                                           const CacheGeom& G, const int32_t* pages, int g,
+                                           int64_t p0, int64_t kend, KvElem<KF>* dk,
+                                           KvElem<KF>* dv, int ld) {
+  constexpr int kPer = 16 / int(sizeof(KvElem<KF>));  // elements per 16-byte chunk
+  constexpr int kChunks = kD / kPer;                  // chunks per key row
+  for (int e = threadIdx.x; e < kKeys * kChunks; e += kThreads) {
+    const int j = e / kChunks, c = e % kChunks;
+    const bool in = p0 + j < kend;
+    const int64_t off = in ? token_off(G, pages, p0 + j) + int64_t(g) * kD + c * kPer : 0;
+    cp_async16(dk + j * ld + c * kPer, kc + off, in ? 16 : 0);
+    cp_async16(dv + j * ld + c * kPer, vc + off, in ? 16 : 0);
+  }
+  cp_async_commit();
+}
 
 template <int KF>
 __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(
     const bf16* __restrict__ q, FlashSeq fs, const int32_t* __restrict__ page_table,
     const KvElem<KF>* __restrict__ kc, const KvElem<KF>* __restrict__ vc, CacheGeom G, int GH,
     int nh, float tau, float v_scale, bf16* __restrict__ out) {
-  __shared__ __align__(16) bf16 Ks[kKeys * kLd];  // also stages the Q tile (kRows == kKeys)
-  bf16* Qs = Ks;
-  __shared__ __align__(16) bf16 Vs[kKeys * kLd];
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr bool kCodes = KF != kKvAct;
+  bf16* const tiles = reinterpret_cast<bf16*>(smem);  // bf16: K0 V0 K1 V1; codes: K V
+  uint8_t* const codes = smem + 2 * kTile * sizeof(bf16);  // codes: K0 V0 K1 V1 staging
+  auto kbuf = [&](int b) { return tiles + (kCodes ? 0 : 2 * b * kTile); };
+  auto vbuf = [&](int b) { return tiles + (kCodes ? kTile : (2 * b + 1) * kTile); };
   const int tile = blockIdx.x, h = blockIdx.y, g = h / GH;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int r0 = tile * kRows;                 // first row of the tile within the call
   const int nrows = min(kRows, fs.num_tokens - r0);
   const int32_t* pages = page_table + fs.page_begin;
   const int64_t qstride = int64_t(nh) * kD;
-  // Q tile -> smem (rows past the call: zeros)
+  const int64_t kend = fs.past_len + r0 + nrows;  // keys [0, kend) are visible to some row
+  const int ntile = int((kend + kKeys - 1) / kKeys);
+  auto issue = [&](int i) {
+    const int b = i & 1;
+    if constexpr (kCodes)
+      issue_tile<KF>(kc, vc, G, pages, g, int64_t(i) * kKeys, kend, codes + 2 * b * kCodeTile,
+                     codes + (2 * b + 1) * kCodeTile, kD);
+    else
+      issue_tile<KF>(kc, vc, G, pages, g, int64_t(i) * kKeys, kend, kbuf(b), vbuf(b), kLd);
+  };
+  issue(0);
+  // Q tile -> smem (rows past the call: zeros), staged where tile 1 will go (bf16) or in the
+  // bf16 tile that tile 0's codes are converted into (codes).
+  bf16* const Qs = kCodes ? kbuf(0) : kbuf(1);
   for (int e = tid; e < kRows * (kD / 8); e += kThreads) {
     const int r = e / (kD / 8), c = e % (kD / 8);
     uint4 v = make_uint4(0, 0, 0, 0);
@@ -56,35 +109,48 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
   // Absolute positions of this thread's two rows.
   const int64_t t0 = fs.past_len + r0 + wr + qr, t1 = t0 + 8;
-  const int64_t kend = fs.past_len + r0 + nrows;  // keys [0, kend) are visible to some row
-  for (int64_t p0 = 0; p0 < kend; p0 += kKeys) {
-    __syncthreads();  // previous tile consumed
-    for (int e = tid; e < kKeys * (kD / 8); e += kThreads) {
-      const int j = e / (kD / 8), c = e % (kD / 8);
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-      if (p0 + j < kend) {
-        const int64_t off = token_off(G, pages, p0 + j) + int64_t(g) * kD + c * 8;
-        kv = kv_load8_bf16<KF>(kc + off);
-        vv = kv_load8_bf16<KF>(vc + off);
+  const int64_t warp_first = fs.past_len + r0 + wr;  // the warp's first row
+  // ldmatrix lane offsets (halves): K, non-transposed, matrix m = lane / 8 of a pair of
+  // k-steps: key lane % 8 of the n-tile, dims 16 (m / 2) + 8 (m % 2); V, transposed, matrix m
+  // of a pair of n-tiles: key 8 (m % 2) + lane % 8 of the k-step, dims 8 (m / 2).
+  const int lm = lane / 8, lr = lane % 8;
+  const uint32_t k_lane = uint32_t((lr * kLd + 16 * (lm / 2) + 8 * (lm % 2)) * sizeof(bf16));
+  const uint32_t v_lane = uint32_t(((8 * (lm % 2) + lr) * kLd + 8 * (lm / 2)) * sizeof(bf16));
+  for (int i = 0; i < ntile; ++i) {
+    const int64_t p0 = int64_t(i) * kKeys;
+    cp_async_wait<0>();
+    __syncthreads();  // tile i landed for every thread; tile i - 1 consumed by every warp
+    if constexpr (kCodes) {  // tile i's codes -> the bf16 tile (exact values)
+      const uint8_t* ck = codes + 2 * (i & 1) * kCodeTile;
+      for (int e = tid; e < kKeys * (kD / 8); e += kThreads) {
+        const int j = e / (kD / 8), c = e % (kD / 8);
+        const uint2 a = *reinterpret_cast<const uint2*>(ck + j * kD + c * 8);
+        const uint2 b = *reinterpret_cast<const uint2*>(ck + kCodeTile + j * kD + c * 8);
+        *reinterpret_cast<uint4*>(&kbuf(0)[j * kLd + c * 8]) = kv_codes8_bf16<KF>(a);
+        *reinterpret_cast<uint4*>(&vbuf(0)[j * kLd + c * 8]) = kv_codes8_bf16<KF>(b);
       }
-      *reinterpret_cast<uint4*>(&Ks[j * kLd + c * 8]) = kv;
-      *reinterpret_cast<uint4*>(&Vs[j * kLd + c * 8]) = vv;
+      __syncthreads();
     }
-    __syncthreads();
+    if (i + 1 < ntile) issue(i + 1);  // into the buffers of tile i - 1
     if (p0 > fs.past_len + r0 + wr + 15) continue;  // every key of the tile is after this warp's rows
+    const uint32_t ks_base = smem_addr(kbuf(kCodes ? 0 : i & 1)) + k_lane;
+    const uint32_t vs_base = smem_addr(vbuf(kCodes ? 0 : i & 1)) + v_lane;
     // S = Q Kᵀ: 16 x 64 per warp, 8 n-tiles of 8 keys.
     float s[8][4];
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
       s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
-      for (int ks = 0; ks < 8; ++ks) {
-        const bf16* kp = &Ks[(n * 8 + qr) * kLd + ks * 16 + qc];
-        mma16816(s[n], qa[ks], *reinterpret_cast<const uint32_t*>(kp),
-                 *reinterpret_cast<const uint32_t*>(kp + 8));
+      for (int ks = 0; ks < 8; ks += 2) {
+        uint32_t b[4];  // b0, b1 of k-steps ks and ks + 1
+        ldsm_x4(b, ks_base + uint32_t((n * 8 * kLd + ks * 16) * sizeof(bf16)));
+        mma16816(s[n], qa[ks], b[0], b[1]);
+        mma16816(s[n], qa[ks + 1], b[2], b[3]);
       }
     }
-    // scale, causal mask, online softmax (rows qr and qr+8 of the warp; a quad shares a row)
+    // Tiles wholly at or below the warp's first row need no mask.
+    const bool full = p0 + kKeys - 1 <= warp_first;
+  // scale, causal mask, online softmax (rows qr and qr+8 of the warp; a quad shares a row)
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int n = 0; n < 8; ++n)
@@ -92,7 +158,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(
       for (int e = 0; e < 4; ++e) {
         const int64_t kp = p0 + n * 8 + qc + (e & 1);
         const int64_t tr = e < 2 ? t0 : t1;
-        const float v = kp <= tr ? tau * s[n][e] : -INFINITY;
+        const float v = full || kp <= tr ? tau * s[n][e] : -INFINITY;
         s[n][e] = v;
         if (e < 2) mx0 = fmaxf(mx0, v); else mx1 = fmaxf(mx1, v);
       }
@@ -141,14 +207,14 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(
       ph[2] = pack_bf16(pv[4], pv[5]), ph[3] = pack_bf16(pv[6], pv[7]);
       pl[0] = pack_bf16(lo[0], lo[1]), pl[1] = pack_bf16(lo[2], lo[3]);
       pl[2] = pack_bf16(lo[4], lo[5]), pl[3] = pack_bf16(lo[6], lo[7]);
-      const int kr = kk * 16 + qc;
 #pragma unroll
-      for (int n = 0; n < 16; ++n) {
-        const int col = n * 8 + qr;
-        const uint32_t b0 = pack_raw(Vs[kr * kLd + col], Vs[(kr + 1) * kLd + col]);
-        const uint32_t b1 = pack_raw(Vs[(kr + 8) * kLd + col], Vs[(kr + 9) * kLd + col]);
-        mma16816(o[n], ph, b0, b1);
-        mma16816(o[n], pl, b0, b1);
+      for (int n = 0; n < 16; n += 2) {
+        uint32_t b[4];  // b0, b1 of n-tiles n and n + 1
+        ldsm_x4_trans(b, vs_base + uint32_t((kk * 16 * kLd + n * 8) * sizeof(bf16)));
+        mma16816(o[n], ph, b[0], b[1]);
+        mma16816(o[n], pl, b[0], b[1]);
+        mma16816(o[n + 1], ph, b[2], b[3]);
+        mma16816(o[n + 1], pl, b[2], b[3]);
       }
     }
   }
@@ -181,18 +247,20 @@ void launch_flash_prefill(const bf16* q, const FlashSeq& s, const int32_t* page_
                           float tau, bf16* out, cudaStream_t st, int kf, float v_scale) {
   if (s.num_tokens <= 0) return;
   const dim3 grid(unsigned((s.num_tokens + kRows - 1) / kRows), unsigned(nh));
+  auto go = [&]<int KF>(SmemOptIn& optin) {
+    const size_t smem = flash_smem_bytes(KF);
+    optin.raise(flash_prefill_kernel<KF>, smem);
+    flash_prefill_kernel<KF><<<grid, kThreads, smem, st>>>(
+        q, s, page_table, static_cast<const KvElem<KF>*>(kc), static_cast<const KvElem<KF>*>(vc),
+        g, GH, nh, tau, v_scale, out);
+  };
+  static SmemOptIn e4m3, e5m2, act;  // per device
   if (kf == kKvE4m3)
-    flash_prefill_kernel<kKvE4m3><<<grid, kThreads, 0, st>>>(
-        q, s, page_table, static_cast<const uint8_t*>(kc), static_cast<const uint8_t*>(vc), g, GH,
-        nh, tau, v_scale, out);
+    go.template operator()<kKvE4m3>(e4m3);
   else if (kf == kKvE5m2)
-    flash_prefill_kernel<kKvE5m2><<<grid, kThreads, 0, st>>>(
-        q, s, page_table, static_cast<const uint8_t*>(kc), static_cast<const uint8_t*>(vc), g, GH,
-        nh, tau, v_scale, out);
+    go.template operator()<kKvE5m2>(e5m2);
   else
-    flash_prefill_kernel<kKvAct><<<grid, kThreads, 0, st>>>(
-        q, s, page_table, static_cast<const bf16*>(kc), static_cast<const bf16*>(vc), g, GH, nh,
-        tau, v_scale, out);
+    go.template operator()<kKvAct>(act);
   CUDA_CHECK_LAUNCH();
 }
 
