@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(
     }
     // Tiles wholly at or below the warp's first row need no mask.
     const bool full = p0 + kKeys - 1 <= warp_first;
-  // scale, causal mask, online softmax (rows qr and qr+8 of the warp; a quad shares a row)
+    // scale, causal mask, online softmax (rows qr and qr+8 of the warp; a quad shares a row)
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int n = 0; n < 8; ++n)
