@@ -31,6 +31,7 @@
 # AB_NCU_SECTIONS (default "SpeedOfLight ComputeWorkloadAnalysis"; e.g. add WarpStateStats
 # SchedulerStats), clocks left alone, kernels matching AB_NCU_KERNELS (a
 # regex; default "select_|sparse_attn|gla_"), CSV to $OUT/ncu_BUILD.csv; empty: no ncu),
+# AB_PACK (the pack file, default .gpu/ab.tar.xz: another name keeps two packs at once),
 # AB_BUILDS (a space-separated subset of the packed builds to run, in the packed order; default
 # all), AB_BENCH_EXTRA (more `bench offline` options, e.g. "--long-decode-contexts 131072
 # --long-decode-batches 1,8"), AB_BENCH_ON_FAIL=1 (bench a build whose tests failed, not one
@@ -52,7 +53,7 @@ AB_NCU_SECTIONS=${AB_NCU_SECTIONS:-"SpeedOfLight ComputeWorkloadAnalysis"}
 AB_NCU_KERNELS=${AB_NCU_KERNELS:-"select_|sparse_attn|gla_"}
 MODEL_DIR=${MODEL_DIR:-/tmp/sala_random_9b}
 OUT=${OUT:-/tmp/gpu_ab_out}
-PACK=$ROOT/.gpu/ab.tar.xz
+PACK=${AB_PACK:-$ROOT/.gpu/ab.tar.xz}
 
 pack() {
   [ $# -gt 0 ] || { echo "usage: $0 pack NAME=REV [NAME=REV ...]" >&2; exit 2; }
