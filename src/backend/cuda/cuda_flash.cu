@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(
         o[gi][n][0] *= c[gi][0], o[gi][n][1] *= c[gi][0];
         o[gi][n][2] *= c[gi][1], o[gi][n][3] *= c[gi][1];
       }
-    // O += P V, P = hi + lo (two bf16 terms); 4 k-steps of 16 keys, 16 n-tiles of 8 dims.
+    // O += P V, P = hi + lo (two bf16 terms); kKs k-steps of 16 keys, 16 n-tiles of 8 dims.
 #pragma unroll
     for (int kk = 0; kk < kKs; ++kk) {
       uint32_t ph[2][4], pl[2][4];
