@@ -188,7 +188,7 @@ void run_linear(const std::vector<LinearShape>& shapes, uint32_t seed) {
     p.gpu->linear(x.g, w.g, y.g);
     auto [cpu, gpu] = p.download(y);
     expect_fp8_close(shape(s.f32_out ? "fp8 linear f32-out" : "fp8 linear", {s.T, s.K, s.N}), gpu,
-                     cpu);
+                     cpu, fast_accum_k(s.T, s.K, s.f32_out));
   }
 }
 
@@ -263,7 +263,8 @@ MultiParts check_linear_multi(Pair& p, int64_t T, uint32_t& seed, const char* wh
   p.gpu->linear_multi(r.x.g, r.w.g, yg);
   for (size_t i = 0; i < parts.size(); ++i) {
     auto [cpu, gpu] = p.download(r.ys[i]);
-    expect_fp8_close(shape(what, {T, K, int64_t(i), parts[i]}), gpu, cpu);
+    expect_fp8_close(shape(what, {T, K, int64_t(i), parts[i]}), gpu, cpu,
+                     fast_accum_k(T, K, false));
   }
   return r;
 }
@@ -282,7 +283,9 @@ TEST(CudaFp8, LinearMulti) {
 
 // The MLP's gate_up [2 I, 4096] (I = 16384, and a narrower I = 1056): silu(gate) * up close to
 // the CPU (two GEMM outputs within an ulp each, then silu_mul's two roundings: the bf16 GEMM
-// tests' bounds), and the GPU's fused entry equals its two-op default bit for bit.
+// tests' bounds; past 64 rows the FastAccum GEMM's error in both, so twice expect_fp8_close's
+// rel L2 at K = 4096: the numpy model of fp8_gemm_test_util.h gives 0.0038), and the GPU's
+// fused entry equals its two-op default bit for bit.
 TEST(CudaFp8, LinearSiluMul) {
   REQUIRE_GPU();
   const int64_t K = 4096;
@@ -295,7 +298,8 @@ TEST(CudaFp8, LinearSiluMul) {
       auto g = p.out(T, I), u = p.out(T, I), g2 = p.out(T, I);
       p.cpu->linear_silu_mul(x.c, w.c, g.c, u.c);
       p.gpu->linear_silu_mul(x.g, w.g, g.g, u.g);
-      expect_close(p.cmp(shape("fp8 linear_silu_mul", {T, K, I}), g), 4e-3, 1.6e-2);
+      expect_close(p.cmp(shape("fp8 linear_silu_mul", {T, K, I}), g), T > 64 ? 6e-3 : 4e-3,
+                   1.6e-2);
       p.gpu->Backend::linear_silu_mul(x.g, w.g, g2.g, u.g);
       expect_same_bits(*p.gpu, g.g, *p.gpu, g2.g, shape("fp8 fused vs two ops", {T, K, I}));
     }
@@ -363,7 +367,8 @@ TEST(CudaFp8, PrefillStepBatchInvariance) {
   p.cpu->linear(x.c, w.c, y.c);
   p.gpu->linear(x.g, w.g, y.g);
   auto [cpu, gpu] = p.download(y);
-  expect_fp8_close(shape("fp8 linear prefill step", {T, K, N}), gpu, cpu);
+  expect_fp8_close(shape("fp8 linear prefill step", {T, K, N}), gpu, cpu,
+                   fast_accum_k(T, K, false));
   int64_t r0 = 0;
   for (const Seq& s : seqs) {
     StepMeta alone = rows_meta(s.n, s.past);
