@@ -19,8 +19,8 @@
 // 16-row warps with expf: 16.9 -> 10.4 ms bf16, 15.4 -> 10.5 ms FP8 KV; of that, 2.0 ms
 // (bf16) is the 32-row warps and 4.5 ms the exp2 softmax (64-key tiles: 0.8 ms faster than
 // 32 without exp2, not measured with it). Then lazy rescaling (a running maximum moves only by
-// more than 2^8) and the scale inside exp2's FMA: 9.95 -> 9.04 ms bf16, 9.67 -> 9.29 ms FP8 KV
-// (H100, one command, session 42). 254-255 registers (4-24 B of spills), 2 blocks per SM.
+// more than 2^8) and the scale inside exp2's FMA: 10.5 -> 9.6 ms bf16, 10.5 -> 9.9-10.1 ms FP8
+// KV (H100, one command, session 42). 254-255 registers (4-24 B of spills), 2 blocks per SM.
 #include "backend/cuda/cuda_infllm_attn.cuh"  // stage2::fast_exp2, kLog2e
 #include "backend/cuda/cuda_kv_fp8.cuh"
 #include "backend/cuda/cuda_mma.cuh"

@@ -103,8 +103,8 @@ struct ScaledGemm {
 
 // Prefill runs (M > 64): 128 x 256 x 128 tiles in clusters of 2 along M (the x tile is
 // multicast to both), persistent over the tiles, FastAccum (above). The 4K prefill's 256 FP8
-// GEMMs (H100, one command, session 42): plain mainloop on 128 x 128 tiles 62.8 ms, FastAccum
-// 57.2, FastAccum on 128 x 256 51.4 (a 128K prefill's, the first vs the last: 2,101 vs 1,705).
+// GEMMs (H100, one command, session 42): plain mainloop on 128 x 128 tiles 66.3 ms, FastAccum
+// 57.9, FastAccum on 128 x 256 52.6 (a 128K prefill's, the first vs the last: 2,101 vs 1,705).
 using PrefillGemm = ScaledGemm<Shape<_128, _256, _128>, Shape<_2, _1, _1>,
                                cutlass::gemm::PersistentScheduler,
                                cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum,
