@@ -116,9 +116,10 @@ table() {
 # $OUT/00_logs.tar.gz: every log so far, refreshed after each test run and bench (the device
 # tool brings back only the first few files of $OUT by name, and nothing a killed command had
 # not written yet).
+# (Written beside $OUT first: a file appearing in the directory tar reads fails the tar.)
 bundle() {
-  tar -czf "$OUT/00_logs.tar.gz.tmp" -C "$OUT" --exclude='00_logs.tar.gz*' . 2>/dev/null &&
-    mv "$OUT/00_logs.tar.gz.tmp" "$OUT/00_logs.tar.gz"
+  tar -czf "$OUT.logs.tmp" -C "$OUT" --exclude=00_logs.tar.gz . 2>/dev/null &&
+    mv "$OUT.logs.tmp" "$OUT/00_logs.tar.gz"
 }
 
 run() {

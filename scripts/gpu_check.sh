@@ -21,8 +21,11 @@
 #       golden       `sala golden CASE --device cuda --mode bf16|fp32` for every CASE under
 #                    $GOLDEN_ROOT holding a cases.json
 #       batch==alone scripts/batch_equality_check.py on models/sala-tiny-chat, $DEVICE
-#       sanitizer    compute-sanitizer memcheck and racecheck over the small-shape op tests
-#                    (SAN_FILTER_OPS / SAN_FILTER_SPARSE; each run cut at SAN_TIMEOUT s)
+#   scripts/gpu_check.sh sanitize     (GPU machine) compute-sanitizer memcheck and racecheck
+#                                     over the small-shape op tests (SAN_FILTER_OPS /
+#                                     SAN_FILTER_SPARSE; each run cut at SAN_TIMEOUT s); exit 1
+#                                     if any fails. Its own command: correctness alone takes
+#                                     ~530 s on an H100.
 #   scripts/gpu_check.sh bench        (GPU machine) `sala bench offline --json` on a full-size
 #                                     random checkpoint (`sala make-random`, 18 GB, made once in
 #                                     $MODEL_DIR): decode B=1/8/64 with 128-token prompts,
@@ -219,8 +222,12 @@ setup() {
 }
 
 finish() {
+  local rc
   $SUM finish "$OUT/checks.jsonl" "$SUMMARY" --mode "$1" --commit "$(commit_stamp)" \
     --machine "$(machine)"
+  rc=$?
+  bundle
+  return $rc
 }
 
 # run_logged LOG CMD...: CMD's output to the terminal and LOG; sets RC and SECS.
@@ -231,11 +238,20 @@ run_logged() {
   RC=$?
   SECS=$((SECONDS - t0))
   tail -n 4 "$log"
+  bundle
+}
+
+# $OUT/00_logs.tar.gz: every file of $OUT so far (the device tool brings back only the first
+# few files by name, and nothing that a command cut at its time limit had not written yet).
+# (Written beside $OUT first: a file appearing in the directory tar reads fails the tar.)
+bundle() {
+  tar -czf "$OUT.logs.tmp" -C "$OUT" --exclude=00_logs.tar.gz . 2>/dev/null &&
+    mv "$OUT.logs.tmp" "$OUT/00_logs.tar.gz"
 }
 
 correctness() {
   setup
-  local t c mode tool filter report
+  local t c mode
   for t in $OP_TESTS; do
     echo "== $t"
     # Tensor parallelism's tests run in their own mode (`tp`): a collective that never meets
@@ -271,6 +287,14 @@ correctness() {
     python3 "$ROOT/scripts/batch_equality_check.py" "$BIN/sala" "$ROOT/models/sala-tiny-chat" "$DEVICE"
   $SUM lines "$OUT/checks.jsonl" "batch == alone" "$OUT/batch_equality.log" "$RC" "$SECS" \
     "outputs equal to alone|differs"
+  finish correctness
+}
+
+# The sanitizers over the small-shape op tests: a mode of their own, because `correctness`
+# alone takes ~530 s on an H100 (test_cuda_ops 368 s) of the device tool's 600 s per command.
+sanitize() {
+  setup
+  local t tool filter report
   for tool in memcheck racecheck; do
     for t in test_cuda_ops test_cuda_sparse; do
       filter=$SAN_FILTER_OPS
@@ -294,7 +318,7 @@ correctness() {
       fi
     done
   done
-  finish correctness
+  finish sanitize
 }
 
 # `sala bench offline` on the full-size random checkpoint; BENCH_ARGS picks the rows.
@@ -514,6 +538,7 @@ case "${1:-}" in
   build) build ;;
   pack) pack ;;
   correctness) correctness ;;
+  sanitize) sanitize ;;
   bench) BENCH_ARGS=${BENCH_ARGS:-$SHORT_BENCH_ARGS} bench bench ;;
   long) PROFILE_OPS=${PROFILE_OPS:-2048} BENCH_ARGS=${BENCH_ARGS:-$LONG_BENCH_ARGS} bench long ;;
   decode4k) BENCH_ARGS=${BENCH_ARGS:-$DECODE4K_BENCH_ARGS} bench decode4k ;;
@@ -532,6 +557,6 @@ case "${1:-}" in
   exec) shift; setup >&2; export SALA_GPU_DIR=$BIN; "$@" ;;
   libs) shift; mkdir -p "$1" && copy_libs "$@" ;;
   table|markdown) $SUM "$1" "${2:-$SUMMARY}" ;;
-  *) echo "usage: $0 build|pack|correctness|bench|long|decode4k|grammar|mixed|fp8|w4|kv8|kv8-bench|spec|ncu-decode|ncu-prefill|exec CMD...|libs DEST BIN...|table|markdown [FILE]" >&2
+  *) echo "usage: $0 build|pack|correctness|sanitize|bench|long|decode4k|grammar|mixed|fp8|w4|kv8|kv8-bench|spec|ncu-decode|ncu-prefill|exec CMD...|libs DEST BIN...|table|markdown [FILE]" >&2
      exit 2 ;;
 esac
