@@ -138,10 +138,12 @@ class Backend {
   // out = RMSNorm(x) * w over groups of w.cols columns (w.cols == x.cols: whole row;
   // w.cols == head_dim: per head). Two bf16 roundings in bf16 mode (SPEC §4.2).
   // `next` (here, in add_scaled_rmsnorm and in rmsnorm_mul_sigmoid): the projection whose
-  // GEMM (linear, linear_multi or linear_silu_mul) is the next backend call to read out, with
-  // nothing writing out in between; or null. A hint that changes no number: a backend may
-  // prepare that GEMM's input here (the CUDA backend writes the per-token FP8 codes of out in
-  // the norm kernel when next is an FP8 weight, issue 17 item 5); the CPU backend ignores it.
+  // GEMM (linear, linear_multi or linear_silu_mul) is the next backend call to read out and
+  // its only reader, with nothing writing out in between; or null. A hint that changes no
+  // number that GEMM computes: a backend may prepare that GEMM's input here in another form
+  // and then leave out's own values unwritten (the CUDA backend writes the per-token FP8
+  // codes of out in the norm kernel when next is an FP8 weight, issue 17 item 5, and skips
+  // storing out); the CPU backend ignores it. With null, out is always written.
   virtual void rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out,
                        const Weight* next = nullptr) = 0;
   // h = h + a * alpha (SPEC §5.1, both rounded in bf16 mode); out = RMSNorm(h) * w.
@@ -163,7 +165,7 @@ class Backend {
   // The MLP's first half: w = [W_gate; W_up] stacked at load ([2I, H]); g[T, I] =
   // silu(x · W_gateᵀ) * (x · W_upᵀ), the numbers of linear_multi into g, u then silu_mul
   // (the default). u [T, I] is scratch; a backend may never write it. `next`: the projection
-  // that reads g next, as rmsnorm's.
+  // that reads g next and alone, as rmsnorm's (g may then be left unwritten).
   virtual void linear_silu_mul(const Tensor& x, const Weight& w, Tensor& g, Tensor& u,
                                const Weight* /*next*/ = nullptr) {
     linear_multi(x, w, {&g, &u});

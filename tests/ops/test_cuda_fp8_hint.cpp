@@ -4,16 +4,19 @@
 // kernel. The contract is the run without the hint, bit for bit (part of the test_cuda_ops
 // binary; the kernels: test_cuda_fp8_fused.cpp):
 //   BackendHint  norm(next = W) then W's GEMM (linear, linear_multi of 4 parts,
-//                linear_silu_mul) == norm without the hint then the GEMM: out, h and every
-//                output bit for bit, in decode-only steps (GEMV <= 16 rows, cuBLASLt 17..64,
+//                linear_silu_mul) == norm without the hint then the GEMM: h and every output
+//                bit for bit (out too where no codes were prepared; with codes the norm may
+//                leave out unstored), in decode-only steps (GEMV <= 16 rows, cuBLASLt 17..64,
 //                100), one-sequence steps (GEMV up to 64 rows, a prefill GEMM at 100) and
 //                steps prefilling two sequences, K 4096 / 4112 / 512 (each norm kernel). That
 //                the prepared codes were used where they should be: out zeroed behind the
 //                backend's back after the norm changes nothing (the GEMM's rows are one run);
 //                and not where they should not: two sequences of 50 rows (two runs: all-zero
-//                outputs then), another FP8 GEMM in between, a bf16 next
+//                outputs then, and another FP8 GEMM in between changes nothing), a bf16 next
 //   SiluMulHint  linear_silu_mul(next = down) then down's GEMM, likewise (codes from the SiLU
 //                product where linear_silu_mul is Backend's composition: > 64 rows in one run)
+//   BrokenHintAborts  prepared codes (out unstored) and then a GEMM on another input: the
+//                dispatch aborts naming both, rather than multiply unstored values
 // Without a GPU every test GTEST_SKIPs (cuda_test_util.h).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -152,9 +155,10 @@ struct HintRig {
   }
 };
 
+// out_too: the runs stored out (no codes prepared, or no hint).
 void expect_runs_equal(Backend& be, const HintRig::Run& a, const HintRig::Run& b,
-                       const std::string& what) {
-  expect_same_bits(be, a.out, be, b.out, what + " out");
+                       const std::string& what, bool out_too) {
+  if (out_too) expect_same_bits(be, a.out, be, b.out, what + " out");
   expect_same_bits(be, a.h, be, b.h, what + " h");
   expect_same_bits(be, a.x, be, b.x, what + " x");
   ASSERT_EQ(a.ys.size(), b.ys.size()) << what;
@@ -186,25 +190,25 @@ TEST(CudaFp8Fused, BackendHint) {
             const uint32_t s = seed += 4;
             const HintRig::Run plain = rig.run(T, s, pr, c, w, nullptr, false, false);
             const HintRig::Run hinted = rig.run(T, s, pr, c, w, &w, false, false);
-            expect_runs_equal(be, hinted, plain, name + " hinted vs plain");
+            expect_runs_equal(be, hinted, plain, name + " hinted vs plain", !fused);
             // The prepared codes are what the GEMM used: zeroing out after the norm changes
             // nothing where they were prepared, and everything (all-zero outputs) elsewhere.
             const HintRig::Run zeroed = rig.run(T, s, pr, c, w, &w, true, false);
             if (fused) {
-              expect_runs_equal(be, zeroed, plain, name + " prepared codes used");
+              expect_runs_equal(be, zeroed, plain, name + " prepared codes used", false);
             } else {
               std::vector<float> y(size_t(zeroed.ys[0].numel()));
               be.download_f32(zeroed.ys[0], y.data());
               EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return v == 0.f; }))
                   << name << ": two runs quantize their input themselves";
+              // No codes prepared: another GEMM between the norm and x's GEMM is harmless.
+              const HintRig::Run other = rig.run(T, s, pr, c, w, &w, false, true);
+              expect_runs_equal(be, other, plain, name + " GEMM in between", true);
             }
-            // Another GEMM between the norm and x's GEMM: the codes are forgotten.
-            const HintRig::Run other = rig.run(T, s, pr, c, w, &w, false, true);
-            expect_runs_equal(be, other, plain, name + " GEMM in between");
             if (c == Consumer::kLinear) {  // a bf16 next: no codes, the bf16 GEMM as before
               const HintRig::Run b0 = rig.run(T, s, pr, c, rig.w_bf16, nullptr, false, false);
               const HintRig::Run b1 = rig.run(T, s, pr, c, rig.w_bf16, &rig.w_bf16, false, false);
-              expect_runs_equal(be, b1, b0, name + " bf16 next");
+              expect_runs_equal(be, b1, b0, name + " bf16 next", true);
             }
           }
       }
@@ -258,12 +262,12 @@ TEST(CudaFp8Fused, SiluMulHint) {
           return std::make_pair(keep, y);
         };
         const std::string name = std::string("silu hint") + shape(kind_name(kind), {T, K, I});
-        const auto plain = run(false, false, false), hinted = run(true, false, false);
-        expect_same_bits(be, hinted.first, be, plain.first, name + " g");
-        expect_same_bits(be, hinted.second, be, plain.second, name + " y");
         // g's codes from the SiLU product: Backend's composition (more than 64 rows) with
-        // the rows as one run.
+        // the rows as one run; g itself may then be left unstored.
         const bool silu_codes = T > cuda::kGemvMaxRows && kind != StepKind::kTwoSeqs;
+        const auto plain = run(false, false, false), hinted = run(true, false, false);
+        if (!silu_codes) expect_same_bits(be, hinted.first, be, plain.first, name + " g");
+        expect_same_bits(be, hinted.second, be, plain.second, name + " y");
         const auto zeroed = run(true, true, false);
         if (silu_codes) {
           expect_same_bits(be, zeroed.second, be, plain.second, name + " prepared codes used");
@@ -272,11 +276,27 @@ TEST(CudaFp8Fused, SiluMulHint) {
           be.download_f32(zeroed.second, y.data());
           EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return v == 0.f; }))
               << name << ": down's GEMM quantizes g itself here";
+          const auto other = run(true, false, true);  // no codes: a GEMM between is harmless
+          expect_same_bits(be, other.second, be, plain.second, name + " GEMM in between");
         }
-        const auto other = run(true, false, true);
-        expect_same_bits(be, other.second, be, plain.second, name + " GEMM in between");
       }
   }
+}
+
+// A broken `next` hint: the norm prepared x's codes (and left x unstored), then an FP8 GEMM
+// reads another input first. The dispatch aborts naming both inputs.
+TEST(CudaFp8FusedDeathTest, BrokenHintAborts) {
+  REQUIRE_GPU();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child starts CUDA afresh
+  EXPECT_DEATH(
+      {
+        HintRig rig(4096, 2400);
+        const StepMeta meta = step_meta(StepKind::kOneSeq, 100);
+        rig.be->begin_step(meta);
+        rig.run(100, 2410, Producer::kRmsnorm, Consumer::kLinear, rig.w_lin, &rig.w_lin, false,
+                true);
+      },
+      "FP8 codes prepared for an input \\[100,4096\\]");
 }
 
 }  // namespace

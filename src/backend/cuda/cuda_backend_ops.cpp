@@ -35,8 +35,10 @@ Fp8Act CudaBackend::fp8_codes_for(const Tensor& out, int64_t n, const Weight* ne
     gemm_.forget_fp8_input();  // a new activation: no earlier one's codes stay prepared
     return {};
   }
+  // `next` is out's only reader (Backend's contract), and it reads these codes: the kernel
+  // may skip storing out itself.
   const GemmDispatch::Fp8Input in = gemm_.prepare_fp8_input(out, *next);
-  return {in.codes, in.scales};
+  return {in.codes, in.scales, true};
 }
 
 void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, Tensor& out,

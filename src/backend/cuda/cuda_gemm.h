@@ -74,10 +74,10 @@ class GemmDispatch {
   // multiplies x's rows as one run (one_run: decode steps, one-sequence prefill chunks; not a
   // step that prefills several sequences, whose runs are per sequence). prepare_fp8_input
   // returns where to write them ({nullptr, nullptr}: not here, the GEMM quantizes x itself)
-  // and remembers x; the next linear / linear_multi / linear_silu_mul on exactly x (data,
-  // rows, cols) then skips launch_quantize_rows_fp8. The first GEMM call after it, on x or
-  // not, forgets x. The caller guarantees that nothing writes x in between (Backend's `next`
-  // hint).
+  // and remembers x; the next linear / linear_multi / linear_silu_mul, which must be on
+  // exactly x (data, rows, cols; checked), then skips launch_quantize_rows_fp8. The producer
+  // may leave x's bf16 values unstored (Fp8Act::skip_out): Backend's `next` hint says that
+  // GEMM is x's only reader and nothing writes x in between.
   struct Fp8Input {
     uint8_t* codes;
     float* scales;

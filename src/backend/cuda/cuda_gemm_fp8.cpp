@@ -77,7 +77,8 @@ GemmDispatch::Fp8Input GemmDispatch::fp8_input(int64_t rows, int64_t cols) {
 }
 
 GemmDispatch::Fp8Input GemmDispatch::prepare_fp8_input(const Tensor& x, const Weight& next) {
-  fp8_prepared_ = {};
+  SALA_CHECK(!fp8_prepared_.data, "FP8 codes prepared for [{},{}] at {} and never read",
+             fp8_prepared_.rows, fp8_prepared_.cols, fp8_prepared_.data);
   // One run of rows, whose codes then start at the workspace as linear_fp8's own quantization
   // puts them: per-token codes, so the producer's equal the quantize kernel's at any row count
   // (H200, session 29: the separate quantize took 248 ms of a 128K FP8 prefill).
@@ -90,10 +91,16 @@ GemmDispatch::Fp8Input GemmDispatch::prepare_fp8_input(const Tensor& x, const We
 }
 
 bool GemmDispatch::take_fp8_prepared(const Tensor& x) {
-  const bool ok = fp8_prepared_.data && fp8_prepared_.data == x.data &&
-                  fp8_prepared_.rows == x.rows && fp8_prepared_.cols == x.cols;
+  const Fp8Prepared p = fp8_prepared_;
   fp8_prepared_ = {};
-  return ok;
+  if (!p.data) return false;
+  // The producer may have left the prepared tensor's bf16 values unstored (Fp8Act::skip_out):
+  // its codes are the only copy, and a GEMM on any other input is a broken `next` hint.
+  SALA_CHECK(p.data == x.data && p.rows == x.rows && p.cols == x.cols,
+             "FP8 codes prepared for an input [{},{}] at {} (its bf16 values not stored), but the "
+             "next GEMM reads [{},{}] at {}",
+             p.rows, p.cols, p.data, x.rows, x.cols, x.data);
+  return true;
 }
 
 void GemmDispatch::linear_fp8(const Tensor& x, const Weight& w, const std::vector<Tensor*>& ys) {

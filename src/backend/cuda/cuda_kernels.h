@@ -30,13 +30,18 @@ void launch_rmsnorm(T* x, const T* a, float alpha, const T* w, int n, int64_t gr
 // Per-token FP8 codes of an activation written by the kernel that makes it (issue 17, item 5):
 // codes [rows, cols] (uint8 e4m3) and scales [rows] (fp32), launch_quantize_rows_fp8's numbers
 // on the stored bf16 activation, bit for bit.
+// skip_out: the producer may leave its bf16 output unstored (the caller's `next` is the only
+// reader of it, and reads these codes): the row-in-registers kernels then store only the
+// codes, scales (and h), ~30 % of the bytes of a norm or SiLU product; the others store it.
 struct Fp8Act {
   uint8_t* codes = nullptr;
   float* scales = nullptr;
+  bool skip_out = false;
 };
 // launch_rmsnorm (a != nullptr: the fused residual) or launch_rmsnorm_mul_sigmoid (gate !=
 // nullptr; not both) over whole rows (groups = rows, n = cols), bf16, with the same kernel and
-// the same bits in x and out, that also writes q: out's codes and scales.
+// the same bits in x and out, that also writes q: out's codes and scales (q.skip_out: out
+// may be left unstored; h is always written).
 void launch_rmsnorm_fp8(bf16* x, const bf16* a, float alpha, const bf16* w, const bf16* gate,
                         int n, int64_t rows, float eps, bf16* out, Fp8Act q, cudaStream_t st);
 // out = bf16(RMSNorm(x) · w) · bf16(sigmoid(gate)) (rmsnorm then mul_sigmoid in one pass, the
@@ -56,7 +61,7 @@ void launch_rmsnorm_mul_sigmoid_ss(const T* x, const float* ss, int n, int64_t n
 template <typename T>
 void launch_silu_mul(const T* g, const T* u, T* out, int64_t n, cudaStream_t st);
 // launch_silu_mul's out over rows of g, u, out [rows, cols] (out may be g), with the FP8 codes
-// and scales of out in q (one block per row).
+// and scales of out in q (one block per row; q.skip_out: out may be left unstored).
 void launch_silu_mul_fp8(const bf16* g, const bf16* u, bf16* out, int64_t rows, int64_t cols,
                          Fp8Act q, cudaStream_t st);
 template <typename T>

@@ -8,7 +8,9 @@
 // (whole-row groups: n = cols), with cuda_fp8_quant.cuh's code on the bf16 values it stored,
 // so they are launch_quantize_rows_fp8's codes and scales of `out` bit for bit and the
 // projection skips its quantize kernel. The kernel choice and everything before the store are
-// unchanged, so `out` (and h) are bit-identical with or without the codes.
+// unchanged, so `out` (and h) are bit-identical with or without the codes. With q.skip_out the
+// 16-byte-vector kernel (the model's hidden sizes) does not store `out` at all: its codes come
+// from registers (the warp and block kernels read `out` back, so they store it).
 #include <cstdio>
 #include <cstdlib>
 #include <type_traits>
@@ -170,7 +172,7 @@ __global__ void rmsnorm_vec8_kernel(bf16* x, const bf16* a, float alpha, const b
   bf16* o8 = reinterpret_cast<bf16*>(&ov);
 #pragma unroll
   for (int e = 0; e < 8; ++e) o8[e] = f2b(gated<bf16, kGate>(rb(v[e] * inv) * b2f(w8[e]), g8, e));
-  *reinterpret_cast<uint4*>(out + off) = ov;
+  if (!kQuant || !q.skip_out) *reinterpret_cast<uint4*>(out + off) = ov;
   if constexpr (kQuant) {
     // The row's 8 · blockDim.x values are in the registers of its block: codes of ov directly.
     const float s = fp8q::row_scale(fp8q::block_max(fp8q::amax8(0.f, ov), red_max));

@@ -135,6 +135,40 @@ __global__ void silu_mul_fp8_kernel(const bf16* g, const bf16* u, bf16* out, int
   }
 }
 
+// The same numbers with the row in registers: one block of cols / (8 · kChunks) threads per row,
+// thread i holding chunks i, i + blockDim.x, ... of 8 columns (16-byte loads of g and u,
+// kChunks in flight each). The codes come from those registers, so `out` is stored only
+// without q.skip_out (the GEMM that reads the codes is out's only reader).
+template <int kChunks>
+__global__ void silu_mul_fp8_regs_kernel(const bf16* g, const bf16* u, bf16* out, int64_t cols,
+                                         Fp8Act q) {
+  pdl_begin();  // launch_pdl: before any read or write
+  __shared__ float red[32];
+  const int64_t base = int64_t(blockIdx.x) * cols, stride = int64_t(blockDim.x) * 8;
+  uint4 gv[kChunks], uv[kChunks], ov[kChunks];
+#pragma unroll
+  for (int i = 0; i < kChunks; ++i) {
+    const int64_t c = base + threadIdx.x * 8 + i * stride;
+    gv[i] = *reinterpret_cast<const uint4*>(g + c);
+    uv[i] = *reinterpret_cast<const uint4*>(u + c);
+  }
+  const SiluMul<bf16> op;
+  float amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < kChunks; ++i) {
+    ov[i] = apply8(gv[i], uv[i], op);
+    amax = fp8q::amax8(amax, ov[i]);
+  }
+  const float s = fp8q::row_scale(fp8q::block_max(amax, red));
+  if (threadIdx.x == 0) q.scales[blockIdx.x] = s;
+#pragma unroll
+  for (int i = 0; i < kChunks; ++i) {
+    const int64_t c = base + threadIdx.x * 8 + i * stride;
+    if (!q.skip_out) *reinterpret_cast<uint4*>(out + c) = ov[i];
+    *reinterpret_cast<uint2*>(q.codes + c) = fp8q::codes8<false>(ov[i], s);
+  }
+}
+
 bool vec16(const void* a, const void* b, const void* c, int64_t n) {
   return n % 8 == 0 && aligned16(a) && aligned16(b) && aligned16(c);
 }
@@ -287,6 +321,18 @@ void launch_silu_mul_fp8(const bf16* g, const bf16* u, bf16* out, int64_t rows, 
                          Fp8Act q, cudaStream_t st) {
   if (rows == 0) return;
   const bool vec = vec16(g, u, out, cols) && reinterpret_cast<uintptr_t>(q.codes) % 8 == 0;
+  // Rows of 8 · 32 · k columns, k ≤ 4 chunks per thread, ≤ 512 threads: the register kernel
+  // (the MLP's 16384: 512 threads of 4 chunks); otherwise the kernel that reads `out` back.
+  const int64_t chunks = cols / 8;
+  for (int k : {1, 2, 4}) {
+    if (!vec || chunks % (32 * k) != 0 || chunks / k > 512) continue;
+    const auto kernel = k == 1   ? silu_mul_fp8_regs_kernel<1>
+                        : k == 2 ? silu_mul_fp8_regs_kernel<2>
+                                 : silu_mul_fp8_regs_kernel<4>;
+    launch_pdl(kernel, unsigned(rows), unsigned(chunks / k), 0, st, g, u, out, cols, q);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   launch_pdl(silu_mul_fp8_kernel, unsigned(rows), 512, 0, st, g, u, out, cols, vec, q);
   CUDA_CHECK_LAUNCH();
 }
