@@ -143,7 +143,9 @@ TEST(CudaFp8Fused, NormCodesBitExact) {
                                    shape("", {rows, cols, variant});
           const NormRun ref = run_norm(in, pr, false, in_place, off);
           const NormRun got = run_norm(in, pr, true, in_place, off, skip);
-          if (!skip) EXPECT_EQ(first_diff(ref.out, got.out), -1) << name << ": bf16 output differs";
+          if (!skip) {
+            EXPECT_EQ(first_diff(ref.out, got.out), -1) << name << ": bf16 output differs";
+          }
           EXPECT_EQ(first_diff(ref.h, got.h), -1) << name << ": h (residual) differs";
           const int64_t ds = first_diff(ref.scales, got.scales);
           EXPECT_EQ(ds, -1) << name << ": scales differ first at row " << ds / 4;
@@ -191,7 +193,9 @@ TEST(CudaFp8Fused, SiluMulCodesBitExact) {
                       sc.get(size_t(rows) * 4)};
         }
         const std::string name = "silu_mul fp8 codes" + shape("", {rows, cols, variant});
-        if (!skip) EXPECT_EQ(first_diff(r[0].out, r[1].out), -1) << name << ": bf16 output differs";
+        if (!skip) {
+          EXPECT_EQ(first_diff(r[0].out, r[1].out), -1) << name << ": bf16 output differs";
+        }
         EXPECT_EQ(first_diff(r[0].scales, r[1].scales), -1) << name << ": scales differ";
         const int64_t dc = first_diff(r[0].codes, r[1].codes);
         EXPECT_EQ(dc, -1) << name << ": codes differ first at row " << dc / cols << " col "
