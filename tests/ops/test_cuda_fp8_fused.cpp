@@ -146,7 +146,9 @@ TEST(CudaFp8Fused, NormCodesBitExact) {
           if (!skip) {
             EXPECT_EQ(first_diff(ref.out, got.out), -1) << name << ": bf16 output differs";
           }
-          EXPECT_EQ(first_diff(ref.h, got.h), -1) << name << ": h (residual) differs";
+          if (!(skip && in_place)) {  // else h is out, which skip_out may leave unstored
+            EXPECT_EQ(first_diff(ref.h, got.h), -1) << name << ": h (residual) differs";
+          }
           const int64_t ds = first_diff(ref.scales, got.scales);
           EXPECT_EQ(ds, -1) << name << ": scales differ first at row " << ds / 4;
           if (const int64_t i = first_diff(ref.codes, got.codes); i >= 0)
