@@ -309,6 +309,13 @@ int run(const Args& a) {
     sala::fail("--chunk, --long-decode-steps and --long-decode-batches must be positive");
   for (int k : a.verify_draft)
     if (k <= 0) sala::fail("--verify-draft-tokens: {} is not positive", k);
+  for (int b : a.decode_batches)
+    if (b <= 0) sala::fail("--decode-batches: batch {} is not positive", b);
+  for (int b : a.prefill_batches)
+    if (b <= 0) sala::fail("--prefill-batches: batch {} is not positive", b);
+  if (a.decode_in <= 0 || a.decode_out <= 0 || a.prefill_in <= 0)
+    sala::fail("--decode-input, --decode-output and --prefill-input must be positive (got {}, {}, "
+               "{})", a.decode_in, a.decode_out, a.prefill_in);
   for (int64_t len : a.long_prefill)
     if (len <= 0) sala::fail("--long-prefill: length {} is not positive", len);
   for (int64_t len : a.long_decode_contexts)
