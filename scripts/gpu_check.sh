@@ -497,8 +497,12 @@ ncu_decode() {
 # What bounds the long prefill's non-GEMM kernels (issue 18; session 13's op profile: stage 2,
 # stage 1 and the lightning chunk kernels at 5-12 % of their FLOP floors): ncu over a
 # NCU_PREFILL-token prefill (default 131072, chunks of NCU_CHUNK = 2048), only those kernels,
-# about two chunks' launches late in the prompt (--launch-skip counts matching launches).
-# NCU_KV adds --kv-cache-dtype (fp8_e4m3).
+# about two chunks' launches late in the prompt (--launch-skip counts matching launches; the
+# bench runs the long prompt alone, --long-only, so its first launches are the prompt's).
+# NCU_KV adds --kv-cache-dtype (fp8_e4m3); NCU_REGEX replaces the kernel regex, NCU_COUNT the
+# 100 launches, NCU_ARGS appends bench flags (e.g. --quantization fp8). The 4K one-shot step's
+# memory-bound kernels: NCU_PREFILL=4096 NCU_CHUNK=4096 NCU_REGEX='silu_mul|rmsnorm|flash|gla_'
+# (a chunk count under 8 skips nothing).
 # scripts/ncu_summary.py --metrics prints each kernel's mean of every metric.
 NCU_PREFILL_METRICS="gpu__time_duration.sum,lts__t_sector_hit_rate.pct,dram__bytes_read.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,\
 dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed,\
@@ -521,16 +525,17 @@ ncu_prefill() {
   # sparse layers x 2 + 24 lightning layers x 1 launches per chunk), then take 100 launches,
   # i.e. ~2 chunks late in the prompt. Kernels in anonymous namespaces are matched by their
   # demangled names (ncu's default base name does not match them).
-  local L=${NCU_PREFILL:-131072} c=${NCU_CHUNK:-2048} per=$((8 * 2 + 24))
+  local L=${NCU_PREFILL:-131072} c=${NCU_CHUNK:-2048} per=$((8 * 2 + 24)) skip
+  skip=$(( (L / c - 8) * per )) && [ "$skip" -ge 0 ] || skip=0
   [ -e "$MODEL_DIR/model.safetensors.index.json" ] || [ -e "$MODEL_DIR/model.safetensors" ] ||
     "$BIN/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$MODEL_DIR" 2>&1 | tail -1
-  # shellcheck disable=SC2046  # the optional flag pair
+  # shellcheck disable=SC2046,SC2086  # the optional flag pair; NCU_ARGS is a list
   ncu --metrics "$NCU_PREFILL_METRICS" --kernel-name-base demangled \
-    -k "regex:select_|sparse_attn|gla_" --launch-skip $(( (L / c - 8) * per )) --launch-count 100 \
-    --csv --log-file "$OUT/ncu_prefill.csv" "$BIN/sala" bench offline --model-path "$MODEL_DIR" \
-    --device cuda --decode-batches 1 --decode-output 2 --prefill-batches 1 --prefill-input 256 \
-    --long-prefill "$L" --chunk "$c" $([ -n "${NCU_KV:-}" ] && echo --kv-cache-dtype "$NCU_KV") 2>&1 |
-    grep -E "^prefill"
+    -k "regex:${NCU_REGEX:-select_|sparse_attn|gla_}" --launch-skip "$skip" \
+    --launch-count "${NCU_COUNT:-100}" --csv --log-file "$OUT/ncu_prefill.csv" \
+    "$BIN/sala" bench offline --model-path "$MODEL_DIR" --device cuda --long-only \
+    --long-prefill "$L" --chunk "$c" $([ -n "${NCU_KV:-}" ] && echo --kv-cache-dtype "$NCU_KV") \
+    ${NCU_ARGS:-} 2>&1 | grep -E "^prefill"
   python3 "$ROOT/scripts/ncu_summary.py" "$OUT/ncu_prefill.csv" --metrics
 }
 

@@ -51,6 +51,7 @@ struct Args {
   bool tp_peer_comm = false;      // ModelLimits::tp_peer_comm (an A/B)
   bool bf16 = false;
   bool disable_cuda_graph = false;
+  bool long_only = false;  // --long-only: no decode / prefill rows, only the long-context runs
   std::string quantization;  // "" | fp8 (BackendOptions::fp8_weights) | w4a16 (int4_group_size)
   int64_t profile_ops = 0;  // BackendOptions::profile_ops
   std::string kv_cache_dtype = "auto";  // BackendOptions::kv_cache_dtype
@@ -284,7 +285,8 @@ sala::ModelLimits plan_limits(const Args& a, const sala::ModelConfig& cfg) {
   sala::ModelLimits lim;
   lim.max_step_tokens =
       std::max({a.prefill_in, a.decode_in, max_b, max_long_b, long_runs ? a.chunk : 0});
-  lim.max_logit_rows = std::max(max_b * (1 + max_of(a.verify_draft)), max_long_b);
+  // >= 1: a long prefill's last step wants its logit row (--long-only has no batches)
+  lim.max_logit_rows = std::max({max_b * (1 + max_of(a.verify_draft)), max_long_b, 1});
   lim.max_step_tokens = std::max(lim.max_step_tokens, lim.max_logit_rows);
   lim.caches.page_size = cfg.sparse.block_size;
   const int32_t page = lim.caches.page_size;
@@ -293,7 +295,7 @@ sala::ModelLimits plan_limits(const Args& a, const sala::ModelConfig& cfg) {
                                    pages_for(max_of(a.long_prefill), page),
                                    max_long_b * pages_for(long_decode_len, page)});
   // Verify steps snapshot each sequence's state into slot b + max_b, as the engine does.
-  lim.caches.num_slots = std::max(max_b * (a.verify_draft.empty() ? 1 : 2), max_long_b);
+  lim.caches.num_slots = std::max({max_b * (a.verify_draft.empty() ? 1 : 2), max_long_b, 1});
   if (a.long_prefill_beside > 0 && !a.long_prefill.empty())
     plan_mixed_prefill(lim, max_of(a.long_prefill), a.chunk, a.long_prefill_beside, a.decode_in);
   return lim;
@@ -309,6 +311,8 @@ int run(const Args& a) {
     sala::fail("--chunk, --long-decode-steps and --long-decode-batches must be positive");
   for (int k : a.verify_draft)
     if (k <= 0) sala::fail("--verify-draft-tokens: {} is not positive", k);
+  if (a.long_only && a.long_prefill.empty() && a.long_decode_contexts.empty())
+    sala::fail("--long-only needs --long-prefill or --long-decode-contexts: nothing to run");
   for (int b : a.decode_batches)
     if (b <= 0) sala::fail("--decode-batches: batch {} is not positive", b);
   for (int b : a.prefill_batches)
@@ -484,6 +488,9 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
   app.add_option("--model-path", a->model, "model directory")->required();
   app.add_option("--device", a->device, "cpu or cuda");
   app.add_option("--decode-batches", a->decode_batches, "decode batch sizes")->delimiter(',');
+  app.add_flag("--long-only", a->long_only,
+               "only the long-context runs (no decode / prefill rows): e.g. a profiler's launch "
+               "counts start at the long prompt's first step");
   app.add_option("--prefill-batches", a->prefill_batches, "prefill batch sizes")->delimiter(',');
   app.add_option("--decode-input", a->decode_in, "decode prompt length");
   app.add_option("--decode-output", a->decode_out, "decode steps");
@@ -543,7 +550,10 @@ sala::cli::Registrar reg("bench offline", "Model-level decode/prefill throughput
                  "second copy of the codes (false: dequantize per forward + cuBLASLt)")
       ->capture_default_str();
   app.add_option("--json,--out-json", a->out_json, "also write every table row to FILE as JSON");
-  return [a] { return run(*a); };
+  return [a] {
+    if (a->long_only) a->decode_batches.clear(), a->prefill_batches.clear();
+    return run(*a);
+  };
 });
 
 }  // namespace
