@@ -32,7 +32,7 @@ void launch_rmsnorm(T* x, const T* a, float alpha, const T* w, int n, int64_t gr
 // on the stored bf16 activation, bit for bit.
 // skip_out: the producer may leave its bf16 output unstored (the caller's `next` is the only
 // reader of it, and reads these codes): the row-in-registers kernels then store only the
-// codes, scales (and h), ~30 % of the bytes of a norm or SiLU product; the others store it.
+// codes, scales (and h), ~30 % fewer bytes per norm or SiLU product; the others store it.
 struct Fp8Act {
   uint8_t* codes = nullptr;
   float* scales = nullptr;
