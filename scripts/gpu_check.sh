@@ -80,6 +80,11 @@
 #   scripts/gpu_check.sh ncu-prefill  ncu of late prefill chunks of a long prompt (stage 1,
 #                                     stage 2, the lightning chunk kernels): time, throughputs,
 #                                     pipes and warp stall reasons per kernel (issue 18)
+#   scripts/gpu_check.sh ktrace       kernel timelines of decode steps (4K context, B = 1 and 8,
+#                                     graphs on) through the CUPTI tracer scripts/ktrace: what
+#                                     each kernel adds to a step's span, PDL overlap included
+#                                     (KTRACE_ARGS appends bench flags, e.g. --quantization fp8
+#                                     --kv-cache-dtype fp8_e4m3)
 #   scripts/gpu_check.sh exec CMD...  CMD with the binaries' directory in $SALA_GPU_DIR and
 #                                     their libraries on LD_LIBRARY_PATH (profiler runs)
 #   scripts/gpu_check.sh libs DEST BIN...  copy the non-system shared libraries of BIN... into
@@ -152,6 +157,11 @@ pack() {
   cp "$BUILD/src/cli/sala" "$st/bin/"
   for t in $OP_TESTS; do cp "$BUILD/tests/ops/$t" "$st/bin/"; done
   copy_libs "$st/lib" "$st"/bin/*
+  # The kernel tracer (ktrace mode) and the CUPTI it was linked with, side by side.
+  if [ -e "$BUILD/scripts/ktrace/libsala_ktrace.so" ]; then
+    cp "$BUILD/scripts/ktrace/libsala_ktrace.so" "$st/lib/"
+    copy_libs "$st/lib" "$BUILD/scripts/ktrace/libsala_ktrace.so"
+  fi
   strip "$st"/bin/*
   commit_stamp >"$st/commit"
   tar -C "$st" -cJf "$g/pack.tar.xz" bin lib commit
@@ -494,6 +504,29 @@ ncu_decode() {
   python3 "$ROOT/scripts/ncu_summary.py" "$OUT/ncu.csv" --last $((4 * 8 * 7))
 }
 
+# Where a decode step's time goes (issues 17 / 20 / 22): the CUPTI tracer (scripts/ktrace)
+# records every kernel of a `bench offline` decode run (graph replay and PDL as untraced), then
+# ktrace_summary.py splits each recorded step's span into idle time and what each kernel
+# pushed the step's end by, over the last 16 replays of each recording, with the last
+# replay's timeline. The untraced run beside it says what the tracing costs.
+ktrace() {
+  setup
+  local kt=${KTRACE_LIB:-$LIBS/libsala_ktrace.so}
+  [ -e "$kt" ] || kt=$BUILD/scripts/ktrace/libsala_ktrace.so
+  [ -e "$MODEL_DIR/model.safetensors.index.json" ] || [ -e "$MODEL_DIR/model.safetensors" ] ||
+    "$BIN/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$MODEL_DIR" 2>&1 | tail -1
+  local args="--model-path $MODEL_DIR --device cuda --decode-batches 1,8 --decode-input 4096
+    --decode-output 64 --prefill-batches 1 --prefill-input 256 ${KTRACE_ARGS:-}"
+  # shellcheck disable=SC2086  # args is a list
+  "$BIN/sala" bench offline $args 2>&1 | grep -E "^decode" | sed 's/^/untraced: /'
+  # shellcheck disable=SC2086
+  KTRACE_OUT=$OUT/ktrace.csv CUDA_INJECTION64_PATH=$kt "$BIN/sala" bench offline $args 2>&1 |
+    grep -E "^decode|ktrace" | sed 's/^/traced:   /'
+  python3 "$ROOT/scripts/ktrace/ktrace_summary.py" "$OUT/ktrace.csv" --graph-launches 16 \
+    --top 40 --timeline >"$OUT/ktrace.txt"
+  grep -E "^graph" "$OUT/ktrace.txt"
+}
+
 # What bounds the long prefill's non-GEMM kernels (issue 18; session 13's op profile: stage 2,
 # stage 1 and the lightning chunk kernels at 5-12 % of their FLOP floors): ncu over a
 # NCU_PREFILL-token prefill (default 131072, chunks of NCU_CHUNK = 2048), only those kernels,
@@ -551,6 +584,7 @@ case "${1:-}" in
   mixed) PROFILE_OPS=${PROFILE_OPS:-2000} BENCH_ARGS="$MIXED_BENCH_ARGS ${BENCH_ARGS:-}" bench mixed ;;
   tp) tp ;;
   ncu-decode) ncu_decode ;;
+  ktrace) ktrace ;;
   ncu-prefill) ncu_prefill ;;
   spec) spec ;;
   fp8) quant_fidelity fp8 ;;
@@ -562,6 +596,6 @@ case "${1:-}" in
   exec) shift; setup >&2; export SALA_GPU_DIR=$BIN; "$@" ;;
   libs) shift; mkdir -p "$1" && copy_libs "$@" ;;
   table|markdown) $SUM "$1" "${2:-$SUMMARY}" ;;
-  *) echo "usage: $0 build|pack|correctness|sanitize|bench|long|decode4k|grammar|mixed|fp8|w4|kv8|kv8-bench|spec|ncu-decode|ncu-prefill|exec CMD...|libs DEST BIN...|table|markdown [FILE]" >&2
+  *) echo "usage: $0 build|pack|correctness|sanitize|bench|long|decode4k|grammar|mixed|fp8|w4|kv8|kv8-bench|spec|ncu-decode|ncu-prefill|ktrace|exec CMD...|libs DEST BIN...|table|markdown [FILE]" >&2
      exit 2 ;;
 esac
