@@ -151,6 +151,15 @@ class Backend {
                                   float eps, Tensor& out, const Weight* next = nullptr) = 0;
   // y[T, N] = x[T, K] · W[N, K]ᵀ
   virtual void linear(const Tensor& x, const Weight& w, Tensor& y) = 0;
+  // A projection and the residual norm after it (o_proj / down_proj, then the next norm):
+  // linear(x, w, y), then add_scaled_rmsnorm(h, y, alpha, norm_w, eps, out, next), the same
+  // numbers (the default); a backend may do both in one kernel (CUDA: decode rows).
+  virtual void linear_add_rmsnorm(const Tensor& x, const Weight& w, Tensor& y, Tensor& h,
+                                  float alpha, const Tensor& norm_w, float eps, Tensor& out,
+                                  const Weight* next = nullptr) {
+    linear(x, w, y);
+    add_scaled_rmsnorm(h, y, alpha, norm_w, eps, out, next);
+  }
   // Several projections of one input through one weight whose rows are the projections'
   // weights stacked (fused at load: W = [W_0; W_1; ...], W.rows = Σ ys[i].cols): ys[i] =
   // x · W_iᵀ, each ys[i] a contiguous [T, N_i] tensor. Same numbers as separate linear()

@@ -341,7 +341,8 @@ void Model::run_layers(int64_t T, int64_t R, ForwardTrace* trace, RowLogprobs* e
       be.linear_multi(x, l.qkvg, {&q, &k, &v, &gate});  // q_proj, k_proj, v_proj, o_gate
       // NoPE, no q/k norm; then a * sigmoid(o_gate(x))
       be.sparse_attention_mul_sigmoid(ki, q, k, v, gate, a);
-      be.linear(a, l.o_proj, mix);
+      be.linear_add_rmsnorm(a, l.o_proj, mix, h, alpha, l.post_attention_layernorm, eps, x,
+                            &l.gate_up);
     } else {
       Tensor q = rows(q_, ld), k = rows(k_, ld), v = rows(v_, ld);
       Tensor gate = rows(gate_, ld), a = rows(attn_, ld);
@@ -355,16 +356,15 @@ void Model::run_layers(int64_t T, int64_t R, ForwardTrace* trace, RowLogprobs* e
                                 c.rope_theta, slopes_, float(c.lightning_scale), a);
       // one norm over all heads, then o * sigmoid(z_proj(x))
       be.rmsnorm_mul_sigmoid(a, l.o_norm, eps, gate, a, &l.o_proj);
-      be.linear(a, l.o_proj, mix);
+      be.linear_add_rmsnorm(a, l.o_proj, mix, h, alpha, l.post_attention_layernorm, eps, x,
+                            &l.gate_up);
     }
-    be.add_scaled_rmsnorm(h, mix, alpha, l.post_attention_layernorm, eps, x, &l.gate_up);
     be.linear_silu_mul(x, l.gate_up, g, u, &l.down_proj);  // silu(gate_proj(x)) * up_proj(x)
-    be.linear(g, l.down_proj, mix);
     const bool last = i + 1 == c.num_hidden_layers;
     const Tensor& next_norm = last ? w_.norm : w_.layers[size_t(i) + 1].input_layernorm;
-    // x: the next layer's input (its q/k/v/gate projection), or the final norm's output (the
-    // logit rows are gathered from it: no projection reads x itself)
-    be.add_scaled_rmsnorm(h, mix, alpha, next_norm, eps, x,
+    // down_proj, then x: the next layer's input (its q/k/v/gate projection), or the final
+    // norm's output (the logit rows are gathered from it: no projection reads x itself)
+    be.linear_add_rmsnorm(g, l.down_proj, mix, h, alpha, next_norm, eps, x,
                           last ? nullptr : &w_.layers[size_t(i) + 1].qkvg);
     trace_rows(trace, h);
   }

@@ -94,6 +94,9 @@ class CudaBackend : public Backend {
                const Weight* next = nullptr) override;
   void add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, const Tensor& w, float eps,
                           Tensor& out, const Weight* next = nullptr) override;
+  void linear_add_rmsnorm(const Tensor& x, const Weight& w, Tensor& y, Tensor& h, float alpha,
+                          const Tensor& norm_w, float eps, Tensor& out,
+                          const Weight* next = nullptr) override;
   void linear(const Tensor& x, const Weight& w, Tensor& y) override;
   void linear_multi(const Tensor& x, const Weight& w, const std::vector<Tensor*>& ys) override;
   void qk_norm_rope(Tensor& q, Tensor& k, const Tensor& qn, const Tensor& kn, float eps,

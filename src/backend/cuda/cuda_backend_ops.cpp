@@ -82,6 +82,33 @@ void CudaBackend::add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, co
 
 void CudaBackend::linear(const Tensor& x, const Weight& w, Tensor& y) { gemm_.linear(x, w, y); }
 
+// Decode rows: the GEMV's last CTAs apply the norm (GemmDispatch::linear_norm) where the
+// unfused norm would run rmsnorm_vec8_kernel, whose bits the tail reproduces.
+void CudaBackend::linear_add_rmsnorm(const Tensor& x, const Weight& w, Tensor& y, Tensor& h,
+                                     float alpha, const Tensor& norm_w, float eps, Tensor& out,
+                                     const Weight* next) {
+  const int64_t n = norm_w.numel();
+  const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool fits = bf16_mode_ && gemv_norm_tail_fits(n) && h.cols == n && y.cols == n &&
+                    out.cols == n && h.rows == x.rows && y.rows == x.rows &&
+                    out.rows == x.rows && is_bf16(h) && is_bf16(y) && is_bf16(out) &&
+                    is_bf16(norm_w) && out.data != h.data && aligned16(h.data) &&
+                    aligned16(out.data) && aligned16(norm_w.data);
+  if (fits && gemm_.linear_norm(x, w, y, [&] {
+        GemvRowTail t;
+        t.h = ptr<bf16>(h);
+        t.w = ptr<bf16>(norm_w);
+        t.alpha = alpha;
+        t.eps = eps;
+        t.out = ptr<bf16>(out);
+        t.q = fp8_codes_for(out, n, next);
+        t.n = int(n);
+        return t;
+      }))
+    return;
+  Backend::linear_add_rmsnorm(x, w, y, h, alpha, norm_w, eps, out, next);
+}
+
 void CudaBackend::linear_multi(const Tensor& x, const Weight& w, const std::vector<Tensor*>& ys) {
   if (!gemm_.linear_multi(x, w, ys)) Backend::linear_multi(x, w, ys);  // one GEMM per row slice
 }

@@ -27,6 +27,8 @@ GemmDispatch::GemmDispatch(bool bf16_mode, cudaStream_t stream, DeviceArena& are
     CUDA_CHECK(cudaMemset(skinny_ws_, 0, skinny_sm90_workspace_bytes()));
   }
   int4_sm90_ok_ = skinny_ok_ && int4_prefill_gemm;  // skinny_ok_: bf16 mode on sm_90
+  tail_sync_ = static_cast<unsigned*>(arena_.device(2 * sizeof(unsigned)));
+  CUDA_CHECK(cudaMemset(tail_sync_, 0, 2 * sizeof(unsigned)));
   CUBLAS_CHECK(cublasLtCreate(&lt_));
   lt_workspace_ = arena_.device(lt_workspace_size_);
 }
@@ -63,6 +65,43 @@ void GemmDispatch::linear(const Tensor& x, const Weight& wt, Tensor& y) {
     Tensor ys = y.slice_rows(r0, n);
     linear_rows(x.slice_rows(r0, n), w, ys);
   });
+}
+
+bool GemmDispatch::linear_norm(const Tensor& x, const Weight& wt, Tensor& y,
+                               const std::function<GemvRowTail()>& tail) {
+  const int64_t T = x.rows, K = x.cols;
+  if (!bf16_ || T < 1 || T > kGemvRowTailRows || !is_bf16(x) || !is_bf16(y) || y.rows != T ||
+      y.cols != wt.rows || K != wt.cols || !gemv_norm_tail_fits(wt.rows) || !one_run(T) ||
+      !gemv_rows(T) || skinny_step_rows(T))
+    return false;
+  GemvOut o = gemv_parts({&y});
+  if (wt.format == WeightFormat::FP8_E4M3) {
+    if (!(wt.scales && wt.group == wt.cols && K % 16 == 0 && gemv_fp8_supported(wt.data, K, T) &&
+          gemv_fp8_row_tail_supported()))
+      return false;
+    // As linear_fp8's GEMV run: x's codes from its producer, else quantized here.
+    const bool prepared = take_fp8_prepared(x);
+    const Fp8Input in = fp8_input(T, K);
+    if (!prepared) launch_quantize_rows_fp8(ptr<bf16>(x), T, K, K, in.codes, in.scales, stream_);
+    // The tail may write out's codes where x's are (the workspace's start): only after every
+    // CTA has finished its tiles, so after every read of x's.
+    o.tail = tail();
+    o.tail.sync = tail_sync_;
+    launch_gemv_fp8(in.codes, K, in.scales, static_cast<const uint8_t*>(wt.data), wt.scales,
+                    wt.rows, int(K), int(T), o, stream_);
+    timer_.tick("gemv fp8 + add_scaled_rmsnorm");
+    return true;
+  }
+  if (wt.format != WeightFormat::BF16 ||
+      !gemv_supported(x.data, K, wt.data, K, T) || !gemv_row_tail_supported())
+    return false;
+  fp8_prepared_ = {};  // as linear: prepared codes serve FP8 GEMMs only
+  o.tail = tail();
+  o.tail.sync = tail_sync_;
+  launch_gemv(ptr<bf16>(x), K, static_cast<const bf16*>(wt.data), wt.rows, int(K), int(T), o,
+              stream_);
+  timer_.tick("gemv + add_scaled_rmsnorm");
+  return true;
 }
 
 // Batch invariance: cuBLASLt picks its kernel (and so its rounding) from the row count, so in a

@@ -63,6 +63,13 @@ class GemmDispatch {
   // composition (one linear() per part / linear_multi then silu_mul).
   bool linear_multi(const Tensor& x, const Weight& w, const std::vector<Tensor*>& ys);
   bool linear_silu_mul(const Tensor& x, const Weight& w, Tensor& g, Tensor& u);
+  // y = x · Wᵀ, then the residual norm that tail() describes (h, w, out, out's FP8 codes),
+  // applied by the GEMV's last CTAs (cuda_gemv_row_tail.cuh): one run of at most
+  // kGemvRowTailRows decode rows through the bf16 or FP8 ring GEMV. tail() is called after
+  // x's own prepared FP8 codes are taken (it may prepare out's for the next GEMM; its sync is
+  // set here). false: not this path and nothing done (the caller runs linear, then the norm).
+  bool linear_norm(const Tensor& x, const Weight& w, Tensor& y,
+                   const std::function<cuda::GemvRowTail()>& tail);
   // FP8 weights exist (CudaBackend::upload_linear / upload_fp8).
   void note_fp8_weights() { fp8_weights_ = true; }
   // Once FP8 weights exist: the FP8 workspace for GEMM inputs of up to rows x cols
@@ -209,6 +216,7 @@ class GemmDispatch {
   // [x.rows, n], grown if needed outside recordings).
   bool stack_fits(const Tensor& x, int64_t n);
   bool skinny_ok_ = false;        // skinny_sm90_available()
+  unsigned* tail_sync_ = nullptr;  // GemvRowTail::sync: arrival count and generation
   void* skinny_ws_ = nullptr;     // its split-K workspace (counters zeroed)
   void* stack_ws_ = nullptr;
   int64_t stack_ws_elems_ = 0;

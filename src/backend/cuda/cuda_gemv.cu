@@ -48,6 +48,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_gemv_row_tail.cuh"
 #include "backend/cuda/cuda_gemv_ring.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
@@ -145,6 +146,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // red is reused by the next tile
   }
   cp_wait<0>();  // only empty groups can remain
+  gemv_row_tail<kThreads>(o, M, reinterpret_cast<float*>(smem + kRingBytes));
 }
 
 // ---- tile kernel (fallback) ----
@@ -209,6 +211,10 @@ bool gemv_silu_pair_supported(int64_t N) {
   return setup().ring && N % (2 * kRows) == 0;
 }
 
+bool gemv_row_tail_supported() {
+  return setup().ring;
+}
+
 bool gemv_supported(const void* x, int64_t ldx, const void* w, int64_t K, int64_t M) {
   const auto a16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
   return M >= 1 && M <= kGemvMaxRows && K % 8 == 0 && ldx % 8 == 0 && a16(x) && a16(w);
@@ -220,6 +226,12 @@ void launch_gemv(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, in
   if (o.silu_pair && !gemv_silu_pair_supported(N)) {  // callers ask gemv_silu_pair_supported
     std::fprintf(stderr, "%s:%d: silu_pair GEMV on N = %lld rows unsupported\n", __FILE__, __LINE__,
                  static_cast<long long>(N));
+    std::abort();
+  }
+  // Callers ask gemv_row_tail_supported and gemv_norm_tail_fits.
+  if (o.tail.h && !(s.ring && row_tail_ok(o, N, M))) {
+    std::fprintf(stderr, "%s:%d: GEMV with a row tail: unsupported shape (N = %lld, M = %d)\n",
+                 __FILE__, __LINE__, static_cast<long long>(N), M);
     std::abort();
   }
   with_nt(M, [&]<int NT>() {

@@ -55,6 +55,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_gemv_fp8_math.cuh"
+#include "backend/cuda/cuda_gemv_row_tail.cuh"
 #include "backend/cuda/cuda_gemv_ring.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_launch.cuh"
@@ -184,6 +185,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // red is reused by the next tile
   }
   cp_wait<0>();  // only empty groups can remain
+  gemv_row_tail<kThreads>(o, M, reinterpret_cast<float*>(smem + kRingBytes));
 }
 
 // ---- tile kernel (fallback) ----
@@ -260,6 +262,10 @@ bool gemv_fp8_silu_pair_supported(int64_t N) {
   return setup().ring && N % (2 * kRows) == 0;
 }
 
+bool gemv_fp8_row_tail_supported() {
+  return setup().ring;
+}
+
 void launch_gemv_fp8(const uint8_t* xq, int64_t ldq, const float* sx, const uint8_t* w,
                      const float* w_scales, int64_t N, int K, int M, const GemvOut& o,
                      cudaStream_t st) {
@@ -272,6 +278,12 @@ void launch_gemv_fp8(const uint8_t* xq, int64_t ldq, const float* sx, const uint
   if (o.silu_pair && !gemv_fp8_silu_pair_supported(N)) {  // gemv_fp8_silu_pair_supported
     std::fprintf(stderr, "%s:%d: silu_pair FP8 GEMV on N = %lld rows unsupported\n", __FILE__,
                  __LINE__, static_cast<long long>(N));
+    std::abort();
+  }
+  // Callers ask gemv_fp8_row_tail_supported and gemv_norm_tail_fits.
+  if (o.tail.h && !(s.ring && row_tail_ok(o, N, M))) {
+    std::fprintf(stderr, "%s:%d: FP8 GEMV with a row tail: unsupported (N = %lld, M = %d)\n",
+                 __FILE__, __LINE__, static_cast<long long>(N), M);
     std::abort();
   }
   with_nt(M, [&]<int NT>() {

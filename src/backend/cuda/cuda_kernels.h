@@ -89,6 +89,25 @@ void launch_qk_norm_rope(T* q, T* k, const T* qn, const T* kn, int64_t rows, int
 // ---- skinny GEMM for decode and verify rows (cuda_gemv.cu) ----
 // Rows one GEMV launch takes (one pass over the weights; n8 tiles NT = 1, 2, 4, 8).
 inline constexpr int kGemvMaxRows = 64;
+// Work a ring GEMV's last CTAs do on whole rows of its output y = o.y[0] ([M, n] bf16, one
+// part) once every CTA has stored its tiles (cuda_gemv_row_tail.cuh), instead of a kernel of
+// its own after the GEMV: the residual norm h[m] += y[m]·alpha, out[m] = RMSNorm(h[m])·w, and
+// out's FP8 codes when q.codes: the bits of launch_rmsnorm(_fp8) with a = y
+// (gemv_norm_tail_fits: n % 2048 == 0, n <= 8192; every pointer 16-byte aligned). sync: two
+// words of device memory, zeroed once (an arrival count, zero again after every kernel, and a
+// generation). h == nullptr: nothing.
+struct GemvRowTail {
+  bf16* h = nullptr;
+  const bf16* w = nullptr;
+  float alpha = 0.f, eps = 0.f;
+  bf16* out = nullptr;
+  Fp8Act q{};
+  unsigned* sync = nullptr;
+  int n = 0;
+};
+inline constexpr bool gemv_norm_tail_fits(int64_t n) {
+  return n % 2048 == 0 && n >= 2048 && n <= 8192;
+}
 struct GemvOut {          // weight rows [end[p-1], end[p]) go to y[p] (row-major, cols[p])
   void* y[4];
   int64_t end[4];
@@ -98,7 +117,9 @@ struct GemvOut {          // weight rows [end[p-1], end[p]) go to y[p] (row-majo
   // Gate/up pair (nparts 1, cols[0] = N / 2): weight rows [0, N/2) are the gate, [N/2, N)
   // the up projection; y[0] = bf16(bf16(silu(g)) * u) of the bf16-rounded g, u (silu_mul).
   bool silu_pair;
+  GemvRowTail tail;  // the ring GEMVs (bf16, FP8) at <= kGemvRowTailRows rows only
 };
+constexpr int kGemvRowTailRows = 16;
 // Once, before any stream capture (the backend's constructor): picks the kernel for the
 // current device and sets its shared-memory attribute (launch_gemv would do it on first use).
 void gemv_init();
@@ -111,6 +132,8 @@ void launch_silu_mul_halves(const bf16* x, int64_t T, int64_t I, bf16* out, cuda
 // GemvOut::silu_pair runs on this GPU for N weight rows (the ring kernel, N / 2 a whole
 // number of its 32-row tiles).
 bool gemv_silu_pair_supported(int64_t N);
+// GemvOut::tail runs on this GPU (the ring kernel; the caller checks gemv_norm_tail_fits).
+bool gemv_row_tail_supported();
 // y[m, n] = Σ_k x[m*ldx + k] w[n*K + k] for m < M <= kGemvMaxRows, n < N. Row invariant: row
 // m's result is bit-identical for any M (and equals the row alone).
 void launch_gemv(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, int M,
@@ -127,6 +150,7 @@ void launch_gemv(const bf16* x, int64_t ldx, const bf16* w, int64_t N, int K, in
 void launch_gemv_fp8(const uint8_t* xq, int64_t ldq, const float* sx, const uint8_t* w,
                      const float* w_scales, int64_t N, int K, int M, const GemvOut& o,
                      cudaStream_t st);
+bool gemv_fp8_row_tail_supported();  // as gemv_row_tail_supported
 // M in 1..kGemvMaxRows, K % 16 == 0, w 16-byte aligned. The first call (outside any stream
 // capture) picks the kernel for the current device and sets its shared memory; gemv_fp8_init
 // makes that choice now (the backend's constructor, outside any capture).

@@ -153,8 +153,9 @@ __global__ void rmsnorm_vec8_kernel(bf16* x, const bf16* a, float alpha, const b
 #pragma unroll
     for (int e = 0; e < 8; ++e) v[e] = b2f(h8[e]);
   }
+  // One fused multiply-add per value, as the GEMV's norm tail (cuda_gemv_row_tail.cuh).
 #pragma unroll
-  for (int e = 0; e < 8; ++e) ss += v[e] * v[e];
+  for (int e = 0; e < 8; ++e) ss = __fmaf_rn(v[e], v[e], ss);
   const float inv = block_inv_rms(ss, n, eps, red);
   const uint4 wv = *reinterpret_cast<const uint4*>(w + threadIdx.x * 8);
   const bf16* w8 = reinterpret_cast<const bf16*>(&wv);
