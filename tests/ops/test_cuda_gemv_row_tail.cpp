@@ -10,11 +10,18 @@
 //                 count is zero again after each call, also read back)
 //   GraphReplay   three fused launches recorded in a CUDA graph, replayed three times (h
 //                 reset before each): the bits of the same three eager calls
+//   Speed         µs per call back to back (weights rotated past L2) of o_proj's and
+//                 down_proj's shapes, M = 1, 8, 16: the GEMV alone, the GEMV then the norm
+//                 kernel, the GEMV with the tail; with and without FP8 codes (prints only: the
+//                 tail's own cost, which session 44's timelines put above its work)
 // Without a GPU every test GTEST_SKIPs (cuda_test_util.h).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -230,6 +237,72 @@ TEST(CudaGemvRowTail, GraphReplay) {
     CUDA_OK(cudaGraphDestroy(graph));
     CUDA_OK(cudaStreamDestroy(st));
   }
+}
+
+TEST(CudaGemvRowTail, Speed) {
+  REQUIRE_GPU();
+  if (!tail_runs_here(true) || !tail_runs_here(false)) GTEST_SKIP() << "no ring GEMV here";
+  std::printf("\n[ row tail ] %-4s %-9s %3s %-5s %9s %12s %12s %9s\n", "w", "proj", "M", "codes",
+              "gemv us", "gemv+norm", "gemv+tail", "saved us");
+  const int64_t n = 4096, kRows = cuda::kGemvRowTailRows;
+  for (bool fp8 : {false, true})
+    for (int64_t K : {int64_t(4096), int64_t(16384)}) {
+      const int64_t bytes = n * K * (fp8 ? 1 : 2);
+      const int copies = int(std::max<int64_t>(2, (400ll << 20) / bytes + 1));
+      const HostMat hx = randn(kRows, K, 4700, 1.f), hh = randn(kRows, n, 4701, 2.f),
+                    hw = randn(1, n, 4702, 0.2f, 1.f);
+      Dev w(size_t(bytes) * size_t(copies)), ws(size_t(n) * 4),
+          x(size_t(kRows * K) * 2, hx.bits.data()), xq(size_t(kRows * K)), sx(size_t(kRows) * 4), y(size_t(kRows * n) * 2),
+          h(size_t(kRows * n) * 2, hh.bits.data()), nw(size_t(n) * 2, hw.bits.data()),
+          out(size_t(kRows * n) * 2), q(size_t(kRows * n)), qs(size_t(kRows) * 4), sync(8);
+      CUDA_OK(cudaMemset(w.p, 0x34, w.n));  // e4m3 0.75 / a small bf16 pair
+      CUDA_OK(cudaMemset(sync.p, 0, 8));
+      std::vector<float> sw(size_t(n), 1e-3f);
+      CUDA_OK(cudaMemcpy(ws.p, sw.data(), sw.size() * 4, cudaMemcpyHostToDevice));
+      cuda::launch_quantize_rows_fp8(x.as<bf16>(), kRows, K, K, xq.as<uint8_t>(), sx.as<float>(),
+                                     0);
+      for (int M : {1, 8, 16})
+        for (bool codes : {false, true}) {
+          if (codes && !fp8) continue;  // bf16 weights: the next projection's input is bf16
+          const Fp8Act fa = codes ? Fp8Act{q.as<uint8_t>(), qs.as<float>(), true} : Fp8Act{};
+          double us[3];
+          for (int mode = 0; mode < 3; ++mode) {  // gemv, gemv + norm kernel, gemv + tail
+            GemvOut o{};
+            o.y[0] = y.p, o.end[0] = n, o.cols[0] = n, o.nparts = 1;
+            if (mode == 2) {
+              o.tail.h = h.as<bf16>(), o.tail.w = nw.as<bf16>(), o.tail.alpha = 0.01f;
+              o.tail.eps = 1e-6f, o.tail.out = out.as<bf16>(), o.tail.q = fa;
+              o.tail.sync = sync.as<unsigned>(), o.tail.n = int(n);
+            }
+            auto step = [&](int i) {
+              const size_t off = size_t(i % copies) * size_t(bytes);
+              if (fp8)
+                cuda::launch_gemv_fp8(xq.as<uint8_t>(), K, sx.as<float>(), w.as<uint8_t>(off),
+                                      ws.as<float>(), n, int(K), M, o, 0);
+              else
+                cuda::launch_gemv(x.as<bf16>(), K, w.as<bf16>(off), n, int(K), M, o, 0);
+              if (mode != 1) return;
+              if (codes)
+                cuda::launch_rmsnorm_fp8(h.as<bf16>(), y.as<bf16>(), 0.01f, nw.as<bf16>(),
+                                         nullptr, int(n), M, 1e-6f, out.as<bf16>(), fa, 0);
+              else
+                cuda::launch_rmsnorm<bf16>(h.as<bf16>(), y.as<bf16>(), 0.01f, nw.as<bf16>(),
+                                           int(n), M, 1e-6f, out.as<bf16>(), 0);
+            };
+            for (int i = 0; i < 3; ++i) step(i);
+            CUDA_OK(cudaDeviceSynchronize());
+            const int iters = 200;
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < iters; ++i) step(i);
+            CUDA_OK(cudaDeviceSynchronize());
+            us[mode] = std::chrono::duration<double, std::micro>(
+                           std::chrono::steady_clock::now() - t0).count() / iters;
+          }
+          std::printf("[ row tail ] %-4s %-9s %3d %-5s %9.2f %12.2f %12.2f %9.2f\n",
+                      fp8 ? "fp8" : "bf16", K == n ? "o_proj" : "down_proj", M,
+                      codes ? "yes" : "no", us[0], us[1], us[2], us[1] - us[2]);
+        }
+    }
 }
 
 }  // namespace
