@@ -26,6 +26,7 @@
 #include "cli/bench_floors.h"
 #include "cli/bench_grammar.h"
 #include "cli/bench_mixed.h"
+#include "cli/bench_offline.h"
 #include "cli/bench_rows.h"
 #include "cli/bench_sampling.h"
 #include "cli/command.h"
@@ -42,186 +43,16 @@ namespace {
 
 using namespace sala::cli;  // the floors (bench_floors.h), DecodeGrammar
 
-struct Args {
-  std::string model, device = "cpu", out_json;
-  std::vector<int> decode_batches{1, 8, 64}, prefill_batches{1, 8};
-  int decode_in = 128, decode_out = 512, prefill_in = 4096, threads = 0;
-  int tp_size = 1;  // tensor-parallel ranks (model/tensor_parallel.h)
-  bool tp_gather_o_norm = false;  // ModelLimits::tp_gather_o_norm (an A/B)
-  bool tp_peer_comm = false;      // ModelLimits::tp_peer_comm (an A/B)
-  bool bf16 = false;
-  bool disable_cuda_graph = false;
-  bool long_only = false;  // --long-only: no decode / prefill rows, only the long-context runs
-  std::string quantization;  // "" | fp8 (BackendOptions::fp8_weights) | w4a16 (int4_group_size)
-  int64_t profile_ops = 0;  // BackendOptions::profile_ops
-  std::string kv_cache_dtype = "auto";  // BackendOptions::kv_cache_dtype
-  int64_t fp8_kv_shadow_tokens = sala::BackendOptions{}.fp8_kv_shadow_tokens;
-  bool int4_prefill_gemm = sala::BackendOptions{}.int4_prefill_gemm;
-  std::vector<int64_t> long_prefill, long_decode_contexts;  // empty: not run
-  std::vector<int> long_decode_batches{1, 8};
-  int chunk = 2048;  // the server's --chunked-prefill-size (its default)
-  int long_prefill_beside = 0;  // decoding sequences beside each long prefill (bench_mixed.h)
-  int long_decode_steps = 64;
-  std::vector<int> verify_draft;  // each K: also time verify steps of 1 + K rows per sequence
-  std::string decode_grammar;     // "" | json | a JSON-schema file (cli/bench_grammar.h)
-  std::string grammar_tokenizer;  // the grammar's vocabulary (default: the model directory)
-  std::string decode_sampling;  // "": greedy only; else also sampled steps (bench_sampling.h)
-};
-
-
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+using Args = BenchOfflineArgs;
+using Clock = BenchClock;
 
 int32_t argmax(const float* row, int64_t V) {
   return int32_t(std::max_element(row, row + V) - row);
 }
 
-template <class T>
-T max_of(const std::vector<T>& v) {
-  return v.empty() ? T(0) : *std::max_element(v.begin(), v.end());
-}
-
-int32_t pages_for(int64_t tokens, int32_t page_size) {
-  return int32_t(sala::cache_layout::pages_for(tokens, page_size));
-}
-
-// Pages [b·n, (b+1)·n) of the pool: sequence b of a benchmark that gives each sequence n pages.
-std::vector<int32_t> seq_pages(int b, int32_t n) {
-  std::vector<int32_t> p(static_cast<size_t>(n));
-  for (int32_t i = 0; i < n; ++i) p[size_t(i)] = b * n + i;
-  return p;
-}
-
 // Tokens per sequence of the short decode and prefill runs.
 int64_t short_context(const Args& a) {
   return std::max(a.decode_in + a.decode_out, a.prefill_in) + 1;
-}
-
-// What the benchmarks of one run share: the model, the prompt tokens, the floors' parameter
-// counts and the results so far.
-struct Bench {
-  Bench(const Args& args, const sala::ModelConfig& config, sala::Model& m)
-      : a(args), cfg(config), model(m), page_size(m.limits().caches.page_size) {}
-  const Args& a;
-  const sala::ModelConfig& cfg;
-  sala::Model& model;
-  int32_t page_size;
-  std::vector<int32_t> prompt;  // [longest prompt or context]: fixed pseudo-random ids, BOS first
-  double linear_params = 0;     // every 2-D weight but the embedding (lm_head included)
-  double head_params = 0;       // lm_head (vocab × hidden)
-  double body_params = 0;       // linear_params without lm_head: what every prefill token needs
-  double linear_bytes = 0;      // bytes of the linear weights as stored: what a decode step reads
-  double peak_flops = kPeakFlops;  // of the projections' format: bf16, or FP8 with fp8 weights
-  // Tensor parallelism: every floor is one rank's share (its weights, heads and FLOPs; the
-  // ranks run side by side), so it is divided by this; communication is not counted.
-  double ranks = 1;
-  nlohmann::json results = nlohmann::json::array();
-  std::vector<std::string> table;
-
-  // The JSON is rewritten after each result: a run stopped by a later, longer case keeps these.
-  void add(nlohmann::json row, std::string line) {
-    add_common_keys(row, a.decode_in);
-    results.push_back(std::move(row));
-    table.push_back(std::move(line));
-    if (!a.out_json.empty()) std::ofstream(a.out_json) << results.dump(2) << "\n";
-  }
-};
-
-// Prefills prompt[0, len) into state slot `slot` and `pages` the way the server does: chunks
-// ending at multiples of --chunk and at len, each a call with past_len = its offset; only the
-// last asks for a logit row. Returns the greedy next token (argmax on the backend).
-int32_t chunked_prefill(Bench& b, int64_t len, int slot, const std::vector<int32_t>& pages,
-                        const std::string& label) {
-  std::vector<float> logits;
-  std::vector<int32_t> next;
-  const int64_t chunk = b.a.chunk, n_chunks = (len + chunk - 1) / chunk;
-  for (int64_t i = 0; i < n_chunks; ++i) {
-    const int64_t off = i * chunk, n = std::min(chunk, len - off);
-    sala::StepMeta m;
-    m.add_seq(b.prompt.data() + off, int32_t(n), off, slot, pages, false, i + 1 == n_chunks);
-    b.model.forward(m, logits, nullptr, &next);
-    fmt::print(stderr, "\r{}: chunk {}/{}", label, i + 1, n_chunks);
-  }
-  return next.at(0);
-}
-
-// Prefill of one long prompt per --long-prefill length, batch 1, timed as a whole.
-void bench_long_prefill(Bench& b) {
-  if (b.a.long_prefill.empty()) return;
-  {  // warm-up: one chunk, so that one-time set-up (workspaces, GEMM plans) is not timed
-    const int64_t n = std::min<int64_t>(b.a.chunk, b.a.long_prefill[0]);
-    sala::StepMeta warm;
-    warm.add_seq(b.prompt.data(), int32_t(n), 0, 0, seq_pages(0, pages_for(n, b.page_size)),
-                 false, true);
-    std::vector<float> logits;
-    b.model.forward(warm, logits);
-    if (b.a.profile_ops != 0) b.model.backend().report_op_profile("before the long prefills");
-  }
-  for (int64_t L : b.a.long_prefill) {
-    const auto t0 = Clock::now();
-    chunked_prefill(b, L, 0, seq_pages(0, pages_for(L, b.page_size)), fmt::format("prefill {}", L));
-    const double sec = since(t0);
-    fmt::print(stderr, "\n");
-    const double linear_flops = 2 * b.body_params * double(L) + 2 * b.head_params;
-    const double attn_flops = prefill_attention_flops(b.cfg, L, b.a.chunk);
-    const double floor_s = (linear_flops / b.peak_flops + attn_flops / kPeakFlops) / b.ranks;
-    b.add({{"kind", "long_prefill"}, {"batch", 1}, {"input_len", L}, {"chunk", b.a.chunk},
-           {"seconds", sec}, {"tok_s", double(L) / sec}, {"floor_seconds", floor_s},
-           {"floor_linear_flops", linear_flops}, {"floor_attention_flops", attn_flops},
-           {"fraction_of_floor", floor_s / sec}},
-          fmt::format("prefill B=1   L={:<8} {:>9.3f} s       {:>10.1f} tok/s   floor {:.3f} s "
-                      "({:.1f}% attention) -> {:5.1f}% of floor",
-                      L, sec, double(L) / sec, floor_s,
-                      100 * attn_flops / (linear_flops + attn_flops), 100 * floor_s / sec));
-    // One op table per prompt length (the --profile-ops steps of this prefill).
-    if (b.a.profile_ops != 0) b.model.backend().report_op_profile(fmt::format("prefill {}", L));
-    const int N = b.a.long_prefill_beside;
-    if (N <= 0) continue;
-    auto [row, line] = time_prefill_beside_decodes(
-        b.model, b.prompt, L, b.a.chunk, N, b.a.decode_in,
-        pages_for(max_of(b.a.long_prefill), b.page_size)).result(sec);
-    b.add(std::move(row), std::move(line));
-    if (b.a.profile_ops != 0)
-      b.model.backend().report_op_profile(fmt::format("prefill {} beside {} decodes", L, N));
-  }
-}
-
-// Greedy decode of B sequences at each --long-decode-contexts C, for each
-// --long-decode-batches B: the median step of --long-decode-steps.
-void bench_long_decode(Bench& b) {
-  const int steps = b.a.long_decode_steps;
-  std::vector<float> logits;
-  for (int64_t C : b.a.long_decode_contexts) {
-    const double seq_bytes = decode_seq_bytes(b.cfg, C);
-    const int32_t n_pages = pages_for(C + steps, b.page_size);
-    for (int B : b.a.long_decode_batches) {
-      std::vector<int32_t> next(static_cast<size_t>(B));
-      for (int s = 0; s < B; ++s)  // each sequence alone, as the server would; not timed
-        next[size_t(s)] = chunked_prefill(b, C, s, seq_pages(s, n_pages),
-                                          fmt::format("decode C={} B={}: prefill {}/{}", C, B, s + 1, B));
-      std::vector<double> step_ms;
-      for (int i = 0; i < steps; ++i) {
-        sala::StepMeta m;
-        for (int s = 0; s < B; ++s)
-          m.add_seq(&next[size_t(s)], 1, C + i, s, seq_pages(s, n_pages), false, true);
-        const auto t0 = Clock::now();
-        b.model.forward(m, logits, nullptr, &next);  // greedy on the device, as the engine does
-        step_ms.push_back(since(t0) * 1e3);
-        if ((i + 1) % 16 == 0 || i + 1 == steps)  // spaces: over the longer prefill line
-          fmt::print(stderr, "\rdecode C={} B={}: step {}/{}          ", C, B, i + 1, steps);
-      }
-      fmt::print(stderr, "\n");
-      std::sort(step_ms.begin(), step_ms.end());
-      const double med = step_ms[step_ms.size() / 2];
-      const double floor_ms = (b.linear_bytes + B * seq_bytes / b.ranks) / kPeakBytes * 1e3;
-      b.add({{"kind", "long_decode"}, {"batch", B}, {"context", C}, {"steps", steps},
-             {"ms_per_step", med}, {"tok_s", B * 1e3 / med}, {"floor_ms", floor_ms},
-             {"floor_seq_bytes", seq_bytes}, {"fraction_of_floor", floor_ms / med}},
-            fmt::format("decode  B={:<3} C={:<8} {:>9.3f} ms/step {:>10.1f} tok/s   "
-                        "floor {:.3f} ms -> {:5.1f}% of floor",
-                        B, C, med, B * 1e3 / med, floor_ms, 100 * floor_ms / med));
-    }
-  }
 }
 
 // Speculative verify steps (issue 21) after the decode run of batch B: each sequence
