@@ -93,7 +93,7 @@ void CudaBackend::linear_add_rmsnorm(const Tensor& x, const Weight& w, Tensor& y
                     out.cols == n && h.rows == x.rows && y.rows == x.rows &&
                     out.rows == x.rows && is_bf16(h) && is_bf16(y) && is_bf16(out) &&
                     is_bf16(norm_w) && out.data != h.data && aligned16(h.data) &&
-                    aligned16(out.data) && aligned16(norm_w.data);
+                    aligned16(y.data) && aligned16(out.data) && aligned16(norm_w.data);
   if (fits && gemm_.linear_norm(x, w, y, [&] {
         GemvRowTail t;
         t.h = ptr<bf16>(h);
