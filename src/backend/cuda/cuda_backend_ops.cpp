@@ -94,15 +94,23 @@ void CudaBackend::linear_add_rmsnorm(const Tensor& x, const Weight& w, Tensor& y
                     out.rows == x.rows && is_bf16(h) && is_bf16(y) && is_bf16(out) &&
                     is_bf16(norm_w) && out.data != h.data && aligned16(h.data) &&
                     aligned16(y.data) && aligned16(out.data) && aligned16(norm_w.data);
-  if (fits && gemm_.linear_norm(x, w, y, [&] {
-        GemvRowTail t;
-        t.h = ptr<bf16>(h);
-        t.w = ptr<bf16>(norm_w);
-        t.alpha = alpha;
-        t.eps = eps;
-        t.out = ptr<bf16>(out);
-        t.q = fp8_codes_for(out, n, next);
-        t.n = int(n);
+  if (!fits) return Backend::linear_add_rmsnorm(x, w, y, h, alpha, norm_w, eps, out, next);
+  // The callback captures one reference, so std::function keeps it without allocating.
+  struct Tail {
+    CudaBackend* be;
+    const Tensor& out;
+    const Weight* next;
+    GemvRowTail t;
+  } c{this, out, next, {}};
+  c.t.h = ptr<bf16>(h);
+  c.t.w = ptr<bf16>(norm_w);
+  c.t.alpha = alpha;
+  c.t.eps = eps;
+  c.t.out = ptr<bf16>(out);
+  c.t.n = int(n);
+  if (gemm_.linear_norm(x, w, y, [&c] {
+        GemvRowTail t = c.t;
+        t.q = c.be->fp8_codes_for(c.out, c.out.cols, c.next);
         return t;
       }))
     return;
