@@ -36,7 +36,10 @@
 # all), AB_BENCH_EXTRA (more `bench offline` options, e.g. "--long-decode-contexts 131072
 # --long-decode-batches 1,8"), AB_BENCH_ON_FAIL=1 (bench a build whose tests failed, not one
 # that hung: when several changes share a build, one failing test need not lose the others'
-# numbers).
+# numbers), AB_TESTS_IN (pack: the builds that get the AB_TEST_BIN binaries, default all; the
+# others ship `sala` alone, for benches, and run no tests: the device tool carries ≤ 64 MiB).
+# The golden cases the tests read (CudaOps.GraphReplay*) come from this tree
+# (SALA_GOLDEN_DIR), not the path each build was compiled in.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 AB_TESTS=${AB_TESTS:-"CudaOps.Sparse*:CudaKvFp8.Sparse*:CudaFused.Sparse*:CudaInfllmSelect.*"}
@@ -65,18 +68,20 @@ pack() {
     name=${spec%%=*} rev=${spec#*=}
     case "$name" in ""|*[!A-Za-z0-9_-]*|"$spec") echo "bad NAME=REV: $spec" >&2; exit 2 ;; esac
     tree=/tmp/sala_ab/$name
+    local bins=$AB_TEST_BIN
+    case " ${AB_TESTS_IN:-$name} " in *" $name "*) ;; *) bins="" ;; esac
     git -C "$ROOT" worktree remove --force "$tree" 2>/dev/null
     rm -rf "$tree"
     git -C "$ROOT" worktree add --detach "$tree" "$rev" >/dev/null || exit 1
     echo "== $name: $(git -C "$tree" log --oneline -1 | cut -c1-90)"
-    # shellcheck disable=SC2086  # AB_TEST_BIN: a list of targets
+    # shellcheck disable=SC2086  # bins: a list of targets
     (cd "$tree" && CCACHE_BASEDIR=$tree cmake -S . -B build-cuda -G Ninja -DSALA_CUDA=ON \
       -DCMAKE_BUILD_TYPE=Release >"$tree/cmake.log" 2>&1 &&
-      CCACHE_BASEDIR=$tree ninja -C build-cuda sala $AB_TEST_BIN >"$tree/build.log" 2>&1) ||
+      CCACHE_BASEDIR=$tree ninja -C build-cuda sala $bins >"$tree/build.log" 2>&1) ||
       { echo "$name: build failed (see $tree/build.log)" >&2; exit 1; }
     mkdir -p "$stage/$name/bin"
     cp "$tree/build-cuda/src/cli/sala" "$stage/$name/bin/"
-    for t in $AB_TEST_BIN; do cp "$tree/build-cuda/tests/ops/$t" "$stage/$name/bin/"; done
+    for t in $bins; do cp "$tree/build-cuda/tests/ops/$t" "$stage/$name/bin/"; done
     git -C "$tree" log --oneline -1 >"$stage/$name/commit"
     names+=("$name")
   done
@@ -146,8 +151,12 @@ run() {
     rc=0
     : >"$OUT/tests_$b.txt"
     for t in $AB_TEST_BIN; do
-      timeout "$AB_TEST_TIMEOUT" "$dir/$b/bin/$t" --gtest_filter="$AB_TESTS" \
-        >>"$OUT/tests_$b.txt" 2>&1 || rc=$?
+      if [ ! -e "$dir/$b/bin/$t" ]; then
+        echo "$t: not packed for $b (AB_TESTS_IN)" >>"$OUT/tests_$b.txt"
+        continue
+      fi
+      SALA_GOLDEN_DIR="$ROOT/tests/fixtures/golden" timeout "$AB_TEST_TIMEOUT" "$dir/$b/bin/$t" \
+        --gtest_filter="$AB_TESTS" >>"$OUT/tests_$b.txt" 2>&1 || rc=$?
     done
     echo "tests rc=$rc: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests_$b.txt" | tr '\n' ' ')"
     bundle
