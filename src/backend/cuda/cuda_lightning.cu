@@ -167,6 +167,9 @@ __global__ void __launch_bounds__(4 * D) gla_recurrent_kernel(
 //   kernel (a memcpy of the step's metadata lies between), and never by a kernel of the step
 //   before this one;
 // - D / VS blocks per (head, sequence) spread each state over more SMs (B = 1: 128 blocks).
+// q, k and v have no __restrict__: the projection before this kernel writes them while its
+// state loads run, so no load of them may be moved (or served from a non-coherent cache) above
+// pdl_wait.
 // kNormRope: every block normalises and rotates the whole q and k head (the recurrent kernel's
 // code); with D / VS > 1 blocks per head only the last of them to have read q and k (a ticket,
 // nr.tickets) writes them back, so no block reads a value another one already rotated.
@@ -176,7 +179,7 @@ constexpr int kGlaOneVS = D < 32 ? D : 32;
 template <typename T, int D, bool kNormRope>
 __global__ void __launch_bounds__(4 * kGlaOneVS<D>) gla_one_token_kernel(
     std::conditional_t<kNormRope, T, const T>* q, std::conditional_t<kNormRope, T, const T>* k,
-    const T* __restrict__ v, int64_t stride, const DevSeq* __restrict__ seqs,
+    const T* v, int64_t stride, const DevSeq* __restrict__ seqs,
     const int32_t* __restrict__ list, float* __restrict__ states, int64_t slot_stride,
     int64_t layer_off, const float* __restrict__ decay, float scale, T* __restrict__ out,
     int64_t ostride, const GlaNormRope<T> nr) {
