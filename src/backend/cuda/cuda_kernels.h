@@ -234,6 +234,9 @@ struct GlaArgs {
   float* ws = nullptr;
   int64_t ws_floats = 0;
   int max_chunks = 0;
+  // Every call of the step has exactly one token (a decode step; the host knows): the recurrent
+  // calls take the decode form (cuda_lightning.cu), the same numbers.
+  bool one_token = false;
 };
 // Recurrent kernel over the seqs in short_list (< 64 tokens), chunked over long_list.
 // Returns false if head_dim d has no instantiation.
@@ -248,6 +251,10 @@ struct GlaNormRope {
   float eps = 0.f;
   const int32_t* pos = nullptr;
   const float* inv_freq = nullptr;
+  // The decode form (GlaArgs::one_token) with d > 32: [n][nh] zeros (n: the call's sequences),
+  // left zero. Its blocks split each head's value columns, so the last of them to have read q
+  // and k writes them back normalised (an atomic ticket per head and sequence).
+  unsigned* tickets = nullptr;
 };
 // lightning_qk_attention in one kernel, for steps whose calls all have < 64 tokens (list: all
 // n of the step's seqs): per token, q and k [T, nh*d] are normalised per head and rotated in

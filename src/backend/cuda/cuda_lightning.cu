@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -41,6 +43,12 @@ constexpr int kDecayStride = kGlaDecayStride;  // decay[h][n] = exp(n g), n = 0.
 // The state comes from slot s.state_slot and goes to s.state_dst_slot (the same slot but in
 // speculative verify calls, whose state before the call stays where it was).
 constexpr int kGlaStageRows = 8;
+
+// One token's update of state element (i, j): S' = λ S + k_i v_j (its term of o: q_i S', summed
+// by an FMA). Spelled out so that the recurrent kernel and the decode form round alike.
+__device__ __forceinline__ float gla_state_step(float lam, float s, float ki, float vj) {
+  return __fmaf_rn(lam, s, ki * vj);
+}
 
 template <typename T, int D, bool kNormRope>
 __global__ void __launch_bounds__(4 * D) gla_recurrent_kernel(
@@ -129,8 +137,8 @@ __global__ void __launch_bounds__(4 * D) gla_recurrent_kernel(
 #pragma unroll
       for (int r = 0; r < RPT; ++r) {
         const int i = rg * RPT + r;
-        st[r] = lam * st[r] + ks[t][i] * vj;
-        acc += qs[t][i] * st[r];
+        st[r] = gla_state_step(lam, st[r], ks[t][i], vj);
+        acc = __fmaf_rn(qs[t][i], st[r], acc);
       }
       pt[rg][j] = acc;
       __syncthreads();
@@ -143,6 +151,127 @@ __global__ void __launch_bounds__(4 * D) gla_recurrent_kernel(
   float* Sd = states + int64_t(s.state_dst_slot) * slot_stride + head;
 #pragma unroll
   for (int r = 0; r < RPT; ++r) Sd[(rg * RPT + r) * D + j] = st[r];
+}
+
+// Decode form (GlaArgs::one_token: every call of the step has one token). The recurrent
+// kernel's numbers for n = 1: thread (rg, j) updates rows [rg·D/4, (rg+1)·D/4) of state column
+// c0 + j and sums their terms of o_j in that order; the four row groups' sums are added as
+// there ((p0 + p1) + p2) + p3.           grid: (nh, n_seqs, D / VS), block: 4·VS (128 for D ≥ 32)
+// Why a kernel of its own (H100 timelines, session 44: the recurrent kernel took 5.4 µs per
+// layer at B = 1 and 19 µs at B = 8, with 82 registers x 512 threads: one block per SM, two
+// waves at B = 8):
+// - each thread loads its D/4 state values BEFORE pdl_wait, while the q/k/v projection still
+//   runs (a block of 128 threads and ≈ 2.5 KB of shared memory fits beside a ring GEMV's CTA).
+//   Safe: a state slot's layer is written only by this layer's lightning kernels of earlier
+//   steps, LightningRunner::advance and copy_slot, all complete before this step's first
+//   kernel (a memcpy of the step's metadata lies between), and never by a kernel of the step
+//   before this one;
+// - D / VS blocks per (head, sequence) spread each state over more SMs (B = 1: 128 blocks).
+// q, k and v have no __restrict__: the projection before this kernel writes them while its
+// state loads run, so no load of them may be moved (or served from a non-coherent cache) above
+// pdl_wait.
+// kNormRope: every block normalises and rotates the whole q and k head (the recurrent kernel's
+// code); with D / VS > 1 blocks per head only the last of them to have read q and k (a ticket,
+// nr.tickets) writes them back, so no block reads a value another one already rotated.
+template <int D>
+constexpr int kGlaOneVS = D < 32 ? D : 32;
+
+template <typename T, int D, bool kNormRope>
+__global__ void __launch_bounds__(4 * kGlaOneVS<D>) gla_one_token_kernel(
+    std::conditional_t<kNormRope, T, const T>* q, std::conditional_t<kNormRope, T, const T>* k,
+    const T* v, int64_t stride, const DevSeq* __restrict__ seqs,
+    const int32_t* __restrict__ list, float* __restrict__ states, int64_t slot_stride,
+    int64_t layer_off, const float* __restrict__ decay, float scale, T* __restrict__ out,
+    int64_t ostride, const GlaNormRope<T> nr) {
+  constexpr int VS = kGlaOneVS<D>, kThreads = 4 * VS, RPT = D / 4, kWarps = kThreads / 32;
+  constexpr int Z = D / VS, half = D / 2;
+  constexpr bool kTicket = kNormRope && Z > 1;
+  static_assert(!kNormRope || kWarps >= 2, "kNormRope: a warp each for q and k");
+  __shared__ float qs[D], ks[D], vs[VS], part[4][VS];
+  __shared__ float qo[kTicket ? D : 1];  // the rotated q before the scale: its write-back
+  __shared__ float cs[kNormRope ? D : 1];
+  __shared__ float buf[kNormRope && D != 64 && D != 128 ? kWarps : 1][D];  // head_norm_rope's
+  __shared__ unsigned ticket;
+  pdl_trigger();
+  const int h = blockIdx.x, c0 = blockIdx.z * VS;
+  const DevSeq s = seqs[list[blockIdx.y]];  // step metadata: uploaded before the step
+  const int j = threadIdx.x % VS, rg = threadIdx.x / VS, warp = threadIdx.x / 32;
+  const int64_t head = layer_off + int64_t(h) * D * D;
+  const float* S = states + int64_t(s.state_slot) * slot_stride + head + c0 + j;
+  float st[RPT];
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) st[r] = s.past_len == 0 ? 0.f : S[(rg * RPT + r) * D];
+  const float lam = decay[h * kDecayStride + 1];
+  pdl_wait();  // q, k, v: the projection before this kernel
+  const int64_t row = s.token_begin, hoff = row * stride + int64_t(h) * D;
+  const float vr = threadIdx.x < VS ? ld(v[hoff + c0 + threadIdx.x]) : 0.f;
+  if constexpr (kNormRope) {
+    for (int i = threadIdx.x; i < half; i += kThreads)
+      rope_cos_sin(nr.pos[row], nr.inv_freq[i], cs[i], cs[half + i]);
+    __syncthreads();
+    if (warp < 2) {
+      const bool is_q = warp == 0;
+      T* x = (is_q ? q : k) + hoff;
+      float* xs = is_q ? qs : ks;
+      auto store = [&](int i, float y) {
+        const T o = cvt<T>(y);
+        if constexpr (kTicket) {
+          if (is_q) qo[i] = ld(o);
+        } else {
+          x[i] = o;  // the only block of this head: in place, as the recurrent kernel
+        }
+        xs[i] = is_q ? ld(o) * scale : ld(o);
+      };
+      if constexpr (D == 64 || D == 128) {
+        float w[D / 32], c[D / 64], sn[D / 64];
+        head_norm_rope_regs_load<T, D>(is_q ? nr.qn : nr.kn, cs, w, c, sn);
+        head_norm_rope_regs<T, D>(x, w, nr.eps, c, sn, store);
+      } else {
+        head_norm_rope<T>(x, is_q ? nr.qn : nr.kn, D, nr.eps, cs, buf[warp], store);
+      }
+    }
+  } else {
+    for (int i = threadIdx.x; i < D; i += kThreads) {
+      qs[i] = ld(q[hoff + i]) * scale;
+      ks[i] = ld(k[hoff + i]);
+    }
+  }
+  if (threadIdx.x < VS) vs[threadIdx.x] = vr;
+  __syncthreads();  // every read of q and k is done
+  if constexpr (kTicket) {
+    if (threadIdx.x == 0) {
+      unsigned* t = nr.tickets + int64_t(blockIdx.y) * gridDim.x + h;
+      __threadfence();
+      const unsigned tk = atomicAdd(t, 1u);
+      if (tk == Z - 1) {
+        *t = 0;  // for the next call: it reads the ticket only after this grid completed
+        __threadfence();
+      }
+      ticket = tk;
+    }
+    __syncthreads();
+    if (ticket == Z - 1)
+      for (int i = threadIdx.x; i < D; i += kThreads) {
+        q[hoff + i] = cvt<T>(qo[i]);
+        k[hoff + i] = cvt<T>(ks[i]);
+      }
+  }
+  const float vj = vs[j];
+  float acc = 0.f;
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) {
+    const int i = rg * RPT + r;
+    st[r] = gla_state_step(lam, st[r], ks[i], vj);
+    acc = __fmaf_rn(qs[i], st[r], acc);
+  }
+  part[rg][j] = acc;
+  float* Sd = states + int64_t(s.state_dst_slot) * slot_stride + head + c0 + j;
+#pragma unroll
+  for (int r = 0; r < RPT; ++r) Sd[(rg * RPT + r) * D] = st[r];
+  __syncthreads();
+  if (threadIdx.x < VS)
+    out[row * ostride + int64_t(h) * D + c0 + j] =
+        cvt<T>(((part[0][j] + part[1][j]) + part[2][j]) + part[3][j]);
 }
 
 // Chunked form (SPEC §8.4), one block per (head, sequence, value-column slice of VS).
@@ -238,6 +367,20 @@ template <typename T, int D, bool kNormRope>
 void launch_recurrent(const GlaArgs<T>& a, const GlaNormRope<T>& nr, const int32_t* list, int n,
                       cudaStream_t st) {
   if (n == 0) return;
+  if (a.one_token) {  // the decode form
+    constexpr int VS = kGlaOneVS<D>;
+    if (kNormRope && D / VS > 1 && !nr.tickets) {
+      std::fprintf(stderr, "%s:%d: the decode form's q/k write-back needs tickets\n", __FILE__,
+                   __LINE__);
+      std::abort();
+    }
+    launch_pdl(gla_one_token_kernel<T, D, kNormRope>,
+               dim3(unsigned(a.nh), unsigned(n), unsigned(D / VS)), 4 * VS, 0, st, a.q, a.k, a.v,
+               a.stride, a.seqs, list, a.states, a.slot_stride, a.layer_off, a.decay, a.scale,
+               a.out, a.ostride, nr);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   launch_pdl(gla_recurrent_kernel<T, D, kNormRope>, dim3(unsigned(a.nh), unsigned(n)), 4 * D, 0,
              st, a.q, a.k, a.v, a.stride, a.seqs, list, a.states, a.slot_stride, a.layer_off,
              a.decay, a.scale, a.out, a.ostride, nr);

@@ -12,6 +12,13 @@
 namespace sala::cuda_host {
 using namespace sala::cuda;
 
+// Steps whose calls all have < 64 tokens (decode) and at most kFusedGlaMaxSeqs sequences: one
+// kernel (launch_gla_norm_rope). Other steps: qk_norm_rope over all rows, then attention (the
+// default; the chunked kernels read the normalised rows). The fused kernel normalises and
+// rotates each (head, sequence) block's q and k before its recurrence, which lengthens every
+// block: a gain while the blocks fit in one wave, a loss with many (docs/PERF.md).
+constexpr int kFusedGlaMaxSeqs = 16;
+
 LightningRunner::LightningRunner(bool bf16_mode, int64_t ws_max_floats,
                                  cudaStream_t stream, DeviceArena& arena, const StepPlan& plan,
                                  const GraphCache& graphs, OpTimer& timer, RopeTables& rope)
@@ -27,6 +34,15 @@ void LightningRunner::init_states(const ModelConfig& cfg, const CacheShape& shap
       size_t(shape.num_slots) * cfg.num_lightning_layers() * cfg.lightning_nh * d * d;
   states_ = static_cast<float*>(arena_.device(state_floats * 4));
   CUDA_CHECK(cudaMemsetAsync(states_, 0, std::max<size_t>(state_floats * 4, 1), stream_));
+  const size_t tickets = size_t(kFusedGlaMaxSeqs) * size_t(std::max(cfg.lightning_nh, 1));
+  tickets_ = static_cast<unsigned*>(arena_.device(tickets * 4));
+  CUDA_CHECK(cudaMemsetAsync(tickets_, 0, tickets * 4, stream_));
+}
+
+bool LightningRunner::one_token_step() const {
+  for (const SeqSlice& s : plan_.meta()->seqs)
+    if (s.num_tokens != 1) return false;
+  return true;
 }
 
 void LightningRunner::copy_slot(int32_t src, int32_t dst) {
@@ -168,6 +184,7 @@ GlaArgs<T> LightningRunner::args(int li, const Tensor& q, const Tensor& k, const
   a.out = ptr<T>(out);
   a.ostride = out.cols;
   a.nh = nh;
+  a.one_token = one_token_step();
   return a;
 }
 
@@ -206,13 +223,6 @@ void LightningRunner::attention(int li, const Tensor& q, const Tensor& k, const 
   timer_.tick(sd.n_long > 0 ? "lightning chunked" : "lightning recurrent");
 }
 
-// Steps whose calls all have < 64 tokens (decode) and at most kFusedGlaMaxSeqs sequences: one
-// kernel (launch_gla_norm_rope). Other steps: qk_norm_rope over all rows, then attention (the
-// default; the chunked kernels read the normalised rows). The fused kernel normalises and
-// rotates each (head, sequence) block's q and k before its recurrence, which lengthens every
-// block: a gain while the blocks fit in one wave, a loss with many (docs/PERF.md).
-constexpr int kFusedGlaMaxSeqs = 16;
-
 bool LightningRunner::qk_attention(int li, Tensor& q, Tensor& k, const Tensor& v,
                                    const Tensor& qn, const Tensor& kn, float eps, int head_dim,
                                    double theta, const std::vector<float>& slopes, float scale,
@@ -225,7 +235,8 @@ bool LightningRunner::qk_attention(int li, Tensor& q, Tensor& k, const Tensor& v
   with_act_type(bf16_, [&](auto tag) {
     using T = tag_t<decltype(tag)>;
     const GlaArgs<T> a = args<T>(li, q, k, v, slopes, scale, out);
-    const GlaNormRope<T> nr{ptr<const T>(qn), ptr<const T>(kn), eps, sd.positions, inv};
+    const GlaNormRope<T> nr{ptr<const T>(qn), ptr<const T>(kn), eps, sd.positions, inv,
+                            tickets_};
     SALA_CHECK(launch_gla_norm_rope(d, a, nr, sd.short_seqs, sd.n_short, stream_),
                "lightning head_dim {} not supported by the CUDA backend", d);
   });

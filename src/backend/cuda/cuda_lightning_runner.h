@@ -45,6 +45,7 @@ class LightningRunner {
  private:
   bool is_act(const Tensor& t) const { return t.dtype == (bf16_ ? DType::BF16 : DType::F32); }
   void upload_tables(const std::vector<float>& slopes);
+  bool one_token_step() const;  // every call of the step has one token (a decode step)
   template <typename T>
   cuda::GlaArgs<T> args(int li, const Tensor& q, const Tensor& k, const Tensor& v,
                         const std::vector<float>& slopes, float scale, Tensor& out);
@@ -60,6 +61,7 @@ class LightningRunner {
   ModelConfig cfg_;
   int num_slots_ = 0;
   float* states_ = nullptr;  // [num_slots, n_lightning, nh, d, d] fp32
+  unsigned* tickets_ = nullptr;  // [kFusedGlaMaxSeqs][nh] zeros: GlaNormRope::tickets
   std::vector<float> slopes_;  // the slopes the decay tables hold
   float* decay_ = nullptr;     // [nh][kGlaDecayStride]
   int decay_cap_ = 0;          // heads decay_ has room for
