@@ -40,9 +40,8 @@ void LightningRunner::init_states(const ModelConfig& cfg, const CacheShape& shap
 }
 
 bool LightningRunner::one_token_step() const {
-  for (const SeqSlice& s : plan_.meta()->seqs)
-    if (s.num_tokens != 1) return false;
-  return true;
+  const StepDev& sd = plan_.dev();
+  return sd.S > 0 && sd.n_one_token == sd.S;
 }
 
 void LightningRunner::copy_slot(int32_t src, int32_t dst) {
