@@ -19,21 +19,17 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "core/dtype.h"
 #include "cuda_fp8_fused_util.h"  // Dev, first_diff, CUDA_OK
 #include "cuda_test_util.h"
 
 namespace sala::test {
 namespace {
-
-uint16_t bf16_bits(float f) {  // round to nearest even (finite inputs)
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
 
 // n calls of one token each; call i is row i, listed in reverse order. Slot layout: slots
 // [0, n) hold the calls' states (call i: slot i; odd calls past_len 0, so their slot's values
@@ -53,7 +49,7 @@ void run_case(int d, int n, bool norm_rope, uint32_t seed) {
       if constexpr (kF32)
         std::memcpy(b.data() + i * 4, &f, 4);
       else {
-        const uint16_t h = bf16_bits(f);
+        const uint16_t h = f32_to_bf16(f);
         std::memcpy(b.data() + i * 2, &h, 2);
       }
     }
@@ -113,8 +109,9 @@ void run_case(int d, int n, bool norm_rope, uint32_t seed) {
     a.nh = nh;
     a.one_token = one_token;
     if (norm_rope) {
-      const cuda::GlaNormRope<T> nr{dqn.template as<T>(), dkn.template as<T>(), 1e-6f, dpos.template as<int32_t>(),
-                                    dinv.template as<float>(), tickets.template as<unsigned>()};
+      const cuda::GlaNormRope<T> nr{dqn.template as<T>(), dkn.template as<T>(), 1e-6f,
+                                    dpos.template as<int32_t>(), dinv.template as<float>(),
+                                    tickets.template as<unsigned>()};
       ASSERT_TRUE(cuda::launch_gla_norm_rope<T>(d, a, nr, dlist.template as<int32_t>(), n, 0));
     } else {
       ASSERT_TRUE(cuda::launch_gla<T>(d, a, dlist.template as<int32_t>(), n, nullptr, 0, 0));

@@ -15,9 +15,10 @@
 // generation they read before arriving (ld.acquire). They wait only for CTAs that have
 // started: a CTA that arrives is resident, and the P − 1 spinning ones leave G − P + 1 SMs to
 // the rest. Then CTA rank r = ticket − (G − P) processes rows r, r + P, ... Each step is one
-// round trip to L2 (a first version had a fence per thread and a counter of departures). By
-// session 44's timelines the tail still adds ≈ 8 µs to its GEMV on an H100 in both versions,
-// more than its work: CudaGemvRowTail.Speed is there to find out why.
+// round trip to L2 (a first version had a fence per thread and a counter of departures).
+// Timed alone (CudaGemvRowTail.Speed, session 45, H100) the tail costs what the norm kernel it
+// replaces costs, ≈ 3 µs bf16 and 3.5–5.5 µs FP8 with codes: the ticket and the row are L2
+// round trips, as a kernel boundary under PDL is.
 //
 // Numerics: the bits of rmsnorm_vec8_kernel<true, false, kQuant> (cuda_norm.cu), which the
 // unfused path runs for these rows (n % 2048 == 0, n ≤ 8192, 16-byte aligned): that kernel has

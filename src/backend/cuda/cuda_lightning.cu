@@ -156,12 +156,12 @@ __global__ void __launch_bounds__(4 * D) gla_recurrent_kernel(
 // Decode form (GlaArgs::one_token: every call of the step has one token). The recurrent
 // kernel's numbers for n = 1: thread (rg, j) updates rows [rg·D/4, (rg+1)·D/4) of state column
 // c0 + j and sums their terms of o_j in that order; the four row groups' sums are added as
-// there ((p0 + p1) + p2) + p3.           grid: (nh, n_seqs, D / VS), block: 4·VS (128 for D ≥ 32)
+// there ((p0 + p1) + p2) + p3.     grid: (nh, n_seqs, D / VS), block: 4·VS (128 for D ≥ 32)
 // Why a kernel of its own (H100 timelines, session 44: the recurrent kernel took 5.4 µs per
 // layer at B = 1 and 19 µs at B = 8, with 82 registers x 512 threads: one block per SM, two
 // waves at B = 8):
 // - each thread loads its D/4 state values BEFORE pdl_wait, while the q/k/v projection still
-//   runs (a block of 128 threads and ≈ 2.5 KB of shared memory fits beside a ring GEMV's CTA).
+//   runs (a block of 128 threads and 2.7 KB of shared memory fits beside a ring GEMV's CTA).
 //   Safe: a state slot's layer is written only by this layer's lightning kernels of earlier
 //   steps, LightningRunner::advance and copy_slot, all complete before this step's first
 //   kernel (a memcpy of the step's metadata lies between), and never by a kernel of the step
