@@ -115,25 +115,27 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // 2a. Producers: the q-th entry with a tile goes to slot q mod kSlots once every consumer
   // has released the tile that held the slot before. Producer warp p copies half p / 2 of
-  // the tile's 64 key rows of K (p even) or V (p odd); lane l always copies 16-byte chunk
-  // l mod D/8 of its rows, so a row is one contiguous run per warp instruction and the
-  // loop is a fixed, unrolled count (a per-element copy costs many instructions per tile,
-  // and the consumers wait on it).
+  // the tile's 64 key rows of K (p even) or V (p odd); lane l always copies the same 16-byte
+  // chunk of its rows (bf16: chunk l mod D/8 of the values; FP8: of the codes), so a row is
+  // one contiguous run per warp instruction and the loop is a fixed, unrolled count (a
+  // per-element copy costs many instructions per tile, and the consumers wait on it).
   if (warp >= kW) {
-    constexpr int CH = D / 8, kStep = 32 / CH, kHalf = kKT / 2;
-    const int pw = warp - kW, j0 = (pw >> 1) * kHalf + lane / CH, c = lane % CH;
+    constexpr int kHalf = kKT / 2;
+    const int pw = warp - kW;
     const KvElem<KF>* src = (pw & 1) ? vc : kc;
     bf16* dst0 = (pw & 1) ? Vs : Ks;
     const bool one_page = G.page_size % kKT == 0;  // a tile's keys are consecutive rows of one page
-    for (int j = 0, w = 0, q = 0; j < per; w + 1 < nw ? ++w : (w = 0, ++j)) {
-      const int i = first + w * per + j;
-      if (i >= n_list) continue;
-      const int slot = q % kSlots;
-      if (q >= kSlots) mbar_wait(&empty[slot], uint32_t(q / kSlots - 1) & 1u);
-      bf16* dst = dst0 + slot * kBuf;
-      const long long p0 = 1LL * list[i] * kKT;  // < L: the union holds only tiles with keys ≤ t
-      const KvElem<KF>* s0 = src + token_off(G, pages, p0) + int64_t(g) * D + c * 8;
-      if constexpr (KF == kKvAct) {
+    if constexpr (KF == kKvAct) {
+      constexpr int CH = D / 8, kStep = 32 / CH;
+      const int j0 = (pw >> 1) * kHalf + lane / CH, c = lane % CH;
+      for (int j = 0, w = 0, q = 0; j < per; w + 1 < nw ? ++w : (w = 0, ++j)) {
+        const int i = first + w * per + j;
+        if (i >= n_list) continue;
+        const int slot = q % kSlots;
+        if (q >= kSlots) mbar_wait(&empty[slot], uint32_t(q / kSlots - 1) & 1u);
+        bf16* dst = dst0 + slot * kBuf;
+        const long long p0 = 1LL * list[i] * kKT;  // < L: the union holds only tiles with keys ≤ t
+        const bf16* s0 = src + token_off(G, pages, p0) + int64_t(g) * D + c * 8;
 #pragma unroll
         for (int k = 0; k < kHalf / kStep; ++k) {
           const int j = j0 + k * kStep;
@@ -144,31 +146,64 @@ __global__ void __launch_bounds__(kThreads, 1)
           cp_async16(dst + swz<D>(j, c * 8), sp, ok ? 16 : 0);
         }
         mbar_arrive_cp_async(&full[slot]);
-      } else {
-        auto row_src = [&](int j, bool ok) {
-          return !ok       ? s0
-                 : one_page ? s0 + j * G.row
-                            : src + token_off(G, pages, p0 + j) + int64_t(g) * D + c * 8;
-        };
-        // FP8: every row's 8 codes loaded first (half the bytes of bf16), then converted in
-        // registers to their exact bf16 values (unscaled) and stored; the arrival releases
-        // the stores to the consumers.
-        uint2 cw[kHalf / kStep];
+        ++q;
+      }
+      cp_async_wait_all();
+    } else {
+      // FP8: lane l loads 16 codes (chunk c = l mod D/16) of rows j0, j0 + kStep, ... into
+      // registers, converts them to their exact bf16 values (unscaled) and stores them; the
+      // arrival releases the stores. The next tile's codes are loaded before this tile waits
+      // for its slot and converts, so their memory latency passes under that work (one
+      // dependent DRAM round trip per tile otherwise: the decode step's 4 tiles per part in
+      // turn). The same values land in the same places as 8-code loads would put them.
+      constexpr int CH = D / 16, kStep = 32 / CH, kN = kHalf / kStep;
+      const int j0 = (pw >> 1) * kHalf + lane / CH, c = lane % CH;
+      int jj = 0, ww = 0;  // the ring order's next entry (j, w), as the bf16 loop walks it
+      auto next_entry = [&]() {
+        while (jj < per) {
+          const int i = first + ww * per + jj;
+          ww + 1 < nw ? ++ww : (ww = 0, ++jj);
+          if (i < n_list) return i;
+        }
+        return -1;
+      };
+      auto load_tile = [&](int i, uint4 (&cw)[kN]) {
+        const long long p0 = 1LL * list[i] * kKT;  // < L: the union holds only tiles with keys ≤ t
+        const KvElem<KF>* s0 = src + token_off(G, pages, p0) + int64_t(g) * D + c * 16;
 #pragma unroll
-        for (int k = 0; k < kHalf / kStep; ++k) {
+        for (int k = 0; k < kN; ++k) {
           const int j = j0 + k * kStep;
           const bool ok = p0 + j < L;
-          cw[k] = ok ? *reinterpret_cast<const uint2*>(row_src(j, ok)) : make_uint2(0u, 0u);
+          const KvElem<KF>* sp = !ok        ? s0
+                                 : one_page ? s0 + j * G.row
+                                            : src + token_off(G, pages, p0 + j) + int64_t(g) * D +
+                                                  c * 16;
+          cw[k] = ok ? *reinterpret_cast<const uint4*>(sp) : make_uint4(0u, 0u, 0u, 0u);
         }
+      };
+      uint4 cur[kN], nxt[kN];
+      int i = next_entry();
+      if (i >= 0) load_tile(i, nxt);
+      for (int q = 0; i >= 0; ++q) {
 #pragma unroll
-        for (int k = 0; k < kHalf / kStep; ++k)
-          *reinterpret_cast<uint4*>(dst + swz<D>(j0 + k * kStep, c * 8)) =
-              kv_codes8_bf16<KF>(cw[k]);
+        for (int k = 0; k < kN; ++k) cur[k] = nxt[k];
+        const int i2 = next_entry();
+        if (i2 >= 0) load_tile(i2, nxt);
+        const int slot = q % kSlots;
+        if (q >= kSlots) mbar_wait(&empty[slot], uint32_t(q / kSlots - 1) & 1u);
+        bf16* dst = dst0 + slot * kBuf;
+#pragma unroll
+        for (int k = 0; k < kN; ++k) {
+          const int j = j0 + k * kStep;
+          *reinterpret_cast<uint4*>(dst + swz<D>(j, c * 16)) =
+              kv_codes8_bf16<KF>(make_uint2(cur[k].x, cur[k].y));
+          *reinterpret_cast<uint4*>(dst + swz<D>(j, c * 16 + 8)) =
+              kv_codes8_bf16<KF>(make_uint2(cur[k].z, cur[k].w));
+        }
         mbar_arrive(&full[slot]);
+        i = i2;
       }
-      ++q;
     }
-    cp_async_wait_all();
     return;
   }
   if (!active) return;
