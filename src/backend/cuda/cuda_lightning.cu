@@ -41,7 +41,8 @@ constexpr int kDecayStride = kGlaDecayStride;  // decay[h][n] = exp(n g), n = 0.
 // the values stored: q, k, o and the state are those of qk_norm_rope then this kernel
 // without kNormRope.
 // The state comes from slot s.state_slot and goes to s.state_dst_slot (the same slot but in
-// speculative verify calls, whose state before the call stays where it was).
+// speculative verify calls, whose state before the call stays where it was). q, k and v have
+// no __restrict__: the projection before this kernel writes them (ARCHITECTURE.md's PDL rule).
 constexpr int kGlaStageRows = 8;
 
 // One token's update of state element (i, j): S' = λ S + k_i v_j (its term of o: q_i S', summed
@@ -52,8 +53,8 @@ __device__ __forceinline__ float gla_state_step(float lam, float s, float ki, fl
 
 template <typename T, int D, bool kNormRope>
 __global__ void __launch_bounds__(4 * D) gla_recurrent_kernel(
-    std::conditional_t<kNormRope, T, const T>* __restrict__ q,
-    std::conditional_t<kNormRope, T, const T>* __restrict__ k, const T* __restrict__ v,
+    std::conditional_t<kNormRope, T, const T>* q, std::conditional_t<kNormRope, T, const T>* k,
+    const T* v,
     int64_t stride, const DevSeq* __restrict__ seqs, const int32_t* __restrict__ list,
     float* __restrict__ states, int64_t slot_stride, int64_t layer_off,
     const float* __restrict__ decay, float scale, T* __restrict__ out, int64_t ostride,
