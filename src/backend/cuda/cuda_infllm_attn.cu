@@ -27,9 +27,10 @@
 // Dense rows of short calls (decode below dense_len) run here too, as rows that selected
 // every block up to their own (SparseAttnParams::dense_below), on the tensor cores rather
 // than the scalar attention_kernel.
-// FP8 KV caches (KF): the producers load 8 codes per 8-byte chunk and store their exact bf16
-// values, so the consumers' code is the bf16 one; the K scale is part of P.tau, the V scale
-// multiplies O once at the end (SparseAttnParams::kv_fmt, v_scale).
+// FP8 KV caches (KF): the producers load 16 codes per 16-byte chunk (the next tile's while
+// they convert this one) and store their exact bf16 values, so the consumers' code is the
+// bf16 one; the K scale is part of P.tau, the V scale multiplies O once at the end
+// (SparseAttnParams::kv_fmt, v_scale).
 #include "backend/cuda/cuda_infllm_attn.cuh"
 #include "backend/cuda/cuda_kv_fp8.cuh"
 #include "backend/cuda/cuda_launch.cuh"
