@@ -84,7 +84,8 @@
 #                                     graphs on) through the CUPTI tracer scripts/ktrace: what
 #                                     each kernel adds to a step's span, PDL overlap included
 #                                     (KTRACE_ARGS appends bench flags, e.g. --quantization fp8
-#                                     --kv-cache-dtype fp8_e4m3)
+#                                     --kv-cache-dtype fp8_e4m3; KTRACE_BATCHES replaces 1,8,
+#                                     e.g. 64)
 #   scripts/gpu_check.sh exec CMD...  CMD with the binaries' directory in $SALA_GPU_DIR and
 #                                     their libraries on LD_LIBRARY_PATH (profiler runs)
 #   scripts/gpu_check.sh libs DEST BIN...  copy the non-system shared libraries of BIN... into
@@ -515,8 +516,9 @@ ktrace() {
   [ -e "$kt" ] || kt=$BUILD/scripts/ktrace/libsala_ktrace.so
   [ -e "$MODEL_DIR/model.safetensors.index.json" ] || [ -e "$MODEL_DIR/model.safetensors" ] ||
     "$BIN/sala" make-random --like-config "$ROOT/configs/minicpm-sala-9b.json" --out "$MODEL_DIR" 2>&1 | tail -1
-  local args="--model-path $MODEL_DIR --device cuda --decode-batches 1,8 --decode-input 4096
-    --decode-output 64 --prefill-batches 1 --prefill-input 256 ${KTRACE_ARGS:-}"
+  local args="--model-path $MODEL_DIR --device cuda --decode-batches ${KTRACE_BATCHES:-1,8}
+    --decode-input 4096 --decode-output 64 --prefill-batches 1 --prefill-input 256
+    ${KTRACE_ARGS:-}"
   # shellcheck disable=SC2086  # args is a list
   "$BIN/sala" bench offline $args 2>&1 | grep -E "^decode" | sed 's/^/untraced: /'
   # shellcheck disable=SC2086
