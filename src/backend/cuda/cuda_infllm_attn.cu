@@ -155,8 +155,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       // registers, converts them to their exact bf16 values (unscaled) and stores them; the
       // arrival releases the stores. The next tile's codes are loaded before this tile waits
       // for its slot and converts, so their memory latency passes under that work (one
-      // dependent DRAM round trip per tile otherwise: the decode step's 4 tiles per part in
-      // turn). The same values land in the same places as 8-code loads would put them.
+      // dependent DRAM round trip per tile otherwise: a decode part's tiles come in turn).
+      // The same values land in the same places as 8-code loads would put them.
       constexpr int CH = D / 16, kStep = 32 / CH, kN = kHalf / kStep;
       const int j0 = (pw >> 1) * kHalf + lane / CH, c = lane % CH;
       int jj = 0, ww = 0;  // the ring order's next entry (j, w), as the bf16 loop walks it

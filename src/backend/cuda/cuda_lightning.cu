@@ -54,8 +54,7 @@ __device__ __forceinline__ float gla_state_step(float lam, float s, float ki, fl
 template <typename T, int D, bool kNormRope>
 __global__ void __launch_bounds__(4 * D) gla_recurrent_kernel(
     std::conditional_t<kNormRope, T, const T>* q, std::conditional_t<kNormRope, T, const T>* k,
-    const T* v,
-    int64_t stride, const DevSeq* __restrict__ seqs, const int32_t* __restrict__ list,
+    const T* v, int64_t stride, const DevSeq* __restrict__ seqs, const int32_t* __restrict__ list,
     float* __restrict__ states, int64_t slot_stride, int64_t layer_off,
     const float* __restrict__ decay, float scale, T* __restrict__ out, int64_t ostride,
     const GlaNormRope<T> nr) {
