@@ -13,6 +13,11 @@
 //   SiluMulCodesBitExact  launch_silu_mul_fp8 == launch_silu_mul then launch_quantize_rows_fp8,
 //                         and core/fp8.h's codes, likewise (the row-in-registers kernels at
 //                         widths 16384 and 1024, the read-back one at 1000 and 1001)
+//   SiluMulHalvesBitExact the stacked gate_up GEMM's SiLU product (x [rows, 2 I] halves):
+//                         launch_silu_mul_halves == launch_silu_mul on the halves apart, and
+//                         launch_silu_mul_halves_fp8 == that then launch_quantize_rows_fp8
+//   SplitColsExact        launch_split_cols == the parts' columns copied on the host (16-byte
+//                         and single-element paths, 1..64 rows)
 //   Speed                 per projection of a decode step: norm + quantize + FP8 GEMV against
 //                         the fused norm + GEMV, and the GEMV alone (prints only)
 // Without a GPU every test GTEST_SKIPs (cuda_test_util.h).
@@ -23,6 +28,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -203,6 +209,93 @@ TEST(CudaFp8Fused, SiluMulCodesBitExact) {
         EXPECT_EQ(dc, -1) << name << ": codes differ first at row " << dc / cols << " col "
                           << dc % cols;
         expect_oracle_codes(name, r[0].out, rows, cols, r[1]);
+      }
+    }
+}
+
+// x [rows, 2 I]: launch_silu_mul_halves == launch_silu_mul over the halves copied apart (bit for
+// bit); launch_silu_mul_halves_fp8 == that output then launch_quantize_rows_fp8 (out unless
+// skip_out, codes at an aligned or odd address, scales), and core/fp8.h's codes.
+TEST(CudaFp8Fused, SiluMulHalvesBitExact) {
+  REQUIRE_GPU();
+  uint32_t seed = 1900;
+  for (int64_t I : {16384, 1024, 1000, 1001})
+    for (int64_t rows : {1, 17, 40, 64}) {
+      const HostMat hx = randn(rows, 2 * I, seed++, 3.f);
+      HostMat hg = randn(rows, I, 0), hu = randn(rows, I, 0);
+      for (int64_t r = 0; r < rows; ++r) {
+        const uint16_t* xr = hx.bits.data() + r * 2 * I;
+        std::copy(xr, xr + I, hg.bits.begin() + r * I);
+        std::copy(xr + I, xr + 2 * I, hu.bits.begin() + r * I);
+      }
+      const size_t act = size_t(rows * I) * 2, n = size_t(rows * I);
+      Dev x(2 * act, hx.bits.data()), g(act, hg.bits.data()), u(act, hu.bits.data()), ref(act),
+          out(act), codes(n + 256), sc(size_t(rows) * 4);
+      cuda::launch_silu_mul<bf16>(g.as<bf16>(), u.as<bf16>(), ref.as<bf16>(), rows * I, 0);
+      cuda::launch_quantize_rows_fp8(ref.as<bf16>(), rows, I, I, codes.as<uint8_t>(),
+                                     sc.as<float>(), 0);
+      CUDA_OK(cudaDeviceSynchronize());
+      NormRun want{ref.get(act), {}, codes.get(n), sc.get(size_t(rows) * 4)};
+      const std::string name = "silu_mul halves" + shape("", {rows, I});
+      cuda::launch_silu_mul_halves(x.as<bf16>(), rows, I, out.as<bf16>(), 0);
+      CUDA_OK(cudaDeviceSynchronize());
+      EXPECT_EQ(first_diff(out.get(act), want.out), -1) << name << ": bf16 output differs";
+      for (int variant = 0; variant < 3; ++variant) {  // plain; codes at an odd address; skip_out
+        const size_t off = variant == 1 ? 1 : 0;
+        const bool skip = variant == 2;
+        CUDA_OK(cudaMemset(out.p, 0, act));
+        CUDA_OK(cudaMemset(codes.p, 0xa5, codes.n));
+        cuda::launch_silu_mul_halves_fp8(x.as<bf16>(), rows, I, out.as<bf16>(),
+                                         {codes.as<uint8_t>(off), sc.as<float>(), skip}, 0);
+        CUDA_OK(cudaGetLastError());
+        CUDA_OK(cudaDeviceSynchronize());
+        const NormRun got{out.get(act), {}, codes.get(n, off), sc.get(size_t(rows) * 4)};
+        const std::string v = name + " fp8 variant " + std::to_string(variant);
+        if (!skip) {
+          EXPECT_EQ(first_diff(got.out, want.out), -1) << v << ": bf16 output differs";
+        }
+        EXPECT_EQ(first_diff(got.scales, want.scales), -1) << v << ": scales differ";
+        EXPECT_EQ(first_diff(got.codes, want.codes), -1) << v << ": codes differ";
+        expect_oracle_codes(v, want.out, rows, I, got);
+      }
+    }
+}
+
+// launch_split_cols: columns [end[p-1], end[p]) of x [T, N] land in part p [T, width] as the
+// host copies them; widths of multiples of 8 (16-byte path) and odd ones (element path).
+TEST(CudaFp8Fused, SplitColsExact) {
+  REQUIRE_GPU();
+  uint32_t seed = 1950;
+  const std::vector<std::vector<int64_t>> layouts = {
+      {4096, 4096, 4096, 4096}, {4096, 256, 256, 4096}, {2048, 2048}, {1000, 24, 7}};
+  for (const auto& widths : layouts)
+    for (int64_t T : {1, 17, 64}) {
+      int64_t N = 0;
+      for (int64_t w : widths) N += w;
+      const HostMat hx = randn(T, N, seed++);
+      Dev x(size_t(T * N) * 2, hx.bits.data());
+      std::vector<std::unique_ptr<Dev>> parts;
+      cuda::GemvOut o{};
+      o.nparts = int(widths.size());
+      int64_t end = 0;
+      for (size_t p = 0; p < widths.size(); ++p) {
+        parts.push_back(std::make_unique<Dev>(size_t(T * widths[p]) * 2));
+        CUDA_OK(cudaMemset(parts.back()->p, 0xff, parts.back()->n));
+        end += widths[p];
+        o.y[p] = parts.back()->p, o.end[p] = end, o.cols[p] = widths[p];
+      }
+      cuda::launch_split_cols(x.as<bf16>(), T, N, o, 0);
+      CUDA_OK(cudaGetLastError());
+      CUDA_OK(cudaDeviceSynchronize());
+      int64_t c0 = 0;
+      for (size_t p = 0; p < widths.size(); ++p) {
+        std::vector<uint8_t> want(size_t(T * widths[p]) * 2);
+        for (int64_t t = 0; t < T; ++t)
+          std::memcpy(want.data() + size_t(t * widths[p]) * 2, hx.bits.data() + t * N + c0,
+                      size_t(widths[p]) * 2);
+        EXPECT_EQ(first_diff(parts[p]->get(want.size()), want), -1)
+            << "split_cols" << shape("", {T, N}) << " part " << p;
+        c0 += widths[p];
       }
     }
 }

@@ -216,12 +216,12 @@ TEST(CudaFp8Fused, BackendHint) {
 }
 
 // linear_silu_mul(next = down) then down's GEMM on g == the same without the hint, bit for bit.
-// g's codes come from the SiLU product only where linear_silu_mul is Backend's composition on
-// FP8 weights and g's rows are one run: here 100 rows of decode or of one sequence, so g
+// g's codes come from the SiLU product where linear_silu_mul is Backend's composition on FP8
+// weights and g's rows are one run (here 100 rows of decode or of one sequence), and from the
+// SiLU product of the stacked GEMM's halves in decode-only steps of 17..64 rows: there g
 // zeroed before down's GEMM changes nothing. The GEMV's silu_pair epilogue (<= 16 rows, and
-// steps up to 64 rows that are not decode-only), the stacked GEMM of decode-only steps of
-// 17..64 rows (silu_mul_halves) and two sequences of 50 rows (two runs) leave the
-// quantization to down's GEMM, so g zeroed before it gives zeros (no stale codes are used).
+// steps up to 64 rows that are not decode-only) and two sequences of 50 rows (two runs) leave
+// the quantization to down's GEMM, so g zeroed before it gives zeros (no stale codes are used).
 TEST(CudaFp8Fused, SiluMulHint) {
   REQUIRE_GPU();
   const int64_t K = 4096;
@@ -263,8 +263,10 @@ TEST(CudaFp8Fused, SiluMulHint) {
         };
         const std::string name = std::string("silu hint") + shape(kind_name(kind), {T, K, I});
         // g's codes from the SiLU product: Backend's composition (more than 64 rows) with
-        // the rows as one run; g itself may then be left unstored.
-        const bool silu_codes = T > cuda::kGemvMaxRows && kind != StepKind::kTwoSeqs;
+        // the rows as one run, or the stacked GEMM's halves; g may then be left unstored.
+        const bool stacked = kind == StepKind::kDecode && T > 16 && T <= cuda::kGemvMaxRows;
+        const bool silu_codes =
+            (T > cuda::kGemvMaxRows && kind != StepKind::kTwoSeqs) || stacked;
         const auto plain = run(false, false, false), hinted = run(true, false, false);
         if (!silu_codes) expect_same_bits(be, hinted.first, be, plain.first, name + " g");
         expect_same_bits(be, hinted.second, be, plain.second, name + " y");

@@ -123,7 +123,7 @@ void CudaBackend::linear_multi(const Tensor& x, const Weight& w, const std::vect
 
 void CudaBackend::linear_silu_mul(const Tensor& x, const Weight& w, Tensor& g, Tensor& u,
                                   const Weight* next) {
-  if (gemm_.linear_silu_mul(x, w, g, u)) return;
+  if (gemm_.linear_silu_mul(x, w, g, u, [&] { return fp8_codes_for(g, g.cols, next); })) return;
   if (!fp8_producer_codes_ || !next || next->format != WeightFormat::FP8_E4M3)
     return Backend::linear_silu_mul(x, w, g, u);
   linear_multi(x, w, {&g, &u});  // Backend's composition, its SiLU product with g's codes

@@ -336,9 +336,11 @@ bool GemmDispatch::linear_multi(const Tensor& x, const Weight& wt, const std::ve
 // columns and store only silu(g) * u (cuda_gemv.cu, GemvOut::silu_pair): one kernel less per
 // layer and the same bits as the two-op default. Stacked steps: the SiLU product of the
 // stacked GEMM's halves.
-bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g, Tensor& /*u*/) {
+bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g, Tensor& /*u*/,
+                                   const std::function<cuda::Fp8Act()>& codes) {
   // FP8: ≤ 16 rows, the FP8 GEMV's silu_pair epilogue (one kernel); decode-only steps of
-  // 17..64 rows, one GEMM over both halves and silu_mul_halves; otherwise Backend's
+  // 17..64 rows, one GEMM over both halves and their SiLU product (with g's codes for the
+  // next GEMM when `codes` prepares them: no quantize kernel before it); otherwise Backend's
   // composition, linear_multi (one quantization, a GEMM per half) then silu_mul. Codes that
   // x's producer wrote (prepare_fp8_input) are used here, or kept for that linear_multi.
   if (wt.format == WeightFormat::FP8_E4M3) {
@@ -352,6 +354,11 @@ bool GemmDispatch::linear_silu_mul(const Tensor& x, const Weight& wt, Tensor& g,
                                  stream_);
       Tensor ws{stack_ws_, DType::BF16, x.rows, wt.rows};
       fp8_gemm(in.codes, in.scales, x.rows, wt, ws);
+      if (const cuda::Fp8Act q = codes ? codes() : cuda::Fp8Act{}; q.codes) {
+        launch_silu_mul_halves_fp8(ptr<bf16>(ws), x.rows, g.cols, ptr<bf16>(g), q, stream_);
+        timer_.tick("fp8 silu_mul halves + fp8 codes");
+        return true;
+      }
       launch_silu_mul_halves(ptr<bf16>(ws), x.rows, g.cols, ptr<bf16>(g), stream_);
       timer_.tick("fp8 silu_mul halves");
       return true;

@@ -62,7 +62,11 @@ class GemmDispatch {
   // false: no single-kernel path for these shapes; the caller runs Backend's default
   // composition (one linear() per part / linear_multi then silu_mul).
   bool linear_multi(const Tensor& x, const Weight& w, const std::vector<Tensor*>& ys);
-  bool linear_silu_mul(const Tensor& x, const Weight& w, Tensor& g, Tensor& u);
+  // codes (may be empty): called once x's own prepared FP8 codes are taken, on a path whose
+  // SiLU product can write g's codes for the next GEMM (decode-only FP8 steps of 17..64 rows);
+  // the Fp8Act it returns (no codes: none prepared) says where.
+  bool linear_silu_mul(const Tensor& x, const Weight& w, Tensor& g, Tensor& u,
+                       const std::function<cuda::Fp8Act()>& codes = {});
   // y = x · Wᵀ, then the residual norm that tail() describes (h, w, out, out's FP8 codes),
   // applied by the GEMV's last CTAs (cuda_gemv_row_tail.cuh): one run of at most
   // kGemvRowTailRows decode rows through the bf16 or FP8 ring GEMV. tail() is called after

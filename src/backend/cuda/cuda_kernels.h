@@ -129,6 +129,10 @@ bool gemv_supported(const void* x, int64_t ldx, const void* w, int64_t K, int64_
 // (SiluMul's roundings).
 void launch_split_cols(const bf16* x, int64_t T, int64_t N, const GemvOut& o, cudaStream_t st);
 void launch_silu_mul_halves(const bf16* x, int64_t T, int64_t I, bf16* out, cudaStream_t st);
+// launch_silu_mul_halves with out's FP8 codes and scales in q, launch_silu_mul_fp8's kernels
+// and bits (out [T, I] must not overlap x [T, 2 I]).
+void launch_silu_mul_halves_fp8(const bf16* x, int64_t T, int64_t I, bf16* out, Fp8Act q,
+                                cudaStream_t st);
 // GemvOut::silu_pair runs on this GPU for N weight rows (the ring kernel, N / 2 a whole
 // number of its 32-row tiles).
 bool gemv_silu_pair_supported(int64_t N);

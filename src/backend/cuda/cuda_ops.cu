@@ -68,12 +68,15 @@ __global__ void binary_kernel(const T* x, const T* y, T* out, int64_t n, bool ve
     out[i] = cvt<T>(op(ld(x[i]), ld(y[i])));
 }
 
-// One block per row t of x[T, N]: 16-byte chunks (vec: every part's width a multiple of 8)
-// or single elements, each copied to its part.
+// Row t = blockIdx.y of x[T, N]: 16-byte chunks (vec: every part's width a multiple of 8) or
+// single elements, each copied to its part; a row spans blocks (x), one chunk per thread, so
+// a 64-row step's loads are in flight at once (one block per row walked each row in 8 serial
+// round trips: 8.4 µs per launch at B = 64, session 47).
 __global__ void split_cols_kernel(const bf16* x, int64_t N, GemvOut s, bool vec) {
   pdl_begin();  // launch_pdl: before any read or write
-  const int64_t t = blockIdx.x, step = vec ? 8 : 1;
-  for (int64_t c = threadIdx.x * step; c < N; c += int64_t(blockDim.x) * step) {
+  const int64_t t = blockIdx.y, step = vec ? 8 : 1;
+  for (int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * step; c < N;
+       c += int64_t(gridDim.x) * blockDim.x * step) {
     int p = 0;
     while (p + 1 < s.nparts && c >= s.end[p]) ++p;
     const int64_t c0 = p ? s.end[p - 1] : 0, w = s.end[p] - c0;
@@ -85,13 +88,15 @@ __global__ void split_cols_kernel(const bf16* x, int64_t N, GemvOut s, bool vec)
   }
 }
 
-// One block per row t: out[t, c] = SiluMul(x[t, c], x[t, I + c]), 8 per thread when vec.
+// Row t = blockIdx.y: out[t, c] = SiluMul(x[t, c], x[t, I + c]), 8 per thread when vec; a row
+// spans blocks as in split_cols_kernel.
 __global__ void silu_mul_halves_kernel(const bf16* x, int64_t I, bf16* out, bool vec) {
   pdl_begin();  // launch_pdl: before any read or write
-  const int64_t t = blockIdx.x, step = vec ? 8 : 1;
+  const int64_t t = blockIdx.y, step = vec ? 8 : 1;
   const bf16* g = x + t * 2 * I;
   const SiluMul<bf16> op;
-  for (int64_t c = threadIdx.x * step; c < I; c += int64_t(blockDim.x) * step) {
+  for (int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * step; c < I;
+       c += int64_t(gridDim.x) * blockDim.x * step) {
     if (vec) {
       *reinterpret_cast<uint4*>(out + t * I + c) = apply8(
           *reinterpret_cast<const uint4*>(g + c), *reinterpret_cast<const uint4*>(g + I + c), op);
@@ -101,25 +106,26 @@ __global__ void silu_mul_halves_kernel(const bf16* x, int64_t I, bf16* out, bool
   }
 }
 
-// One block per row t of g, u [rows, cols]: out = SiluMul(g, u) as binary_kernel stores it
-// (8 per thread when vec: every pointer 16-byte aligned, codes 8-byte aligned, cols % 8 ==
-// 0), and the FP8 codes and scale of the stored row (cuda_fp8_quant.cuh: the amax over the
-// block, then each thread converts what it stored, read back). out may be g.
-__global__ void silu_mul_fp8_kernel(const bf16* g, const bf16* u, bf16* out, int64_t cols,
-                                    bool vec, Fp8Act q) {
+// One block per row t of g, u [rows, ldi] (cols used) and out [rows, cols]: out = SiluMul(g, u)
+// as binary_kernel stores it (8 per thread when vec: every pointer 16-byte aligned, codes
+// 8-byte aligned, cols and ldi % 8 == 0), and the FP8 codes and scale of the stored row
+// (cuda_fp8_quant.cuh: the amax over the block, then each thread converts what it stored, read
+// back). out may be g when ldi == cols.
+__global__ void silu_mul_fp8_kernel(const bf16* g, const bf16* u, int64_t ldi, bf16* out,
+                                    int64_t cols, bool vec, Fp8Act q) {
   pdl_begin();  // launch_pdl: before any read or write
   __shared__ float red[32];
-  const int64_t t = blockIdx.x, step = vec ? 8 : 1, base = t * cols;
+  const int64_t t = blockIdx.x, step = vec ? 8 : 1, base = t * cols, in = t * ldi;
   const SiluMul<bf16> op;
   float amax = 0.f;
   for (int64_t c = threadIdx.x * step; c < cols; c += int64_t(blockDim.x) * step) {
     if (vec) {
-      const uint4 ov = apply8(*reinterpret_cast<const uint4*>(g + base + c),
-                              *reinterpret_cast<const uint4*>(u + base + c), op);
+      const uint4 ov = apply8(*reinterpret_cast<const uint4*>(g + in + c),
+                              *reinterpret_cast<const uint4*>(u + in + c), op);
       *reinterpret_cast<uint4*>(out + base + c) = ov;
       amax = fp8q::amax8(amax, ov);
     } else {
-      const bf16 o = f2b(op(b2f(g[base + c]), b2f(u[base + c])));
+      const bf16 o = f2b(op(b2f(g[in + c]), b2f(u[in + c])));
       out[base + c] = o;
       amax = fmaxf(amax, fabsf(b2f(o)));
     }
@@ -140,15 +146,16 @@ __global__ void silu_mul_fp8_kernel(const bf16* g, const bf16* u, bf16* out, int
 // kChunks in flight each). The codes come from those registers, so `out` is stored only
 // without q.skip_out (the GEMM that reads the codes is out's only reader).
 template <int kChunks>
-__global__ void silu_mul_fp8_regs_kernel(const bf16* g, const bf16* u, bf16* out, int64_t cols,
-                                         Fp8Act q) {
+__global__ void silu_mul_fp8_regs_kernel(const bf16* g, const bf16* u, int64_t ldi, bf16* out,
+                                         int64_t cols, Fp8Act q) {
   pdl_begin();  // launch_pdl: before any read or write
   __shared__ float red[32];
   const int64_t base = int64_t(blockIdx.x) * cols, stride = int64_t(blockDim.x) * 8;
+  const int64_t in = int64_t(blockIdx.x) * ldi;
   uint4 gv[kChunks], uv[kChunks], ov[kChunks];
 #pragma unroll
   for (int i = 0; i < kChunks; ++i) {
-    const int64_t c = base + threadIdx.x * 8 + i * stride;
+    const int64_t c = in + threadIdx.x * 8 + i * stride;
     gv[i] = *reinterpret_cast<const uint4*>(g + c);
     uv[i] = *reinterpret_cast<const uint4*>(u + c);
   }
@@ -317,10 +324,13 @@ void launch_silu_mul(const T* g, const T* u, T* out, int64_t n, cudaStream_t st)
   CUDA_CHECK_LAUNCH();
 }
 
-void launch_silu_mul_fp8(const bf16* g, const bf16* u, bf16* out, int64_t rows, int64_t cols,
-                         Fp8Act q, cudaStream_t st) {
-  if (rows == 0) return;
-  const bool vec = vec16(g, u, out, cols) && reinterpret_cast<uintptr_t>(q.codes) % 8 == 0;
+namespace {
+
+// silu_mul_fp8's kernels over g, u [rows, ldi] (cols used), out [rows, cols].
+void silu_mul_fp8_rows(const bf16* g, const bf16* u, int64_t ldi, bf16* out, int64_t rows,
+                       int64_t cols, Fp8Act q, cudaStream_t st) {
+  const bool vec = vec16(g, u, out, cols) && ldi % 8 == 0 &&
+                   reinterpret_cast<uintptr_t>(q.codes) % 8 == 0;
   // Rows of 8 · 32 · k columns, k ≤ 4 chunks per thread, ≤ 512 threads: the register kernel
   // (the MLP's 16384: 512 threads of 4 chunks); otherwise the kernel that reads `out` back.
   const int64_t chunks = cols / 8;
@@ -329,26 +339,47 @@ void launch_silu_mul_fp8(const bf16* g, const bf16* u, bf16* out, int64_t rows, 
     const auto kernel = k == 1   ? silu_mul_fp8_regs_kernel<1>
                         : k == 2 ? silu_mul_fp8_regs_kernel<2>
                                  : silu_mul_fp8_regs_kernel<4>;
-    launch_pdl(kernel, unsigned(rows), unsigned(chunks / k), 0, st, g, u, out, cols, q);
+    launch_pdl(kernel, unsigned(rows), unsigned(chunks / k), 0, st, g, u, ldi, out, cols, q);
     CUDA_CHECK_LAUNCH();
     return;
   }
-  launch_pdl(silu_mul_fp8_kernel, unsigned(rows), 512, 0, st, g, u, out, cols, vec, q);
+  launch_pdl(silu_mul_fp8_kernel, unsigned(rows), 512, 0, st, g, u, ldi, out, cols, vec, q);
   CUDA_CHECK_LAUNCH();
+}
+
+// Blocks along a row of n elements (chunks of 8 when vec) for the 256-thread row kernels.
+unsigned row_blocks(int64_t n, bool vec) {
+  const int64_t per = vec ? 8 * 256 : 256;
+  return unsigned(std::max<int64_t>(1, (n + per - 1) / per));
+}
+
+}  // namespace
+
+void launch_silu_mul_fp8(const bf16* g, const bf16* u, bf16* out, int64_t rows, int64_t cols,
+                         Fp8Act q, cudaStream_t st) {
+  if (rows == 0) return;
+  silu_mul_fp8_rows(g, u, cols, out, rows, cols, q, st);
+}
+
+void launch_silu_mul_halves_fp8(const bf16* x, int64_t T, int64_t I, bf16* out, Fp8Act q,
+                                cudaStream_t st) {
+  if (T == 0) return;
+  silu_mul_fp8_rows(x, x + I, 2 * I, out, T, I, q, st);
 }
 
 void launch_split_cols(const bf16* x, int64_t T, int64_t N, const GemvOut& s, cudaStream_t st) {
   if (T == 0) return;
   bool vec = N % 8 == 0 && aligned16(x);
   for (int p = 0; p < s.nparts; ++p) vec = vec && s.end[p] % 8 == 0 && aligned16(s.y[p]);
-  launch_pdl(split_cols_kernel, unsigned(T), 256, 0, st, x, N, s, vec);
+  launch_pdl(split_cols_kernel, dim3(row_blocks(N, vec), unsigned(T)), 256, 0, st, x, N, s, vec);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_silu_mul_halves(const bf16* x, int64_t T, int64_t I, bf16* out, cudaStream_t st) {
   if (T == 0) return;
   const bool vec = I % 8 == 0 && aligned16(x) && aligned16(out);
-  launch_pdl(silu_mul_halves_kernel, unsigned(T), 256, 0, st, x, I, out, vec);
+  launch_pdl(silu_mul_halves_kernel, dim3(row_blocks(I, vec), unsigned(T)), 256, 0, st, x, I,
+             out, vec);
   CUDA_CHECK_LAUNCH();
 }
 
