@@ -15,6 +15,8 @@
 //                outputs then, and another FP8 GEMM in between changes nothing), a bf16 next
 //   SiluMulHint  linear_silu_mul(next = down) then down's GEMM, likewise (codes from the SiLU
 //                product where linear_silu_mul is Backend's composition: > 64 rows in one run)
+//   LinearAddNormSums  FP8 linear_add_rmsnorm == linear then add_scaled_rmsnorm, bit for bit,
+//                in the steps whose norm kernel scales the GEMM's fp32 sums and in others
 //   BrokenHintAborts  prepared codes (out unstored) and then a GEMM on another input: the
 //                dispatch aborts naming both, rather than multiply unstored values
 // Without a GPU every test GTEST_SKIPs (cuda_test_util.h).
@@ -280,6 +282,49 @@ TEST(CudaFp8Fused, SiluMulHint) {
               << name << ": down's GEMM quantizes g itself here";
           const auto other = run(true, false, true);  // no codes: a GEMM between is harmless
           expect_same_bits(be, other.second, be, plain.second, name + " GEMM in between");
+        }
+      }
+  }
+}
+
+// linear_add_rmsnorm with FP8 weights (o_proj: K = 4096, down: K = 16384; n = 4096) ==
+// Backend's composition (linear, then add_scaled_rmsnorm) bit for bit: y, h, x, and out when
+// no codes are prepared; with the `next` hint, the next FP8 GEMM's output on out. Decode-only
+// steps of 17..64 rows scale cuBLASLt's fp32 sums inside the norm kernel
+// (launch_add_rmsnorm_sums); 1 and 16 rows take the GEMV's norm tail, one sequence's rows the
+// GEMV (<= 64) or CUTLASS (100), whose y the norm reads as before.
+TEST(CudaFp8Fused, LinearAddNormSums) {
+  REQUIRE_GPU();
+  HintRig rig(4096, 2500);
+  Backend& be = *rig.be;
+  uint32_t seed = 2600;
+  for (int64_t K : {4096, 16384}) {
+    const Weight w = rig.fp8(4096, K);
+    for (StepKind kind : {StepKind::kDecode, StepKind::kOneSeq})
+      for (int64_t T : {1, 16, 17, 40, 64, 100}) {
+        const StepMeta meta = step_meta(kind, T);  // the backend keeps its address
+        be.begin_step(meta);
+        const HostMat hx = randn(T, K, seed++, 1.f), hh = randn(T, 4096, seed++, 1.f);
+        for (const bool hinted : {false, true}) {
+          auto run = [&](bool fused) {
+            HintRig::Run r{upload_checkpoint(be, DType::BF16, T, K, hx.bits.data()),
+                           upload_checkpoint(be, DType::BF16, T, 4096, hh.bits.data()),
+                           be.alloc(T, 4096, DType::BF16),
+                           {}};
+            r.ys.push_back(be.alloc(T, 4096, DType::BF16));        // y
+            r.ys.push_back(be.alloc(T, rig.w_lin.rows, DType::BF16));  // out · w_linᵀ
+            const Weight* next = hinted ? &rig.w_lin : nullptr;
+            if (fused)
+              be.linear_add_rmsnorm(r.x, w, r.ys[0], r.h, 0.37f, rig.wn, 1e-6f, r.out, next);
+            else
+              be.Backend::linear_add_rmsnorm(r.x, w, r.ys[0], r.h, 0.37f, rig.wn, 1e-6f, r.out,
+                                             next);
+            be.linear(r.out, rig.w_lin, r.ys[1]);
+            return r;
+          };
+          const std::string name = std::string("linear_add_rmsnorm") +
+                                   (hinted ? " hinted" : "") + shape(kind_name(kind), {T, K});
+          expect_runs_equal(be, run(true), run(false), name, !hinted);
         }
       }
   }

@@ -83,37 +83,52 @@ void CudaBackend::add_scaled_rmsnorm(Tensor& h, const Tensor& a, float alpha, co
 void CudaBackend::linear(const Tensor& x, const Weight& w, Tensor& y) { gemm_.linear(x, w, y); }
 
 // Decode rows: the GEMV's last CTAs apply the norm (GemmDispatch::linear_norm) where the
-// unfused norm would run rmsnorm_vec8_kernel, whose bits the tail reproduces.
+// unfused norm would run rmsnorm_vec8_kernel, whose bits the tail reproduces. FP8 weights
+// whose GEMM leaves fp32 sums (cuBLASLt's unscaled GEMM: decode-only steps of 17..64 rows)
+// have them scaled inside that norm kernel (launch_add_rmsnorm_sums: the scaling kernel's
+// bits, one launch less).
 void CudaBackend::linear_add_rmsnorm(const Tensor& x, const Weight& w, Tensor& y, Tensor& h,
                                      float alpha, const Tensor& norm_w, float eps, Tensor& out,
                                      const Weight* next) {
   const int64_t n = norm_w.numel();
   const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool fits = bf16_mode_ && gemv_norm_tail_fits(n) && h.cols == n && y.cols == n &&
-                    out.cols == n && h.rows == x.rows && y.rows == x.rows &&
-                    out.rows == x.rows && is_bf16(h) && is_bf16(y) && is_bf16(out) &&
-                    is_bf16(norm_w) && out.data != h.data && aligned16(h.data) &&
-                    aligned16(y.data) && aligned16(out.data) && aligned16(norm_w.data);
-  if (!fits) return Backend::linear_add_rmsnorm(x, w, y, h, alpha, norm_w, eps, out, next);
-  // The callback captures one reference, so std::function keeps it without allocating.
-  struct Tail {
-    CudaBackend* be;
-    const Tensor& out;
-    const Weight* next;
-    GemvRowTail t;
-  } c{this, out, next, {}};
-  c.t.h = ptr<bf16>(h);
-  c.t.w = ptr<bf16>(norm_w);
-  c.t.alpha = alpha;
-  c.t.eps = eps;
-  c.t.out = ptr<bf16>(out);
-  c.t.n = int(n);
-  if (gemm_.linear_norm(x, w, y, [&c] {
-        GemvRowTail t = c.t;
-        t.q = c.be->fp8_codes_for(c.out, c.out.cols, c.next);
-        return t;
-      }))
+  const bool fits = bf16_mode_ && h.cols == n && y.cols == n && out.cols == n &&
+                    h.rows == x.rows && y.rows == x.rows && out.rows == x.rows && is_bf16(h) &&
+                    is_bf16(y) && is_bf16(out) && is_bf16(norm_w) && out.data != h.data &&
+                    aligned16(h.data) && aligned16(y.data) && aligned16(out.data) &&
+                    aligned16(norm_w.data);
+  if (fits && gemv_norm_tail_fits(n)) {
+    // The callback captures one reference, so std::function keeps it without allocating.
+    struct Tail {
+      CudaBackend* be;
+      const Tensor& out;
+      const Weight* next;
+      GemvRowTail t;
+    } c{this, out, next, {}};
+    c.t.h = ptr<bf16>(h);
+    c.t.w = ptr<bf16>(norm_w);
+    c.t.alpha = alpha;
+    c.t.eps = eps;
+    c.t.out = ptr<bf16>(out);
+    c.t.n = int(n);
+    if (gemm_.linear_norm(x, w, y, [&c] {
+          GemvRowTail t = c.t;
+          t.q = c.be->fp8_codes_for(c.out, c.out.cols, c.next);
+          return t;
+        }))
+      return;
+  }
+  // out's codes go where x's were (n <= x.cols: they fit, so the FP8 workspace that holds the
+  // sums' sx does not move).
+  if (fits && w.format == WeightFormat::FP8_E4M3 && rmsnorm_vec8_fits(n) && n <= x.cols) {
+    const Fp8Sums s = gemm_.linear_fp8_sums(x, w, y);
+    if (!s.acc) return add_scaled_rmsnorm(h, y, alpha, norm_w, eps, out, next);
+    const Fp8Act q = fp8_codes_for(out, n, next);  // after the GEMM took x's
+    launch_add_rmsnorm_sums(ptr<bf16>(h), s, alpha, ptr<bf16>(norm_w), int(n), h.rows, eps,
+                            ptr<bf16>(out), q, st());
+    tick(q.codes ? "add_rmsnorm_sums + fp8 codes" : "add_rmsnorm_sums");
     return;
+  }
   Backend::linear_add_rmsnorm(x, w, y, h, alpha, norm_w, eps, out, next);
 }
 

@@ -74,6 +74,12 @@ class GemmDispatch {
   // set here). false: not this path and nothing done (the caller runs linear, then the norm).
   bool linear_norm(const Tensor& x, const Weight& w, Tensor& y,
                    const std::function<cuda::GemvRowTail()>& tail);
+  // y = x · Wᵀ for FP8 weights, as linear(), except where x's rows are one run and its GEMM is
+  // cuBLASLt's unscaled FP8 GEMM (decode-only steps of 17..64 rows: o_proj, down): there the
+  // scaling is left to the caller's next kernel (launch_add_rmsnorm_sums), y is not written
+  // here, and the sums, scales and y are returned; elsewhere acc == nullptr (y written). The
+  // sums live in this dispatch's fp32 buffer until the next FP8 GEMM.
+  cuda::Fp8Sums linear_fp8_sums(const Tensor& x, const Weight& w, Tensor& y);
   // FP8 weights exist (CudaBackend::upload_linear / upload_fp8).
   void note_fp8_weights() { fp8_weights_ = true; }
   // Once FP8 weights exist: the FP8 workspace for GEMM inputs of up to rows x cols
@@ -203,6 +209,10 @@ class GemmDispatch {
   // The fallback's fp32 sums [T, N] (bf16 outputs only), allocated on first use.
   float* fp8_acc_ = nullptr;
   size_t fp8_acc_elems_ = 0;
+  // linear_fp8_sums' call: fp8_gemm's unscaled path records its sums in deferred_ instead of
+  // launching the scaling kernel.
+  bool defer_scales_ = false;
+  cuda::Fp8Sums deferred_{};
   // Decode steps of 17..kStackMaxRows rows: a stacked weight's outputs from one cuBLASLt GEMM
   // into this [rows, N] bf16 buffer, then split (linear_multi) or combined (linear_silu_mul).
   static constexpr int64_t kStackMaxRows = 64;

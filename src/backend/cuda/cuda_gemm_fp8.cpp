@@ -304,11 +304,27 @@ void GemmDispatch::fp8_gemm(const uint8_t* xq, const float* sx, int64_t T, const
     CUBLAS_CHECK(cublasLtMatmul(lt_, f.e.op, &one, w.data, f.e.a, xq, f.e.b, &zero, acc, f.e.d,
                                 acc, f.e.d, &f.e.algo, lt_workspace_, lt_workspace_size_,
                                 stream_));
+    if (defer_scales_ && !f32_out) {  // linear_fp8_sums: the caller's kernel scales
+      SALA_CHECK(!deferred_.acc, "two FP8 GEMMs of one linear_fp8_sums call deferred scaling");
+      deferred_ = {acc, sx, w.scales, ptr<bf16>(y)};
+      timer_.tick("fp8 gemm (scales deferred)");
+      return;
+    }
     launch_fp8_apply_scales(acc, T, N, sx, w.scales, y.data, f32_out, stream_);
   }
   // fp32 output (logits): the bf16 contract rounds the GEMM output to bf16 (SPEC §4.7).
   if (f32_out) launch_round_f32(ptr<float>(y), y.numel(), stream_);
   timer_.tick(f.outer_vec ? "fp8 gemm" : "fp8 gemm + scales");
+}
+
+cuda::Fp8Sums GemmDispatch::linear_fp8_sums(const Tensor& x, const Weight& w, Tensor& y) {
+  defer_scales_ = bf16_ && is_bf16(y) && one_run(x.rows);
+  deferred_ = {};
+  linear_fp8(x, w, {&y});
+  defer_scales_ = false;
+  const cuda::Fp8Sums s = deferred_;
+  deferred_ = {};
+  return s;
 }
 
 }  // namespace sala::cuda_host

@@ -44,6 +44,23 @@ struct Fp8Act {
 // may be left unstored; h is always written).
 void launch_rmsnorm_fp8(bf16* x, const bf16* a, float alpha, const bf16* w, const bf16* gate,
                         int n, int64_t rows, float eps, bf16* out, Fp8Act q, cudaStream_t st);
+// Rows of n columns take the 16-byte-vector norm kernel (with 16-byte aligned pointers).
+inline constexpr bool rmsnorm_vec8_fits(int64_t n) { return n > 512 && n % 256 == 0 && n <= 8192; }
+// The fp32 sums of an FP8 GEMM whose scaling is left to the next kernel
+// (GemmDispatch::linear_fp8_sums) and where that kernel stores the scaled output:
+// y[t, c] = bf16(acc[t, c] · sx[t] · sw[c]), launch_fp8_apply_scales' numbers.
+struct Fp8Sums {
+  const float* acc = nullptr;  // [rows, n]
+  const float* sx = nullptr;   // [rows] per-token scales (may share words with q.scales)
+  const float* sw = nullptr;   // [n] per-channel scales
+  bf16* y = nullptr;           // [rows, n]
+};
+// launch_fp8_apply_scales into s.y, then launch_rmsnorm_fp8 (q.codes) or launch_rmsnorm with
+// a = s.y: the same bits in s.y, h, out and q, in one kernel (decode-only FP8 steps of 17..64
+// rows, whose o_proj and down run cuBLASLt's unscaled GEMM). Needs rmsnorm_vec8_fits(n) and
+// 16-byte aligned h, s.acc, s.sw, s.y, w and out (checked: abort).
+void launch_add_rmsnorm_sums(bf16* h, Fp8Sums s, float alpha, const bf16* w, int n, int64_t rows,
+                             float eps, bf16* out, Fp8Act q, cudaStream_t st);
 // out = bf16(RMSNorm(x) · w) · bf16(sigmoid(gate)) (rmsnorm then mul_sigmoid in one pass, the
 // same numbers): x, gate, out [groups · n]; out may be x, not gate.
 template <typename T>

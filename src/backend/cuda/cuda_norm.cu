@@ -131,9 +131,15 @@ __global__ void rmsnorm_block_kernel(T* x, const T* a, float alpha, const T* __r
 // in 16-byte accesses, each once (the kernel above reads h twice, 2 bytes at a time).
 // bf16 only. The gate moves in 16-byte loads where it is 16-byte aligned, else 2 bytes at a
 // time (the kernel is chosen without looking at it).
-template <bool kResidual, bool kGate, bool kQuant>
+//
+// kSums (with kResidual; launch_add_rmsnorm_sums): the residual addend is made here from an FP8
+// GEMM's fp32 sums, a = bf16(acc · sx[t] · sw[n]) (apply_scales_kernel's expression, so its
+// bits), and stored to sums.y as that kernel stores it; a itself is not read.
+template <bool kResidual, bool kGate, bool kQuant, bool kSums = false>
 __global__ void rmsnorm_vec8_kernel(bf16* x, const bf16* a, float alpha, const bf16* __restrict__ w,
-                                    const bf16* gate, int n, float eps, bf16* out, Fp8Act q) {
+                                    const bf16* gate, int n, float eps, bf16* out, Fp8Act q,
+                                    Fp8Sums sums) {
+  static_assert(!kSums || kResidual, "the sums are the residual's addend");
   pdl_begin();  // launch_pdl: before any read or write
   __shared__ float red[32], red_max[32];
   const int64_t off = int64_t(blockIdx.x) * n + threadIdx.x * 8;
@@ -141,7 +147,24 @@ __global__ void rmsnorm_vec8_kernel(bf16* x, const bf16* a, float alpha, const b
   bf16* h8 = reinterpret_cast<bf16*>(&hv);
   float v[8], ss = 0.f;
   if constexpr (kResidual) {
-    const uint4 av = *reinterpret_cast<const uint4*>(a + off);
+    uint4 av;
+    if constexpr (kSums) {
+      // sx[t] is read before the block's first barrier: q.scales may be the same workspace
+      // words (the FP8 input's scales of x and of out), written by thread 0 after the last.
+      const float sx = sums.sx[blockIdx.x];
+      const float4 a0 = *reinterpret_cast<const float4*>(sums.acc + off);
+      const float4 a1 = *reinterpret_cast<const float4*>(sums.acc + off + 4);
+      const float4 w0 = *reinterpret_cast<const float4*>(sums.sw + threadIdx.x * 8);
+      const float4 w1 = *reinterpret_cast<const float4*>(sums.sw + threadIdx.x * 8 + 4);
+      const float acc[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float sw[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+      bf16* y8 = reinterpret_cast<bf16*>(&av);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) y8[e] = f2b(acc[e] * sx * sw[e]);
+      *reinterpret_cast<uint4*>(sums.y + off) = av;
+    } else {
+      av = *reinterpret_cast<const uint4*>(a + off);
+    }
     const bf16* a8 = reinterpret_cast<const bf16*>(&av);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
@@ -203,11 +226,11 @@ void launch_rmsnorm_kernel(T* x, const T* a, float alpha, const T* w, const T* g
     const unsigned grid = unsigned((groups + warps - 1) / warps);
     launch_pdl(rmsnorm_warp_kernel<T, kResidual, kGate, kQuant>, grid, warps * 32, 0, st, x, a,
                alpha, w, gate, n, groups, eps, out, q);
-  } else if (kBf16 && n % 256 == 0 && n <= 8192 && aligned16(x) && aligned16(out) && aligned16(w) &&
+  } else if (kBf16 && rmsnorm_vec8_fits(n) && aligned16(x) && aligned16(out) && aligned16(w) &&
              (!kResidual || aligned16(a))) {
     if constexpr (kBf16)
       launch_pdl(rmsnorm_vec8_kernel<kResidual, kGate, kQuant>, unsigned(groups), unsigned(n / 8),
-                 0, st, x, a, alpha, w, gate, n, eps, out, q);
+                 0, st, x, a, alpha, w, gate, n, eps, out, q, Fp8Sums{});
   } else {
     const int threads = n >= 4096 ? 512 : 256;
     launch_pdl(rmsnorm_block_kernel<T, kResidual, kGate, kQuant>, unsigned(groups), threads, 0, st,
@@ -300,6 +323,28 @@ void launch_rmsnorm_fp8(bf16* x, const bf16* a, float alpha, const bf16* w, cons
   else
     launch_rmsnorm_kernel<bf16, false, false, true>(x, nullptr, 0.f, w, nullptr, n, rows, eps, out,
                                                     st, q);
+}
+
+void launch_add_rmsnorm_sums(bf16* h, Fp8Sums s, float alpha, const bf16* w, int n, int64_t rows,
+                             float eps, bf16* out, Fp8Act q, cudaStream_t st) {
+  if (rows == 0) return;
+  if (!(rmsnorm_vec8_fits(n) && aligned16(h) && aligned16(s.acc) && aligned16(s.sw) &&
+        aligned16(s.y) && aligned16(w) && aligned16(out))) {
+    std::fprintf(stderr,
+                 "%s:%d: launch_add_rmsnorm_sums: n = %d or a pointer that is not 16-byte "
+                 "aligned (the caller checks rmsnorm_vec8_fits and the alignment)\n",
+                 __FILE__, __LINE__, n);
+    std::abort();
+  }
+  if (q.codes)
+    launch_pdl(rmsnorm_vec8_kernel<true, false, true, true>, unsigned(rows), unsigned(n / 8), 0,
+               st, h, static_cast<const bf16*>(nullptr), alpha, w,
+               static_cast<const bf16*>(nullptr), n, eps, out, q, s);
+  else
+    launch_pdl(rmsnorm_vec8_kernel<true, false, false, true>, unsigned(rows), unsigned(n / 8), 0,
+               st, h, static_cast<const bf16*>(nullptr), alpha, w,
+               static_cast<const bf16*>(nullptr), n, eps, out, q, s);
+  CUDA_CHECK_LAUNCH();
 }
 
 #define SALA_NORM_INSTANTIATE(T)                                                               \
