@@ -22,7 +22,8 @@
 // GEMV where gemv_rows allows, else
 // one cuBLASLt FP8 GEMM per output part, which applies
 // the per-token x per-channel scales itself (outer-vector scaling), or, where this cuBLASLt
-// has no such kernel for the shape, writes fp32 sums that launch_fp8_apply_scales scales.
+// has no such kernel for the shape, writes fp32 sums that launch_fp8_apply_scales scales
+// (or, for linear_add_rmsnorm's projections, the residual-norm kernel: linear_fp8_sums).
 // INT4_GROUPED weights (W4A16, cuda_gemm_int4.cpp): runs of <= kGemvMaxRows rows (decode,
 // verify, short prefill runs; decode-only steps of 17..64 rows too) through the int4 GEMV
 // (cuda_gemv_int4.cu), row-invariant; longer runs dequantize each output part once per call
