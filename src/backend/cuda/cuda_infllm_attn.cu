@@ -62,7 +62,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                        const int32_t* __restrict__ sel, const int32_t* __restrict__ sel_cnt,
                        SparseAttnParams P, bf16* __restrict__ out, float* __restrict__ part,
                        float* __restrict__ ml) {
-  pdl_begin();  // launch_pdl: before any read or write
+  // launch_pdl. What this block reads before pdl_wait() is the step's metadata (tiles, rows,
+  // sequences, pages: copied by the host before the step's first kernel) and K/V codes of keys
+  // before the sequence's past_len (written by earlier steps); q, the selections and this
+  // step's keys come from kernels of this step, read after it, as is every write.
+  pdl_trigger();
   constexpr int kBuf = kKT * D;  // elements of one K (or V) tile
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* Ks = reinterpret_cast<bf16*>(smem_raw);                     // [kSlots][kKT][D]
@@ -99,7 +103,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int32_t* pages = R.page_table + s.page_begin;
   const uint32_t* mybits = wbits + (warp < kW ? warp : 0) * P.nb_words;
 
-  // 1. The rows' selections as bitmaps, and the union of their key tiles.
+  // 1. The rows' selections as bitmaps, and the union of their key tiles. A dense row's union
+  // follows from the metadata alone: built while the kernels before this one finish. A sparse
+  // row's selections are this step's top-k output.
+  if (!dense) pdl_wait();
   if (tid < kSlots) {
     mbar_init(&full[tid], kProducers * 32);  // one cp.async arrival per producer thread
     mbar_init(&empty[tid], ncons);           // one arrival per consumer warp
@@ -127,6 +134,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     bf16* dst0 = (pw & 1) ? Vs : Ks;
     const bool one_page = G.page_size % kKT == 0;  // a tile's keys are consecutive rows of one page
     if constexpr (KF == kKvAct) {
+      pdl_wait();  // (only the FP8 path below requests a tile before the wait)
       constexpr int CH = D / 8, kStep = 32 / CH;
       const int j0 = (pw >> 1) * kHalf + lane / CH, c = lane % CH;
       for (int j = 0, w = 0, q = 0; j < per; w + 1 < nw ? ++w : (w = 0, ++j)) {
@@ -184,7 +192,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       };
       uint4 cur[kN], nxt[kN];
       int i = next_entry();
-      if (i >= 0) load_tile(i, nxt);
+      // The first tile's codes are requested before the wait when every key of it predates
+      // the step, so their DRAM latency passes under the kernels before this one.
+      const bool early = i >= 0 && (1LL * list[i] + 1) * kKT <= s.past_len;
+      if (early) load_tile(i, nxt);
+      pdl_wait();
+      if (i >= 0 && !early) load_tile(i, nxt);
       for (int q = 0; i >= 0; ++q) {
 #pragma unroll
         for (int k = 0; k < kN; ++k) cur[k] = nxt[k];
@@ -214,6 +227,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // 12 warps a block, 3 share a register file quarter, so a thread gets ≤ 168 registers,
   // and O (64), S (32) and the fragments need them.
   bf16* Qw = Qs + warp * 16 * D;
+  pdl_wait();  // q, and every write below
   {
     const bf16* base = q + row * int64_t(P.nh) * D + int64_t(g) * 16 * D;
     for (int e = lane; e < 16 * D / 8; e += 32) {
