@@ -57,15 +57,16 @@ __device__ __forceinline__ int swz(int j, int x) {
 
 template <int D, int KF>
 __global__ void __launch_bounds__(kThreads, 1)
-    sparse_attn_kernel(const bf16* __restrict__ q, StepRows R, const int2* __restrict__ tiles,
-                       const KvElem<KF>* __restrict__ kc, const KvElem<KF>* __restrict__ vc,
-                       const int32_t* __restrict__ sel, const int32_t* __restrict__ sel_cnt,
-                       SparseAttnParams P, bf16* __restrict__ out, float* __restrict__ part,
-                       float* __restrict__ ml) {
+    sparse_attn_kernel(const bf16* q, StepRows R, const int2* __restrict__ tiles,
+                       const KvElem<KF>* kc, const KvElem<KF>* vc, const int32_t* sel,
+                       const int32_t* sel_cnt, SparseAttnParams P, bf16* __restrict__ out,
+                       float* __restrict__ part, float* __restrict__ ml) {
   // launch_pdl. What this block reads before pdl_wait() is the step's metadata (tiles, rows,
   // sequences, pages: copied by the host before the step's first kernel) and K/V codes of keys
   // before the sequence's past_len (written by earlier steps); q, the selections and this
-  // step's keys come from kernels of this step, read after it, as is every write.
+  // step's keys come from kernels of this step, read after it, as is every write. So q, kc,
+  // vc, sel and sel_cnt carry no __restrict__: restrict loads may be moved above the wait
+  // (docs/ARCHITECTURE.md, PDL).
   pdl_trigger();
   constexpr int kBuf = kKT * D;  // elements of one K (or V) tile
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -187,7 +188,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                  : one_page ? s0 + j * G.row
                                             : src + token_off(G, pages, p0 + j) + int64_t(g) * D +
                                                   c * 16;
-          cw[k] = ok ? *reinterpret_cast<const uint4*>(sp) : make_uint4(0u, 0u, 0u, 0u);
+          cw[k] = ok ? ld_cg_u4(sp) : make_uint4(0u, 0u, 0u, 0u);
         }
       };
       uint4 cur[kN], nxt[kN];
