@@ -347,7 +347,8 @@ ChatRequest parse_chat(const json& body, const ProtocolLimits& lim) {
       content = c->get<std::string>();
     } else if (c->is_array()) {
       for (const json& part : *c) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+        if (!part.is_object() || get_string(part, "type").value_or("") != "text" || !part.contains("text") ||
+            !part["text"].is_string())
           bad_request(where + ".content", fmt::format("'{}.content' parts must be {{\"type\": \"text\", \"text\": string}}; "
                                                       "other content types are not supported", where));
         if (!content.empty()) content += "\n";

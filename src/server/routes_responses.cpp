@@ -34,7 +34,7 @@ std::string item_text(const json& c, const std::string& where) {
     bad_request(where, fmt::format("'{}' must be a string or an array of text parts, got {}", where, type_name(c)));
   std::string out;
   for (const json& p : c) {
-    const std::string t = p.is_object() ? p.value("type", "") : "";
+    const std::string t = p.is_object() ? get_string(p, "type").value_or("") : "";
     if ((t != "input_text" && t != "output_text" && t != "text") || !p.contains("text") || !p["text"].is_string())
       bad_request(where, fmt::format("'{}' parts must be {{\"type\": \"input_text\", \"text\": string}}; "
                                      "other content is not supported", where));

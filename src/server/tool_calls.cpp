@@ -33,7 +33,7 @@ nlohmann::ordered_json validated_tools(const json& v) {
   for (size_t i = 0; i < v.size(); ++i) {
     const json& t = v[i];
     const std::string where = fmt::format("tools[{}]", i);
-    if (!t.is_object() || t.value("type", "function") != "function")
+    if (!t.is_object() || get_string(t, "type").value_or("function") != "function")
       bad_request(where, fmt::format("'{}' must be {{\"type\": \"function\", \"function\": {{...}}}}", where));
     const json* f = field(t, "function");
     if (!f || !f->is_object()) bad_request(where + ".function", fmt::format("'{}.function' must be an object", where));

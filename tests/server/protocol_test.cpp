@@ -105,7 +105,11 @@ TEST(Protocol, ChatValidation) {
            R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 2})",
            R"({"messages": [{"role": "user", "content": "x"}], "stop": [1]})",
            R"({"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true}})",
-           R"({"messages": [{"role": "bot", "content": "x"}]})"}) {
+           R"({"messages": [{"role": "bot", "content": "x"}]})",
+           // a part's or a tool's "type" that is not a string (fuzz_protocol's finding: a JSON
+           // type error escaped instead of a 400)
+           R"({"messages": [{"role": "user", "content": [{"type": ["text"], "text": "a"}]}]})",
+           R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": 1}]})"}) {
     EXPECT_EQ(status_of([&] { parse_chat(json::parse(bad), lim()); }, &param), 400) << bad;
   }
   status_of([&] { parse_chat(json::parse(R"({"messages": [{"role": "user", "content": "x"}], "top_p": 2})"), lim()); }, &param);
