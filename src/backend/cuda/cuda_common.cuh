@@ -65,18 +65,6 @@ __host__ __device__ inline bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// A 16-byte load cached in L2 only, as volatile asm: never moved across pdl_wait() (a load
-// through a const __restrict__ pointer may be), and never served from an L1 line that this
-// kernel fetched before the wait, when the preceding grid was still writing other bytes of it
-// (stage 2's first FP8 tile of earlier keys, next to this step's key in small-row caches).
-__device__ __forceinline__ uint4 ld_cg_u4(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -188,14 +188,19 @@ __global__ void __launch_bounds__(kThreads, 1)
                                  : one_page ? s0 + j * G.row
                                             : src + token_off(G, pages, p0 + j) + int64_t(g) * D +
                                                   c * 16;
-          cw[k] = ok ? ld_cg_u4(sp) : make_uint4(0u, 0u, 0u, 0u);
+          cw[k] = ok ? *reinterpret_cast<const uint4*>(sp) : make_uint4(0u, 0u, 0u, 0u);
         }
       };
       uint4 cur[kN], nxt[kN];
       int i = next_entry();
       // The first tile's codes are requested before the wait when every key of it predates
-      // the step, so their DRAM latency passes under the kernels before this one.
-      const bool early = i >= 0 && (1LL * list[i] + 1) * kKT <= s.past_len;
+      // the step, so their DRAM latency passes under the kernels before this one. Plain
+      // loads: no __restrict__, so none moves above the wait (volatile asm loads made B=64
+      // 4.5 % slower: H100, session 52), and cached in L1, so no line fetched early may hold
+      // a byte that a kernel of this step writes: only where pages are whole 128-byte lines
+      // (a page's 64-key tiles are then whole lines too: rows of >= 16 bytes).
+      const bool line_pages = int64_t(G.page_size) * G.row * int64_t(sizeof(*src)) % 128 == 0;
+      const bool early = line_pages && i >= 0 && (1LL * list[i] + 1) * kKT <= s.past_len;
       if (early) load_tile(i, nxt);
       pdl_wait();
       if (i >= 0 && !early) load_tile(i, nxt);
