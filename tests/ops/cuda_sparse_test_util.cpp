@@ -1,17 +1,4 @@
-// CUDA sparse (minicpm4, InfLLM-v2) layers vs the CPU backend in bf16 emulation (harness:
-// cuda_test_util.h): k/v append into shuffled pages, two-level key compression, dense causal
-// attention below dense_len, and above it stage 1 (level-2-normalised scores, SPEC §9.4,
-// with the one-shot visibility quirk at L ≡ 15 mod 16 / ≡ 63 mod 64), block pooling and top-k
-// (§9.5) and stage 2 (§9.6), over steps that mix one-shot prefills, chunked-prefill
-// continuations and decode rows of several sequences.
-//
-// Per step the selected blocks of every sparse (row, kv head) are captured from both
-// backends: ≥ 99 % must be equal (a bf16 near-tie of two block scores may swap one block,
-// which changes that row completely), and the outputs must be close on every row whose
-// selections are equal. The F32 tests run both backends in fp32 mode: every selection must
-// be equal except where the CPU's k-th and (k+1)-th block scores differ by less than 1e-5
-// relative (a near-tie, golden README §5; counted and reported), and the outputs must agree
-// at the fp32 level. Without a GPU every test GTEST_SKIPs loudly.
+// The sparse-layer harness (cuda_sparse_test_util.h): run_sparse and the shared step lists.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // CUDA sparse (minicpm4, InfLLM-v2) layers vs the CPU backend in bf16 emulation (harness:
-// cuda_test_util.h): k/v append into shuffled pages, two-level key compression, dense causal
-// attention below dense_len, and above it stage 1 (level-2-normalised scores, SPEC §9.4,
+// cuda_sparse_test_util.h): k/v append into shuffled pages, two-level key compression, dense
+// causal attention below dense_len, and above it stage 1 (level-2-normalised scores, SPEC §9.4,
 // with the one-shot visibility quirk at L ≡ 15 mod 16 / ≡ 63 mod 64), block pooling and top-k
 // (§9.5) and stage 2 (§9.6), over steps that mix one-shot prefills, chunked-prefill
 // continuations and decode rows of several sequences.
