@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(128) unsigned char smem[];
   pdl_trigger();  // a kernel after this one may start its prologue
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  Int4Ring r(smem, w, ws, N, K, kGroupK, o.silu_pair, ntiles);  // issues the first stages
+  Int4Ring<bulk_rows(NT)> r(smem, w, ws, N, K, kGroupK, o.silu_pair, ntiles);  // first stages
   const Slice& s = r.s;
   const Walk& wk = r.wk;
   pdl_wait();  // the digits (and y's readers) only after the digit kernel completed
@@ -227,8 +227,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int st = 0; st < wk.nst; ++st, ++u) {
       const int c0 = s.cb + st * kCps;
       dc.load(xd, c0 + t, c0 / 4, g, t, true);  // group 0, in flight while waiting
-      cp_wait<kStages - 2>();
-      __syncwarp();  // every lane's copies of stage u landed; slot (u - 1) % S read
+      r.wait<kStages - 2>(u);  // stage u landed; slot (u - 1) % S read
       r.issue();  // stage u + 2
       const uint32_t base = r.base(u), sbase = r.sbase(u);
 #pragma unroll

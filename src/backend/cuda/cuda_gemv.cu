@@ -24,7 +24,8 @@
 // all the time (latency x bandwidth / SMs): such a kernel stops well short of the HBM
 // bandwidth. Here persistent CTAs (grid = min(tiles, SMs), one per SM, 220 KB of shared
 // memory) walk tiles of 32 weight rows; each warp streams its K slice through a private
-// 3-stage cp.async ring (stage: 32 rows x 256 B), refilled as soon as a stage is consumed,
+// 3-stage ring (stage: 32 rows x 256 B; sm_90: one bulk copy per row on the slot's mbarrier,
+// cuda_gemv_ring.cuh's issue_stage), refilled as soon as a stage is consumed,
 // across tile boundaries: ~128 KB per SM stay in flight and there is no ramp per CTA. A
 // stage's W fragments (both 16-row halves, 64 registers) stay in registers while the x
 // fragments are loaded kGroupNT n-tiles at a time (NT = 8's would need 128 registers), the
@@ -89,6 +90,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     gemv_ring_kernel(const bf16* x, int64_t ldx, const bf16* __restrict__ w, int64_t N, int K,
                      int M, GemvOut o, int ntiles) {
   constexpr int G = NT < kGroupNT ? NT : kGroupNT, NG = NT / G;
+  constexpr bool kBulk = bulk_rows(NT);  // how the ring's stages are filled (issue_stage)
   extern __shared__ __align__(128) unsigned char smem[];
   pdl_trigger();  // a GEMV after this one may start its weight prologue
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -100,8 +102,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto* wb = reinterpret_cast<const uint8_t*>(w);
   const int64_t row_bytes = int64_t(K) * 2;
   Cursor cur;
+  ring_init<kBulk>(ring);
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) issue_stage(wk, cur, ring, s, wb, row_bytes, N);
+  for (int i = 0; i < kStages - 1; ++i) issue_stage<kBulk>(wk, cur, ring, s, wb, row_bytes, N);
   pdl_wait();  // every CTA, tiles or not: x and y only after the preceding grid completed
   const XRows xr{reinterpret_cast<const uint8_t*>(x), ldx * 2, M, g};
   const uint32_t lo = lane_off(g, t);
@@ -115,9 +118,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       auto stage = [&]<bool kFull>() {
         uint4 X[2][G][4];  // two n-tile groups' fragments: group q + 1's load overlaps q's MMAs
         xr.load<G, kFull>(X[0], 0, c0, t, s.ce);  // group 0, in flight while waiting for W
-        cp_wait<kStages - 2>();
-        __syncwarp();  // every lane's copies of stage u landed; slot (u - 1) % S read
-        issue_stage(wk, cur, ring, s, wb, row_bytes, N);  // stage u + 2: kStages - 1 in flight
+        stage_wait<kStages - 2, kBulk>(ring, u);  // stage u landed; slot (u - 1) % S read
+        issue_stage<kBulk>(wk, cur, ring, s, wb, row_bytes, N);  // u + 2: kStages - 1 in flight
         const uint32_t base = ring + (u % kStages) * kStage;
         uint4 A[2][4], B[2][4];
 #pragma unroll

@@ -36,7 +36,7 @@
 //
 // Streaming (ring kernel, as cuda_gemv.cu): persistent CTAs (one per SM, 220 KB of shared
 // memory) walk tiles of 32 weight rows; each warp streams its K slice through a private
-// 3-stage cp.async ring (stage: 32 rows x 256 B = 256 k), across tile boundaries. The refill
+// 3-stage ring (stage: 32 rows x 256 B = 256 k; bulk copies), across tile boundaries. The refill
 // of a slot is issued at the top of the next iteration, so 3 stages (24 KB per warp, 192 KB
 // per SM) are in flight. Each thread loads the weight scale its epilogue applies when the tile
 // starts (a load in the epilogue stalled every tile by a DRAM round trip: 32768 x 4096 at
@@ -79,6 +79,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                       const uint8_t* __restrict__ w, const float* __restrict__ ws, int64_t N,
                       int K, int M, GemvOut o, int ntiles) {
   constexpr int G = NT < kGroupNT ? NT : kGroupNT, NG = NT / G;
+  constexpr bool kBulk = bulk_rows(NT);  // how the ring's stages are filled (issue_stage)
   extern __shared__ __align__(128) unsigned char smem[];
   pdl_trigger();  // a GEMV after this one may start its weight prologue
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -89,8 +90,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Slice s(K / kChunkK, warp);
   const Walk wk(ntiles, o.silu_pair, s);
   Cursor cur;
+  ring_init<kBulk>(ring);
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) issue_stage(wk, cur, ring, s, w, K, N);
+  for (int i = 0; i < kStages - 1; ++i) issue_stage<kBulk>(wk, cur, ring, s, w, K, N);
   pdl_wait();  // every CTA, tiles or not: x and y only after the preceding grid completed
   load_row_scales(sx, M, sxs);
   const XRows xr{x, ldx, M, g};
@@ -109,7 +111,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int st = 0; st < wk.nst; ++st, ++u) {
       const int c0 = s.cb + st * kCps;
       __syncwarp();  // every lane's reads of slot (u - 1) % S (iteration u - 1) done
-      issue_stage(wk, cur, ring, s, w, K, N);  // refill it (stage u + 2): u .. u + 2 in flight
+      issue_stage<kBulk>(wk, cur, ring, s, w, K, N);  // refill it (stage u + 2): u .. u + 2 fly
       [[maybe_unused]] uint4 Xn[G][4];  // stage u + 1's: the next chunks, or the next tile's
       if constexpr (kAhead) {
         const int nc0 = st + 1 < wk.nst ? c0 + kCps : s.cb, nce = u + 1 < wk.U ? s.ce : 0;
@@ -122,8 +124,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // so no read needs a bound or zeros; a slice's partial last stage takes the other copy.
       auto stage = [&]<bool kFull>() {
         if constexpr (!kAhead) xr.load<G, kFull>(X, 0, c0, t, s.ce);
-        cp_wait<kStages - 1>();  // this lane's copies of stage u landed
-        __syncwarp();            // and every other lane's
+        stage_wait<kStages - 1, kBulk>(ring, u);  // stage u landed for every lane
         const uint32_t base = ring + (u % kStages) * kStage;
         // The W fragments are read from the ring per n-tile group and chunk, both 16-row
         // halves of a chunk together (ld.shared is volatile: never merged into one set per

@@ -32,7 +32,7 @@
 // 1..64 (the speculative verify path relies on it: tests/ops CudaInt4Gemv.RowInvariance).
 //
 // Streaming: cuda_gemv.cu's persistent ring (cuda_gemv_ring.cuh: one CTA per SM, each warp its
-// fixed K slice through a private 3-stage cp.async ring of 32 rows x 256 B = 512 k), plus a
+// fixed K slice through a private 3-stage ring of 32 rows x 256 B = 512 k), plus a
 // second small ring for the scales: with every stage, each lane copies the four group scales
 // of one of the stage's 32 rows (one cp.async of 16 B with group 128 and aligned rows, else
 // four of 4 B), so a scale is in shared memory when its stage is (a register prefetch would
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(128) unsigned char smem[];
   pdl_trigger();  // a GEMV after this one may start its weight prologue
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  Int4Ring r(smem, w, ws, N, K, group, o.silu_pair, ntiles);  // issues the first stages
+  Int4Ring<bulk_rows(NT)> r(smem, w, ws, N, K, group, o.silu_pair, ntiles);  // first stages
   const Slice& s = r.s;
   const Walk& wk = r.wk;
   pdl_wait();  // every CTA, tiles or not: x and y only after the preceding grid completed
@@ -86,8 +86,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       uint4 X[G][4];
       if constexpr (NG == 1)  // chunk group 0, in flight while waiting for the stage
         load_x<G>(X, xl, 0, c0 + t, c0 < s.ce);
-      cp_wait<kStages - 2>();
-      __syncwarp();  // every lane's copies of stage u landed; slot (u - 1) % S read
+      r.wait<kStages - 2>(u);  // stage u landed; slot (u - 1) % S read
       r.issue();  // stage u + 2
       const uint32_t base = r.base(u), sbase = r.sbase(u);
 #pragma unroll

@@ -66,7 +66,9 @@ struct ScaleCopies {
 // scale rings, the CTA's epilogue pass buffer `red` and silu_pair gate tile (229,376 bytes of
 // dynamic shared memory from smem in all), the warp's K slice and tile walk, the scale copies
 // and the copy cursor. The constructor issues the first kStages - 1 stages (weights only: no
-// x, no y, so a kernel may construct it before its griddepcontrol.wait).
+// x, no y, so a kernel may construct it before its griddepcontrol.wait). kBulk: how the weight
+// stages are filled (issue_stage), which wait() matches.
+template <bool kBulk>
 struct Int4Ring {
   uint32_t ring, sring;
   float (*red)[kRows][kPass + 1];
@@ -91,12 +93,19 @@ struct Int4Ring {
         row_bytes(K / 2),
         N(N_),
         scales(scale_copies(sring, ws, N_, K, group, s)) {
+    ring_init<kBulk>(ring);
 #pragma unroll
     for (int i = 0; i < kStages - 1; ++i) issue();
   }
   // The next stage (stage u + 2 while stage u is read), one commit group.
   __device__ __forceinline__ void issue() {
-    issue_stage(wk, cur, ring, s, wb, row_bytes, N, scales);
+    issue_stage<kBulk>(wk, cur, ring, s, wb, row_bytes, N, scales);
+  }
+  // Stage u (weights and scales) is in its slots for every lane; kPending later commit groups
+  // may still be in flight.
+  template <int kPending>
+  __device__ __forceinline__ void wait(int u) const {
+    stage_wait<kPending, kBulk>(ring, u);
   }
   // Ring and scale-ring addresses of stage u's slot.
   __device__ __forceinline__ uint32_t base(int u) const { return ring + (u % kStages) * kStage; }

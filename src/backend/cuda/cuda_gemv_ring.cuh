@@ -1,5 +1,6 @@
 // The machinery shared by the skinny GEMMs (cuda_gemv.cu: bf16 weights; cuda_gemv_fp8.cu: e4m3
-// codes): K slices, the persistent cp.async weight ring and its tile walk, the shared-memory
+// codes; cuda_gemv_int4.cu: int4 codes): K slices, the persistent weight ring (bulk copies on
+// sm_90, cp.async before) and its tile walk, the shared-memory
 // epilogue. The weights are handled as bytes: a 16-byte chunk is 8 bf16 or 16 e4m3 k.
 //
 // Shapes. A CTA is kWarps = 8 warps; warp w owns the fixed K slice Slice(kc, w) of every weight
@@ -47,6 +48,53 @@ template <int N>
 __device__ __forceinline__ void cp_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
+// Two ways to fill a stage (issue_stage's kBulk, the same bytes in the same places):
+// - cp.async: 16 copies of 16 bytes per lane, cp.async.wait_group per lane, then __syncwarp;
+// - bulk (sm_90): lane r copies row r's 256-byte run by one cp.async.bulk (the TMA engine),
+//   completing on the slot's mbarrier, marked evict-first in L2 (the weights are read once per
+//   step; what later kernels read again, x rows, KV pages, lightning state, stays).
+// The kernels take bulk copies for M <= 16 rows (bulk_rows(NT)), cp.async above. H100, session
+// 54 (docs/PERF_LOG.md): decode at 4K FP8 + FP8 KV B = 1 -2.6..-3.5 %, B = 8 -0.2..-1.3 %, W4A16
+// -2.5 / -1.8 %; at 32..64 rows the bulk copies made the GEMVs up to 11 % slower (25 % without
+// the L2 policy). Before sm_90 the bulk path compiles to the cp.async one (the ring runs
+// only where 227 KB of shared memory per block exist, so it is not launched there).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define SALA_GEMV_BULK 1
+#endif
+constexpr bool bulk_rows(int NT) { return NT <= 2; }
+__device__ __forceinline__ void bar_init(uint32_t bar) {
+  asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+#ifdef SALA_GEMV_BULK
+// One arrival (the barrier's only one per phase) announcing `bytes` of bulk copies.
+__device__ __forceinline__ void bar_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes,
+                                          uint32_t bar) {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+      "[%1], %2, [%3], %4;" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+}
+// Returns once the barrier's phase of this parity completed (acquire: the copies are visible).
+__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared.b64 p, [%1], %2;\n\t"
+        "selp.b32 %0, 1, 0, p;\n\t}"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+#endif
+
 __device__ __forceinline__ uint4 lds(uint32_t a) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -149,6 +197,11 @@ struct XRows : XLane {
 // distinct 16-byte bank groups per quarter warp, no swizzle, every row one contiguous run.
 constexpr int kRows = 32, kCps = 16, kStages = 3;
 constexpr int kHalf = kRows / 2 * kCps * 16, kStage = 2 * kHalf + 128;
+// The slot's mbarrier (sm_90 bulk copies) in the stage's last 64 bytes, which no row uses (odd
+// rows end at 2 kHalf + 64).
+constexpr int kBarOff = 2 * kHalf + 64;
+static_assert(kBarOff + 8 <= kStage && kBarOff % 8 == 0, "the slot barrier fits its pad");
+static_assert(kRows == 32, "issue_stage: one bulk copy per lane, lane r copying row r");
 constexpr int kRingBytes = kWarps * kStages * kStage;      // 199,680
 constexpr int kRedBytes = kWarps * kRows * 17 * 4;          // one pass of 16 columns: 17,408
 constexpr int kGateBytes = kRows * kGemvMaxRows * 4;        // silu_pair's gate tile: 8,192
@@ -181,7 +234,7 @@ __device__ __forceinline__ uint32_t row_off(int r) {
 __device__ __forceinline__ uint32_t lane_off(int g, int t) { return row_off(g) + t * 16; }
 
 // A ring read (16 bytes at shared address a) when ok, else zeros; volatile and ordered like
-// lds (the slot is refilled by cp.async).
+// lds (the slot is refilled by asynchronous copies).
 __device__ __forceinline__ uint4 lds_or_zero(uint32_t a, bool ok) {
   uint4 v;
   asm volatile(
@@ -239,30 +292,83 @@ struct NoExtraCopies {
   __device__ void operator()(Cursor&, int64_t, int, int) const {}
 };
 
+// Whether issue_stage<kBulk> copies by cp.async.bulk on this target.
+template <bool kBulk>
+constexpr bool bulk_here() {
+#ifdef SALA_GEMV_BULK
+  return kBulk;
+#else
+  return false;
+#endif
+}
+
+// The warp's slot barriers (one arrival per phase), before its first issue_stage<kBulk> (only
+// bulk copies use them).
+template <bool kBulk>
+__device__ __forceinline__ void ring_init(uint32_t ring) {
+  if (!bulk_here<kBulk>()) return;
+  if (threadIdx.x % 32 == 0) {
+#pragma unroll
+    for (int i = 0; i < kStages; ++i) bar_init(ring + i * kStage + kBarOff);
+#ifdef SALA_GEMV_BULK
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+  }
+  __syncwarp();
+}
+
+// Stage u is in its slot for every lane of the warp: its weight rows (bulk: the slot barrier's
+// phase u / kStages completed; cp.async: this lane's groups) and this lane's extra cp.async
+// copies (issue_stage's `extra`), with kPending later commit groups still allowed in flight.
+// kBulk: the issue_stage<kBulk> that filled it.
+template <int kPending, bool kBulk>
+__device__ __forceinline__ void stage_wait(uint32_t ring, int u) {
+#ifdef SALA_GEMV_BULK
+  if constexpr (bulk_here<kBulk>())
+    bar_wait(ring + (u % kStages) * kStage + kBarOff, uint32_t(u / kStages) & 1);
+#endif
+  cp_wait<kPending>();
+  __syncwarp();
+}
+
 // Stage cur.u into its slot of the warp's ring, then the cursor moves on: one commit group per
-// call, empty from U on, so that cp.async.wait_group counts stages. 2 rows x 256 B per
-// instruction: lanes 0-15 copy chunk `lane` of the even rows, 16-31 of the odd ones. w: the
-// weights [N, row_bytes]. extra(cur, n0, c0, nv) issues more copies into the same commit group
-// (the stage's tile starts at row n0, its nv chunks at c0), before the cursor moves.
-template <class Extra = NoExtraCopies>
+// call, empty from U on, so that cp.async.wait_group counts stages (the extra copies', and
+// without bulk copies the rows'). Bulk: lane r copies row r's run of the stage (nv chunks) on
+// the slot's barrier; else 2 rows x 256 B per instruction, lanes 0-15 copy chunk `lane` of the
+// even rows, 16-31 of the odd ones. w: the weights [N, row_bytes]. extra(cur, n0, c0, nv)
+// issues more cp.async copies into the same commit group (the stage's tile starts at row n0, its
+// nv chunks at c0), before the cursor moves.
+template <bool kBulk, class Extra = NoExtraCopies>
 __device__ __forceinline__ void issue_stage(const Walk& wk, Cursor& cur, uint32_t ring,
                                             const Slice& s, const uint8_t* __restrict__ w,
                                             int64_t row_bytes, int64_t N, Extra extra = {}) {
   if (cur.u < wk.U) {
     const int c0 = s.cb + cur.st * kCps, nv = min(kCps, s.ce - c0);
     const int64_t n0 = int64_t(wk.tile(cur.ti)) * kRows;
-    const int lane = threadIdx.x % 32, r0 = lane / kCps, c = lane % kCps;
-    const uint32_t d0 = ring + cur.slot * kStage + row_off(r0) + c * 16;
-    if (c < nv) {
-      const uint8_t* src = w + int64_t(c0 + c) * 16;
-      if (n0 + kRows <= N) {  // every tile but a last partial one
-        src += (n0 + r0) * row_bytes;
+#ifdef SALA_GEMV_BULK
+    if constexpr (bulk_here<kBulk>()) {
+      const int lane = threadIdx.x % 32;
+      const uint32_t slot = ring + cur.slot * kStage, bar = slot + kBarOff;
+      if (lane == 0) bar_expect(bar, uint32_t(kRows * nv * 16));
+      __syncwarp();  // the phase expects the bytes before any copy completes
+      bulk_copy(slot + row_off(lane), w + min(n0 + lane, N - 1) * row_bytes + int64_t(c0) * 16,
+                uint32_t(nv * 16), bar);
+    }
+#endif
+    if constexpr (!bulk_here<kBulk>()) {
+      const int lane = threadIdx.x % 32, r0 = lane / kCps, c = lane % kCps;
+      const uint32_t d0 = ring + cur.slot * kStage + row_off(r0) + c * 16;
+      if (c < nv) {
+        const uint8_t* src = w + int64_t(c0 + c) * 16;
+        if (n0 + kRows <= N) {  // every tile but a last partial one
+          src += (n0 + r0) * row_bytes;
 #pragma unroll
-        for (int j = 0; j < kRows / 2; ++j) cp16(d0 + j * kCps * 16, src + 2 * j * row_bytes);
-      } else {
+          for (int j = 0; j < kRows / 2; ++j) cp16(d0 + j * kCps * 16, src + 2 * j * row_bytes);
+        } else {
 #pragma unroll
-        for (int j = 0; j < kRows / 2; ++j)
-          cp16(d0 + j * kCps * 16, src + min(n0 + r0 + 2 * j, N - 1) * row_bytes);
+          for (int j = 0; j < kRows / 2; ++j)
+            cp16(d0 + j * kCps * 16, src + min(n0 + r0 + 2 * j, N - 1) * row_bytes);
+        }
       }
     }
     extra(cur, n0, c0, nv);
