@@ -54,7 +54,7 @@ __device__ __forceinline__ void cp_wait() {
 //   completing on the slot's mbarrier, marked evict-first in L2 (the weights are read once per
 //   step; what later kernels read again, x rows, KV pages, lightning state, stays).
 // The kernels take bulk copies for M <= 16 rows (bulk_rows(NT)), cp.async above. H100, session
-// 54 (docs/PERF_LOG.md): decode at 4K FP8 + FP8 KV B = 1 -2.6..-3.5 %, B = 8 -0.2..-1.3 %, W4A16
+// 54 (docs/PERF_LOG.md): decode at 4K FP8 + FP8 KV B = 1 -2.3..-3.5 %, B = 8 -0.2..-1.3 %, W4A16
 // -2.5 / -1.8 %; at 32..64 rows the bulk copies made the GEMVs up to 11 % slower (25 % without
 // the L2 policy). Before sm_90 the bulk path compiles to the cp.async one (the ring runs
 // only where 227 KB of shared memory per block exist, so it is not launched there).
