@@ -24,8 +24,8 @@
 // all the time (latency x bandwidth / SMs): such a kernel stops well short of the HBM
 // bandwidth. Here persistent CTAs (grid = min(tiles, SMs), one per SM, 220 KB of shared
 // memory) walk tiles of 32 weight rows; each warp streams its K slice through a private
-// 3-stage ring (stage: 32 rows x 256 B; sm_90: one bulk copy per row on the slot's mbarrier,
-// cuda_gemv_ring.cuh's issue_stage), refilled as soon as a stage is consumed,
+// 3-stage ring (stage: 32 rows x 256 B; M <= 16 on sm_90: one bulk copy per row on the slot's
+// mbarrier, cuda_gemv_ring.cuh's issue_stage), refilled as soon as a stage is consumed,
 // across tile boundaries: ~128 KB per SM stay in flight and there is no ramp per CTA. A
 // stage's W fragments (both 16-row halves, 64 registers) stay in registers while the x
 // fragments are loaded kGroupNT n-tiles at a time (NT = 8's would need 128 registers), the

@@ -34,16 +34,16 @@
 // decides which columns exist. Row m's result is bit-identical for any M in 1..64, and the
 // M <= 16 results are those of the NT <= 2 kernel before M went to 64.
 //
-// Streaming (ring kernel, as cuda_gemv.cu): persistent CTAs (one per SM, 220 KB of shared
-// memory) walk tiles of 32 weight rows; each warp streams its K slice through a private
-// 3-stage ring (stage: 32 rows x 256 B = 256 k; bulk copies), across tile boundaries. The refill
-// of a slot is issued at the top of the next iteration, so 3 stages (24 KB per warp, 192 KB
-// per SM) are in flight. Each thread loads the weight scale its epilogue applies when the tile
-// starts (a load in the epilogue stalled every tile by a DRAM round trip: 32768 x 4096 at
-// M = 1 went 42.8 -> 36.9 us). The x codes of the stage's first kGroupNT n-tiles (all of them
-// for M <= 16) are loaded a stage ahead of use, the other n-tiles' (M > 16) in the stage; a
-// stage's W fragments stay in registers meanwhile. PDL (sm_90+): each CTA issues its first two
-// weight stages, then griddepcontrol.wait; the codes and sx are read only after it.
+// Streaming (ring kernel, as cuda_gemv.cu): persistent CTAs (one per SM, 220 KB of shared memory)
+// walk tiles of 32 weight rows; each warp streams its K slice through a private 3-stage ring
+// (stage: 32 rows x 256 B = 256 k; M <= 16: bulk copies), across tile boundaries. The refill of a
+// slot is issued at the top of the next iteration, so 3 stages (24 KB per warp, 192 KB per SM) are
+// in flight. Each thread loads the weight scale its epilogue applies when the tile starts (a load
+// in the epilogue stalled every tile by a DRAM round trip: 32768 x 4096 at M = 1 went 42.8 -> 36.9
+// us). The x codes of the stage's first kGroupNT n-tiles (all of them for M <= 16) are loaded a
+// stage ahead of use, the other n-tiles' (M > 16) in the stage; a stage's W fragments stay in
+// registers meanwhile. PDL (sm_90+): each CTA issues its first two weight stages, then
+// griddepcontrol.wait; the codes and sx are read only after it.
 // Speeds: docs/PERF.md, CudaFp8Gemv.Speed.
 //
 // Fallback: a GPU whose per-block shared memory opt-in is below the ring's (A100) runs the
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int st = 0; st < wk.nst; ++st, ++u) {
       const int c0 = s.cb + st * kCps;
       __syncwarp();  // every lane's reads of slot (u - 1) % S (iteration u - 1) done
-      issue_stage<kBulk>(wk, cur, ring, s, w, K, N);  // refill it (stage u + 2): u .. u + 2 fly
+      issue_stage<kBulk>(wk, cur, ring, s, w, K, N);  // stage u + 2: u .. u + 2 in flight
       [[maybe_unused]] uint4 Xn[G][4];  // stage u + 1's: the next chunks, or the next tile's
       if constexpr (kAhead) {
         const int nc0 = st + 1 < wk.nst ? c0 + kCps : s.cb, nce = u + 1 < wk.U ? s.ce : 0;

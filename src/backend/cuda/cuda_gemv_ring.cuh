@@ -1,7 +1,7 @@
 // The machinery shared by the skinny GEMMs (cuda_gemv.cu: bf16 weights; cuda_gemv_fp8.cu: e4m3
-// codes; cuda_gemv_int4.cu: int4 codes): K slices, the persistent weight ring (bulk copies on
-// sm_90, cp.async before) and its tile walk, the shared-memory
-// epilogue. The weights are handled as bytes: a 16-byte chunk is 8 bf16 or 16 e4m3 k.
+// codes; cuda_gemv_int4.cu: int4 codes): K slices, the persistent weight ring (bulk copies for
+// M <= 16 on sm_90, else cp.async) and its tile walk, the shared-memory epilogue. The weights
+// are handled as bytes: a 16-byte chunk is 8 bf16, 16 e4m3 or 32 int4 k.
 //
 // Shapes. A CTA is kWarps = 8 warps; warp w owns the fixed K slice Slice(kc, w) of every weight
 // row (kc = K / k per chunk). Input rows: M <= kGemvMaxRows = 64, as NT <= 8 n8 tiles of the
@@ -55,7 +55,7 @@ __device__ __forceinline__ void cp_wait() {
 //   step; what later kernels read again, x rows, KV pages, lightning state, stays).
 // The kernels take bulk copies for M <= 16 rows (bulk_rows(NT)), cp.async above. H100, session
 // 54 (docs/PERF_LOG.md): decode at 4K FP8 + FP8 KV B = 1 -2.3..-3.5 %, B = 8 -0.2..-1.3 %, W4A16
-// -2.5 / -1.8 %; at 32..64 rows the bulk copies made the GEMVs up to 11 % slower (25 % without
+// -2.5 / -1.8 %; at 32..64 rows the bulk copies made the GEMVs up to 11 % slower (26 % without
 // the L2 policy). Before sm_90 the bulk path compiles to the cp.async one (the ring runs
 // only where 227 KB of shared memory per block exist, so it is not launched there).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
