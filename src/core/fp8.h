@@ -26,8 +26,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <thread>
-#include <vector>
+
+#include "core/parallel.h"
 
 namespace sala {
 
@@ -129,21 +129,13 @@ inline float fp8_row_scale(const float* v, int64_t cols) {
 // about a minute on one core) is split over the machine's cores; the bits are the same.
 inline void fp8_quantize_rows(const float* v, int64_t rows, int64_t cols, uint8_t* codes,
                               float* scales) {
-  const auto run = [&](int64_t r0, int64_t r1) {
+  parallel_parts(rows, cols, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       scales[r] = fp8_row_scale(v + r * cols, cols);
       for (int64_t c = 0; c < cols; ++c)
         codes[r * cols + c] = f32_to_fp8_e4m3(v[r * cols + c] / scales[r]);
     }
-  };
-  const int64_t threads = std::min<int64_t>(
-      {int64_t(std::max(1u, std::thread::hardware_concurrency())), rows,
-       rows * cols / (int64_t(1) << 20) + 1});  // ≥ 1 M values per thread
-  if (threads <= 1) return run(0, rows);
-  std::vector<std::thread> pool;
-  for (int64_t i = 0; i < threads; ++i)
-    pool.emplace_back(run, rows * i / threads, rows * (i + 1) / threads);
-  for (std::thread& t : pool) t.join();
+  });
 }
 
 }  // namespace sala

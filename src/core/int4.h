@@ -22,10 +22,10 @@
 #include <cmath>
 #include <algorithm>
 #include <cstdint>
-#include <thread>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/parallel.h"
 
 namespace sala {
 
@@ -82,7 +82,7 @@ inline void int4_dequantize_row(const uint32_t* words, const float* scales, int6
 inline void int4_quantize_rtn(const float* w, int64_t rows, int64_t cols, int32_t group,
                               uint32_t* words, float* scales) {
   const int64_t groups = cols / group;
-  const auto run = [&](int64_t r0, int64_t r1) {
+  parallel_parts(rows, cols, [&](int64_t r0, int64_t r1) {
     std::vector<int8_t> q(static_cast<size_t>(cols));
     for (int64_t r = r0; r < r1; ++r) {
       const float* row = w + r * cols;
@@ -94,15 +94,7 @@ inline void int4_quantize_rtn(const float* w, int64_t rows, int64_t cols, int32_
       }
       int4_pack_row(q.data(), cols, words + r * (cols / kInt4PerWord));
     }
-  };
-  const int64_t threads = std::min<int64_t>(
-      {int64_t(std::max(1u, std::thread::hardware_concurrency())), rows,
-       rows * cols / (int64_t(1) << 20) + 1});  // >= 1 M values per thread
-  if (threads <= 1) return run(0, rows);
-  std::vector<std::thread> pool;
-  for (int64_t i = 0; i < threads; ++i)
-    pool.emplace_back(run, rows * i / threads, rows * (i + 1) / threads);
-  for (std::thread& t : pool) t.join();
+  });
 }
 
 }  // namespace sala

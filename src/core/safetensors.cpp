@@ -13,6 +13,7 @@
 #include "core/check.h"
 #include "core/error.h"
 #include "core/fp8.h"
+#include "core/parallel.h"
 
 namespace sala {
 namespace fs = std::filesystem;
@@ -63,19 +64,20 @@ float TensorView::get_f32(int64_t i) const {
 }
 
 void TensorView::to_f32(float* out) const {
-  const int64_t n = numel();
-  if (dtype == DType::F32) {
-    std::memcpy(out, data, size_t(n) * 4);
-  } else if (dtype == DType::BF16) {
-    // Byte copies: data offsets need not be even (the format has no alignment rule).
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t b;
-      std::memcpy(&b, data + 2 * i, 2);
-      out[i] = bf16_to_f32(b);
+  parallel_parts(numel(), 1, [&](int64_t i0, int64_t i1) {
+    if (dtype == DType::F32) {
+      std::memcpy(out + i0, data + 4 * i0, size_t(i1 - i0) * 4);
+    } else if (dtype == DType::BF16) {
+      // Byte copies: data offsets need not be even (the format has no alignment rule).
+      for (int64_t i = i0; i < i1; ++i) {
+        uint16_t b;
+        std::memcpy(&b, data + 2 * i, 2);
+        out[i] = bf16_to_f32(b);
+      }
+    } else {
+      for (int64_t i = i0; i < i1; ++i) out[i] = get_f32(i);
     }
-  } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = get_f32(i);
-  }
+  });
 }
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {

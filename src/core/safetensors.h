@@ -26,7 +26,8 @@ struct TensorView {
   std::string shape_str() const;
   // Element i converted to fp32 (bf16/fp16/fp32 only).
   float get_f32(int64_t i) const;
-  // The whole tensor converted to fp32.
+  // The whole tensor converted to fp32, split over the machine's cores when it is large (the
+  // first writes of a fresh buffer, its page faults, are split with it).
   void to_f32(float* out) const;
 };
 

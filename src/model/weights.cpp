@@ -4,9 +4,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <set>
 
 #include "core/error.h"
+#include "core/parallel.h"
 
 namespace sala {
 
@@ -385,19 +387,20 @@ ModelWeights load_weights(const ModelConfig& c, const Checkpoint& ckpt, Backend&
     v.file = parts[0]->file;
     v.dtype = same ? parts[0]->dtype : DType::F32;
     v.shape = {rows, K};
-    std::vector<uint8_t> buf(size_t(rows * K) * dtype_size(v.dtype));
+    // Uninitialized: every byte is copied in, on all cores (core/parallel.h).
+    v.nbytes = size_t(rows * K) * dtype_size(v.dtype);
+    const auto buf = std::make_unique_for_overwrite<uint8_t[]>(v.nbytes);
     size_t off = 0;
     for (auto* t : parts) {
       if (same) {
-        std::memcpy(buf.data() + off, t->data, t->nbytes);
+        parallel_copy(buf.get() + off, t->data, t->nbytes);
         off += t->nbytes;
       } else {
-        t->to_f32(reinterpret_cast<float*>(buf.data() + off));
+        t->to_f32(reinterpret_cast<float*>(buf.get() + off));
         off += size_t(t->numel()) * 4;
       }
     }
-    v.data = buf.data();
-    v.nbytes = buf.size();
+    v.data = buf.get();
     std::vector<float> scales;
     if (fp8 || int4)
       for (auto& n : names) {

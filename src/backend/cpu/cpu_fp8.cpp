@@ -16,6 +16,7 @@
 #include <cblas.h>
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/check.h"
@@ -30,13 +31,13 @@ Weight CpuBackend::upload_linear(const TensorView& src, WeightFormat format) {
     return Backend::upload_linear(src, format);
   SALA_CHECK(src.shape.size() == 2, "{}: a quantized weight must be 2-D", src.name);
   const int64_t rows = src.shape[0], cols = src.shape[1];
-  std::vector<float> w(size_t(rows * cols));
-  src.to_f32(w.data());
+  const auto w = std::make_unique_for_overwrite<float[]>(size_t(rows * cols));  // all written
+  src.to_f32(w.get());
   if (format == WeightFormat::INT4_GROUPED)
-    return int4_weight_rtn(src.name, w.data(), rows, cols, int4_group_);
+    return int4_weight_rtn(src.name, w.get(), rows, cols, int4_group_);
   auto* codes = static_cast<uint8_t*>(alloc_bytes(size_t(rows * cols)));
   auto* scales = static_cast<float*>(alloc_bytes(size_t(rows) * sizeof(float)));
-  fp8_quantize_rows(w.data(), rows, cols, codes, scales);
+  fp8_quantize_rows(w.get(), rows, cols, codes, scales);
   return Weight{codes, WeightFormat::FP8_E4M3, rows, cols, scales, int32_t(cols)};
 }
 
