@@ -137,8 +137,8 @@ TEST(CudaFp8, QuantizeRowsBitExact) {
   check_quantize(v.bits, 3, 16392, 16392, 0, "quantize [3, 16392]");
 }
 
-// The sm_89+ conversion (cvt.rn.satfinite.e4m3x2.f32) equals the portable one on every fp32
-// bit pattern (on a GPU below sm_89 both are the portable one).
+// The sm_89+ conversion (cvt.rn.satfinite.e4m3x2.f32, one value or a pair) equals the portable
+// one on every fp32 bit pattern (on a GPU below sm_89 both are the portable one).
 TEST(CudaFp8, ConversionPathsAgreeOnAllInputs) {
   REQUIRE_GPU();
   DevBuf out(16);

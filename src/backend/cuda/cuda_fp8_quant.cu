@@ -46,8 +46,8 @@ __global__ void __launch_bounds__(kRegThreads)
     amax = amax8(amax, v[u]);
   }
   amax = block_max(amax, red);
-  const float s = row_scale(amax);
-  if (threadIdx.x == 0) scales[r] = s;
+  const RowScale s = row_scale(amax);
+  if (threadIdx.x == 0) scales[r] = s.s;
 #pragma unroll
   for (int u = 0; u < kRegLoads; ++u) {
     const int64_t c = (int64_t(u) * kRegThreads + threadIdx.x) * 8;
@@ -78,14 +78,14 @@ __global__ void __launch_bounds__(kQuantThreads)
       amax = fmaxf(amax, fabsf(__bfloat162float(xr[c])));
   }
   amax = block_max(amax, red);
-  const float s = row_scale(amax);
-  if (threadIdx.x == 0) scales[r] = s;
+  const RowScale s = row_scale(amax);
+  if (threadIdx.x == 0) scales[r] = s.s;
   if (vec) {
     for (int64_t c = int64_t(threadIdx.x) * 8; c < cols; c += kQuantThreads * 8)
       *reinterpret_cast<uint2*>(cr + c) = codes8<kPortable>(*reinterpret_cast<const uint4*>(xr + c), s);
   } else {
     for (int64_t c = threadIdx.x; c < cols; c += kQuantThreads)
-      cr[c] = uint8_t(e4m3<kPortable>(div_keep_nan_sign(__bfloat162float(xr[c]), s)));
+      cr[c] = uint8_t(e4m3<kPortable>(code_quotient(__bfloat162float(xr[c]), s)));
   }
 }
 
@@ -105,15 +105,19 @@ __global__ void apply_scales_kernel(const float* acc, int64_t T, int64_t N, cons
   }
 }
 
-// Every fp32 bit pattern u = i (i < 2^32) through both conversions; counts disagreements and
-// keeps the smallest disagreeing pattern.
+// Every fp32 bit pattern u = i (i < 2^32) through both conversions, and through the paired one
+// (e4m3x2: i as the low value beside a scrambled pattern as the high one, then as the high
+// one); counts disagreements and keeps the smallest disagreeing pattern.
 __global__ void selfcheck_kernel(unsigned long long* out) {
   const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
   unsigned long long bad = 0;
   for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (uint64_t(1) << 32);
        i += stride) {
     const float f = __uint_as_float(uint32_t(i));
-    if (e4m3<false>(f) != e4m3<true>(f)) {
+    const float o = __uint_as_float(uint32_t(i) * 2654435761u ^ 0x5bd1e995u);
+    const uint32_t pf = e4m3<true>(f), po = e4m3<true>(o);
+    if (e4m3<false>(f) != pf || e4m3x2<false>(f, o) != (pf | po << 8) ||
+        e4m3x2<false>(o, f) != (po | pf << 8)) {
       ++bad;
       atomicMin(&out[1], (unsigned long long)i);
     }

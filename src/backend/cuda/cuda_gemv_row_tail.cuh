@@ -132,8 +132,8 @@ __device__ __forceinline__ void norm_tail_row(const GemvRowTail& t, const bf16* 
   __syncthreads();
   amax = 0.f;
   for (int i = 0; i < kW; ++i) amax = fmaxf(amax, red[i]);
-  const float s = fp8q::row_scale(amax);
-  if (threadIdx.x == 0) t.q.scales[row] = s;
+  const fp8q::RowScale s = fp8q::row_scale(amax);
+  if (threadIdx.x == 0) t.q.scales[row] = s.s;
 #pragma unroll
   for (int j = 0; j < kNormTailMaxV; ++j) {
     if (j >= V) break;

@@ -78,8 +78,8 @@ __global__ void rmsnorm_warp_kernel(T* x, const T* a, float alpha, const T* __re
     if constexpr (kQuant) amax = fmaxf(amax, fabsf(ld(o)));
   }
   if constexpr (kQuant) {
-    const float s = fp8q::row_scale(warp_max(amax));
-    if (lane == 0) q.scales[g] = s;
+    const fp8q::RowScale s = fp8q::row_scale(warp_max(amax));
+    if (lane == 0) q.scales[g] = s.s;
     for (int c = lane; c < n; c += 32) q.codes[base + c] = fp8q::code1(ld(out[base + c]), s);
   }
 }
@@ -119,8 +119,8 @@ __global__ void rmsnorm_block_kernel(T* x, const T* a, float alpha, const T* __r
     if constexpr (kQuant) amax = fmaxf(amax, fabsf(ld(o)));
   }
   if constexpr (kQuant) {
-    const float s = fp8q::row_scale(fp8q::block_max(amax, red_max));
-    if (threadIdx.x == 0) q.scales[blockIdx.x] = s;
+    const fp8q::RowScale s = fp8q::row_scale(fp8q::block_max(amax, red_max));
+    if (threadIdx.x == 0) q.scales[blockIdx.x] = s.s;
     for (int c = threadIdx.x; c < n; c += blockDim.x)
       q.codes[base + c] = fp8q::code1(ld(out[base + c]), s);
   }
@@ -199,8 +199,8 @@ __global__ void rmsnorm_vec8_kernel(bf16* x, const bf16* a, float alpha, const b
   if (!kQuant || !q.skip_out) *reinterpret_cast<uint4*>(out + off) = ov;
   if constexpr (kQuant) {
     // The row's 8 · blockDim.x values are in the registers of its block: codes of ov directly.
-    const float s = fp8q::row_scale(fp8q::block_max(fp8q::amax8(0.f, ov), red_max));
-    if (threadIdx.x == 0) q.scales[blockIdx.x] = s;
+    const fp8q::RowScale s = fp8q::row_scale(fp8q::block_max(fp8q::amax8(0.f, ov), red_max));
+    if (threadIdx.x == 0) q.scales[blockIdx.x] = s.s;
     const uint2 c8 = fp8q::codes8<false>(ov, s);
     if (reinterpret_cast<uintptr_t>(q.codes) % 8 == 0) {
       *reinterpret_cast<uint2*>(q.codes + off) = c8;

@@ -130,8 +130,8 @@ __global__ void silu_mul_fp8_kernel(const bf16* g, const bf16* u, int64_t ldi, b
       amax = fmaxf(amax, fabsf(b2f(o)));
     }
   }
-  const float s = fp8q::row_scale(fp8q::block_max(amax, red));
-  if (threadIdx.x == 0) q.scales[t] = s;
+  const fp8q::RowScale s = fp8q::row_scale(fp8q::block_max(amax, red));
+  if (threadIdx.x == 0) q.scales[t] = s.s;
   for (int64_t c = threadIdx.x * step; c < cols; c += int64_t(blockDim.x) * step) {
     if (vec)
       *reinterpret_cast<uint2*>(q.codes + base + c) =
@@ -166,8 +166,8 @@ __global__ void silu_mul_fp8_regs_kernel(const bf16* g, const bf16* u, int64_t l
     ov[i] = apply8(gv[i], uv[i], op);
     amax = fp8q::amax8(amax, ov[i]);
   }
-  const float s = fp8q::row_scale(fp8q::block_max(amax, red));
-  if (threadIdx.x == 0) q.scales[blockIdx.x] = s;
+  const fp8q::RowScale s = fp8q::row_scale(fp8q::block_max(amax, red));
+  if (threadIdx.x == 0) q.scales[blockIdx.x] = s.s;
 #pragma unroll
   for (int i = 0; i < kChunks; ++i) {
     const int64_t c = base + threadIdx.x * 8 + i * stride;
