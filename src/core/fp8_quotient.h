@@ -2,21 +2,22 @@
 // e4m3(RN(x / s)), s = amax / 448) without a division per element, for the GPU kernels that
 // write codes (backend/cuda/cuda_fp8_quant.cuh). An IEEE division costs a GPU ~10 instructions
 // and a branch per element; with r = RN(1 / s) once per row,
-//   q0 = RN(x · r),  e = x − q0 · s (one fma: exact),  q = e == 0 ? q0 : RN(q0 + e · r)
-// costs 3. q is RN(x / s) for almost every input, and where it is not (2.4 M of the ~10^9
-// pairs below, in the last fp32 bit) it never lies across an e4m3 rounding point, so the codes
-// are the division's. Checked exhaustively (tests/unit/fp8_test.cpp, Fp8Quotient.*): every
-// positive finite bf16 amax >= 2^-104 with s = RN(amax / 448), every bf16 x with |x| <= amax,
-// both signs, gives the code of x / s; the largest failing amax is 0x1.54p-105, so smaller
-// rows (and non-finite ones) keep the division (fp8_quotient_exact_for). The `e == 0` guard
-// keeps the sign of −0; NaN is the caller's (the GPU returns a positive canonical NaN).
-// Only for bf16 x: that is what every code kernel quantizes (rounded activations).
+//   q0 = RN(x · r),  e = RN(x − q0 · s) (one fma),  q = e == 0 ? q0 : RN(q0 + e · r)
+// costs 3. q is RN(x / s) for almost every input; where it is not (2,305,882 of the
+// 1,056,732,160 pairs below, in the last fp32 bit) it never lies across an e4m3 rounding
+// point, so the codes are the division's. Checked exhaustively once (session 55, PERF_LOG):
+// every positive finite bf16 amax >= 2^-104 with s = RN(amax / 448) and every bf16 x with
+// |x| <= amax, both signs, give the code of x / s; below 2^-104 codes differ (the largest
+// failing amax is 0x1.54p-105), so those rows and non-finite ones keep the division
+// (fp8_quotient_exact_for). CI repeats it over a stride of x (tests/unit/fp8_quotient_test.cpp).
+// The `e == 0` guard keeps the sign of −0; NaN is the caller's (the GPU returns a positive
+// canonical NaN). Only for bf16 x: what every code kernel quantizes (rounded activations).
 #pragma once
+#include <cmath>
 
 #if defined(__CUDACC__)
 #define SALA_FP8Q_FN __host__ __device__ __forceinline__
 #else
-#include <cmath>
 #define SALA_FP8Q_FN inline
 #endif
 
