@@ -170,6 +170,9 @@ class CudaBackend : public Backend {
   void tick(const char* op) { timer_.tick(op); }
   const cuda_host::StepDev& sd() const { return plan_.dev(); }
 
+  // A bf16 [rows, cols] weight quantized to FP8_E4M3 on the device (upload_linear's FP8 path
+  // for bf16 checkpoints): fp8_quantize_rows's codes and scales.
+  Weight quantize_fp8_on_device(const TensorView& src);
   // Codes [rows, cols] and scales [rows] in device memory as an FP8_E4M3 weight.
   Weight upload_fp8_codes(const std::string& name, int64_t rows, int64_t cols,
                           const uint8_t* codes, const float* scales);
