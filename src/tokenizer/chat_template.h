@@ -32,7 +32,7 @@ struct ChatMessage {
   // Tool calling (OpenAI shapes): an assistant message's tool_calls ([{id, type, function:
   // {name, arguments}}], arguments a JSON text) or null; a tool message's tool_call_id / name.
   nlohmann::json tool_calls = nullptr;
-  std::string tool_call_id, name;
+  std::string tool_call_id{}, name{};  // {}: a {role, content} aggregate sets nothing more
 };
 
 class ChatTemplate {
