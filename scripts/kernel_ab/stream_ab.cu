@@ -18,7 +18,10 @@
 //   ldg     plain coalesced 16-byte loads over the buffer (the read rate without a ring)
 // Each launch reads one of several copies of the weight (>= 256 MB in all, so every byte
 // comes from DRAM); µs per launch (median, 30 x launches back to back) and GB/s.
-// Usage: stream_ab [N,Kb ...]   (default: the 9B's FP8 GEMVs and the int4 gate_up)
+// Usage: stream_ab [--check] [N,Kb ...]   (default shapes: the 9B's FP8 GEMVs and int4 ones;
+// --check: the walks on the host only). Build (GPU machine, from the repository's root):
+//   nvcc -O2 -std=c++20 -gencode arch=compute_90a,code=sm_90a -I src -o /tmp/stream_ab \
+//     scripts/kernel_ab/stream_ab.cu
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -28,52 +31,20 @@
 #include <vector>
 
 #include "ab_util.h"
+#include "backend/cuda/cuda_gemv_ring.cuh"
 
 namespace {
 
-constexpr int kWarps = 8, kThreads = kWarps * 32, kTileRows = 32, kStage = 8192, kSlots = 3;
-constexpr int kSmem = kWarps * kSlots * kStage;  // 196,608 B
+// The production ring's CTA shape and copy primitives (cuda_gemv_ring.cuh; the primitives
+// exist in its sm_90 device pass only, SALA_GEMV_BULK: the kernels' bodies below are empty in
+// the host pass).
+namespace ring = sala::cuda::gemv;
+constexpr int kWarps = ring::kWarps, kThreads = ring::kThreads;
+constexpr int kTileRows = 32, kStageBytes = 8192, kSlots = 3;
+constexpr int kSmem = kWarps * kSlots * kStageBytes;  // 196,608 B
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void bar_init(uint32_t bar) {
-  asm volatile("mbarrier.init.shared.b64 [%0], 1;" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void bar_expect(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes,
-                                          uint32_t bar) {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
-      "[%1], %2, [%3], %4;" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
-      : "memory");
-}
-// Spins at most ~2^28 times, then traps (a probe must not hang its command).
-__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done, spins = 0;
-  do {
-    if (++spins == (1u << 28)) __trap();
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared.b64 p, [%1], %2;\n\t"
-        "selp.b32 %0, 1, 0, p;\n\t}"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ uint4 lds(uint32_t a) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(a)
-               : "memory");
-  return v;
 }
 
 enum Layout { kRowRuns = 0, kTiled = 1, kTiledOne = 2 };
@@ -96,57 +67,63 @@ struct Walk {
   }
   __host__ __device__ int64_t tiled_off(int b, int G, int u, int warp) const {
     const int64_t t = b + int64_t(u / per_tile) * G;
-    return ((t * kWarps + warp) * per_tile + u % per_tile) * int64_t(kStage);
+    return ((t * kWarps + warp) * per_tile + u % per_tile) * int64_t(kStageBytes);
   }
 };
 
+#ifdef SALA_GEMV_BULK
 template <int L>
 __device__ __forceinline__ void issue(const Walk& wk, const uint8_t* w, int u, int warp, int lane,
                                       uint32_t slot, uint32_t bar) {
-  if (lane == 0) bar_expect(bar, kStage);
+  if (lane == 0) ring::bar_expect(bar, kStageBytes);
   __syncwarp();
   const int b = blockIdx.x, G = gridDim.x;
   if constexpr (L == kRowRuns) {  // 8192 / run rows of `run` bytes, lane r copying row r
     for (int r = lane; r < wk.rows; r += 32)
-      bulk_copy(slot + r * wk.run, w + wk.row_off(b, G, u, warp, r), uint32_t(wk.run), bar);
+      ring::bulk_copy(slot + r * wk.run, w + wk.row_off(b, G, u, warp, r), uint32_t(wk.run), bar);
   } else if constexpr (L == kTiled) {
-    bulk_copy(slot + lane * 256, w + wk.tiled_off(b, G, u, warp) + lane * 256, 256, bar);
+    ring::bulk_copy(slot + lane * 256, w + wk.tiled_off(b, G, u, warp) + lane * 256, 256, bar);
   } else {
-    if (lane == 0) bulk_copy(slot, w + wk.tiled_off(b, G, u, warp), kStage, bar);
+    if (lane == 0) ring::bulk_copy(slot, w + wk.tiled_off(b, G, u, warp), kStageBytes, bar);
   }
 }
 
+#endif
+
 template <int L>
 __global__ void __launch_bounds__(kThreads, 1) ring_kernel(const uint8_t* w, Walk wk, uint4* out) {
+#ifdef SALA_GEMV_BULK
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ __align__(8) uint64_t bars[kWarps][kSlots];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const uint32_t ring = smem_addr(smem) + warp * kSlots * kStage;
+  const uint32_t slots = smem_addr(smem) + warp * kSlots * kStageBytes;  // this warp's ring
   if (lane == 0) {
-    for (int i = 0; i < kSlots; ++i) bar_init(smem_addr(&bars[warp][i]));
+    for (int i = 0; i < kSlots; ++i) ring::bar_init(smem_addr(&bars[warp][i]));
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncwarp();
   const int U = wk.units(blockIdx.x, gridDim.x);
   for (int u = 0; u < kSlots - 1 && u < U; ++u)
-    issue<L>(wk, w, u, warp, lane, ring + u * kStage, smem_addr(&bars[warp][u]));
+    issue<L>(wk, w, u, warp, lane, slots + u * kStageBytes, smem_addr(&bars[warp][u]));
   uint4 acc = make_uint4(0, 0, 0, 0);
   for (int u = 0; u < U; ++u) {
     const int slot = u % kSlots;
-    bar_wait(smem_addr(&bars[warp][slot]), uint32_t(u / kSlots) & 1);
+    ring::bar_wait(smem_addr(&bars[warp][slot]), uint32_t(u / kSlots) & 1);
     if (u + kSlots - 1 < U) {  // into the slot read in iteration u - 1
       const int s2 = (u + kSlots - 1) % kSlots;
-      issue<L>(wk, w, u + kSlots - 1, warp, lane, ring + s2 * kStage, smem_addr(&bars[warp][s2]));
+      issue<L>(wk, w, u + kSlots - 1, warp, lane, slots + s2 * kStageBytes,
+               smem_addr(&bars[warp][s2]));
     }
-    const uint32_t base = ring + slot * kStage + lane * 16;
+    const uint32_t base = slots + slot * kStageBytes + lane * 16;
 #pragma unroll
-    for (int i = 0; i < kStage / 512; ++i) {  // 16 reads of 16 B per lane: the whole stage
-      const uint4 v = lds(base + i * 512);
+    for (int i = 0; i < kStageBytes / 512; ++i) {  // 16 reads of 16 B per lane: the whole stage
+      const uint4 v = ring::lds(base + i * 512);
       acc.x ^= v.x, acc.y ^= v.y, acc.z ^= v.z, acc.w ^= v.w;
     }
     __syncwarp();  // every lane's reads of this slot done before it is refilled
   }
   out[blockIdx.x * kThreads + threadIdx.x] = acc;
+#endif
 }
 
 __global__ void ldg_kernel(const uint4* __restrict__ w, int64_t n16, uint4* out) {
@@ -184,14 +161,14 @@ std::vector<Variant> variants(const Shape& s) {
   std::vector<Variant> v;
   const int tiles = int(s.N / kTileRows), slice = int(s.Kb / kWarps);
   for (int run : {256, 512, 1024, 2048}) {
-    const int rows = kStage / run;
+    const int rows = kStageBytes / run;
     if (slice % run || rows > kTileRows) continue;
     Walk wk{s.N, s.Kb, run, rows, kTileRows / rows, slice / run, 0, tiles};
     wk.per_tile = wk.groups * wk.kst;
     v.push_back({"run" + std::to_string(run), kRowRuns, wk});
   }
-  if (slice * kTileRows % kStage == 0) {
-    Walk wt{s.N, s.Kb, 256, kTileRows, 1, slice / 256, slice * kTileRows / kStage, tiles};
+  if (slice * kTileRows % kStageBytes == 0) {
+    Walk wt{s.N, s.Kb, 256, kTileRows, 1, slice / 256, slice * kTileRows / kStageBytes, tiles};
     v.push_back({"tiled", kTiled, wt});
     v.push_back({"tiled1", kTiledOne, wt});
   }
@@ -212,7 +189,7 @@ int64_t check_walk(const Variant& v, int G) {
         if (v.layout == kRowRuns)
           for (int r = 0; r < wk.rows; ++r) mark(wk.row_off(b, G, u, warp, r), wk.run);
         else
-          mark(wk.tiled_off(b, G, u, warp), kStage);
+          mark(wk.tiled_off(b, G, u, warp), kStageBytes);
       }
   int64_t bad = 0;
   for (uint8_t c : seen) bad += c != 1;
@@ -301,8 +278,8 @@ int main(int argc, char** argv) {
       }
       const float c = median_us(
           [&] {
-            ldg_kernel<<<sms * 4, 512, 0, st>>>(
-                reinterpret_cast<const uint4*>(w[size_t(next++ % copies)]), int64_t(bytes / 16), out);
+            const auto* p = reinterpret_cast<const uint4*>(w[size_t(next++ % copies)]);
+            ldg_kernel<<<sms * 4, 512, 0, st>>>(p, int64_t(bytes / 16), out);
           },
           st, copies);
       CK(cudaGetLastError());
