@@ -20,9 +20,9 @@ dequantization probes leave it as it is (a control).
   noepi     no cross-warp epilogue (the int4 and the FP8 ring kernels): each thread folds its
             accumulators into one value and stores nothing (no shared-memory reduction, no
             barriers).
-  nocopy    no cp.async at all (weights and scales; the bf16 and FP8 rings too): the stage loop
-            computes on whatever the ring holds; DRAM and the copy issue are gone, the compute
-            remains.
+  nocopy    no cp.async at all (weights and scales; the bf16 and FP8 rings too; bulk copies:
+            none, their slot barriers expect 0 bytes): the stage loop computes on whatever the
+            ring holds; DRAM and the copy issue are gone, the compute remains.
   and the combinations lop4_noepi, nocopy_noepi, nocopy_lop4_noepi.
 
 Usage: int4_probes.py SRC_DIR OUT_DIR  -> OUT_DIR/<probe>/ (copies of SRC_DIR, patched), one
@@ -62,6 +62,15 @@ CP16_OLD = ('  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(ds
             ' : "memory");')
 CP4_OLD = ('  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src)'
            ' : "memory");')
+# Bulk copies (sm_90, the rings at M <= 16 since 7f5d3e8): the copy is dropped and its slot
+# barrier's phase expects 0 bytes, so the arrival alone completes it (no hang).
+BULK_OLD = ('  asm volatile(\n'
+            '      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint'
+            ' [%0], "\n'
+            '      "[%1], %2, [%3], %4;" ::"r"(dst),\n'
+            '      "l"(src), "r"(bytes), "r"(bar), "l"(policy)\n'
+            '      : "memory");')
+EXPECT_OLD = '"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)'
 PATCHES = {
     "b16dq": [(INT4_MATH, DEQUANT_OLD,
                "    p[j] = and_or(j ? w >> (4 * j - 3) : w << 3, 0x00780078u, 0x3f803f80u);")],
@@ -70,6 +79,8 @@ PATCHES = {
               (FP8, FP8_FINISH_OLD, FOLD)],
     "nocopy": [
         (RING, CP16_OLD, "  (void)dst, (void)src;"),
+        (RING, BULK_OLD, "  (void)dst, (void)src, (void)bytes, (void)bar, (void)policy;"),
+        (RING, EXPECT_OLD, EXPECT_OLD.replace('"r"(bytes)', '"r"(0u * bytes)')),
         (INT4_RING, CP4_OLD, "  (void)dst, (void)src;"),
     ],
 }
