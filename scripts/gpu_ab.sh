@@ -30,7 +30,9 @@
 # AB_NCU_TESTS (a gtest filter: also run those tests of each build under ncu's sections
 # AB_NCU_SECTIONS (default "SpeedOfLight ComputeWorkloadAnalysis"; e.g. add WarpStateStats
 # SchedulerStats), clocks left alone, kernels matching AB_NCU_KERNELS (a
-# regex; default "select_|sparse_attn|gla_"), CSV to $OUT/ncu_BUILD.csv; empty: no ncu),
+# regex; default "select_|sparse_attn|gla_"), more ncu options AB_NCU_ARGS (e.g. "--launch-skip
+# 770 --launch-count 1": one launch of a test that launches the kernel many times), CSV to
+# $OUT/ncu_BUILD.csv; empty: no ncu),
 # AB_PACK (the pack file, default .gpu/ab.tar.xz: another name keeps two packs at once),
 # AB_BUILDS (a space-separated subset of the packed builds to run, in the packed order; default
 # all), AB_BENCH_EXTRA (more `bench offline` options, e.g. "--long-decode-contexts 131072
@@ -54,6 +56,7 @@ AB_BENCH_EXTRA=${AB_BENCH_EXTRA:-}
 AB_DECODE=${AB_DECODE:-"--decode-batches 1 --decode-input 128 --decode-output 4"}
 AB_NCU_SECTIONS=${AB_NCU_SECTIONS:-"SpeedOfLight ComputeWorkloadAnalysis"}
 AB_NCU_KERNELS=${AB_NCU_KERNELS:-"select_|sparse_attn|gla_"}
+AB_NCU_ARGS=${AB_NCU_ARGS:-}
 MODEL_DIR=${MODEL_DIR:-/tmp/sala_random_9b}
 OUT=${OUT:-/tmp/gpu_ab_out}
 PACK=${AB_PACK:-$ROOT/.gpu/ab.tar.xz}
@@ -173,7 +176,7 @@ run() {
         # shellcheck disable=SC2046,SC2086  # one --section per name
         timeout "$AB_TEST_TIMEOUT" ncu --clock-control none --csv \
           $(printf -- '--section %s ' $AB_NCU_SECTIONS) --kernel-name-base demangled \
-          --kernel-name "regex:$AB_NCU_KERNELS" \
+          --kernel-name "regex:$AB_NCU_KERNELS" $AB_NCU_ARGS \
           "$dir/$b/bin/$t" --gtest_filter="$AB_NCU_TESTS" >>"$OUT/ncu_$b.csv" 2>&1
       done
       echo "ncu: $(grep -c '"Duration"' "$OUT/ncu_$b.csv") kernels profiled"
