@@ -50,9 +50,9 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 enum Layout { kRowRuns = 0, kTiled = 1, kTiledOne = 2 };
 
 // A warp's unit u (its u-th stage): tile ti of the CTA's, row group rg (kTileRows / rows per
-// stage of them), k stage ks of the warp's slice. Returns the global address of the stage's
-// first byte of row r for the row-run layout, or of the whole stage for the tiled ones.
-// (b, G: the CTA and the grid, explicit so that main's --check walks it on the host.)
+// stage of them), k stage ks of the warp's slice. row_off: the weight's byte offset of row r's
+// run in the stage (row-run layouts); tiled_off: of the whole stage (tiled layouts). (b, G:
+// the CTA and the grid, explicit so that main's --check walks it on the host.)
 struct Walk {
   int64_t N, Kb;
   int run, rows, groups, kst, per_tile, tiles;  // rows per stage, row groups, k stages
