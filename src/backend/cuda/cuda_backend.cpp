@@ -86,9 +86,10 @@ Tensor CudaBackend::upload_weight(const TensorView& src) {
   Tensor t = alloc(src.numel() / std::max<int64_t>(cols, 1), cols, DType::BF16);
   const size_t n = size_t(src.numel());
   if (src.dtype == DType::BF16) {
-    // Straight from the view (the checkpoint's mapped pages): a host staging copy cost the 9B's
-    // bf16 load a zero-fill and a memcpy of 18 GB on one thread (15.5-19.6 s on an H100
-    // machine, against 4.7 s for the FP8 load that copied from the view, session 56).
+    // Straight from the view (the checkpoint's mapped pages), not through a zero-filled host
+    // copy made on one thread: the 9B's bf16 load took 15.5-19.6 s with that copy, the FP8 load
+    // that reads the view 4.7 s (an H100 machine, session 56); this path's time is not yet
+    // measured.
     SALA_CHECK(src.nbytes == n * 2, "{}: {} bytes for {} bf16 values", src.name, src.nbytes, n);
     CUDA_CHECK(cudaMemcpyAsync(t.data, src.data, n * 2, cudaMemcpyHostToDevice, st()));
   } else {
@@ -139,17 +140,10 @@ Weight CudaBackend::upload_linear(const TensorView& src, WeightFormat format) {
 // 20.2-28.0 s with the host's quantization; session 56). The bf16 copy is freed after.
 Weight CudaBackend::quantize_fp8_on_device(const TensorView& src) {
   const int64_t rows = src.shape[0], cols = src.shape[1];
-  if (!bf16_mode_)
-    fail("{}: FP8 weights run on the CUDA backend in bf16 mode only", src.name);
-  if (cols % 16 != 0)
-    fail("{}: an FP8 weight [{}, {}] needs a multiple of 16 input columns on the CUDA backend",
-         src.name, rows, cols);
   const size_t n = size_t(rows) * size_t(cols);
   SALA_CHECK(src.nbytes == n * 2, "{}: {} bytes for a bf16 [{}, {}]", src.name, src.nbytes, rows,
              cols);
-  Weight w{nullptr, WeightFormat::FP8_E4M3, rows, cols, nullptr, int32_t(cols)};
-  w.data = arena_.device(n);
-  w.scales = static_cast<float*>(arena_.device(size_t(rows) * sizeof(float)));
+  const Weight w = alloc_fp8_weight(src.name, rows, cols);
   void* values = arena_.device(n * 2);
   CUDA_CHECK(cudaMemcpyAsync(values, src.data, n * 2, cudaMemcpyHostToDevice, st()));
   launch_quantize_rows_fp8(static_cast<const bf16*>(values), rows, cols, cols,
@@ -170,8 +164,7 @@ Weight CudaBackend::upload_fp8(const TensorView& codes, const std::vector<float>
   return upload_fp8_codes(codes.name, rows, cols, codes.data, scales.data());
 }
 
-Weight CudaBackend::upload_fp8_codes(const std::string& name, int64_t rows, int64_t cols,
-                                     const uint8_t* codes, const float* scales) {
+Weight CudaBackend::alloc_fp8_weight(const std::string& name, int64_t rows, int64_t cols) {
   // fp32 mode is refused with fp8_weights (make_cuda_backend); a pre-quantized checkpoint
   // reaches here without the flag.
   if (!bf16_mode_)
@@ -182,9 +175,15 @@ Weight CudaBackend::upload_fp8_codes(const std::string& name, int64_t rows, int6
     fail("{}: an FP8 weight [{}, {}] needs a multiple of 16 input columns on the CUDA backend",
          name, rows, cols);
   Weight w{nullptr, WeightFormat::FP8_E4M3, rows, cols, nullptr, int32_t(cols)};
-  const size_t n = size_t(rows) * size_t(cols);
-  w.data = arena_.device(n);
+  w.data = arena_.device(size_t(rows) * size_t(cols));
   w.scales = static_cast<float*>(arena_.device(size_t(rows) * sizeof(float)));
+  return w;
+}
+
+Weight CudaBackend::upload_fp8_codes(const std::string& name, int64_t rows, int64_t cols,
+                                     const uint8_t* codes, const float* scales) {
+  const Weight w = alloc_fp8_weight(name, rows, cols);
+  const size_t n = size_t(rows) * size_t(cols);
   CUDA_CHECK(cudaMemcpyAsync(w.data, codes, n, cudaMemcpyHostToDevice, st()));
   CUDA_CHECK(cudaMemcpyAsync(w.scales, scales, size_t(rows) * sizeof(float),
                              cudaMemcpyHostToDevice, st()));

@@ -173,6 +173,9 @@ class CudaBackend : public Backend {
   // A bf16 [rows, cols] weight quantized to FP8_E4M3 on the device (upload_linear's FP8 path
   // for bf16 checkpoints): fp8_quantize_rows's codes and scales.
   Weight quantize_fp8_on_device(const TensorView& src);
+  // An FP8_E4M3 weight's device codes [rows, cols] and scales [rows], not yet filled; refuses
+  // fp32 mode and input widths the FP8 GEMMs cannot read (cols % 16 != 0).
+  Weight alloc_fp8_weight(const std::string& name, int64_t rows, int64_t cols);
   // Codes [rows, cols] and scales [rows] in device memory as an FP8_E4M3 weight.
   Weight upload_fp8_codes(const std::string& name, int64_t rows, int64_t cols,
                           const uint8_t* codes, const float* scales);
